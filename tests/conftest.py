@@ -1,0 +1,33 @@
+"""Shared fixtures: a real Neo4j (see tests/neo4j_fixture.py), a local OpenAI-compatible server
+(tests/fake_openai.py), and a clean environment so no test reaches a real LLM by accident."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from tests.fake_openai import fake_openai  # noqa: E402,F401
+try:
+    from tests.neo4j_fixture import neo4j_server  # noqa: E402,F401
+except ImportError:  # pragma: no cover - while the launcher is being written
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _no_real_llm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests that want an LLM start the fake server, which sets these again."""
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID"):
+        monkeypatch.delenv(var, raising=False)
+    for var in list(os.environ):
+        if var.startswith("WORLDGRAPH_"):
+            monkeypatch.delenv(var, raising=False)

@@ -1,0 +1,178 @@
+"""The seed's scoring formulas, pinned to exact values (pure functions and end-to-end recall)."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+
+from worldgraph import WorldModel
+from worldgraph.config import WorldGraphConfig
+from worldgraph.memory.scoring import (
+    diversity_order,
+    feedback_adjustment,
+    feedback_aware_adjustment,
+    normalise_feedback,
+    recency_boost,
+    relevance,
+)
+
+CFG = WorldGraphConfig()
+DAY = 86400.0
+NOW = 1_800_000_000.0
+
+
+def test_recency_bands() -> None:
+    assert recency_boost(NOW - 0.5 * DAY, NOW, CFG) == 0.1
+    assert recency_boost(NOW - 6.99 * DAY, NOW, CFG) == 0.1
+    assert recency_boost(NOW - 7 * DAY, NOW, CFG) == 0.05  # "< 7 days" is strict
+    assert recency_boost(NOW - 29.9 * DAY, NOW, CFG) == 0.05
+    assert recency_boost(NOW - 30 * DAY, NOW, CFG) == 0.0
+    assert recency_boost(NOW - 400 * DAY, NOW, CFG) == 0.0
+
+
+def test_feedback_scale_and_adjustment() -> None:
+    assert normalise_feedback(None) is None
+    assert normalise_feedback(1.0) == 1.0 and normalise_feedback(-1.0) == 0.0 and normalise_feedback(0.0) == 0.5
+    assert feedback_adjustment(None, CFG) == 0.0  # never rated: neutral
+    assert feedback_adjustment(0.5, CFG) == 0.0
+    assert feedback_adjustment(1.0, CFG) == pytest.approx(0.2)  # max boost
+    assert feedback_adjustment(0.75, CFG) == pytest.approx(0.1)  # (0.75 - 0.5) x 0.4
+    assert feedback_adjustment(0.0, CFG) == pytest.approx(-0.3)  # max penalty
+    assert feedback_adjustment(0.25, CFG) == pytest.approx(-0.15)  # (0.5 - 0.25) x 0.6
+    assert feedback_aware_adjustment(0.71, CFG) == 0.2
+    assert feedback_aware_adjustment(0.7, CFG) == 0.0
+    assert feedback_aware_adjustment(0.29, CFG) == -0.3
+    assert feedback_aware_adjustment(None, CFG) == 0.0
+
+
+def test_relevance_sum_and_clamp() -> None:
+    p = relevance(0.9, NOW - DAY, 0.8, None, NOW, CFG)
+    assert p.clamped == pytest.approx(0.9 * 0.6 + 0.1 + 0.0 + 0.08)
+    low = relevance(0.3, NOW - 100 * DAY, 0.0, 0.0, NOW, CFG)  # 0.18 - 0.3 < 0
+    assert low.clamped == 0.0
+    hot = WorldGraphConfig(semantic_weight=0.9)
+    high = relevance(1.0, NOW - DAY, 1.0, 1.0, NOW, hot)  # 0.9 + 0.1 + 0.2 + 0.1 = 1.3
+    assert high.clamped == 1.0
+    aware = relevance(1.0, NOW - DAY, 1.0, 1.0, NOW, CFG, feedback_aware=True)
+    assert aware.clamped == pytest.approx(1.0) and aware.final == pytest.approx(1.2)
+
+
+def test_diversity_penalty_against_every_higher_ranked_copy() -> None:
+    v = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    order, penalties = diversity_order([0.9, 0.89, 0.88, 0.80], v, CFG)
+    # copies 2 and 3 are identical to 1 (sim 1.0): each higher copy costs (1.0 - 0.9) x 0.5 = 0.05
+    assert penalties == pytest.approx([0.0, 0.05, 0.10, 0.0])
+    assert order == [0, 1, 3, 2]  # 0.88 - 0.10 = 0.78 falls below the distinct 0.80
+
+
+def test_diversity_threshold_is_strict() -> None:
+    angle = math.acos(0.9)
+    v = np.array([[1.0, 0.0], [math.cos(angle), math.sin(angle)]])
+    _, penalties = diversity_order([0.9, 0.8], v, CFG)
+    assert penalties[1] == pytest.approx(0.0, abs=1e-9)
+
+
+class VectorEmbedder:
+    """Hand-made vectors: a text gets the vector of the first key it contains."""
+
+    name = "test-vectors"
+
+    def __init__(self, vectors: dict[str, list[float]]) -> None:
+        self.vectors = {k: np.asarray(v, dtype=np.float32) for k, v in vectors.items()}
+        self.dimensions = len(next(iter(vectors.values())))
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        out = []
+        for t in texts:
+            key = next((k for k in self.vectors if k in t), None)
+            if key is None:
+                raise AssertionError(f"no test vector for {t!r}")
+            out.append(self.vectors[key])
+        return np.stack(out)
+
+
+def unit(cos: float, axis: int = 1, dims: int = 4) -> list[float]:
+    """A unit vector whose cosine with e0 is ``cos`` (the rest on ``axis``)."""
+    v = [0.0] * dims
+    v[0] = cos
+    v[axis] = math.sqrt(max(0.0, 1 - cos * cos))
+    return v
+
+
+def _exp(key: str, days: float, conf: float, role: str = "Finance") -> dict[str, object]:
+    return {"agent_id": "fin-1", "agent_role": role, "task_type": "reconcile", "task_description": key,
+            "outcome": "success", "confidence_score": conf,
+            "timestamp": (datetime.now(timezone.utc) - timedelta(days=days)).isoformat()}
+
+
+@pytest.fixture
+def scored(tmp_path):  # type: ignore[no-untyped-def]
+    emb = VectorEmbedder({
+        "qqq": [1.0, 0.0, 0.0, 0.0],
+        "alpha": unit(0.9, 1),
+        "bravo": unit(0.8, 2),
+        "charlie": unit(0.7, 3),
+        "delta": unit(0.3, 1),
+    })
+    wm = WorldModel.open(tmp_path, embedder=emb)
+    ids = wm.record_experiences("t1", [
+        _exp("alpha", 1, 0.8),  # 0.54 + 0.1 + 0 + 0.08 = 0.72
+        _exp("bravo", 10, 0.5),  # 0.48 + 0.05 + 0.2 (rated +1) + 0.05 = 0.78
+        _exp("charlie", 40, 1.0),  # 0.42 + 0 - 0.3 (rated -1) + 0.1 = 0.22
+        _exp("delta", 2, 0.0),  # 0.18 + 0.1 - 0.3 (rated -1) + 0 < 0 -> 0
+    ])
+    wm.submit_feedback("t1", ids[1], 1.0)
+    wm.submit_feedback("t1", ids[2], -1.0)
+    wm.submit_feedback("t1", ids[3], -1.0)
+    yield wm, ids
+    wm.close()
+
+
+def test_recall_exact_scores_and_order(scored) -> None:  # type: ignore[no-untyped-def]
+    wm, ids = scored
+    res = wm.recall_experiences("t1", "Finance", "qqq", limit=5, options={"min_similarity": 0.0, "hybrid": False})
+    got = [(r["episode_id"], r["relevance_score"]) for r in res]
+    assert got == [(ids[1], pytest.approx(0.78, abs=1e-6)), (ids[0], pytest.approx(0.72, abs=1e-6)),
+                   (ids[2], pytest.approx(0.22, abs=1e-6)), (ids[3], 0.0)]
+    by_id = {r["episode_id"]: r for r in res}
+    assert by_id[ids[1]]["feedback_score"] == 1.0 and by_id[ids[1]]["feedback_count"] == 1
+    assert by_id[ids[0]]["feedback_score"] is None and by_id[ids[0]]["feedback_count"] == 0
+    assert by_id[ids[0]]["semantic_score"] == pytest.approx(0.9, abs=1e-6)
+
+
+def test_min_similarity_applies_to_semantic_score(scored) -> None:  # type: ignore[no-untyped-def]
+    wm, ids = scored
+    res = wm.recall_experiences("t1", "Finance", "qqq", options={"min_similarity": 0.75, "hybrid": False})
+    assert [r["episode_id"] for r in res] == [ids[1], ids[0]]
+    # the seed's default threshold, 0.6, keeps three
+    assert len(wm.recall_experiences("t1", "Finance", "qqq", options={"hybrid": False})) == 3
+
+
+def test_feedback_aware_recall(scored) -> None:  # type: ignore[no-untyped-def]
+    wm, ids = scored
+    res = wm.recall_experiences("t1", "Finance", "qqq",
+                                options={"min_similarity": 0.0, "min_feedback_score": 0.7, "hybrid": False})
+    # only the episode rated +1 (normalised 1.0) passes; it gets +0.2 on top of its clamped 0.78
+    assert [(r["episode_id"], r["relevance_score"]) for r in res] == [(ids[1], pytest.approx(0.98, abs=1e-6))]
+    res = wm.recall_experiences("t1", "Finance", "qqq",
+                                options={"min_similarity": 0.0, "min_feedback_score": 0.0, "hybrid": False})
+    # unrated episodes are excluded once a feedback threshold is set; -1 rated ones get -0.3
+    assert [r["episode_id"] for r in res] == [ids[1], ids[2], ids[3]]
+    assert res[1]["relevance_score"] == pytest.approx(0.22 - 0.3, abs=1e-6)
+
+
+def test_five_near_copies_do_not_fill_the_top(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    vecs = {"qqq": [1.0, 0.0, 0.0, 0.0], "other": unit(0.75, 2)}
+    for i in range(5):
+        vecs[f"copy{i}"] = unit(0.85 - i * 0.0001, 1)  # copies: similarity ~1.0 to each other
+    wm = WorldModel.open(tmp_path, embedder=VectorEmbedder(vecs))
+    ids = wm.record_experiences("t1", [_exp(f"copy{i}", 1, 0.5) for i in range(5)] + [_exp("other", 1, 0.5)])
+    res = wm.recall_experiences("t1", "Finance", "qqq", limit=5, options={"min_similarity": 0.0, "hybrid": False})
+    wm.close()
+    top = [r["episode_id"] for r in res]
+    assert ids[5] in top  # the distinct experience beats the 4th and 5th copies
+    penalties = sorted(r["score_breakdown"]["diversity_penalty"] for r in res)
+    assert penalties[0] == 0.0 and penalties[-1] == pytest.approx(0.15, abs=1e-3)

@@ -1,0 +1,42 @@
+"""worldgraph: a world model and long-term memory for LLM agents.
+
+    from worldgraph import WorldModel, AgentExperience, RecallOptions, CanvasContext
+    with WorldModel.open("./data") as wm:
+        episode_id = wm.record_experience("acme", {...})
+        results = wm.recall_experiences("acme", "Finance", "reconcile inventory")
+"""
+
+from worldgraph.config import WorldGraphConfig
+from worldgraph.errors import (
+    DeltaValidationError,
+    EmbeddingDimensionError,
+    ExtractionError,
+    InvalidInputError,
+    NotFoundError,
+    ReadOnlyQueryError,
+    StoreUnavailableError,
+    WorldGraphError,
+)
+from worldgraph.kg.records import MergeReport
+from worldgraph.memory.models import (
+    AgentExperience,
+    CanvasAction,
+    CanvasAudit,
+    CanvasContext,
+    DateRange,
+    EpisodeFeedback,
+    MetacognitiveInsights,
+    ReasoningChain,
+    RecallOptions,
+)
+from worldgraph.memory.recall import RecallResult
+from worldgraph.service import WorldModel
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AgentExperience", "CanvasAction", "CanvasAudit", "CanvasContext", "DateRange", "DeltaValidationError",
+    "EmbeddingDimensionError", "EpisodeFeedback", "ExtractionError", "InvalidInputError", "MergeReport",
+    "MetacognitiveInsights", "NotFoundError", "ReadOnlyQueryError", "ReasoningChain", "RecallOptions",
+    "RecallResult", "StoreUnavailableError", "WorldGraphConfig", "WorldGraphError", "WorldModel", "__version__",
+]

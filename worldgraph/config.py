@@ -1,0 +1,120 @@
+"""Settings: the seed's WorldModelConfig with its defaults, plus every weight the recall uses.
+
+Each field can be overridden by an environment variable ``WORLDGRAPH_<FIELD>`` (upper case),
+e.g. ``WORLDGRAPH_MIN_SIMILARITY_THRESHOLD=0.3``. Explicit keyword arguments win over the
+environment, which wins over the defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from worldgraph.errors import InvalidInputError
+
+ENV_PREFIX = "WORLDGRAPH_"
+
+
+class WorldGraphConfig(BaseModel):
+    """Every setting of the seed's WorldModelConfig, with its defaults, and the rest of ours."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # Embedding (seed)
+    embedding_model: str = "text-embedding-3-small"
+    embedding_dimensions: int = Field(1536, gt=0)
+    # auto: the local MiniLM model when its package is installed, else the hashing fallback
+    embedding_provider: Literal["auto", "openai", "local", "hashing"] = "auto"
+
+    # Recall (seed)
+    default_recall_limit: int = Field(5, gt=0)
+    min_similarity_threshold: float = Field(0.6, ge=-1.0, le=1.0)
+    candidate_pool: int = Field(100, gt=0)  # "top 100 candidates by semantic similarity"
+    fulltext_pool: int = Field(20, ge=0)  # extra BM25 hits merged into the candidates (hybrid)
+
+    # Scoring (seed)
+    semantic_weight: float = 0.6
+    recency_boost_days: float = 7
+    recency_boost_amount: float = 0.1
+    recency_secondary_days: float = 30
+    recency_secondary_amount: float = 0.05
+    feedback_boost_max: float = 0.2
+    feedback_penalty_max: float = -0.3
+    confidence_weight: float = 0.1
+
+    # Feedback-aware recall (seed): boosts on the normalised average feedback
+    feedback_high_threshold: float = 0.7
+    feedback_high_boost: float = 0.2
+    feedback_low_threshold: float = 0.3
+    feedback_low_penalty: float = -0.3
+
+    # Diversity (seed)
+    diversity_penalty_threshold: float = 0.9
+    diversity_penalty_factor: float = 0.5
+
+    # Graduation exam (readiness): an agent is ready when every ratio reaches its minimum
+    readiness_min_episodes: int = Field(10, ge=1)
+    readiness_min_zero_intervention: float = Field(0.9, ge=0.0, le=1.0)
+    readiness_min_compliance: float = Field(1.0, ge=0.0, le=1.0)
+    readiness_min_confidence: float = Field(0.7, ge=0.0, le=1.0)
+    readiness_min_success_rate: float = Field(0.8, ge=0.0, le=1.0)
+
+    # Storage (seed)
+    lancedb_path: str = "lancedb"  # relative to the data directory given to WorldModel.open
+    postgres_connection_pool: int = 20  # kept for parity with the seed; the graph store pools itself
+
+    # LanceDB maintenance
+    ann_index_min_rows: int = Field(50_000, gt=0)
+    compact_every_writes: int = Field(200, gt=0)
+
+    # World graph
+    app_name: str = "general"
+    history_rounds: int = Field(5, ge=0)
+    llm_model: str = "gpt-4o-mini"
+    llm_timeout_seconds: float = Field(60.0, gt=0)
+    llm_max_retries: int = Field(0, ge=0)
+    max_delta_items: int = Field(500, gt=0)
+    summary_max_items: int = Field(40, gt=0)
+
+    # Neo4j
+    neo4j_uri: str = "bolt://127.0.0.1:7687"
+    neo4j_user: str = "neo4j"
+    neo4j_password: str = "worldgraph-dev"
+    neo4j_database: str = "neo4j"
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> "WorldGraphConfig":
+        """Defaults, then ``WORLDGRAPH_*`` variables, then ``overrides``."""
+        environ = dict(os.environ if environ is None else environ)
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            raw = environ.get(ENV_PREFIX + name.upper())
+            if raw is not None:
+                values[name] = _parse_env(raw)
+        # The usual names of the Neo4j and LLM variables are honoured too.
+        for var, name in (("NEO4J_URI", "neo4j_uri"), ("NEO4J_USER", "neo4j_user"),
+                          ("NEO4J_USERNAME", "neo4j_user"), ("NEO4J_PASSWORD", "neo4j_password"),
+                          ("NEO4J_DATABASE", "neo4j_database")):
+            if var in environ and ENV_PREFIX + name.upper() not in environ:
+                values[name] = environ[var]
+        values.update(overrides)
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err["loc"]) or "config"
+            env_name = ENV_PREFIX + field.upper()
+            raise InvalidInputError(
+                f"config.{field}", f"{err['msg']} (set it with {env_name} or a keyword argument)"
+            ) from exc
+
+
+def _parse_env(raw: str) -> Any:
+    """Numbers and booleans come in as text; JSON parsing turns '0.3' into 0.3 and keeps words."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw

@@ -1,0 +1,51 @@
+"""Errors that name the field, the rule it broke and what to do about it."""
+
+from __future__ import annotations
+
+
+class WorldGraphError(Exception):
+    """Base class of every error worldgraph raises on purpose."""
+
+
+class InvalidInputError(WorldGraphError, ValueError):
+    """A caller gave a value that breaks a rule. ``field`` names it, ``rule`` says why."""
+
+    def __init__(self, field: str, rule: str, value: object = None) -> None:
+        self.field = field
+        self.rule = rule
+        self.value = value
+        super().__init__(f"{field}: {rule}")
+
+
+class NotFoundError(WorldGraphError, LookupError):
+    """An id (episode, tenant, scene, ...) that the store does not hold."""
+
+    def __init__(self, kind: str, ident: str, hint: str = "") -> None:
+        self.kind = kind
+        self.ident = ident
+        msg = f"{kind} {ident!r} not found"
+        super().__init__(f"{msg}: {hint}" if hint else msg)
+
+
+class EmbeddingDimensionError(InvalidInputError):
+    """An embedder returned vectors of the wrong shape."""
+
+
+class StoreUnavailableError(WorldGraphError, ConnectionError):
+    """A server the store needs (Neo4j) cannot be reached; the message says how to start one."""
+
+
+class ReadOnlyQueryError(WorldGraphError, PermissionError):
+    """A Cypher query that would write, or reach outside the caller's tenant."""
+
+
+class DeltaValidationError(WorldGraphError, ValueError):
+    """A graph delta that is not an object with four arrays of objects; nothing was written."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = errors
+        super().__init__("invalid graph delta: " + "; ".join(errors[:10]))
+
+
+class ExtractionError(WorldGraphError):
+    """The LLM could not produce a valid delta (after the repair round), or could not be reached."""

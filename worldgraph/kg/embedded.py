@@ -1,0 +1,457 @@
+"""The embedded graph store: the system of record when no server is running.
+
+One SQLite file in WAL mode (``<data>/worldgraph.db``). Each public write is one transaction,
+so a record that was committed survives ``kill -9`` and a half-written batch is rolled back on
+the next open. Several processes may open the same file: SQLite's locking serialises writers
+and ``busy_timeout`` makes them wait instead of failing. Records are stored as the same JSON
+dicts the Neo4j store holds, with the columns that queries filter on copied out beside them.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from worldgraph.errors import NotFoundError
+from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
+from worldgraph.kg.store import GraphStore, Record
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_info (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS episodes (
+  tenant_id TEXT NOT NULL, id TEXT NOT NULL, agent_id TEXT NOT NULL, ts REAL NOT NULL,
+  index_status TEXT NOT NULL DEFAULT 'pending', index_error TEXT, data TEXT NOT NULL,
+  PRIMARY KEY (tenant_id, id));
+CREATE INDEX IF NOT EXISTS episodes_agent ON episodes (tenant_id, agent_id, ts);
+CREATE INDEX IF NOT EXISTS episodes_index_status ON episodes (index_status, ts);
+CREATE TABLE IF NOT EXISTS agents (
+  tenant_id TEXT NOT NULL, id TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, id));
+CREATE TABLE IF NOT EXISTS feedback (
+  tenant_id TEXT NOT NULL, id TEXT NOT NULL, episode_id TEXT NOT NULL, category TEXT,
+  score REAL NOT NULL, created_at TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, id));
+CREATE INDEX IF NOT EXISTS feedback_episode ON feedback (tenant_id, episode_id);
+CREATE TABLE IF NOT EXISTS canvases (
+  tenant_id TEXT NOT NULL, id TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, id));
+CREATE TABLE IF NOT EXISTS canvas_audits (
+  tenant_id TEXT NOT NULL, id TEXT NOT NULL, episode_id TEXT NOT NULL, canvas_id TEXT NOT NULL,
+  timestamp TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, id));
+CREATE INDEX IF NOT EXISTS audits_episode ON canvas_audits (tenant_id, episode_id);
+CREATE TABLE IF NOT EXISTS world_nodes (
+  tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, id TEXT NOT NULL, data TEXT NOT NULL,
+  PRIMARY KEY (tenant_id, env_name, id));
+CREATE TABLE IF NOT EXISTS world_edges (
+  tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, id TEXT NOT NULL, src_id TEXT NOT NULL,
+  dst_id TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, env_name, id));
+CREATE INDEX IF NOT EXISTS edges_src ON world_edges (tenant_id, env_name, src_id);
+CREATE INDEX IF NOT EXISTS edges_dst ON world_edges (tenant_id, env_name, dst_id);
+CREATE TABLE IF NOT EXISTS world_rules (
+  tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, id TEXT NOT NULL, data TEXT NOT NULL,
+  PRIMARY KEY (tenant_id, env_name, id));
+CREATE TABLE IF NOT EXISTS scene_links (
+  tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, scene_id TEXT NOT NULL, kind TEXT NOT NULL,
+  record_id TEXT NOT NULL, PRIMARY KEY (tenant_id, scene_id, kind, record_id));
+CREATE TABLE IF NOT EXISTS scenes (
+  tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, id TEXT NOT NULL, status TEXT NOT NULL,
+  created_at TEXT NOT NULL, episode_id TEXT, data TEXT NOT NULL, PRIMARY KEY (tenant_id, id));
+CREATE INDEX IF NOT EXISTS scenes_env ON scenes (tenant_id, env_name, created_at);
+CREATE INDEX IF NOT EXISTS scenes_status ON scenes (status, created_at);
+CREATE INDEX IF NOT EXISTS scenes_episode ON scenes (tenant_id, episode_id);
+CREATE TABLE IF NOT EXISTS env_meta (
+  tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, env_name));
+"""
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def _placeholders(n: int) -> str:
+    return ",".join("?" * n)
+
+
+def _chunks(items: list[str], size: int = 500) -> Iterator[list[str]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+class EmbeddedGraphStore(GraphStore):
+    """SQLite-backed GraphStore; safe across threads (one lock) and processes (SQLite locks)."""
+
+    name = "embedded"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._conn = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        # FULL: a transaction that returned is on disk, even if the machine loses power next.
+        self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.execute("PRAGMA busy_timeout=30000")
+        self._conn.execute("PRAGMA foreign_keys=OFF")
+        with self._lock:
+            self._conn.executescript(_SCHEMA)
+        with self._tx() as cur:
+            cur.execute(
+                "INSERT OR IGNORE INTO schema_info(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Cursor]:
+        """One IMMEDIATE transaction: the write lock is taken up front, so no deadlock upgrade."""
+        with self._lock:
+            cur = self._conn.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                yield cur
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            else:
+                cur.execute("COMMIT")
+
+    def _query(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
+    # ---------------------------------------------------------------- episodes
+    def add_episodes(self, tenant_id: str, episodes: list[Record], canvases: list[Record], audits: list[Record]) -> None:
+        with self._tx() as cur:
+            cur.executemany(
+                "INSERT INTO episodes(tenant_id, id, agent_id, ts, index_status, data) VALUES (?,?,?,?,?,?)",
+                [(tenant_id, e["id"], e["agent_id"], e["ts"], e.get("index_status", "pending"), _dumps(e)) for e in episodes],
+            )
+            agents = {e["agent_id"]: {"id": e["agent_id"], "tenant_id": tenant_id, "agent_role": e.get("agent_role", "")}
+                      for e in episodes}
+            cur.executemany(
+                "INSERT INTO agents(tenant_id, id, data) VALUES (?,?,?) "
+                "ON CONFLICT(tenant_id, id) DO UPDATE SET data = excluded.data",
+                [(tenant_id, a["id"], _dumps(a)) for a in agents.values()],
+            )
+            cur.executemany(
+                "INSERT INTO canvases(tenant_id, id, data) VALUES (?,?,?) "
+                "ON CONFLICT(tenant_id, id) DO UPDATE SET data = excluded.data",
+                [(tenant_id, c["id"], _dumps(c)) for c in canvases],
+            )
+            cur.executemany(
+                "INSERT INTO canvas_audits(tenant_id, id, episode_id, canvas_id, timestamp, data) VALUES (?,?,?,?,?,?)",
+                [(tenant_id, a["id"], a["episode_id"], a["canvas_id"], a["timestamp"], _dumps(a)) for a in audits],
+            )
+
+    def get_episodes(self, tenant_id: str, episode_ids: list[str]) -> dict[str, Record]:
+        out: dict[str, Record] = {}
+        for chunk in _chunks(list(dict.fromkeys(episode_ids))):
+            rows = self._query(
+                f"SELECT data, index_status, index_error FROM episodes WHERE tenant_id = ? "
+                f"AND id IN ({_placeholders(len(chunk))})",
+                [tenant_id, *chunk],
+            )
+            for row in rows:
+                rec = _episode(row)
+                out[rec["id"]] = rec
+        return out
+
+    def agent_episodes(self, tenant_id: str, agent_id: str, limit: int) -> list[Record]:
+        rows = self._query(
+            "SELECT data, index_status, index_error FROM episodes WHERE tenant_id = ? AND agent_id = ? "
+            "ORDER BY ts DESC, id DESC LIMIT ?",
+            (tenant_id, agent_id, limit),
+        )
+        return [_episode(r) for r in rows]
+
+    def iter_episodes(self, tenant_id: str | None = None, batch_size: int = 1000) -> Iterator[list[Record]]:
+        last: tuple[str, str] = ("", "")
+        while True:
+            if tenant_id is None:
+                rows = self._query(
+                    "SELECT data, index_status, index_error, tenant_id, id FROM episodes "
+                    "WHERE (tenant_id, id) > (?, ?) ORDER BY tenant_id, id LIMIT ?", (*last, batch_size))
+            else:
+                rows = self._query(
+                    "SELECT data, index_status, index_error, tenant_id, id FROM episodes "
+                    "WHERE tenant_id = ? AND id > ? ORDER BY id LIMIT ?", (tenant_id, last[1], batch_size))
+            if not rows:
+                return
+            last = (rows[-1][3], rows[-1][4])
+            yield [_episode(r) for r in rows]
+
+    def set_index_status(self, tenant_id: str, episode_ids: list[str], status: str, error: str | None = None) -> None:
+        # Only the columns change: rewriting each record's JSON would make indexing cost a second insert.
+        with self._tx() as cur:
+            for chunk in _chunks(list(episode_ids)):
+                cur.execute(
+                    f"UPDATE episodes SET index_status = ?, index_error = ? WHERE tenant_id = ? "
+                    f"AND id IN ({_placeholders(len(chunk))})", [status, error, tenant_id, *chunk])
+
+    def unindexed_episodes(self, limit: int = 1000) -> list[Record]:
+        rows = self._query(
+            "SELECT data, index_status, index_error FROM episodes WHERE index_status != 'indexed' "
+            "ORDER BY ts, id LIMIT ?", (limit,)
+        )
+        return [_episode(r) for r in rows]
+
+    def tenants(self) -> list[str]:
+        rows = self._query(
+            "SELECT tenant_id FROM episodes UNION SELECT tenant_id FROM scenes UNION SELECT tenant_id FROM env_meta "
+            "ORDER BY 1"
+        )
+        return [r[0] for r in rows]
+
+    def stats(self, tenant_id: str) -> dict[str, int]:
+        tables = {"episodes": "episodes", "agents": "agents", "feedback": "feedback", "canvases": "canvases",
+                  "canvas_audits": "canvas_audits", "scenes": "scenes", "nodes": "world_nodes",
+                  "edges": "world_edges", "rules": "world_rules"}
+        return {k: self._query(f"SELECT COUNT(*) FROM {t} WHERE tenant_id = ?", (tenant_id,))[0][0]
+                for k, t in tables.items()}
+
+    # ---------------------------------------------------------------- feedback
+    def add_feedback(self, tenant_id: str, feedback: Record) -> None:
+        with self._tx() as cur:
+            found = cur.execute(
+                "SELECT 1 FROM episodes WHERE tenant_id = ? AND id = ?", (tenant_id, feedback["episode_id"])
+            ).fetchone()
+            if not found:
+                raise NotFoundError("episode", feedback["episode_id"], f"tenant {tenant_id!r} holds no such episode")
+            cur.execute(
+                "INSERT INTO feedback(tenant_id, id, episode_id, category, score, created_at, data) VALUES (?,?,?,?,?,?,?)",
+                (tenant_id, feedback["id"], feedback["episode_id"], feedback.get("feedback_category"),
+                 feedback["feedback_score"], feedback["created_at"], _dumps(feedback)),
+            )
+
+    def feedback_for(self, tenant_id: str, episode_id: str) -> list[Record]:
+        rows = self._query(
+            "SELECT data FROM feedback WHERE tenant_id = ? AND episode_id = ? ORDER BY created_at, id",
+            (tenant_id, episode_id),
+        )
+        return [json.loads(d) for (d,) in rows]
+
+    def feedback_stats(self, tenant_id: str, episode_ids: list[str], category: str | None = None) -> dict[str, tuple[float, int]]:
+        out: dict[str, tuple[float, int]] = {}
+        for chunk in _chunks(list(dict.fromkeys(episode_ids))):
+            sql = (f"SELECT episode_id, AVG(score), COUNT(*) FROM feedback WHERE tenant_id = ? "
+                   f"AND episode_id IN ({_placeholders(len(chunk))})")
+            params: list[Any] = [tenant_id, *chunk]
+            if category is not None:
+                sql += " AND category = ?"
+                params.append(category)
+            for eid, avg, cnt in self._query(sql + " GROUP BY episode_id", params):
+                out[eid] = (float(avg), int(cnt))
+        return out
+
+    # ---------------------------------------------------------------- canvases
+    def get_canvas(self, tenant_id: str, canvas_id: str) -> Record | None:
+        rows = self._query("SELECT data FROM canvases WHERE tenant_id = ? AND id = ?", (tenant_id, canvas_id))
+        return json.loads(rows[0][0]) if rows else None
+
+    def canvas_audits(self, tenant_id: str, episode_id: str) -> list[Record]:
+        rows = self._query(
+            "SELECT data FROM canvas_audits WHERE tenant_id = ? AND episode_id = ? ORDER BY timestamp, id",
+            (tenant_id, episode_id),
+        )
+        return [json.loads(d) for (d,) in rows]
+
+    # ---------------------------------------------------------------- world graph
+    def load_view(self, tenant_id: str, env_name: str, node_ids: list[str]) -> GraphView:
+        view = GraphView(tenant_id=tenant_id, env_name=env_name)
+        ids = list(dict.fromkeys(node_ids))
+        for chunk in _chunks(ids):
+            ph = _placeholders(len(chunk))
+            for (d,) in self._query(
+                f"SELECT data FROM world_nodes WHERE tenant_id = ? AND env_name = ? AND id IN ({ph})",
+                [tenant_id, env_name, *chunk],
+            ):
+                rec = json.loads(d)
+                view.nodes[rec["id"]] = rec
+            for (d,) in self._query(
+                f"SELECT data FROM world_edges WHERE tenant_id = ? AND env_name = ? "
+                f"AND (src_id IN ({ph}) OR dst_id IN ({ph}))",
+                [tenant_id, env_name, *chunk, *chunk],
+            ):
+                rec = json.loads(d)
+                view.edges[rec["id"]] = rec
+        for (d,) in self._query(
+            "SELECT data FROM world_rules WHERE tenant_id = ? AND env_name = ?", (tenant_id, env_name)
+        ):
+            rec = json.loads(d)
+            view.rules[rec["id"]] = rec
+        view.meta = self._meta(tenant_id, env_name)
+        return view
+
+    def _meta(self, tenant_id: str, env_name: str) -> MetaRecord | None:
+        rows = self._query("SELECT data FROM env_meta WHERE tenant_id = ? AND env_name = ?", (tenant_id, env_name))
+        return json.loads(rows[0][0]) if rows else None
+
+    def apply_plan(self, plan: MergePlan) -> MetaRecord:
+        t, env = plan.tenant_id, plan.env_name
+        with self._tx() as cur:
+            cur.executemany(
+                "INSERT INTO world_nodes(tenant_id, env_name, id, data) VALUES (?,?,?,?) "
+                "ON CONFLICT(tenant_id, env_name, id) DO UPDATE SET data = excluded.data",
+                [(t, env, n["id"], _dumps(n)) for n in plan.nodes],
+            )
+            cur.executemany(
+                "INSERT INTO world_edges(tenant_id, env_name, id, src_id, dst_id, data) VALUES (?,?,?,?,?,?) "
+                "ON CONFLICT(tenant_id, env_name, id) DO UPDATE SET data = excluded.data",
+                [(t, env, e["id"], e["src_id"], e["dst_id"], _dumps(e)) for e in plan.edges],
+            )
+            cur.executemany(
+                "INSERT INTO world_rules(tenant_id, env_name, id, data) VALUES (?,?,?,?) "
+                "ON CONFLICT(tenant_id, env_name, id) DO UPDATE SET data = excluded.data",
+                [(t, env, r["id"], _dumps(r)) for r in plan.rules],
+            )
+            links = [(t, env, s, kind, rec["id"])
+                     for kind, recs in (("node", plan.nodes), ("rule", plan.rules))
+                     for rec in recs for s in rec.get("source_scenes", [])]
+            cur.executemany("INSERT OR IGNORE INTO scene_links VALUES (?,?,?,?,?)", links)
+            if plan.scene is not None:
+                self._upsert_scene(cur, plan.scene)
+            meta: MetaRecord = dict(plan.meta or {})  # type: ignore[assignment]
+            meta.update({"tenant_id": t, "env_name": env})
+            meta["counts"] = self._counts(cur, t, env)
+            cur.execute(
+                "INSERT INTO env_meta(tenant_id, env_name, data) VALUES (?,?,?) "
+                "ON CONFLICT(tenant_id, env_name) DO UPDATE SET data = excluded.data",
+                (t, env, _dumps(meta)),
+            )
+        return meta
+
+    @staticmethod
+    def _counts(cur: sqlite3.Cursor, tenant_id: str, env_name: str) -> dict[str, int]:
+        counts = {}
+        for key, table in (("nodes", "world_nodes"), ("edges", "world_edges"), ("rules", "world_rules"), ("scenes", "scenes")):
+            counts[key] = cur.execute(
+                f"SELECT COUNT(*) FROM {table} WHERE tenant_id = ? AND env_name = ?", (tenant_id, env_name)
+            ).fetchone()[0]
+        return counts
+
+    @staticmethod
+    def _upsert_scene(cur: sqlite3.Cursor, scene: SceneRecord) -> None:
+        cur.execute(
+            "INSERT INTO scenes(tenant_id, env_name, id, status, created_at, episode_id, data) VALUES (?,?,?,?,?,?,?) "
+            "ON CONFLICT(tenant_id, id) DO UPDATE SET status = excluded.status, data = excluded.data, "
+            "episode_id = excluded.episode_id",
+            (scene["tenant_id"], scene["env_name"], scene["id"], scene["status"], scene["created_at"],
+             scene.get("episode_id"), _dumps(scene)),
+        )
+
+    def upsert_scene(self, scene: SceneRecord) -> None:
+        with self._tx() as cur:
+            self._upsert_scene(cur, scene)
+
+    def get_scene(self, tenant_id: str, scene_id: str) -> SceneRecord | None:
+        rows = self._query("SELECT data FROM scenes WHERE tenant_id = ? AND id = ?", (tenant_id, scene_id))
+        return json.loads(rows[0][0]) if rows else None
+
+    def claim_scene(self, tenant_id: str, scene_id: str) -> bool:
+        with self._tx() as cur:
+            row = cur.execute(
+                "SELECT data FROM scenes WHERE tenant_id = ? AND id = ? AND status IN ('pending', 'failed')",
+                (tenant_id, scene_id),
+            ).fetchone()
+            if row is None:
+                return False
+            scene = json.loads(row[0])
+            scene["status"] = "running"
+            cur.execute("UPDATE scenes SET status = 'running', data = ? WHERE tenant_id = ? AND id = ?",
+                        (_dumps(scene), tenant_id, scene_id))
+            return True
+
+    def list_scenes(self, tenant_id: str | None = None, env_name: str | None = None,
+                    statuses: list[str] | None = None) -> list[SceneRecord]:
+        sql, params = "SELECT data FROM scenes WHERE 1=1", []
+        if tenant_id is not None:
+            sql += " AND tenant_id = ?"
+            params.append(tenant_id)
+        if env_name is not None:
+            sql += " AND env_name = ?"
+            params.append(env_name)
+        if statuses:
+            sql += f" AND status IN ({_placeholders(len(statuses))})"
+            params.extend(statuses)
+        return [json.loads(d) for (d,) in self._query(sql + " ORDER BY created_at, id", params)]
+
+    def environments(self, tenant_id: str) -> list[str]:
+        rows = self._query(
+            "SELECT env_name FROM env_meta WHERE tenant_id = ? UNION SELECT env_name FROM scenes WHERE tenant_id = ? "
+            "ORDER BY 1", (tenant_id, tenant_id))
+        return [r[0] for r in rows]
+
+    def world_graph(self, tenant_id: str, env_name: str) -> dict[str, Any]:
+        def load(table: str) -> list[Record]:
+            rows = self._query(
+                f"SELECT data FROM {table} WHERE tenant_id = ? AND env_name = ? ORDER BY id", (tenant_id, env_name)
+            )
+            return [json.loads(d) for (d,) in rows]
+
+        return {"nodes": load("world_nodes"), "edges": load("world_edges"), "rules": load("world_rules"),
+                "scenes": load("scenes"), "meta": self._meta(tenant_id, env_name)}
+
+    def replace_world(self, tenant_id: str, env_name: str, graph: dict[str, Any]) -> None:
+        t, env = tenant_id, env_name
+        with self._tx() as cur:
+            for table in ("world_nodes", "world_edges", "world_rules", "scene_links", "scenes", "env_meta"):
+                cur.execute(f"DELETE FROM {table} WHERE tenant_id = ? AND env_name = ?", (t, env))
+            cur.executemany("INSERT INTO world_nodes(tenant_id, env_name, id, data) VALUES (?,?,?,?)",
+                            [(t, env, n["id"], _dumps(n)) for n in graph.get("nodes", [])])
+            cur.executemany(
+                "INSERT INTO world_edges(tenant_id, env_name, id, src_id, dst_id, data) VALUES (?,?,?,?,?,?)",
+                [(t, env, e["id"], e["src_id"], e["dst_id"], _dumps(e)) for e in graph.get("edges", [])])
+            cur.executemany("INSERT INTO world_rules(tenant_id, env_name, id, data) VALUES (?,?,?,?)",
+                            [(t, env, r["id"], _dumps(r)) for r in graph.get("rules", [])])
+            for scene in graph.get("scenes", []):
+                self._upsert_scene(cur, scene)
+            links = [(t, env, s, kind, rec["id"])
+                     for kind, key in (("node", "nodes"), ("rule", "rules"))
+                     for rec in graph.get(key, []) for s in rec.get("source_scenes", [])]
+            cur.executemany("INSERT OR IGNORE INTO scene_links VALUES (?,?,?,?,?)", links)
+            if graph.get("meta") is not None:
+                cur.execute("INSERT INTO env_meta(tenant_id, env_name, data) VALUES (?,?,?)",
+                            (t, env, _dumps(graph["meta"])))
+
+    # ---------------------------------------------------------------- exploration
+    def neighborhood(self, tenant_id: str, episode_ids: list[str]) -> dict[str, Record]:
+        out: dict[str, Record] = {}
+        episodes = self.get_episodes(tenant_id, episode_ids)
+        for eid in episode_ids:
+            ep = episodes.get(eid)
+            if ep is None:
+                continue
+            canvas = self.get_canvas(tenant_id, ep["canvas_id"]) if ep.get("canvas_id") else None
+            scenes = [json.loads(d) for (d,) in self._query(
+                "SELECT data FROM scenes WHERE tenant_id = ? AND episode_id = ? ORDER BY created_at, id", (tenant_id, eid))]
+            nodes: list[Record] = []
+            rules: list[Record] = []
+            for scene in scenes:
+                for kind, rid in self._query(
+                    "SELECT kind, record_id FROM scene_links WHERE tenant_id = ? AND scene_id = ? ORDER BY kind, record_id",
+                    (tenant_id, scene["id"]),
+                ):
+                    table, bucket = ("world_nodes", nodes) if kind == "node" else ("world_rules", rules)
+                    rows = self._query(f"SELECT data FROM {table} WHERE tenant_id = ? AND env_name = ? AND id = ?",
+                                       (tenant_id, scene["env_name"], rid))
+                    bucket.extend(json.loads(d) for (d,) in rows)
+            out[eid] = {"canvas": canvas, "canvas_actions": self.canvas_audits(tenant_id, eid),
+                        "feedback": self.feedback_for(tenant_id, eid), "scenes": scenes,
+                        "nodes": _unique_by_id(nodes), "rules": _unique_by_id(rules)}
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _episode(row: tuple[Any, ...]) -> Record:
+    """An episode record with its live index status (kept in columns, see set_index_status)."""
+    rec: Record = json.loads(row[0])
+    rec["index_status"], rec["index_error"] = row[1], row[2]
+    return rec
+
+
+def _unique_by_id(records: list[Record]) -> list[Record]:
+    return sorted({r["id"]: r for r in records}.values(), key=lambda r: r["id"])

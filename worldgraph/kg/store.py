@@ -1,0 +1,146 @@
+"""The GraphStore interface: the system of record, implemented by the embedded store and Neo4j.
+
+Everything is scoped by ``tenant_id``; no method returns another tenant's data. Records are the
+plain dicts of ``worldgraph.kg.records`` (world graph) and of ``worldgraph.memory.models``
+(``Episode.to_record()``, feedback, canvases, audits), so both stores hold the same values and
+export the same bytes.
+
+Episode records (dict) carry every AgentExperience field plus: ``id``, ``tenant_id``,
+``timestamp`` (ISO string), ``ts`` (float unix seconds), ``canvas_name``, ``canvas_snapshot``,
+``index_status`` ("pending" | "indexed" | "failed") and ``index_error``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Iterator
+
+from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
+
+Record = dict[str, Any]
+
+
+class GraphStore(ABC):
+    """Abstract store. Writes of one call are atomic: all of it lands, or none of it."""
+
+    name: str = "abstract"
+
+    # ---------------------------------------------------------------- episodes
+    @abstractmethod
+    def add_episodes(
+        self,
+        tenant_id: str,
+        episodes: list[Record],
+        canvases: list[Record],
+        audits: list[Record],
+    ) -> None:
+        """Insert episodes (with their Agent, Canvas and CanvasAudit records) in one transaction."""
+
+    @abstractmethod
+    def get_episodes(self, tenant_id: str, episode_ids: list[str]) -> dict[str, Record]:
+        """The episodes of this tenant among ``episode_ids`` (missing ids are simply absent)."""
+
+    @abstractmethod
+    def agent_episodes(self, tenant_id: str, agent_id: str, limit: int) -> list[Record]:
+        """The agent's newest ``limit`` episodes, newest first."""
+
+    @abstractmethod
+    def iter_episodes(self, tenant_id: str | None = None, batch_size: int = 1000) -> Iterator[list[Record]]:
+        """Every episode (of one tenant, or all), in batches, for reindexing."""
+
+    @abstractmethod
+    def set_index_status(self, tenant_id: str, episode_ids: list[str], status: str, error: str | None = None) -> None:
+        """Mark episodes "indexed" / "failed" / "pending" in the LanceDB sidecar."""
+
+    @abstractmethod
+    def unindexed_episodes(self, limit: int = 1000) -> list[Record]:
+        """Episodes whose indexing is pending or failed (all tenants), oldest first."""
+
+    @abstractmethod
+    def tenants(self) -> list[str]:
+        """Tenants that have at least one episode, scene or environment."""
+
+    @abstractmethod
+    def stats(self, tenant_id: str) -> dict[str, int]:
+        """Counts: episodes, agents, feedback, canvases, canvas_audits, scenes, nodes, edges, rules."""
+
+    # ---------------------------------------------------------------- feedback
+    @abstractmethod
+    def add_feedback(self, tenant_id: str, feedback: Record) -> None:
+        """Store one EpisodeFeedback record; raises NotFoundError if its episode is not this tenant's."""
+
+    @abstractmethod
+    def feedback_for(self, tenant_id: str, episode_id: str) -> list[Record]:
+        """Every feedback record of one episode, oldest first."""
+
+    @abstractmethod
+    def feedback_stats(
+        self, tenant_id: str, episode_ids: list[str], category: str | None = None
+    ) -> dict[str, tuple[float, int]]:
+        """Per episode: (mean raw score in [-1, 1], count), over feedback of ``category`` if given.
+        Episodes without (matching) feedback are absent."""
+
+    # ---------------------------------------------------------------- canvases
+    @abstractmethod
+    def get_canvas(self, tenant_id: str, canvas_id: str) -> Record | None: ...
+
+    @abstractmethod
+    def canvas_audits(self, tenant_id: str, episode_id: str) -> list[Record]:
+        """Audits linked to one episode, ordered by timestamp then id."""
+
+    # ---------------------------------------------------------------- world graph
+    @abstractmethod
+    def load_view(self, tenant_id: str, env_name: str, node_ids: list[str]) -> GraphView:
+        """Nodes with these ids, every edge touching them, every rule of the env, and the meta."""
+
+    @abstractmethod
+    def apply_plan(self, plan: MergePlan) -> MetaRecord:
+        """Upsert the plan's records by id, the scene and the meta, recompute the meta's counts;
+        one transaction. Returns the stored meta."""
+
+    @abstractmethod
+    def upsert_scene(self, scene: SceneRecord) -> None: ...
+
+    @abstractmethod
+    def get_scene(self, tenant_id: str, scene_id: str) -> SceneRecord | None: ...
+
+    @abstractmethod
+    def claim_scene(self, tenant_id: str, scene_id: str) -> bool:
+        """Atomically move a scene from pending/failed to running. False if it is already
+        running or merged (so a packet is never merged twice)."""
+
+    @abstractmethod
+    def list_scenes(
+        self, tenant_id: str | None = None, env_name: str | None = None, statuses: list[str] | None = None
+    ) -> list[SceneRecord]:
+        """Scenes, oldest first (by created_at, then id)."""
+
+    @abstractmethod
+    def environments(self, tenant_id: str) -> list[str]: ...
+
+    @abstractmethod
+    def world_graph(self, tenant_id: str, env_name: str) -> dict[str, Any]:
+        """Everything of one env: {"nodes": [...], "edges": [...], "rules": [...], "scenes": [...],
+        "meta": {...} | None}, each list sorted by id."""
+
+    @abstractmethod
+    def replace_world(self, tenant_id: str, env_name: str, graph: dict[str, Any]) -> None:
+        """Replace one env's nodes, edges, rules, scenes and meta by ``graph`` (snapshot import)."""
+
+    # ---------------------------------------------------------------- exploration
+    @abstractmethod
+    def neighborhood(self, tenant_id: str, episode_ids: list[str]) -> dict[str, Record]:
+        """Per episode: {"canvas": {...} | None, "canvas_actions": [...], "feedback": [...],
+        "scenes": [...], "nodes": [...], "rules": [...]} (nodes and rules learned from its scenes)."""
+
+    def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[Record]:
+        from worldgraph.errors import WorldGraphError
+
+        raise WorldGraphError(
+            f"Cypher needs the Neo4j store; this one is {self.name!r}. Open with "
+            "WorldModel.open(path, graph='neo4j') (or `worldgraph --graph neo4j ...`) and start a "
+            "server with `worldgraph neo4j start`."
+        )
+
+    @abstractmethod
+    def close(self) -> None: ...

@@ -1,0 +1,337 @@
+"""The world-graph update flow: round -> (flag) -> durable scene packet -> LLM delta -> merge.
+
+A flagged round's packet is written to the store (status ``pending``) before any LLM call, so
+a crash or an LLM outage loses nothing: ``retry`` re-runs pending and failed packets. Updates
+run on one background thread per WorldModel; merges of one environment are serialised by a
+lock so a plan is always computed from the graph it is applied to.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import re
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from worldgraph.errors import DeltaValidationError, ExtractionError, InvalidInputError, NotFoundError
+from worldgraph.kg.curiosity import AgentRound, RoundHistory, build_scene_packet, parse_curiosity
+from worldgraph.kg.delta import validate_delta
+from worldgraph.kg.merge import plan_merge, referenced_node_ids
+from worldgraph.kg.records import MergeReport, SceneRecord
+from worldgraph.memory.record import check_tenant
+
+if TYPE_CHECKING:
+    from worldgraph.service import WorldModel
+
+log = logging.getLogger("worldgraph.world")
+
+ENV_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_FAILURE_RE = re.compile(
+    r"\b(can't|cannot|can not|couldn't|fail(?:s|ed)?|nothing happens|not possible|invalid|"
+    r"don't understand|unknown command|is locked|won't)\b", re.I)
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+class WorldUpdater:
+    def __init__(self, wm: "WorldModel") -> None:
+        self.wm = wm
+        self.history = RoundHistory(wm.config.history_rounds)
+        self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._env_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._extractor: Any = None
+        self._warned_no_llm = False
+
+    # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def check_env(env_name: Any) -> str:
+        if not isinstance(env_name, str) or not ENV_RE.match(env_name):
+            raise InvalidInputError(
+                "env_name", "must be 1-128 characters of letters, digits, '_', '-' or '.', starting with a letter "
+                "or digit (it names a folder of the snapshot)", env_name)
+        return env_name
+
+    def _env_lock(self, tenant_id: str, env_name: str) -> threading.Lock:
+        with self._start_lock:
+            return self._env_locks.setdefault((tenant_id, env_name), threading.Lock())
+
+    @property
+    def extractor(self) -> Any:
+        if self._extractor is None:
+            from worldgraph.kg.extractor import DeltaExtractor
+
+            self._extractor = DeltaExtractor(self.wm.config)
+        return self._extractor
+
+    # ------------------------------------------------------------------ rounds
+    def observe_round(self, tenant_id: str, env_name: str, raw_round: Any) -> SceneRecord | None:
+        check_tenant(tenant_id)
+        self.check_env(env_name)
+        rnd = AgentRound.from_input(raw_round)
+        flagged, reason = parse_curiosity(rnd.response)
+        agent_id = raw_round.get("agent_id") if isinstance(raw_round, dict) else None
+        episode_id = self.wm.record_experience(tenant_id, round_experience(env_name, rnd, reason, agent_id))
+        excerpt = self.history.excerpt(tenant_id, env_name)
+        self.history.add(tenant_id, env_name, rnd)
+        if not flagged:
+            return None
+        scene = build_scene_packet(tenant_id, env_name, rnd, reason, excerpt, str(uuid.uuid4()), now_iso(),
+                                   episode_id=episode_id)
+        self.wm.store.upsert_scene(scene)  # durable before any LLM call
+        if llm_configured():
+            self._enqueue(tenant_id, scene["id"])
+        elif not self._warned_no_llm:
+            self._warned_no_llm = True
+            log.warning("no LLM configured (OPENAI_API_KEY / OPENAI_BASE_URL): scene packets stay pending; "
+                        "run `worldgraph world retry` once one is set")
+        return scene
+
+    # ------------------------------------------------------------------ background worker
+    def _enqueue(self, tenant_id: str, scene_id: str) -> None:
+        with self._start_lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="worldgraph-updates", daemon=True)
+                self._thread.start()
+        self._queue.put((tenant_id, scene_id))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                scene = self.wm.store.get_scene(*item)
+                if scene is not None:
+                    self.update(scene)
+            except Exception:  # noqa: BLE001 - the scene records the error; the worker lives on
+                log.exception("background world update of scene %s failed", item[1] if item else None)
+            finally:
+                self._queue.task_done()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._queue.unfinished_tasks:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def shutdown(self) -> None:
+        self.wait()
+        if self._thread is not None and self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout=10)
+
+    # ------------------------------------------------------------------ updates
+    def update(self, packet: Any) -> MergeReport:
+        """Extract (LLM) and merge one scene packet now. Safe to call for a packet that the
+        background worker also holds: only one of them claims it."""
+        tenant_id, scene_id = _packet_ids(packet)
+        scene = self.wm.store.get_scene(tenant_id, scene_id)
+        if scene is None:
+            if not isinstance(packet, dict):
+                raise NotFoundError("scene", scene_id, "give the packet returned by observe_round")
+            scene = dict(packet)  # type: ignore[assignment]
+            scene.setdefault("status", "pending")
+            self.wm.store.upsert_scene(scene)  # type: ignore[arg-type]
+        env = scene["env_name"]
+        report = MergeReport(tenant_id=tenant_id, env_name=env, scene_id=scene_id)
+        if not self.wm.store.claim_scene(tenant_id, scene_id):
+            current = self.wm.store.get_scene(tenant_id, scene_id) or scene
+            report.ok = current.get("status") == "merged"
+            report.skipped = f"scene {scene_id} is {current.get('status')}; it is not merged twice"
+            return report
+        scene["status"] = "running"
+        try:
+            summary = self._summary(tenant_id, env, scene)
+            delta = self.extractor.extract(scene, summary)
+            return self._merge(tenant_id, env, delta, scene)
+        except ExtractionError as exc:
+            from worldgraph.kg.extractor import LLMUnavailableError
+
+            # Unreachable / not configured: nothing is wrong with the packet, it waits for retry.
+            status = "pending" if isinstance(exc, LLMUnavailableError) or not llm_configured() else "failed"
+            self._fail(scene, status, str(exc))
+            report.ok, report.error = False, str(exc)
+            return report
+        except DeltaValidationError as exc:
+            self._fail(scene, "failed", str(exc))
+            report.ok, report.error = False, str(exc)
+            return report
+        except BaseException as exc:
+            self._fail(scene, "failed", f"{type(exc).__name__}: {exc}")
+            raise
+
+    def _fail(self, scene: SceneRecord, status: str, error: str) -> None:
+        scene = dict(scene)  # type: ignore[assignment]
+        scene["status"], scene["error"], scene["updated_at"] = status, error, now_iso()
+        self.wm.store.upsert_scene(scene)
+
+    def _summary(self, tenant_id: str, env: str, scene: SceneRecord) -> str:
+        from worldgraph.kg.summary import render_summary, summarize_graph
+
+        graph = self.wm.store.world_graph(tenant_id, env)
+        return render_summary(summarize_graph(graph, scene, self.wm.config.summary_max_items))
+
+    def apply_delta(self, tenant_id: str, env_name: str, delta: Any, scene: Any = None) -> MergeReport:
+        check_tenant(tenant_id)
+        self.check_env(env_name)
+        delta = validate_delta(delta, max_items=self.wm.config.max_delta_items)
+        scene_rec: SceneRecord | None = None
+        stored = self._stored_scene(tenant_id, scene)
+        if stored is not None:
+            # A packet from observe_round: merge this delta as its update (claimed, so never twice).
+            if not self.wm.store.claim_scene(tenant_id, stored["id"]):
+                report = MergeReport(tenant_id=tenant_id, env_name=env_name, scene_id=stored["id"])
+                report.skipped = f"scene {stored['id']} is {stored.get('status')}; it is not merged twice"
+                return report
+            return self._merge(tenant_id, env_name, delta, stored)
+        if scene is not None:
+            if isinstance(scene, str):
+                scene = {"trigger_reason": scene}
+            if not isinstance(scene, dict):
+                raise InvalidInputError("scene", "must be None, a scene packet dict or a trigger reason string", scene)
+            rnd = AgentRound.from_input({"round": scene.get("current_round", 0), **{
+                k: scene[k] for k in ("action", "before_observation", "after_observation", "feedback",
+                                      "admissible_commands") if k in scene},
+                "response": scene.get("latest_response", "")})
+            scene_rec = build_scene_packet(
+                tenant_id, env_name, rnd, scene.get("trigger_reason"), scene.get("recent_history_excerpt", ""),
+                scene.get("id") or str(uuid.uuid4()), scene.get("created_at") or now_iso(),
+                episode_id=scene.get("episode_id"))
+        return self._merge(tenant_id, env_name, delta, scene_rec)
+
+    def _stored_scene(self, tenant_id: str, scene: Any) -> SceneRecord | None:
+        if isinstance(scene, dict) and isinstance(scene.get("id"), str):
+            return self.wm.store.get_scene(tenant_id, scene["id"])
+        return None
+
+    def _merge(self, tenant_id: str, env: str, delta: Any, scene: SceneRecord | None) -> MergeReport:
+        delta = validate_delta(delta, max_items=self.wm.config.max_delta_items)
+        with self._env_lock(tenant_id, env):
+            view = self.wm.store.load_view(tenant_id, env, referenced_node_ids(tenant_id, env, delta))
+            plan, report = plan_merge(view, delta, scene, now_iso(), app_name=self.wm.config.app_name)
+            meta = self.wm.store.apply_plan(plan)
+        report.graph_version = meta.get("graph_version")
+        return report
+
+    def retry(self, tenant_id: str | None = None, env_name: str | None = None) -> list[MergeReport]:
+        scenes = self.wm.store.list_scenes(tenant_id, env_name, statuses=["pending", "failed"])
+        return [self.update(s) for s in scenes]
+
+    # ------------------------------------------------------------------ snapshots
+    def export(self, tenant_id: str, env_name: str, out_dir: Path) -> Path:
+        from worldgraph.export.snapshot import snapshot_dir, write_snapshot
+
+        check_tenant(tenant_id)
+        self.check_env(env_name)
+        graph = self.wm.store.world_graph(tenant_id, env_name)
+        if graph.get("meta") is None and not graph["nodes"] and not graph["scenes"]:
+            known = ", ".join(self.wm.store.environments(tenant_id)) or "none yet"
+            raise NotFoundError("environment", env_name, f"tenant {tenant_id!r} has no world graph there "
+                                f"(environments: {known})")
+        app = (graph.get("meta") or {}).get("app_name") or self.wm.config.app_name
+        return write_snapshot(graph, snapshot_dir(out_dir, tenant_id, app, env_name))
+
+    def import_snapshot(self, tenant_id: str, path: Path) -> dict[str, Any]:
+        from worldgraph.export.snapshot import read_snapshot
+
+        check_tenant(tenant_id)
+        graph = read_snapshot(path)
+        meta = graph.get("meta") or {}
+        env = self.check_env(meta.get("env_name"))
+        for key in ("nodes", "edges", "rules", "scenes"):
+            for rec in graph.get(key, []):
+                if rec.get("tenant_id", tenant_id) != tenant_id:
+                    rec["tenant_id"] = tenant_id
+        if meta.get("tenant_id", tenant_id) != tenant_id:
+            meta["tenant_id"] = tenant_id
+        with self._env_lock(tenant_id, env):
+            self.wm.store.replace_world(tenant_id, env, graph)
+        return {"tenant_id": tenant_id, "env_name": env,
+                "counts": {k: len(graph.get(k, [])) for k in ("nodes", "edges", "rules", "scenes")}}
+
+
+def llm_configured() -> bool:
+    return bool(os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"))
+
+
+def replay_log(wm: "WorldModel", tenant_id: str, env_name: str, log_path: str | Path,
+               use_shipped_deltas: bool | None = None, progress: Any = None) -> dict[str, Any]:
+    """Feed an agent log (JSONL, one round per line) through observe_round.
+
+    Flagged rounds are extracted by the LLM when one is configured; otherwise (or with
+    ``use_shipped_deltas``) a line's own ``delta`` (what a model returned for it) is merged.
+    """
+    import json
+
+    lines = Path(log_path).read_text(encoding="utf-8").splitlines()
+    rounds = []
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                rounds.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise InvalidInputError(f"{log_path}:{n}", f"not valid JSON ({exc.msg})") from None
+    offline = (not llm_configured()) if use_shipped_deltas is None else use_shipped_deltas
+    summary: dict[str, Any] = {"rounds": 0, "flagged": 0, "merged": 0, "pending": 0, "failed": 0, "reports": []}
+    scene_ids = []
+    for i, rnd in enumerate(rounds, 1):
+        if not isinstance(rnd, dict):
+            raise InvalidInputError(f"{log_path} round {i}", "must be a JSON object")
+        packet = wm.observe_round(tenant_id, env_name, {k: v for k, v in rnd.items() if k != "delta"})
+        summary["rounds"] += 1
+        if packet is not None:
+            summary["flagged"] += 1
+            scene_ids.append(packet["id"])
+            if offline and rnd.get("delta") is not None:
+                summary["reports"].append(wm.apply_delta(tenant_id, env_name, rnd["delta"], scene=packet).to_dict())
+        if progress:
+            progress(i, len(rounds))
+    wm.wait_for_updates()
+    for sid in scene_ids:
+        scene = wm.store.get_scene(tenant_id, sid) or {}
+        status = scene.get("status")
+        summary["merged" if status == "merged" else "failed" if status == "failed" else "pending"] += 1
+    return summary
+
+
+def round_experience(env_name: str, rnd: AgentRound, reason: str | None, agent_id: str | None) -> dict[str, Any]:
+    """An agent round as an episode: the action is the approach, the observation the outcome."""
+    outcome_text = " ".join(x for x in (rnd.feedback, rnd.after_observation) if x)
+    failed = bool(_FAILURE_RE.search(outcome_text))
+    return {
+        "agent_id": agent_id or f"{env_name}-agent",
+        "agent_role": "explorer",
+        "task_type": "environment_round",
+        "task_description": f"{env_name} round {rnd.round}: {rnd.action or '(no action)'}",
+        "input_summary": rnd.before_observation,
+        "approach_taken": rnd.action,
+        "actions_taken": [rnd.action] if rnd.action else [],
+        "outcome": "failure" if failed else "success",
+        "error_message": outcome_text[:500] if failed else None,
+        "learnings": [reason] if reason else [],
+        "confidence_score": 0.5,
+    }
+
+
+def _packet_ids(packet: Any) -> tuple[str, str]:
+    if hasattr(packet, "model_dump"):
+        packet = packet.model_dump()
+    if not isinstance(packet, dict):
+        raise InvalidInputError("packet", f"must be the scene packet dict returned by observe_round, got "
+                                f"{type(packet).__name__}")
+    for key in ("tenant_id", "id"):
+        if not isinstance(packet.get(key), str) or not packet[key]:
+            raise InvalidInputError(f"packet.{key}", "is required (give the packet returned by observe_round)")
+    return packet["tenant_id"], packet["id"]

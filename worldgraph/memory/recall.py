@@ -1,0 +1,210 @@
+"""Seed "Semantic Memory Recall", all five steps, plus the feedback-aware variant.
+
+Order of work (ARCHITECTURE.md): candidates (top ``candidate_pool`` by vector, plus BM25 hits in
+hybrid mode), metadata filters, feedback filter, relevance score, diversity penalty, top-k.
+The tenant and the metadata filters are also pushed down into the LanceDB search, so a narrow
+filter (one canvas, one week) still gets its full pool of candidates instead of whatever of the
+global top 100 survives; they are checked again on the episode records from the graph store,
+which is the system of record: an episode the store does not hold is never returned.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from worldgraph.config import WorldGraphConfig
+from worldgraph.errors import InvalidInputError
+from worldgraph.kg.store import GraphStore
+from worldgraph.memory.embeddings import Embedder, check_embeddings
+from worldgraph.memory.index import EpisodeIndex
+from worldgraph.memory.models import DateRange, RecallOptions
+from worldgraph.memory.query import parse_query
+from worldgraph.memory.record import pydantic_error
+from worldgraph.memory.scoring import ScoreParts, diversity_order, normalise_feedback, relevance
+
+
+class RecallResult(dict[str, Any]):
+    """A recalled experience: a dict (JSON-ready) whose keys also read as attributes."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError as exc:
+            raise AttributeError(name) from exc
+
+
+@dataclass
+class Filters:
+    agent_role: str | None
+    agent_id: str | None
+    canvas_ids: list[str] | None
+    start: datetime | None
+    end: datetime | None
+    success_only: bool
+
+    def where(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.agent_role:
+            out["agent_role"] = self.agent_role
+        if self.agent_id:
+            out["agent_id"] = self.agent_id
+        if self.canvas_ids:
+            out["canvas_ids"] = self.canvas_ids
+        if self.start is not None:
+            out["start"] = self.start.timestamp()
+        if self.end is not None:
+            out["end"] = self.end.timestamp()
+        if self.success_only:
+            out["success_only"] = True
+        return out
+
+    def keeps(self, ep: dict[str, Any]) -> bool:
+        if self.agent_role and ep.get("agent_role") != self.agent_role:
+            return False
+        if self.agent_id and ep.get("agent_id") != self.agent_id:
+            return False
+        if self.canvas_ids and ep.get("canvas_id") not in self.canvas_ids:
+            return False
+        if self.start is not None and ep["ts"] < self.start.timestamp():
+            return False
+        if self.end is not None and ep["ts"] > self.end.timestamp():
+            return False
+        if self.success_only and ep.get("outcome") != "success":
+            return False
+        return True
+
+
+def parse_options(options: RecallOptions | dict[str, Any] | None) -> RecallOptions:
+    if options is None:
+        return RecallOptions()
+    if isinstance(options, RecallOptions):
+        return options
+    if not isinstance(options, dict):
+        raise InvalidInputError("options", f"must be RecallOptions or a dict, got {type(options).__name__}")
+    try:
+        return RecallOptions.model_validate(options)
+    except ValidationError as exc:
+        raise pydantic_error(exc, "options") from exc
+
+
+def recall(
+    store: GraphStore,
+    index: EpisodeIndex,
+    embedder: Embedder,
+    cfg: WorldGraphConfig,
+    tenant_id: str,
+    agent_role: str | None,
+    query: str,
+    limit: int | None = None,
+    options: RecallOptions | dict[str, Any] | None = None,
+    now: float | None = None,
+) -> list[RecallResult]:
+    opts = parse_options(options)
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInputError("query", "must be a non-empty string (say what experience to recall)", query)
+    if agent_role is not None and not isinstance(agent_role, str):
+        raise InvalidInputError("agent_role", "must be a string or None", agent_role)
+    k = opts.limit if opts.limit is not None else limit if limit is not None else cfg.default_recall_limit
+    if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
+        raise InvalidInputError("limit", "must be a positive integer", k)
+    now_s = time.time() if now is None else now
+    min_sim = opts.min_similarity if opts.min_similarity is not None else cfg.min_similarity_threshold
+
+    # 1. query preprocessing, entity extraction, embedding
+    parsed = parse_query(query, datetime.fromtimestamp(now_s, timezone.utc))
+    text = parsed.text if opts.extract_filters else " ".join(query.split())
+    dr: DateRange | None = opts.date_range
+    start, end = (dr.start, dr.end) if dr else (None, None)
+    if opts.extract_filters and dr is None:
+        start, end = parsed.start, parsed.end
+    filters = Filters(
+        agent_role=opts.agent_role or agent_role or None,
+        agent_id=opts.agent_id or (parsed.agent_ids[0] if opts.extract_filters and parsed.agent_ids else None),
+        canvas_ids=opts.canvas_ids or (parsed.canvas_ids if opts.extract_filters and parsed.canvas_ids else None),
+        start=start, end=end, success_only=opts.success_only,
+    )
+    qvec = check_embeddings(embedder.embed([text]), 1, embedder.dimensions)[0]
+
+    # 2a. candidates: vector top-N plus full-text hits
+    where = filters.where()
+    hits = index.vector_search(tenant_id, qvec, k=cfg.candidate_pool, where=where)
+    by_id: dict[str, dict[str, Any]] = {h["episode_id"]: h for h in hits}
+    if opts.hybrid and cfg.fulltext_pool > 0:
+        for h in index.text_search(tenant_id, text, k=cfg.fulltext_pool, where=where):
+            by_id.setdefault(h["episode_id"], h)
+    if not by_id:
+        return []
+    ids = list(by_id)
+    vectors = {i: np.asarray(by_id[i]["vector"], dtype=np.float32) for i in ids}
+    qn = qvec / (np.linalg.norm(qvec) or 1.0)
+    semantic = {i: float(np.dot(qn, vectors[i]) / (np.linalg.norm(vectors[i]) or 1.0)) for i in ids}
+
+    # 2b. metadata filters, on the system of record
+    episodes = store.get_episodes(tenant_id, ids)
+    ids = [i for i in ids if i in episodes and filters.keeps(episodes[i]) and semantic[i] >= min_sim]
+
+    # 2c. feedback filter
+    stats = store.feedback_stats(tenant_id, ids, category=opts.feedback_category)
+    if opts.feedback_category is not None:
+        ids = [i for i in ids if i in stats]
+    avg = {i: normalise_feedback(stats[i][0]) if i in stats else None for i in ids}
+    if opts.min_feedback_score is not None:
+        ids = [i for i in ids if avg[i] is not None and avg[i] >= opts.min_feedback_score]
+    if not ids:
+        return []
+
+    # 3. relevance scoring (+ feedback-aware boosts when min_feedback_score is set)
+    feedback_aware = opts.min_feedback_score is not None
+    parts: dict[str, ScoreParts] = {
+        i: relevance(semantic[i], episodes[i]["ts"], float(episodes[i]["confidence_score"]), avg[i], now_s, cfg,
+                     feedback_aware=feedback_aware)
+        for i in ids
+    }
+    # 4. diversity penalty and re-sort (ties broken by id so results are deterministic)
+    ids.sort()
+    scores = [parts[i].clamped + parts[i].feedback_aware for i in ids]
+    order, penalties = diversity_order(scores, np.stack([vectors[i] for i in ids]), cfg)
+    for pos, i in enumerate(ids):
+        parts[i].diversity_penalty = penalties[pos]
+
+    # 5. top-k and formatting
+    top = [ids[p] for p in order[:k]]
+    extra = store.neighborhood(tenant_id, top) if opts.include_neighborhood else {}
+    results = []
+    for i in top:
+        ep = episodes[i]
+        res = RecallResult(
+            episode_id=i,
+            task_type=ep["task_type"],
+            task_description=ep["task_description"],
+            input_summary=ep.get("input_summary", ""),
+            outcome=ep["outcome"],
+            learnings=ep.get("learnings", []),
+            confidence=ep["confidence_score"],
+            timestamp=ep["timestamp"],
+            relevance_score=round(parts[i].final, 6),
+            canvas_id=ep.get("canvas_id"),
+            canvas_name=ep.get("canvas_name"),
+            canvas_actions=ep.get("canvas_action_ids", []),
+            feedback_score=None if avg[i] is None else round(avg[i], 6),
+            feedback_count=stats[i][1] if i in stats else 0,
+            semantic_score=round(semantic[i], 6),
+            agent_id=ep["agent_id"],
+            agent_role=ep.get("agent_role", ""),
+            success=ep["success"],
+            approach_taken=ep.get("approach_taken", ""),
+            score_breakdown=parts[i].as_dict(),
+        )
+        if opts.include_canvas_context:
+            res["canvas_snapshot"] = ep.get("canvas_snapshot")
+            res["canvas_action_details"] = store.canvas_audits(tenant_id, i)
+        if opts.include_neighborhood:
+            res["neighborhood"] = extra.get(i)
+        results.append(res)
+    return results

@@ -1,0 +1,154 @@
+"""Seed "Record Experience" steps 1, 2 and 4: validate, build the episode, build the searchable text.
+
+Storing (step 3) and indexing (step 5) are the service's job; this module is pure.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from worldgraph.errors import InvalidInputError
+from worldgraph.memory.models import AgentExperience, CanvasAudit, CanvasContext, iso, utcnow
+
+TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+INPUT_SUMMARY_MAX = 500
+
+
+def check_tenant(tenant_id: Any, field: str = "tenant_id") -> str:
+    """Tenants name folders in exports, so they are plain identifiers."""
+    if not isinstance(tenant_id, str) or not TENANT_RE.match(tenant_id):
+        raise InvalidInputError(
+            field, "must be 1-128 characters of letters, digits, '_', '-' or '.', starting with a letter or digit",
+            tenant_id)
+    return tenant_id
+
+
+def pydantic_error(exc: ValidationError, prefix: str) -> InvalidInputError:
+    """The first error of a pydantic failure as InvalidInputError('prefix.field', 'rule')."""
+    errs = exc.errors()
+    err = errs[0]
+    loc = ".".join(str(p) for p in err["loc"] if p != "__root__")
+    field = f"{prefix}.{loc}" if loc else prefix
+    rule = err["msg"]
+    if err["type"] == "missing":
+        rule = "is required"
+    elif err["type"] == "extra_forbidden":
+        rule = "is not a known field (check the spelling against AgentExperience)"
+    if len(errs) > 1:
+        rule += f" (and {len(errs) - 1} more problem{'s' if len(errs) > 2 else ''})"
+    return InvalidInputError(field, rule, err.get("input"))
+
+
+def parse_experience(experience: AgentExperience | dict[str, Any], field: str = "experience") -> AgentExperience:
+    if isinstance(experience, AgentExperience):
+        return experience
+    if not isinstance(experience, dict):
+        raise InvalidInputError(field, f"must be an AgentExperience or a dict, got {type(experience).__name__}")
+    try:
+        return AgentExperience.model_validate(experience)
+    except ValidationError as exc:
+        raise pydantic_error(exc, field) from exc
+
+
+def parse_canvas(canvas: CanvasContext | dict[str, Any] | None, field: str = "canvas") -> CanvasContext | None:
+    if canvas is None or isinstance(canvas, CanvasContext):
+        return canvas
+    if not isinstance(canvas, dict):
+        raise InvalidInputError(field, f"must be a CanvasContext or a dict, got {type(canvas).__name__}")
+    try:
+        return CanvasContext.model_validate(canvas)
+    except ValidationError as exc:
+        raise pydantic_error(exc, field) from exc
+
+
+def summarize(text: str, limit: int = INPUT_SUMMARY_MAX) -> str:
+    """The seed's summarize(input): long inputs are cut at a word boundary with an ellipsis."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0]
+    return cut + " …"
+
+
+def build_episode(
+    tenant_id: str,
+    exp: AgentExperience,
+    canvas: CanvasContext | None,
+    now: datetime | None = None,
+    field: str = "experience",
+) -> tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]]]:
+    """Returns (episode record, canvas record or None, canvas audit records)."""
+    if exp.tenant_id is not None and exp.tenant_id != tenant_id:
+        raise InvalidInputError(f"{field}.tenant_id", f"is {exp.tenant_id!r} but the call is for tenant {tenant_id!r}")
+    if canvas is not None and exp.canvas_id is not None and exp.canvas_id != canvas.id:
+        raise InvalidInputError(f"{field}.canvas_id",
+                                f"is {exp.canvas_id!r} but the canvas context given is {canvas.id!r}")
+    if exp.episode_id is not None and not exp.episode_id.strip():
+        raise InvalidInputError(f"{field}.episode_id", "must not be blank (leave it out to get a new id)")
+    ts = exp.timestamp or now or utcnow()
+    episode_id = exp.episode_id or str(uuid.uuid4())
+    record = exp.model_dump(mode="json")
+    action_ids = list(exp.canvas_action_ids)
+    if canvas is not None:
+        for a in canvas.actions:
+            if a.id not in action_ids:
+                action_ids.append(a.id)
+    record.update(
+        id=episode_id,
+        episode_id=episode_id,
+        tenant_id=tenant_id,
+        input_summary=summarize(exp.input_summary),
+        timestamp=iso(ts),
+        ts=ts.timestamp(),
+        canvas_id=canvas.id if canvas is not None else exp.canvas_id,
+        canvas_name=canvas.name if canvas is not None else None,
+        canvas_snapshot=canvas.serialize() if canvas is not None else None,
+        canvas_action_ids=action_ids,
+        index_status="pending",
+        index_error=None,
+    )
+    canvas_rec = None
+    audits: list[dict[str, Any]] = []
+    if canvas is not None:
+        canvas_rec = {"id": canvas.id, "tenant_id": tenant_id, "name": canvas.name, "snapshot": canvas.serialize(),
+                      "updated_at": iso(ts)}
+        for action in canvas.actions:
+            audits.append(CanvasAudit(
+                id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"worldgraph:{tenant_id}/{episode_id}/{action.id}")),
+                tenant_id=tenant_id, canvas_id=canvas.id, action_id=action.id, action_type=action.type,
+                component_id=action.component_id, agent_id=exp.agent_id, episode_id=episode_id,
+                timestamp=iso(action.timestamp), details=action.details,
+            ).model_dump(mode="json"))
+    return record, canvas_rec, audits
+
+
+def searchable_text(episode: dict[str, Any]) -> str:
+    """Seed step 4: task type, description, input summary, outcome and learnings."""
+    parts = [episode.get("task_type") or "", episode.get("task_description") or "",
+             episode.get("input_summary") or "", episode.get("outcome") or "",
+             " ".join(episode.get("learnings") or [])]
+    return "\n".join(p for p in parts if p).strip()
+
+
+def index_row(episode: dict[str, Any], vector: Any) -> dict[str, Any]:
+    """Seed step 5: the lance_record."""
+    return {
+        "episode_id": episode["id"],
+        "tenant_id": episode["tenant_id"],
+        "agent_id": episode["agent_id"],
+        "agent_role": episode.get("agent_role") or "",
+        "task_type": episode["task_type"],
+        "outcome": episode["outcome"],
+        "success": bool(episode["success"]),
+        "confidence": float(episode["confidence_score"]),
+        "timestamp": float(episode["ts"]),
+        "canvas_id": episode.get("canvas_id"),
+        "canvas_action_ids": list(episode.get("canvas_action_ids") or []),
+        "text": searchable_text(episode),
+        "vector": vector,
+    }

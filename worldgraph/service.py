@@ -1,0 +1,346 @@
+"""WorldModel: the one object agents and the CLI talk to.
+
+It owns the graph store (system of record: embedded SQLite or Neo4j), the LanceDB sidecar
+(derived: rebuilt from the store with ``reindex``), the embedder and the world-graph updater.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from worldgraph.config import WorldGraphConfig
+from worldgraph.errors import EmbeddingDimensionError, InvalidInputError, NotFoundError
+from worldgraph.kg.store import GraphStore
+from worldgraph.memory.embeddings import Embedder, check_embeddings, make_embedder
+from worldgraph.memory.index import EpisodeIndex
+from worldgraph.memory.models import AgentExperience, CanvasContext, EpisodeFeedback, RecallOptions, iso, utcnow
+from worldgraph.memory.recall import RecallResult, recall
+from worldgraph.memory.record import build_episode, check_tenant, index_row, parse_canvas, parse_experience, searchable_text
+
+log = logging.getLogger("worldgraph")
+
+Progress = Callable[[int, int], None]
+
+
+def open_store(path: Path, graph: str | GraphStore, cfg: WorldGraphConfig) -> GraphStore:
+    if isinstance(graph, GraphStore):
+        return graph
+    if graph == "embedded":
+        from worldgraph.kg.embedded import EmbeddedGraphStore
+
+        return EmbeddedGraphStore(path / "worldgraph.db")
+    if graph == "neo4j":
+        from worldgraph.kg.neo4j_store import Neo4jGraphStore
+
+        return Neo4jGraphStore(cfg.neo4j_uri, cfg.neo4j_user, cfg.neo4j_password, database=cfg.neo4j_database)
+    raise InvalidInputError("graph", f"must be 'embedded' or 'neo4j', got {graph!r}")
+
+
+class WorldModel:
+    """Episodic memory and world graph for LLM agents. Use ``WorldModel.open(path)``."""
+
+    def __init__(self, path: Path, store: GraphStore, index: EpisodeIndex, embedder: Embedder,
+                 config: WorldGraphConfig) -> None:
+        self.path = path
+        self.store = store
+        self.index = index
+        self.embedder = embedder
+        self.config = config
+        from worldgraph.kg.world import WorldUpdater
+
+        self.world = WorldUpdater(self)
+
+    # ------------------------------------------------------------------ lifecycle
+    @classmethod
+    def open(cls, path: str | Path = "./data", *, embedder: Embedder | None = None, graph: str | GraphStore = "embedded",
+             config: WorldGraphConfig | None = None, rebuild_index: bool = False, **overrides: Any) -> "WorldModel":
+        """Open (or create) a world model under ``path``.
+
+        ``graph="embedded"`` needs no server; ``graph="neo4j"`` connects to NEO4J_URI.
+        ``embedder`` is any object with ``.dimensions`` and ``.embed(list[str]) -> ndarray (n, d)``.
+        Keyword overrides set config fields (e.g. ``min_similarity_threshold=0.3``).
+        """
+        cfg = config or WorldGraphConfig.from_env(**overrides)
+        root = Path(path)
+        root.mkdir(parents=True, exist_ok=True)
+        emb = embedder or make_embedder(cfg)
+        for attr in ("dimensions", "embed"):
+            if not hasattr(emb, attr):
+                raise InvalidInputError("embedder", f"has no {attr!r}: give an object with .dimensions and .embed(texts)")
+        store = open_store(root, graph, cfg)
+        try:
+            index = EpisodeIndex(root / cfg.lancedb_path, int(emb.dimensions), _embedder_name(emb), cfg,
+                                 rebuild=rebuild_index)
+        except Exception:
+            store.close()
+            raise
+        wm = cls(root, store, index, emb, cfg)
+        if rebuild_index:
+            wm.reindex()
+        else:
+            wm.retry_indexing()
+        return wm
+
+    def close(self) -> None:
+        """Waits for background world updates, then closes the store."""
+        self.world.shutdown()
+        self.store.close()
+
+    def __enter__(self) -> "WorldModel":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ record
+    def record_experience(self, tenant_id: str, experience: AgentExperience | dict[str, Any],
+                          canvas: CanvasContext | dict[str, Any] | None = None) -> str:
+        """Store one agent run and index it for recall; returns the episode id."""
+        return self.record_experiences(tenant_id, [experience], canvases=[canvas])[0]
+
+    def record_experiences(self, tenant_id: str, experiences: Iterable[AgentExperience | dict[str, Any]],
+                           canvases: list[CanvasContext | dict[str, Any] | None] | None = None,
+                           progress: Progress | None = None) -> list[str]:
+        """Record a batch: all are validated first (one bad item rejects the batch, naming its
+        index and field), then stored in one transaction, then embedded and indexed."""
+        check_tenant(tenant_id)
+        items = list(experiences)
+        if canvases is not None and len(canvases) != len(items):
+            raise InvalidInputError("canvases", f"has {len(canvases)} items for {len(items)} experiences")
+        now = utcnow()
+        episodes, canvas_recs, audits = [], {}, []
+        seen: set[str] = set()
+        for i, raw in enumerate(items):
+            field = "experience" if len(items) == 1 else f"experiences[{i}]"
+            exp = parse_experience(raw, field)
+            canvas = parse_canvas(canvases[i] if canvases else None, "canvas" if len(items) == 1 else f"canvases[{i}]")
+            ep, crec, aud = build_episode(tenant_id, exp, canvas, now=now, field=field)
+            if ep["id"] in seen:
+                raise InvalidInputError(f"{field}.episode_id", f"{ep['id']!r} appears twice in this batch")
+            seen.add(ep["id"])
+            episodes.append(ep)
+            audits.extend(aud)
+            if crec is not None:
+                canvas_recs[crec["id"]] = crec
+        if not episodes:
+            return []
+        existing = self.store.get_episodes(tenant_id, [e["id"] for e in episodes])
+        if existing:
+            raise InvalidInputError("experience.episode_id", f"{next(iter(existing))!r} is already recorded; "
+                                    "leave episode_id out to get a new id")
+        # Embed before storing: a wrong-shaped embedding is a caller error and must leave the store
+        # unchanged. An unreachable embedding server is not: the episodes are stored and indexed later.
+        vectors = None
+        try:
+            vectors = self._embed([searchable_text(e) for e in episodes], progress)
+        except EmbeddingDimensionError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any embedder failure: keep the data, index later
+            log.warning("embedding failed (%s); %d episodes stored and marked for re-indexing", exc, len(episodes))
+            embed_error = f"embedding failed: {exc}"
+        self.store.add_episodes(tenant_id, episodes, list(canvas_recs.values()), audits)
+        ids = [e["id"] for e in episodes]
+        if vectors is None:
+            self.store.set_index_status(tenant_id, ids, "failed", embed_error)
+            return ids
+        self._index(tenant_id, episodes, vectors)
+        return ids
+
+    def _embed(self, texts: list[str], progress: Progress | None = None, batch: int = 256) -> Any:
+        import numpy as np
+
+        out = []
+        for start in range(0, len(texts), batch):
+            chunk = texts[start:start + batch]
+            out.append(check_embeddings(self.embedder.embed(chunk), len(chunk), int(self.embedder.dimensions)))
+            if progress:
+                progress(min(start + batch, len(texts)), len(texts))
+        return np.concatenate(out) if out else np.zeros((0, int(self.embedder.dimensions)), dtype=np.float32)
+
+    def _index(self, tenant_id: str, episodes: list[dict[str, Any]], vectors: Any) -> None:
+        ids = [e["id"] for e in episodes]
+        try:
+            self.index.upsert([index_row(e, v) for e, v in zip(episodes, vectors)])
+        except Exception as exc:  # noqa: BLE001 - the store holds them; retry_indexing re-runs them
+            log.warning("indexing %d episodes failed (%s); marked for retry", len(ids), exc)
+            self.store.set_index_status(tenant_id, ids, "failed", f"indexing failed: {exc}")
+            return
+        self.store.set_index_status(tenant_id, ids, "indexed")
+
+    def retry_indexing(self, progress: Progress | None = None) -> int:
+        """Index every episode whose indexing is pending or failed; returns how many were indexed."""
+        done = 0
+        while True:
+            pending = self.store.unindexed_episodes(limit=1000)
+            if not pending:
+                return done
+            by_tenant: dict[str, list[dict[str, Any]]] = {}
+            for e in pending:
+                by_tenant.setdefault(e["tenant_id"], []).append(e)
+            for tenant, eps in by_tenant.items():
+                try:
+                    vectors = self._embed([searchable_text(e) for e in eps])
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("re-indexing %d episodes failed: %s", len(eps), exc)
+                    self.store.set_index_status(tenant, [e["id"] for e in eps], "failed", f"embedding failed: {exc}")
+                    return done
+                self._index(tenant, eps, vectors)
+                failed = [e for e in self.store.get_episodes(tenant, [e["id"] for e in eps]).values()
+                          if e.get("index_status") != "indexed"]
+                if failed:
+                    return done
+                done += len(eps)
+                if progress:
+                    progress(done, done + len(pending) - len(eps))
+
+    def reindex(self, tenant_id: str | None = None, progress: Progress | None = None) -> int:
+        """Rebuild the LanceDB sidecar from the graph store (all tenants, or one)."""
+        if tenant_id is None:
+            self.index.clear()
+        else:
+            self.index.delete_tenant(check_tenant(tenant_id))
+        total = 0
+        for batch in self.store.iter_episodes(tenant_id, batch_size=1000):
+            by_tenant: dict[str, list[dict[str, Any]]] = {}
+            for e in batch:
+                by_tenant.setdefault(e["tenant_id"], []).append(e)
+            for tenant, eps in by_tenant.items():
+                vectors = self._embed([searchable_text(e) for e in eps])
+                self._index(tenant, eps, vectors)
+            total += len(batch)
+            if progress:
+                progress(total, 0)
+        self.index.ensure_indexes()
+        return total
+
+    # ------------------------------------------------------------------ feedback
+    def submit_feedback(self, tenant_id: str, episode_id: str, score: float, notes: str | None = None,
+                        category: str | None = None, created_by: str | None = None) -> dict[str, Any]:
+        """Rate an episode in [-1, 1]. Returns the feedback record plus the episode's new
+        aggregates (``average``: normalised to [0, 1], ``count``)."""
+        check_tenant(tenant_id)
+        if not isinstance(episode_id, str) or not episode_id:
+            raise InvalidInputError("episode_id", "must be a non-empty string", episode_id)
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or math.isnan(score):
+            raise InvalidInputError("score", "must be a number in [-1, 1]", score)
+        if not -1.0 <= float(score) <= 1.0:
+            raise InvalidInputError("score", f"must be in [-1, 1] (-1 = harmful, 0 = neutral, 1 = excellent), got {score}",
+                                    score)
+        for name, val in (("notes", notes), ("category", category), ("created_by", created_by)):
+            if val is not None and not isinstance(val, str):
+                raise InvalidInputError(name, "must be a string or None", val)
+        fb = EpisodeFeedback(id=str(uuid.uuid4()), episode_id=episode_id, tenant_id=tenant_id,
+                             feedback_score=float(score), feedback_notes=notes, feedback_category=category,
+                             created_by=created_by or "anonymous", created_at=iso(utcnow()))
+        record = fb.model_dump(mode="json")
+        self.store.add_feedback(tenant_id, record)  # raises NotFoundError for another tenant's episode
+        mean, count = self.store.feedback_stats(tenant_id, [episode_id])[episode_id]
+        return RecallResult(record, average=round((mean + 1) / 2, 6), mean_score=round(mean, 6), count=count)
+
+    # ------------------------------------------------------------------ recall
+    def recall_experiences(self, tenant_id: str, agent_role: str | None, query: str, limit: int = 5,
+                           options: RecallOptions | dict[str, Any] | None = None) -> list[RecallResult]:
+        """Past experiences relevant to ``query``, filtered and ranked as the seed specifies."""
+        check_tenant(tenant_id)
+        return recall(self.store, self.index, self.embedder, self.config, tenant_id, agent_role, query, limit, options)
+
+    def get_agent_episodes(self, tenant_id: str, agent_id: str, limit: int = 30) -> list[RecallResult]:
+        """The agent's newest ``limit`` episodes, newest first."""
+        check_tenant(tenant_id)
+        if not isinstance(agent_id, str) or not agent_id:
+            raise InvalidInputError("agent_id", "must be a non-empty string", agent_id)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+            raise InvalidInputError("limit", "must be a positive integer", limit)
+        return [RecallResult(e) for e in self.store.agent_episodes(tenant_id, agent_id, limit)]
+
+    def get_episode(self, tenant_id: str, episode_id: str) -> RecallResult:
+        check_tenant(tenant_id)
+        found = self.store.get_episodes(tenant_id, [episode_id])
+        if episode_id not in found:
+            raise NotFoundError("episode", episode_id, f"tenant {tenant_id!r} holds no such episode")
+        return RecallResult(found[episode_id])
+
+    def readiness(self, tenant_id: str, agent_id: str, window: int = 30) -> dict[str, Any]:
+        """Graduation exam over the agent's last ``window`` episodes."""
+        episodes = self.get_agent_episodes(tenant_id, agent_id, window)
+        cfg = self.config
+        n = len(episodes)
+        if n == 0:
+            raise NotFoundError("agent", agent_id, f"tenant {tenant_id!r} has no episodes of this agent")
+        zero_int = sum(1 for e in episodes if not e["human_intervention_required"]) / n
+        compliance = sum(1 for e in episodes if not e["constitutional_violations"]) / n
+        confidence = sum(float(e["confidence_score"]) for e in episodes) / n
+        success = sum(1 for e in episodes if e["success"]) / n
+        checks = {
+            "episodes": (n, cfg.readiness_min_episodes),
+            "zero_intervention_ratio": (zero_int, cfg.readiness_min_zero_intervention),
+            "constitutional_compliance": (compliance, cfg.readiness_min_compliance),
+            "mean_confidence": (confidence, cfg.readiness_min_confidence),
+            "success_rate": (success, cfg.readiness_min_success_rate),
+        }
+        failing = [k for k, (v, m) in checks.items() if v < m]
+        return {
+            "tenant_id": tenant_id, "agent_id": agent_id, "window": window, "episodes": n,
+            "zero_intervention_ratio": round(zero_int, 6), "constitutional_compliance": round(compliance, 6),
+            "mean_confidence": round(confidence, 6), "success_rate": round(success, 6),
+            "score": round((zero_int + compliance + confidence + success) / 4, 6),
+            "ready": not failing, "failing": failing,
+            "thresholds": {k: m for k, (_, m) in checks.items()},
+        }
+
+    def stats(self, tenant_id: str) -> dict[str, Any]:
+        check_tenant(tenant_id)
+        out: dict[str, Any] = dict(self.store.stats(tenant_id))
+        out["indexed"] = self.index.count(tenant_id)
+        out["environments"] = self.store.environments(tenant_id)
+        out["graph_store"] = self.store.name
+        out["embedder"] = _embedder_name(self.embedder)
+        return out
+
+    # ------------------------------------------------------------------ world graph
+    def observe_round(self, tenant_id: str, env_name: str, round: Any) -> Any:  # noqa: A002 - the contract's name
+        """Record an agent round as an episode; when it ends with ``FLAG_CURIOSITY: yes`` persist a
+        scene packet (pending), queue it for the background worker and return it."""
+        return self.world.observe_round(tenant_id, env_name, round)
+
+    def update_world(self, packet: Any) -> Any:
+        """Extract a delta from a scene packet with the LLM, validate and merge it now."""
+        return self.world.update(packet)
+
+    def apply_delta(self, tenant_id: str, env_name: str, delta: Any, scene: Any = None) -> Any:
+        """Merge a delta you already have (no LLM); returns the MergeReport."""
+        return self.world.apply_delta(tenant_id, env_name, delta, scene)
+
+    def wait_for_updates(self, timeout: float | None = None) -> bool:
+        """Block until the background queue is empty; False if ``timeout`` ran out first."""
+        return self.world.wait(timeout)
+
+    def retry_updates(self, tenant_id: str | None = None, env_name: str | None = None) -> list[Any]:
+        """Re-run pending and failed scene packets now; returns their MergeReports."""
+        return self.world.retry(tenant_id, env_name)
+
+    def world_graph(self, tenant_id: str, env_name: str) -> dict[str, Any]:
+        check_tenant(tenant_id)
+        return self.store.world_graph(tenant_id, self.world.check_env(env_name))
+
+    def export(self, tenant_id: str, env_name: str, out_dir: str | Path) -> Path:
+        """Write the five canonical files under ``out_dir/<tenant>/<app>/world_model_graph/<env>/``."""
+        return self.world.export(tenant_id, env_name, Path(out_dir))
+
+    def import_snapshot(self, tenant_id: str, path: str | Path) -> dict[str, Any]:
+        """Load a folder written by ``export`` (replaces that environment's graph)."""
+        return self.world.import_snapshot(tenant_id, Path(path))
+
+    def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Read-only, tenant-scoped Cypher (Neo4j store): ``$tenant_id`` is bound for you."""
+        check_tenant(tenant_id)
+        return self.store.cypher(tenant_id, query, params)
+
+
+def _embedder_name(emb: Any) -> str:
+    name = getattr(emb, "name", None)
+    return str(name) if name else f"{type(emb).__module__}.{type(emb).__name__}/{int(emb.dimensions)}"
