@@ -26,7 +26,8 @@ except ImportError:  # pragma: no cover - while the launcher is being written
 @pytest.fixture(autouse=True)
 def _no_real_llm(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests that want an LLM start the fake server, which sets these again."""
-    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID"):
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID", "OPENAI_ADMIN_KEY",
+                "OPENAI_CUSTOM_HEADERS"):
         monkeypatch.delenv(var, raising=False)
     for var in list(os.environ):
         if var.startswith("WORLDGRAPH_"):

@@ -1,0 +1,338 @@
+"""Scene packet + graph summary -> a validated JSON graph delta, through any OpenAI-compatible
+chat completions server (seed, sections 7-8).
+
+One call asks for the delta (structured output when the server supports it), the answer is
+checked against the delta schema and ``validate_delta``; a wrong answer gets exactly one repair
+round with the errors. If the repaired answer is still not well-formed (not an object with four
+arrays of objects, over the limits) the extraction fails and nothing is written; if it is
+well-formed but some items break the schema, it is returned and the merge drops those items
+and reports why (the architecture's "why is there no edge"). A server that cannot be reached
+leaves the packet pending, to be retried later.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import secrets
+import threading
+from string import Template
+from typing import Any
+
+import openai
+
+from worldgraph.config import WorldGraphConfig
+from worldgraph.errors import DeltaValidationError, ExtractionError
+from worldgraph.kg.records import SceneRecord
+from worldgraph.prompts import load_prompt
+
+log = logging.getLogger(__name__)
+
+# What we ask the server to enforce, best first. A server that rejects a mode with HTTP 400
+# (older vLLM / Ollama / LM Studio builds lack json_schema) gets the next one from then on.
+MODES = ("json_schema", "json_object", "none")
+SCENE_FIELDS = (
+    "env_name", "current_round", "trigger_reason", "action", "before_observation",
+    "after_observation", "feedback", "admissible_commands", "latest_response",
+    "recent_history_excerpt",
+)
+RETRY_HINT = "the scene packet stays pending; run `worldgraph world retry` once the server is up"
+_MAX_ERRORS = 20
+_MAX_ECHO_CHARS = 20_000  # a runaway answer is not sent back whole in the repair round
+_FENCE_RE = re.compile(r"^```[a-zA-Z0-9_-]*\s*\n?(.*?)\n?```$", re.DOTALL)
+_THINK_RE = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+
+
+class LLMUnavailableError(ExtractionError):
+    """The server could not be reached, timed out or failed (5xx): worth retrying later."""
+
+    def __init__(self, message: str, base_url: str) -> None:
+        self.base_url = base_url
+        super().__init__(message)
+
+
+class InvalidDeltaError(ExtractionError):
+    """The model's answer was still not a well-formed delta after the repair round."""
+
+    def __init__(self, errors: list[str], raw: str) -> None:
+        self.errors = errors
+        self.raw = raw
+        super().__init__(
+            "the LLM returned an invalid graph delta twice (answer and repair): "
+            + "; ".join(errors[:10])
+        )
+
+
+class DeltaExtractor:
+    """Turns scene packets into graph deltas with ``config.llm_model``.
+
+    ``client`` is an ``openai.OpenAI``; without one it is built on first use from
+    ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` (so a WorldModel without an LLM still opens).
+    """
+
+    def __init__(self, config: WorldGraphConfig, client: openai.OpenAI | None = None) -> None:
+        self.config = config
+        self._client = client
+        self._mode = MODES[0]
+        self._schema: dict[str, Any] | None = None
+        self._validator: Any = None
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------- public
+
+    @property
+    def mode(self) -> str:
+        """The response_format in use: json_schema, json_object or none (after fallbacks)."""
+        return self._mode
+
+    @property
+    def client(self) -> openai.OpenAI:
+        with self._lock:
+            if self._client is None:
+                self._client = _client_from_env(self.config)
+            return self._client
+
+    @property
+    def base_url(self) -> str:
+        return str(self.client.base_url).rstrip("/")
+
+    def extract(self, scene: SceneRecord, summary_text: str) -> dict[str, Any]:
+        """The validated delta for ``scene``. Raises ExtractionError (LLMUnavailableError when
+        the server is the problem, InvalidDeltaError when the answer is)."""
+        messages: list[dict[str, str]] = build_messages(scene, summary_text)
+        raw = self._complete(messages)
+        delta, errors = self._check(raw)
+        if delta is not None and not errors:
+            return delta
+        messages += [
+            {"role": "assistant", "content": raw[:_MAX_ECHO_CHARS]},
+            {"role": "user", "content": Template(load_prompt("repair")).substitute(
+                errors="\n".join(f"- {e}" for e in errors[:_MAX_ERRORS]))},
+        ]
+        raw = self._complete(messages)
+        delta, errors = self._check(raw)
+        if delta is not None:
+            if errors:
+                # Well-formed but with bad items (an unknown relation, a missing name): the
+                # merge drops exactly those items and lists them in the MergeReport.
+                log.info("scene %s: %d item problems remain after the repair round; the merge "
+                         "drops those items", scene.get("id"), len(errors))
+            return delta
+        raise InvalidDeltaError(errors, raw[:2000])
+
+    # ---------------------------------------------------------------- the call
+
+    def _complete(self, messages: list[dict[str, str]]) -> str:
+        client = self.client
+        while True:
+            mode = self._mode
+            kwargs: dict[str, Any] = {}
+            if mode == "json_schema":
+                kwargs["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": "graph_delta", "schema": self._wire_schema(), "strict": False},
+                }
+            elif mode == "json_object":
+                kwargs["response_format"] = {"type": "json_object"}
+            try:
+                completion = client.chat.completions.create(
+                    model=self.config.llm_model, messages=messages, **kwargs  # type: ignore[arg-type]
+                )
+            except openai.BadRequestError as exc:
+                if mode != MODES[-1] and _rejects_response_format(exc):
+                    self._fall_back(mode)
+                    continue
+                raise ExtractionError(
+                    f"the LLM server at {self.base_url} rejected the request (HTTP 400): "
+                    f"{_api_message(exc)}; check WORLDGRAPH_LLM_MODEL={self.config.llm_model!r}"
+                ) from exc
+            except openai.APITimeoutError as exc:
+                raise LLMUnavailableError(
+                    f"the LLM server at {self.base_url} did not answer within "
+                    f"{self.config.llm_timeout_seconds:g}s (WORLDGRAPH_LLM_TIMEOUT_SECONDS); {RETRY_HINT}",
+                    self.base_url,
+                ) from exc
+            except openai.APIConnectionError as exc:
+                raise LLMUnavailableError(
+                    f"cannot reach the LLM server at {self.base_url} ({_cause(exc)}); check "
+                    f"OPENAI_BASE_URL; {RETRY_HINT}",
+                    self.base_url,
+                ) from exc
+            except openai.APIStatusError as exc:
+                raise _status_error(exc, self.base_url, self.config.llm_model) from exc
+            except openai.OpenAIError as exc:
+                raise ExtractionError(f"the LLM call to {self.base_url} failed: {_clip(str(exc))}") from exc
+            return _content(completion)
+
+    def _fall_back(self, mode: str) -> None:
+        with self._lock:  # remembered for every later call of this extractor
+            if self._mode == mode:
+                self._mode = MODES[MODES.index(mode) + 1]
+
+    def _wire_schema(self) -> dict[str, Any]:
+        # $schema / $id are for our validator; some servers reject unknown top-level keywords.
+        return {k: v for k, v in self._delta_schema().items() if k not in ("$schema", "$id")}
+
+    def _delta_schema(self) -> dict[str, Any]:
+        if self._schema is None:
+            from worldgraph.kg.delta import load_delta_schema
+
+            self._schema = load_delta_schema()
+        return self._schema
+
+    # ---------------------------------------------------------------- validation
+
+    def _check(self, raw: str) -> tuple[dict[str, Any] | None, list[str]]:
+        """``(delta, errors)``. ``delta`` is set when the answer passes the structural gate
+        (``validate_delta``: an object with four arrays of objects, within the limits);
+        ``errors`` lists every problem the model can act on, JSON Schema ones included."""
+        import jsonschema
+
+        from worldgraph.kg.delta import validate_delta
+
+        text = strip_fences(raw)
+        if not text:
+            return None, ["the answer was empty: return a JSON object"]
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return None, [f"the answer is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"]
+        obj = _drop_nulls(obj)
+        delta: dict[str, Any] | None = None
+        errors: list[str] = []
+        try:
+            delta = validate_delta(obj, max_items=self.config.max_delta_items)
+        except DeltaValidationError as exc:
+            errors = [_clip(e) for e in exc.errors] or [str(exc)]
+        if self._validator is None:
+            schema = self._delta_schema()
+            self._validator = jsonschema.validators.validator_for(schema)(schema)
+        schema_errors = sorted(self._validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))
+        errors += [_clip(f"{_path(err.absolute_path)}: {err.message}") for err in schema_errors[:50]]
+        return delta, errors
+
+
+# ---------------------------------------------------------------- prompt
+
+
+def build_messages(scene: SceneRecord, summary_text: str) -> list[dict[str, str]]:
+    """The system and user messages for one scene. The scene and the summary go in data blocks
+    whose marker lines carry a random boundary, so text inside cannot fake the end marker."""
+    boundary = secrets.token_hex(8)
+    packet = {k: scene.get(k) for k in SCENE_FIELDS}
+    user = Template(load_prompt("user")).substitute(
+        env_name=scene.get("env_name", ""),
+        current_round=scene.get("current_round", ""),
+        boundary=boundary,
+        graph_summary=summary_text.strip() or "(empty)",
+        scene_json=_packet_json(packet),
+    )
+    return [{"role": "system", "content": load_prompt("system").strip()}, {"role": "user", "content": user}]
+
+
+def _packet_json(packet: dict[str, Any]) -> str:
+    """One field a line, each value compact JSON: readable, and quotes / newlines escaped."""
+    rows = [f" {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}" for k, v in packet.items()]
+    return "{\n" + ",\n".join(rows) + "\n}"
+
+
+def strip_fences(raw: str) -> str:
+    """The JSON inside an answer: without <think> blocks, ```json fences or prose around it."""
+    text = _THINK_RE.sub("", raw or "").strip()
+    if m := _FENCE_RE.match(text):
+        return m.group(1).strip()
+    if text and not text.startswith("{"):
+        start, end = text.find("{"), text.rfind("}")
+        if 0 <= start < end:
+            return text[start : end + 1]
+    return text
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _client_from_env(config: WorldGraphConfig) -> openai.OpenAI:
+    base_url = os.environ.get("OPENAI_BASE_URL") or None
+    api_key = os.environ.get("OPENAI_API_KEY") or None
+    if api_key is None and base_url is None:
+        raise ExtractionError(
+            "no LLM configured: set OPENAI_API_KEY (OpenAI) or OPENAI_BASE_URL (any "
+            "OpenAI-compatible server: vLLM, Ollama, LM Studio); " + RETRY_HINT.split(";")[0]
+        )
+    return openai.OpenAI(
+        api_key=api_key or "not-needed",  # local servers ignore the key, the client wants one
+        base_url=base_url,
+        timeout=config.llm_timeout_seconds,
+        max_retries=config.llm_max_retries,
+    )
+
+
+def _drop_nulls(obj: Any) -> Any:
+    """``"action": null`` in an item means "not given": models often write optional fields as
+    null, which the schema (strings) would reject and cost a repair round for nothing."""
+    if not isinstance(obj, dict):
+        return obj
+    out = dict(obj)
+    for key in ("entities", "states", "edges", "rules"):
+        items = out.get(key)
+        if isinstance(items, list):
+            out[key] = [
+                {k: v for k, v in item.items() if v is not None} if isinstance(item, dict) else item
+                for item in items
+            ]
+    return out
+
+
+def _rejects_response_format(exc: openai.BadRequestError) -> bool:
+    text = f"{_api_message(exc)} {exc.param or ''} {exc.body!r}".lower()
+    return any(word in text for word in ("response_format", "json_schema", "json_object", "response format"))
+
+
+def _status_error(exc: openai.APIStatusError, base_url: str, model: str) -> ExtractionError:
+    code = exc.status_code
+    msg = _api_message(exc)
+    if code >= 500 or code in (408, 409, 429):
+        return LLMUnavailableError(
+            f"the LLM server at {base_url} failed with HTTP {code} ({msg}); {RETRY_HINT}", base_url
+        )
+    if code in (401, 403):
+        hint = "check OPENAI_API_KEY"
+    elif code == 404:
+        hint = f"check OPENAI_BASE_URL (it usually ends in /v1) and WORLDGRAPH_LLM_MODEL={model!r}"
+    else:
+        hint = f"check WORLDGRAPH_LLM_MODEL={model!r}"
+    return ExtractionError(f"the LLM server at {base_url} answered HTTP {code} ({msg}); {hint}")
+
+
+def _content(completion: Any) -> str:
+    choices = getattr(completion, "choices", None) or []
+    if not choices:
+        return ""
+    message = choices[0].message
+    return (message.content or "") if message is not None else ""
+
+
+def _api_message(exc: openai.APIError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return _clip(str(inner["message"]))
+        if isinstance(inner, str):
+            return _clip(inner)
+    return _clip(exc.message)
+
+
+def _cause(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc.__context__
+    return _clip(f"{type(cause).__name__}: {cause}") if cause else type(exc).__name__
+
+
+def _path(parts: Any) -> str:
+    return "/".join(str(p) for p in parts) or "(root)"
+
+
+def _clip(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
