@@ -422,8 +422,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("run", cmd_run, "replay an agent log (one round per line) through observe_round")
     sp.add_argument("log")
     sp.add_argument("--env", required=True)
-    sp.add_argument("--offline", action="store_true",
-                    help="merge the deltas shipped in the log instead of calling the LLM")
+    sp.add_argument("--offline", action="store_true", default=None,
+                    help="merge the deltas shipped in the log instead of calling the LLM "
+                         "(the default when no OPENAI_API_KEY / OPENAI_BASE_URL is set)")
 
     sp = sub.add_parser("delta", help="graph deltas").add_subparsers(title="delta commands")
     sp2 = add("apply", cmd_delta_apply, "merge a delta file (JSON or JSONL) without an LLM", parent=sp)
