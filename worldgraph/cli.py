@@ -55,19 +55,27 @@ def emit(args: argparse.Namespace, data: Any, text: Callable[[], None] | None = 
 
 
 def progress_bar(label: str, enabled: bool = True) -> Callable[[int, int], None]:
-    """A one-line progress display on stderr (silent when stderr is not a terminal and JSON is on)."""
+    """Progress on stderr: a redrawn bar on a terminal, a line every 10% otherwise."""
+    tty = sys.stderr.isatty()
+    last = [-1]
 
     def show(done: int, total: int) -> None:
         if not enabled:
+            return
+        if not tty:
+            step = int(10 * done / total) if total else done // 1000
+            if step != last[0] or (total and done >= total):
+                last[0] = step
+                sys.stderr.write(f"{label} {done}/{total}\n" if total else f"{label} {done}\n")
             return
         if total:
             width = 30
             filled = int(width * done / total)
             sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+            if done >= total:
+                sys.stderr.write("\n")
         else:
             sys.stderr.write(f"\r{label} {done}")
-        if total and done >= total:
-            sys.stderr.write("\n")
         sys.stderr.flush()
 
     return show

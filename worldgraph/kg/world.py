@@ -51,6 +51,7 @@ class WorldUpdater:
         self._env_locks: dict[tuple[str, str], threading.Lock] = {}
         self._extractor: Any = None
         self._warned_no_llm = False
+        self.auto_update = True  # hand flagged packets to the background worker
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
@@ -88,7 +89,9 @@ class WorldUpdater:
         scene = build_scene_packet(tenant_id, env_name, rnd, reason, excerpt, str(uuid.uuid4()), now_iso(),
                                    episode_id=episode_id)
         self.wm.store.upsert_scene(scene)  # durable before any LLM call
-        if llm_configured():
+        if not self.auto_update:
+            pass  # the caller merges it (replay of a log that carries its deltas)
+        elif llm_configured():
             self._enqueue(tenant_id, scene["id"])
         elif not self._warned_no_llm:
             self._warned_no_llm = True
@@ -286,6 +289,21 @@ def replay_log(wm: "WorldModel", tenant_id: str, env_name: str, log_path: str | 
     offline = (not llm_configured()) if use_shipped_deltas is None else use_shipped_deltas
     summary: dict[str, Any] = {"rounds": 0, "flagged": 0, "merged": 0, "pending": 0, "failed": 0, "reports": []}
     scene_ids = []
+    auto_update, wm.world.auto_update = wm.world.auto_update, not offline
+    try:
+        _replay(wm, tenant_id, env_name, str(log_path), rounds, offline, summary, scene_ids, progress)
+    finally:
+        wm.world.auto_update = auto_update
+    wm.wait_for_updates()
+    for sid in scene_ids:
+        scene = wm.store.get_scene(tenant_id, sid) or {}
+        status = scene.get("status")
+        summary["merged" if status == "merged" else "failed" if status == "failed" else "pending"] += 1
+    return summary
+
+
+def _replay(wm: "WorldModel", tenant_id: str, env_name: str, log_path: str, rounds: list[Any], offline: bool,
+            summary: dict[str, Any], scene_ids: list[str], progress: Any) -> None:
     for i, rnd in enumerate(rounds, 1):
         if not isinstance(rnd, dict):
             raise InvalidInputError(f"{log_path} round {i}", "must be a JSON object")
@@ -298,12 +316,6 @@ def replay_log(wm: "WorldModel", tenant_id: str, env_name: str, log_path: str | 
                 summary["reports"].append(wm.apply_delta(tenant_id, env_name, rnd["delta"], scene=packet).to_dict())
         if progress:
             progress(i, len(rounds))
-    wm.wait_for_updates()
-    for sid in scene_ids:
-        scene = wm.store.get_scene(tenant_id, sid) or {}
-        status = scene.get("status")
-        summary["merged" if status == "merged" else "failed" if status == "failed" else "pending"] += 1
-    return summary
 
 
 def round_experience(env_name: str, rnd: AgentRound, reason: str | None, agent_id: str | None) -> dict[str, Any]:
