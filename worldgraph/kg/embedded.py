@@ -45,6 +45,7 @@ CREATE INDEX IF NOT EXISTS audits_episode ON canvas_audits (tenant_id, episode_i
 CREATE TABLE IF NOT EXISTS world_nodes (
   tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, id TEXT NOT NULL, data TEXT NOT NULL,
   PRIMARY KEY (tenant_id, env_name, id));
+CREATE INDEX IF NOT EXISTS nodes_entity ON world_nodes (tenant_id, env_name, json_extract(data, '$.entity_id'));
 CREATE TABLE IF NOT EXISTS world_edges (
   tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, id TEXT NOT NULL, src_id TEXT NOT NULL,
   dst_id TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, env_name, id));
@@ -262,9 +263,11 @@ class EmbeddedGraphStore(GraphStore):
         ids = list(dict.fromkeys(node_ids))
         for chunk in _chunks(ids):
             ph = _placeholders(len(chunk))
+            # the nodes asked for, and the states of those that are entities (a new state closes them)
             for (d,) in self._query(
-                f"SELECT data FROM world_nodes WHERE tenant_id = ? AND env_name = ? AND id IN ({ph})",
-                [tenant_id, env_name, *chunk],
+                f"SELECT data FROM world_nodes WHERE tenant_id = ? AND env_name = ? AND (id IN ({ph}) "
+                f"OR json_extract(data, '$.entity_id') IN ({ph}))",
+                [tenant_id, env_name, *chunk, *chunk],
             ):
                 rec = json.loads(d)
                 view.nodes[rec["id"]] = rec

@@ -91,7 +91,8 @@ class GraphStore(ABC):
     # ---------------------------------------------------------------- world graph
     @abstractmethod
     def load_view(self, tenant_id: str, env_name: str, node_ids: list[str]) -> GraphView:
-        """Nodes with these ids, every edge touching them, every rule of the env, and the meta."""
+        """Nodes with these ids, the states whose entity_id is among them, every edge touching the
+        ids, every rule of the env, and the meta."""
 
     @abstractmethod
     def apply_plan(self, plan: MergePlan) -> MetaRecord:
