@@ -1,0 +1,175 @@
+"""Neo4j-only behaviour: read-only tenant-scoped Cypher, schema, atomic plans, unreachable servers."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Iterator
+
+import pytest
+
+from worldgraph.errors import InvalidInputError, ReadOnlyQueryError, StoreUnavailableError
+from worldgraph.kg import neo4j_store
+from worldgraph.kg.neo4j_store import Neo4jGraphStore, check_read_only
+from worldgraph.kg.records import MergePlan
+from tests.test_store_contract import ENV, add, edge, episode, first_plan, node
+
+
+@pytest.fixture
+def store(neo4j_server: dict[str, str]) -> Iterator[Neo4jGraphStore]:
+    s = Neo4jGraphStore(neo4j_server["uri"], neo4j_server["user"], neo4j_server["password"])
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def tenant() -> str:
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+# ------------------------------------------------------------------------- the guard (no server)
+@pytest.mark.parametrize("query, word", [
+    ("CREATE (n:Episode {tenant_id: $tenant_id})", "CREATE"),
+    ("create (n:Episode {tenant_id: $tenant_id})", "CREATE"),
+    ("MERGE (n:Episode {tenant_id: $tenant_id, id: 'x'})", "MERGE"),
+    ("MATCH (n {tenant_id: $tenant_id}) SET n.name = 'x'", "SET"),
+    ("match (n {tenant_id: $tenant_id}) set n.name = 'x'", "SET"),
+    ("MATCH (n {tenant_id: $tenant_id}) DETACH DELETE n", "DETACH"),
+    ("MATCH (n {tenant_id: $tenant_id}) delete n", "DELETE"),
+    ("MATCH (n {tenant_id: $tenant_id}) REMOVE n.name", "REMOVE"),
+    ("LOAD CSV FROM 'file:///etc/passwd' AS row RETURN row, $tenant_id", "LOAD CSV"),
+    ("Load Csv WITH HEADERS FROM 'https://x/y.csv' AS r RETURN $tenant_id", "LOAD CSV"),
+    ("MATCH (n {tenant_id: $tenant_id}) FOREACH (x IN [1] | SET n.a = x)", "FOREACH"),
+    ("MATCH (n {tenant_id: $tenant_id}) CALL (n) { RETURN 1 AS one } IN TRANSACTIONS RETURN n", "IN TRANSACTIONS"),
+    ("DROP INDEX wg_episode_tenant", "DROP"),
+    ("SHOW USERS YIELD user WHERE $tenant_id IS NOT NULL RETURN user", "SHOW"),
+    ("USE system MATCH (n {tenant_id: $tenant_id}) RETURN n", "USE"),
+    ("MATCH (n) WHERE n.tenant_id = $tenant_id /* x */ SET/**/n.a = 1", "SET"),
+])
+def test_writes_are_refused_before_sending(query: str, word: str) -> None:
+    with pytest.raises(ReadOnlyQueryError, match=word.replace("(", r"\(")):
+        check_read_only(query)
+
+
+@pytest.mark.parametrize("query", [
+    "CALL dbms.killQueries(['1']) YIELD queryId WHERE $tenant_id IS NOT NULL RETURN queryId",
+    "CALL apoc.cypher.runWrite('CREATE (n)', {}) YIELD value RETURN value, $tenant_id",
+    "call `db`.`createLabel`('X') RETURN $tenant_id",
+    "CALL db.index.fulltext.queryNodes('wg_episode_text', 'x') YIELD node RETURN node, $tenant_id",
+])
+def test_procedures_outside_the_allow_list_are_refused(query: str) -> None:
+    with pytest.raises(ReadOnlyQueryError, match="procedures"):
+        check_read_only(query)
+
+
+@pytest.mark.parametrize("query", [
+    "MATCH (e:Episode {tenant_id: $tenant_id}) WHERE e.task_description CONTAINS 'CREATE' RETURN e.id",
+    'MATCH (e:Episode {tenant_id: $tenant_id}) WHERE e.outcome = "merge; DETACH DELETE" RETURN e.id',
+    "MATCH (e:Episode {tenant_id: $tenant_id}) // set nothing, delete nothing\nRETURN e.created_at, e.`set`",
+    "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e {.id, set: e.outcome} AS m, $tenant_id AS t",
+    "CALL db.labels() YIELD label WHERE $tenant_id IS NOT NULL RETURN label",
+    "MATCH (e:Episode {tenant_id: $tenant_id}) CALL (e) { MATCH (e)-[:PERFORMED_BY]->(a) RETURN a } RETURN a",
+    "MATCH p = (start:Episode {tenant_id: $tenant_id})-[*1..2]-(stop) RETURN p",
+])
+def test_read_queries_pass_the_guard(query: str) -> None:
+    check_read_only(query)
+
+
+def test_queries_must_reference_the_tenant() -> None:
+    with pytest.raises(ReadOnlyQueryError, match=r"\$tenant_id"):
+        check_read_only("MATCH (e:Episode) RETURN e LIMIT 5")
+    with pytest.raises(ReadOnlyQueryError, match=r"\$tenant_id"):
+        check_read_only("MATCH (e:Episode) WHERE e.note = '$tenant_id' RETURN e")  # inside a string: no
+
+
+# ------------------------------------------------------------------------- cypher on the server
+@pytest.mark.neo4j
+def test_tenant_scoped_query_returns_plain_values(store: Neo4jGraphStore, tenant: str) -> None:
+    ids = add(store, tenant, episode(tenant), episode(tenant, minutes=1, task="file receipts"))
+    store.apply_plan(first_plan(tenant, episode_id=ids[0]))
+    rows = store.cypher(tenant, "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e, e.id AS id ORDER BY e.ts")
+    assert [r["id"] for r in rows] == ids
+    assert rows[0]["e"]["record"] == store.get_episodes(tenant, [ids[0]])[ids[0]]  # record decoded
+    assert rows[0]["e"]["agent_id"] == "agent-1"
+
+    rows = store.cypher(tenant, "MATCH p = (a:WorldNode {tenant_id: $tenant_id, id: $src})-[r:CONTAINS]->(b) "
+                                "RETURN p, r, b.name AS name", {"src": "n-table"})
+    assert len(rows) == 1 and rows[0]["name"] == "brass key"
+    path = rows[0]["p"]
+    assert [x["id"] for x in path] == ["n-table", "e-contains", "n-key"]
+    rel = rows[0]["r"]
+    assert rel["id"] == "e-contains" and rel["record"]["relation"] == "containment"
+    assert rel["record"]["valid_to"] is None and "valid_to" not in rel  # Neo4j keeps no nulls; the record does
+    counted = store.cypher(tenant, "MATCH (n:WorldNode {tenant_id: $tenant_id}) RETURN n.kind AS kind, count(*) AS n "
+                                   "ORDER BY kind")
+    assert counted == [{"kind": "entity", "n": 3}, {"kind": "state", "n": 2}]
+    assert store.cypher(tenant, "RETURN $tenant_id AS t, date('2026-01-05') AS d") == [{"t": tenant, "d": "2026-01-05"}]
+
+
+@pytest.mark.neo4j
+def test_cross_tenant_results_are_refused(store: Neo4jGraphStore, tenant: str) -> None:
+    add(store, tenant, episode(tenant))
+    other = tenant + "-other"
+    add(store, other, episode(other))
+    leaky = "MATCH (e:Episode) WHERE e.tenant_id STARTS WITH left($tenant_id, 14) RETURN e"
+    with pytest.raises(ReadOnlyQueryError, match="outside the caller's tenant"):
+        store.cypher(tenant, leaky)
+    assert len(store.cypher(other, "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e")) == 1
+
+
+@pytest.mark.neo4j
+def test_tenant_id_cannot_be_overridden(store: Neo4jGraphStore, tenant: str) -> None:
+    with pytest.raises(ReadOnlyQueryError, match="tenant_id"):
+        store.cypher(tenant, "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e", {"tenant_id": "victim"})
+    assert store.cypher(tenant, "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e", {"tenant_id": tenant}) == []
+
+
+@pytest.mark.neo4j
+def test_server_refuses_writes_the_guard_would_miss(store: Neo4jGraphStore, tenant: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defence in depth: the query runs in a READ transaction, so the server refuses writes too."""
+    monkeypatch.setattr(neo4j_store, "check_read_only", lambda query: None)
+    with pytest.raises(ReadOnlyQueryError, match="(?i)read access mode|not allowed"):
+        store.cypher(tenant, "CREATE (n:Episode {tenant_id: $tenant_id, id: 'sneaky'}) RETURN n")
+    assert store.get_episodes(tenant, ["sneaky"]) == {}
+
+
+@pytest.mark.neo4j
+def test_bad_cypher_is_a_clear_error(store: Neo4jGraphStore, tenant: str) -> None:
+    with pytest.raises(ReadOnlyQueryError, match="Neo4j refused the query"):
+        store.cypher(tenant, "MATCH (e:Episode {tenant_id: $tenant_id) RETURN e")
+
+
+# ------------------------------------------------------------------------- schema and atomicity
+@pytest.mark.neo4j
+def test_schema_is_created_once_and_versioned(store: Neo4jGraphStore, neo4j_server: dict[str, str]) -> None:
+    again = Neo4jGraphStore(neo4j_server["uri"], neo4j_server["user"], neo4j_server["password"])
+    again.close()
+    with store._driver.session(database=store.database) as session:
+        names = {r["name"] for r in session.run("SHOW CONSTRAINTS YIELD name")}
+        version = session.run("MATCH (s:WorldgraphSchema) RETURN s.version AS v").single()
+    assert {"wg_episode_key", "wg_node_key", "wg_contains_key", "wg_scene_key"} <= names
+    assert version is not None and version["v"] == 1
+
+
+@pytest.mark.neo4j
+def test_plan_with_a_dangling_edge_writes_nothing(store: Neo4jGraphStore, tenant: str) -> None:
+    plan = MergePlan(tenant_id=tenant, env_name=ENV, nodes=[node(tenant, "n-a", "a")],
+                     edges=[edge(tenant, "e-x", "containment", "n-a", "n-nowhere")],
+                     meta={"env_name": ENV, "graph_version": 1})
+    with pytest.raises(InvalidInputError, match="e-x"):
+        store.apply_plan(plan)
+    assert store.world_graph(tenant, ENV) == {"nodes": [], "edges": [], "rules": [], "scenes": [], "meta": None}
+
+
+# ------------------------------------------------------------------------- no server
+def test_unreachable_server_names_the_uri_and_the_fix() -> None:
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailableError) as info:
+        Neo4jGraphStore("bolt://127.0.0.1:1", "neo4j", "secret", connection_timeout=2.0)
+    assert time.monotonic() - started < 10
+    message = str(info.value)
+    assert "bolt://127.0.0.1:1" in message
+    assert "worldgraph neo4j start" in message and "docker compose up -d neo4j" in message
+    assert "NEO4J_URI" in message
+

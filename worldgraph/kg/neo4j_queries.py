@@ -1,0 +1,455 @@
+"""Every Cypher statement of the Neo4j store, and its schema.
+
+The graph model (Neo4j 5.26, Community edition):
+
+    (:Episode)-[:PERFORMED_BY]->(:Agent)      (:Episode)-[:ON_CANVAS]->(:Canvas)
+    (:CanvasAudit)-[:DURING]->(:Episode)      (:Feedback)-[:RATES]->(:Episode)
+    (:Scene)-[:FROM_EPISODE]->(:Episode)      (:Scene)-[:IN_ENV]->(:Environment)
+    (:WorldNode:Entity | :WorldNode:State)-[:TRANSITION | :CONTAINS]->(:WorldNode)
+    (:WorldNode)-[:EPISODIC]->(:Scene)        (:Rule)-[:CONCERNS]->(:WorldNode)
+    (:Scene)-[:PRODUCED]->(:WorldNode | :Rule)   (the scenes a node or rule was learned from)
+    (:WorldgraphSchema {name: "worldgraph", version: N})
+
+Every node (and world-graph relationship) carries ``tenant_id``; world records also carry
+``env_name``. Keys are composite — (tenant_id, id) or (tenant_id, env_name, id) — exactly like
+the embedded store's primary keys, so a snapshot imported into a second tenant keeps its ids.
+The full record is kept as a JSON string in ``record`` (Neo4j drops null properties and cannot
+store maps), next to the few properties queries filter and sort on; reads decode ``record``.
+
+World edges are relationships with an ``id`` property (several records may link the same pair:
+a closed edge and its reopening). Their type comes from ``EDGE_TYPES``, never from user text.
+Reads that must match the embedded store's semantics (audits, feedback and scenes of an
+episode) use indexed properties (``episode_id``); the relationships exist for exploration.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+# relation (record value) -> relationship type; the only relationship types edges may have.
+EDGE_TYPES: dict[str, str] = {"transition": "TRANSITION", "containment": "CONTAINS", "episodic": "EPISODIC"}
+# node kind -> the second label of a world node.
+NODE_LABELS: dict[str, str] = {"entity": "Entity", "state": "State"}
+# The scalar fields of each record copied out as properties (for queries and exploration).
+NODE_PROPS: tuple[str, ...] = ("kind", "type", "name", "norm_name", "entity_id", "confidence", "valid_from", "valid_to")
+EDGE_PROPS: tuple[str, ...] = ("relation", "src_id", "dst_id", "action", "confidence", "valid_from", "valid_to")
+RULE_PROPS: tuple[str, ...] = ("condition", "outcome", "confidence", "valid_from", "valid_to")
+
+
+def _set(var: str, keys: tuple[str, ...]) -> str:
+    """``n.k = row.props.k, ...``: explicit SETs, unlike ``n += row.props``, let the planner
+    stream the rows (no Eager) because it can see they do not touch the MERGE keys."""
+    return ", ".join(f"{var}.{k} = row.props.{k}" for k in keys)
+
+# ---------------------------------------------------------------------------------- schema
+# Uniqueness constraints first (MERGE then seeks their backing index), then plain indexes.
+# Community edition has uniqueness constraints (composite ones too, also on relationships),
+# but no node-key or property-existence constraints.
+CONSTRAINTS: tuple[str, ...] = (
+    "CREATE CONSTRAINT wg_episode_key IF NOT EXISTS FOR (n:Episode) REQUIRE (n.tenant_id, n.id) IS UNIQUE",
+    "CREATE CONSTRAINT wg_agent_key IF NOT EXISTS FOR (n:Agent) REQUIRE (n.tenant_id, n.id) IS UNIQUE",
+    "CREATE CONSTRAINT wg_canvas_key IF NOT EXISTS FOR (n:Canvas) REQUIRE (n.tenant_id, n.id) IS UNIQUE",
+    "CREATE CONSTRAINT wg_audit_key IF NOT EXISTS FOR (n:CanvasAudit) REQUIRE (n.tenant_id, n.id) IS UNIQUE",
+    "CREATE CONSTRAINT wg_feedback_key IF NOT EXISTS FOR (n:Feedback) REQUIRE (n.tenant_id, n.id) IS UNIQUE",
+    "CREATE CONSTRAINT wg_scene_key IF NOT EXISTS FOR (n:Scene) REQUIRE (n.tenant_id, n.id) IS UNIQUE",
+    "CREATE CONSTRAINT wg_node_key IF NOT EXISTS FOR (n:WorldNode) "
+    "REQUIRE (n.tenant_id, n.env_name, n.id) IS UNIQUE",
+    "CREATE CONSTRAINT wg_rule_key IF NOT EXISTS FOR (n:Rule) REQUIRE (n.tenant_id, n.env_name, n.id) IS UNIQUE",
+    "CREATE CONSTRAINT wg_env_key IF NOT EXISTS FOR (n:Environment) REQUIRE (n.tenant_id, n.env_name) IS UNIQUE",
+    "CREATE CONSTRAINT wg_schema_key IF NOT EXISTS FOR (n:WorldgraphSchema) REQUIRE n.name IS UNIQUE",
+    "CREATE CONSTRAINT wg_transition_key IF NOT EXISTS FOR ()-[r:TRANSITION]-() "
+    "REQUIRE (r.tenant_id, r.env_name, r.id) IS UNIQUE",
+    "CREATE CONSTRAINT wg_contains_key IF NOT EXISTS FOR ()-[r:CONTAINS]-() "
+    "REQUIRE (r.tenant_id, r.env_name, r.id) IS UNIQUE",
+    "CREATE CONSTRAINT wg_episodic_key IF NOT EXISTS FOR ()-[r:EPISODIC]-() "
+    "REQUIRE (r.tenant_id, r.env_name, r.id) IS UNIQUE",
+)
+
+# The composite uniqueness constraints' indexes also serve lookups on a prefix of their keys
+# (tenant_id, or tenant_id + env_name) when the remaining keys are asked to be non-null, so the
+# queries below say "AND n.id IS NOT NULL" instead of keeping a second index to update on every write.
+INDEXES: tuple[str, ...] = (
+    "CREATE INDEX wg_episode_agent IF NOT EXISTS FOR (n:Episode) ON (n.tenant_id, n.agent_id)",
+    "CREATE INDEX wg_episode_ts IF NOT EXISTS FOR (n:Episode) ON (n.ts)",
+    "CREATE INDEX wg_episode_status IF NOT EXISTS FOR (n:Episode) ON (n.index_status)",
+    "CREATE INDEX wg_audit_episode IF NOT EXISTS FOR (n:CanvasAudit) ON (n.tenant_id, n.episode_id)",
+    "CREATE INDEX wg_feedback_episode IF NOT EXISTS FOR (n:Feedback) ON (n.tenant_id, n.episode_id)",
+    "CREATE INDEX wg_scene_env IF NOT EXISTS FOR (n:Scene) ON (n.tenant_id, n.env_name)",
+    "CREATE INDEX wg_scene_episode IF NOT EXISTS FOR (n:Scene) ON (n.tenant_id, n.episode_id)",
+    "CREATE INDEX wg_scene_status IF NOT EXISTS FOR (n:Scene) ON (n.status)",
+    "CREATE INDEX wg_node_entity IF NOT EXISTS FOR (n:WorldNode) ON (n.tenant_id, n.env_name, n.entity_id)",
+    "CREATE FULLTEXT INDEX wg_episode_text IF NOT EXISTS FOR (n:Episode) ON EACH [n.task_description]",
+)
+
+AWAIT_INDEXES = "CALL db.awaitIndexes($seconds)"
+
+SCHEMA_VERSION_READ = "OPTIONAL MATCH (s:WorldgraphSchema {name: 'worldgraph'}) RETURN s.version AS version"
+SCHEMA_VERSION_WRITE = """
+MERGE (s:WorldgraphSchema {name: 'worldgraph'})
+SET s.version = CASE WHEN s.version IS NULL OR s.version < $version THEN $version ELSE s.version END
+"""
+
+# ---------------------------------------------------------------------------------- episodes
+UPSERT_AGENTS = """
+UNWIND $rows AS row
+MERGE (a:Agent {tenant_id: $tenant_id, id: row.id})
+SET a.agent_role = row.agent_role, a.record = row.record
+"""
+
+UPSERT_CANVASES = """
+UNWIND $rows AS row
+MERGE (c:Canvas {tenant_id: $tenant_id, id: row.id})
+SET c.name = row.name, c.record = row.record
+"""
+
+UPSERT_EPISODES = """
+UNWIND $rows AS row
+MERGE (e:Episode {tenant_id: $tenant_id, id: row.id})
+SET e += row.props, e.record = row.record
+WITH e, row
+CALL (e, row) {
+  MATCH (a:Agent {tenant_id: $tenant_id, id: row.props.agent_id})
+  MERGE (e)-[:PERFORMED_BY]->(a)
+}
+CALL (e, row) {
+  MATCH (c:Canvas {tenant_id: $tenant_id, id: row.props.canvas_id})
+  MERGE (e)-[:ON_CANVAS]->(c)
+}
+"""
+
+UPSERT_AUDITS = """
+UNWIND $rows AS row
+MERGE (a:CanvasAudit {tenant_id: $tenant_id, id: row.id})
+SET a += row.props, a.record = row.record
+WITH a, row
+CALL (a, row) {
+  MATCH (e:Episode {tenant_id: $tenant_id, id: row.props.episode_id})
+  MERGE (a)-[:DURING]->(e)
+}
+"""
+
+GET_EPISODES = """
+MATCH (e:Episode) WHERE e.tenant_id = $tenant_id AND e.id IN $ids
+RETURN e.record AS record
+"""
+
+AGENT_EPISODES = """
+MATCH (e:Episode {tenant_id: $tenant_id, agent_id: $agent_id})
+RETURN e.record AS record ORDER BY e.ts DESC, e.id DESC LIMIT $limit
+"""
+
+ITER_EPISODES_TENANT = """
+MATCH (e:Episode) WHERE e.tenant_id = $tenant_id AND e.id > $after_id
+RETURN e.tenant_id AS tenant_id, e.id AS id, e.record AS record ORDER BY e.id LIMIT $limit
+"""
+
+ITER_EPISODES_ALL = """
+MATCH (e:Episode)
+WHERE e.tenant_id > $after_tenant OR (e.tenant_id = $after_tenant AND e.id > $after_id)
+RETURN e.tenant_id AS tenant_id, e.id AS id, e.record AS record ORDER BY e.tenant_id, e.id LIMIT $limit
+"""
+
+# set_index_status rewrites the record in Python (read, then write, in one transaction).
+EPISODE_RECORDS_FOR_UPDATE = """
+MATCH (e:Episode) WHERE e.tenant_id = $tenant_id AND e.id IN $ids
+SET e._lock = true
+RETURN e.id AS id, e.record AS record
+"""
+
+SET_INDEX_STATUS = """
+UNWIND $rows AS row
+MATCH (e:Episode {tenant_id: $tenant_id, id: row.id})
+SET e.index_status = $status, e.record = row.record
+REMOVE e._lock
+"""
+
+UNINDEXED_EPISODES = """
+MATCH (e:Episode) WHERE e.index_status IN ['pending', 'failed']
+RETURN e.record AS record ORDER BY e.ts, e.id LIMIT $limit
+"""
+
+TENANTS = """
+CALL () {
+  MATCH (e:Episode) RETURN DISTINCT e.tenant_id AS tenant_id
+  UNION
+  MATCH (s:Scene) RETURN DISTINCT s.tenant_id AS tenant_id
+  UNION
+  MATCH (m:Environment) WHERE m.record IS NOT NULL RETURN DISTINCT m.tenant_id AS tenant_id
+}
+RETURN tenant_id
+"""
+
+STATS = """
+RETURN
+  COUNT { MATCH (n:Episode) WHERE n.tenant_id = $tenant_id AND n.id IS NOT NULL } AS episodes,
+  COUNT { MATCH (n:Agent) WHERE n.tenant_id = $tenant_id AND n.id IS NOT NULL } AS agents,
+  COUNT { MATCH (n:Feedback) WHERE n.tenant_id = $tenant_id AND n.id IS NOT NULL } AS feedback,
+  COUNT { MATCH (n:Canvas) WHERE n.tenant_id = $tenant_id AND n.id IS NOT NULL } AS canvases,
+  COUNT { MATCH (n:CanvasAudit) WHERE n.tenant_id = $tenant_id AND n.id IS NOT NULL } AS canvas_audits,
+  COUNT { MATCH (n:Scene) WHERE n.tenant_id = $tenant_id AND n.id IS NOT NULL } AS scenes,
+  COUNT { MATCH (n:WorldNode) WHERE n.tenant_id = $tenant_id AND n.env_name IS NOT NULL AND n.id IS NOT NULL }
+    AS nodes,
+  COUNT { MATCH ()-[r:TRANSITION]->() WHERE r.tenant_id = $tenant_id AND r.env_name IS NOT NULL AND r.id IS NOT NULL }
+    + COUNT { MATCH ()-[r:CONTAINS]->() WHERE r.tenant_id = $tenant_id AND r.env_name IS NOT NULL AND r.id IS NOT NULL }
+    + COUNT { MATCH ()-[r:EPISODIC]->() WHERE r.tenant_id = $tenant_id AND r.env_name IS NOT NULL AND r.id IS NOT NULL } AS edges,
+  COUNT { MATCH (n:Rule) WHERE n.tenant_id = $tenant_id AND n.env_name IS NOT NULL AND n.id IS NOT NULL } AS rules
+"""
+
+# ---------------------------------------------------------------------------------- feedback
+# Written only when the episode is this tenant's: no episode, no row, nothing written.
+ADD_FEEDBACK = """
+MATCH (e:Episode {tenant_id: $tenant_id, id: $episode_id})
+MERGE (f:Feedback {tenant_id: $tenant_id, id: $id})
+SET f += $props, f.record = $record
+MERGE (f)-[:RATES]->(e)
+RETURN count(f) AS written
+"""
+
+FEEDBACK_FOR = """
+MATCH (f:Feedback {tenant_id: $tenant_id, episode_id: $episode_id})
+RETURN f.record AS record ORDER BY f.created_at, f.id
+"""
+
+FEEDBACK_STATS = """
+MATCH (f:Feedback) WHERE f.tenant_id = $tenant_id AND f.episode_id IN $ids
+  AND ($category IS NULL OR f.category = $category)
+RETURN f.episode_id AS episode_id, avg(toFloat(f.score)) AS mean, count(f) AS n
+"""
+
+# ---------------------------------------------------------------------------------- canvases
+GET_CANVAS = "MATCH (c:Canvas {tenant_id: $tenant_id, id: $id}) RETURN c.record AS record"
+
+CANVAS_AUDITS = """
+MATCH (a:CanvasAudit {tenant_id: $tenant_id, episode_id: $episode_id})
+RETURN a.record AS record ORDER BY a.timestamp, a.id
+"""
+
+# ---------------------------------------------------------------------------------- world graph
+def upsert_nodes(kind: str) -> str:
+    """MERGE world nodes of one kind; the second label comes from ``NODE_LABELS`` only."""
+    label = NODE_LABELS[kind]
+    return f"""
+UNWIND $rows AS row
+MERGE (n:WorldNode {{tenant_id: $tenant_id, env_name: $env_name, id: row.id}})
+SET n:{label}, {_set("n", NODE_PROPS)}, n.record = row.record
+"""
+
+
+# The rule's CONCERNS links are rebuilt from linked_node_ids on every upsert.
+UPSERT_RULES = f"""
+UNWIND $rows AS row
+MERGE (r:Rule {{tenant_id: $tenant_id, env_name: $env_name, id: row.id}})
+SET {_set("r", RULE_PROPS)}, r.record = row.record
+WITH r, row
+CALL (r) {{
+  MATCH (r)-[c:CONCERNS]->()
+  DELETE c
+}}
+CALL (r, row) {{
+  UNWIND row.linked AS node_id
+  MATCH (n:WorldNode {{tenant_id: $tenant_id, env_name: $env_name, id: node_id}})
+  MERGE (r)-[:CONCERNS]->(n)
+}}
+"""
+
+
+def upsert_edges(relation: str) -> str:
+    """MERGE edges of one relation by (tenant, env, id) between their two ends.
+
+    Transition and containment edges join world nodes; an episodic edge joins a world node and a
+    scene (either end may be either). Returns the ids written, so the store can name an edge
+    whose end does not exist instead of dropping it silently."""
+    rel_type = EDGE_TYPES[relation]
+    if relation == "episodic":
+        ends = """
+CALL (row) {
+  OPTIONAL MATCH (n:WorldNode {tenant_id: $tenant_id, env_name: $env_name, id: row.props.src_id})
+  OPTIONAL MATCH (s:Scene {tenant_id: $tenant_id, id: row.props.src_id})
+  RETURN coalesce(n, s) AS src
+}
+CALL (row) {
+  OPTIONAL MATCH (s:Scene {tenant_id: $tenant_id, id: row.props.dst_id})
+  OPTIONAL MATCH (n:WorldNode {tenant_id: $tenant_id, env_name: $env_name, id: row.props.dst_id})
+  RETURN coalesce(s, n) AS dst
+}
+WITH row, src, dst WHERE src IS NOT NULL AND dst IS NOT NULL
+"""
+    else:
+        ends = """
+MATCH (src:WorldNode {tenant_id: $tenant_id, env_name: $env_name, id: row.props.src_id})
+MATCH (dst:WorldNode {tenant_id: $tenant_id, env_name: $env_name, id: row.props.dst_id})
+"""
+    return f"""
+UNWIND $rows AS row
+{ends}
+MERGE (src)-[r:{rel_type} {{tenant_id: $tenant_id, env_name: $env_name, id: row.id}}]->(dst)
+SET {_set("r", EDGE_PROPS)}, r.record = row.record
+RETURN r.id AS id
+"""
+
+
+# (:Scene)-[:PRODUCED]->(node | rule) for every scene id in a record's source_scenes.
+LINK_SCENE_NODES = """
+UNWIND $rows AS row
+MATCH (s:Scene {tenant_id: $tenant_id, id: row.scene_id})
+MATCH (n:WorldNode {tenant_id: $tenant_id, env_name: $env_name, id: row.id})
+MERGE (s)-[:PRODUCED]->(n)
+"""
+
+LINK_SCENE_RULES = """
+UNWIND $rows AS row
+MATCH (s:Scene {tenant_id: $tenant_id, id: row.scene_id})
+MATCH (r:Rule {tenant_id: $tenant_id, env_name: $env_name, id: row.id})
+MERGE (s)-[:PRODUCED]->(r)
+"""
+
+ENV_COUNTS = """
+RETURN
+  COUNT { MATCH (n:WorldNode) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.id IS NOT NULL }
+    AS nodes,
+  COUNT { MATCH ()-[r:TRANSITION]->() WHERE r.tenant_id = $tenant_id AND r.env_name = $env_name AND r.id IS NOT NULL }
+    + COUNT { MATCH ()-[r:CONTAINS]->() WHERE r.tenant_id = $tenant_id AND r.env_name = $env_name AND r.id IS NOT NULL }
+    + COUNT { MATCH ()-[r:EPISODIC]->() WHERE r.tenant_id = $tenant_id AND r.env_name = $env_name AND r.id IS NOT NULL } AS edges,
+  COUNT { MATCH (n:Rule) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.id IS NOT NULL } AS rules,
+  COUNT { MATCH (n:Scene {tenant_id: $tenant_id, env_name: $env_name}) } AS scenes
+"""
+
+SET_META = """
+MERGE (m:Environment {tenant_id: $tenant_id, env_name: $env_name})
+SET m.record = $record, m.graph_version = $graph_version, m.updated_at = $updated_at
+"""
+
+GET_META = "MATCH (m:Environment {tenant_id: $tenant_id, env_name: $env_name}) RETURN m.record AS record"
+
+# load_view: the nodes, every edge touching them (by either end, closed ones too), all rules, meta.
+VIEW_NODES = """
+MATCH (n:WorldNode) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.id IN $ids
+RETURN n.record AS record
+UNION
+MATCH (n:WorldNode) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.entity_id IN $ids
+RETURN n.record AS record
+"""
+
+VIEW_EDGES = """
+CALL () {
+  MATCH (n:WorldNode) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.id IN $ids
+  RETURN n
+  UNION
+  MATCH (n:Scene) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.id IN $ids
+  RETURN n
+}
+MATCH (n)-[r:TRANSITION|CONTAINS|EPISODIC]-()
+WHERE r.tenant_id = $tenant_id AND r.env_name = $env_name
+RETURN DISTINCT r.record AS record
+"""
+
+ENV_RULES = """
+MATCH (r:Rule) WHERE r.tenant_id = $tenant_id AND r.env_name = $env_name AND r.id IS NOT NULL
+RETURN r.record AS record
+"""
+
+ENV_NODES = """
+MATCH (n:WorldNode) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.id IS NOT NULL
+RETURN n.record AS record
+"""
+
+# One index seek per relationship type (its key constraint's index).
+ENV_EDGES = """
+CALL () {
+  MATCH ()-[r:TRANSITION]->() WHERE r.tenant_id = $tenant_id AND r.env_name = $env_name AND r.id IS NOT NULL
+  RETURN r.record AS record
+  UNION ALL
+  MATCH ()-[r:CONTAINS]->() WHERE r.tenant_id = $tenant_id AND r.env_name = $env_name AND r.id IS NOT NULL
+  RETURN r.record AS record
+  UNION ALL
+  MATCH ()-[r:EPISODIC]->() WHERE r.tenant_id = $tenant_id AND r.env_name = $env_name AND r.id IS NOT NULL
+  RETURN r.record AS record
+}
+RETURN record
+"""
+
+ENV_SCENES = "MATCH (s:Scene {tenant_id: $tenant_id, env_name: $env_name}) RETURN s.record AS record"
+
+# replace_world: DETACH DELETE also removes the env's edges, CONCERNS and PRODUCED links.
+DELETE_ENV = """
+CALL () {
+  MATCH (n:WorldNode) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.id IS NOT NULL RETURN n
+  UNION ALL
+  MATCH (n:Rule) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.id IS NOT NULL RETURN n
+  UNION ALL
+  MATCH (n:Scene {tenant_id: $tenant_id, env_name: $env_name}) RETURN n
+  UNION ALL
+  MATCH (n:Environment {tenant_id: $tenant_id, env_name: $env_name}) RETURN n
+}
+DETACH DELETE n
+"""
+
+# ---------------------------------------------------------------------------------- scenes
+UPSERT_SCENES = """
+UNWIND $rows AS row
+MERGE (s:Scene {tenant_id: $tenant_id, id: row.id})
+SET s += row.props, s.record = row.record
+MERGE (m:Environment {tenant_id: $tenant_id, env_name: row.props.env_name})
+MERGE (s)-[:IN_ENV]->(m)
+WITH s, row
+CALL (s, row) {
+  MATCH (e:Episode {tenant_id: $tenant_id, id: row.props.episode_id})
+  MERGE (s)-[:FROM_EPISODE]->(e)
+}
+"""
+
+GET_SCENE = "MATCH (s:Scene {tenant_id: $tenant_id, id: $id}) RETURN s.record AS record"
+
+# claim_scene, step 1: take the scene's write lock first (the documented Neo4j way to avoid lost
+# updates), then read its status under the lock. Step 2 writes the status and record.
+LOCK_SCENE = """
+MATCH (s:Scene {tenant_id: $tenant_id, id: $id})
+SET s._lock = true
+WITH s
+RETURN s.status AS status, s.record AS record
+"""
+
+CLAIM_SCENE = """
+MATCH (s:Scene {tenant_id: $tenant_id, id: $id})
+SET s.status = 'running', s.record = $record
+REMOVE s._lock
+"""
+
+UNLOCK_SCENE = "MATCH (s:Scene {tenant_id: $tenant_id, id: $id}) REMOVE s._lock"
+
+LIST_SCENES = """
+MATCH (s:Scene)
+WHERE ($tenant_id IS NULL OR s.tenant_id = $tenant_id)
+  AND ($env_name IS NULL OR s.env_name = $env_name)
+  AND ($statuses IS NULL OR s.status IN $statuses)
+RETURN s.record AS record ORDER BY s.created_at, s.id
+"""
+
+ENVIRONMENTS = """
+CALL () {
+  MATCH (m:Environment) WHERE m.tenant_id = $tenant_id AND m.env_name IS NOT NULL
+    AND m.record IS NOT NULL RETURN m.env_name AS env_name
+  UNION
+  MATCH (s:Scene) WHERE s.tenant_id = $tenant_id AND s.env_name IS NOT NULL RETURN s.env_name AS env_name
+}
+RETURN env_name
+"""
+
+# ---------------------------------------------------------------------------------- exploration
+# One round trip for every episode asked about.
+NEIGHBORHOOD = """
+UNWIND $ids AS episode_id
+MATCH (e:Episode {tenant_id: $tenant_id, id: episode_id})
+OPTIONAL MATCH (c:Canvas {tenant_id: $tenant_id, id: e.canvas_id})
+RETURN e.id AS id, c.record AS canvas,
+  COLLECT { MATCH (a:CanvasAudit {tenant_id: $tenant_id, episode_id: e.id})
+            RETURN a.record ORDER BY a.timestamp, a.id } AS canvas_actions,
+  COLLECT { MATCH (f:Feedback {tenant_id: $tenant_id, episode_id: e.id})
+            RETURN f.record ORDER BY f.created_at, f.id } AS feedback,
+  COLLECT { MATCH (s:Scene {tenant_id: $tenant_id, episode_id: e.id})
+            RETURN s.record ORDER BY s.created_at, s.id } AS scenes,
+  COLLECT { MATCH (s:Scene {tenant_id: $tenant_id, episode_id: e.id})-[:PRODUCED]->(n:WorldNode)
+            WHERE n.env_name = s.env_name RETURN DISTINCT n.record } AS nodes,
+  COLLECT { MATCH (s:Scene {tenant_id: $tenant_id, episode_id: e.id})-[:PRODUCED]->(r:Rule)
+            WHERE r.env_name = s.env_name RETURN DISTINCT r.record } AS rules
+"""

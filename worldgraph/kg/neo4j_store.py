@@ -1,0 +1,492 @@
+"""The Neo4j graph store: the same records as the embedded store, in a real graph.
+
+Every Cypher statement lives in ``worldgraph.kg.neo4j_queries`` (with the graph model). Each
+public write is ONE managed transaction (``session.execute_write``: the driver retries
+transient errors such as deadlocks), made of batched ``UNWIND $rows ... MERGE`` statements
+over rows deduplicated by id; reads use ``execute_read``. Records are stored as JSON strings
+beside their queryable properties and decoded on the way out, so both stores return equal
+dicts and export identical bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Callable, Iterable, Iterator, TypeVar, cast
+
+from neo4j import Driver, GraphDatabase, ManagedTransaction, unit_of_work
+from neo4j.exceptions import AuthError, DriverError, Neo4jError, ServiceUnavailable, SessionExpired
+from neo4j.graph import Node, Path, Relationship
+
+from worldgraph.errors import InvalidInputError, NotFoundError, ReadOnlyQueryError, StoreUnavailableError
+from worldgraph.kg import neo4j_queries as q
+from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
+from worldgraph.kg.store import GraphStore, Record
+
+T = TypeVar("T")
+BATCH = 5000  # rows per UNWIND statement; one public call still writes in one transaction
+
+_EPISODE_PROPS = ("agent_id", "agent_role", "ts", "timestamp", "index_status", "canvas_id", "task_type",
+                  "task_description", "outcome")
+_SCENE_PROPS = ("env_name", "status", "created_at", "episode_id", "current_round", "trigger_reason")
+
+
+class Neo4jGraphStore(GraphStore):
+    """GraphStore on a Neo4j 5 server (Community is enough). Thread-safe: the driver pools."""
+
+    name = "neo4j"
+
+    def __init__(self, uri: str, user: str, password: str, database: str = "neo4j",
+                 connection_timeout: float = 5.0) -> None:
+        self.uri = uri
+        self.database = database
+        driver: Driver | None = None
+        try:
+            driver = GraphDatabase.driver(
+                uri, auth=(user, password), connection_timeout=connection_timeout,
+                max_transaction_retry_time=30.0,
+                # the server's hints ("label does not exist yet", ...) are noise for a library
+                notifications_min_severity="OFF")
+            driver.verify_connectivity()
+        except AuthError as exc:
+            _close(driver)
+            raise StoreUnavailableError(
+                f"Neo4j at {uri} refused the credentials of user {user!r}: {exc}. "
+                "Set NEO4J_USER / NEO4J_PASSWORD (or WORLDGRAPH_NEO4J_USER / WORLDGRAPH_NEO4J_PASSWORD)."
+            ) from exc
+        except (DriverError, Neo4jError, OSError, ValueError) as exc:
+            _close(driver)
+            raise StoreUnavailableError(_unreachable(uri, exc)) from exc
+        self._driver: Driver = driver
+        try:
+            self._ensure_schema()
+        except BaseException:
+            driver.close()
+            raise
+
+    # ---------------------------------------------------------------- plumbing
+    def _write(self, work: Callable[..., T], *args: Any) -> T:
+        try:
+            with self._driver.session(database=self.database) as session:
+                return session.execute_write(work, *args)
+        except (ServiceUnavailable, SessionExpired) as exc:
+            raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
+
+    def _read(self, work: Callable[..., T], *args: Any) -> T:
+        try:
+            with self._driver.session(database=self.database) as session:
+                return session.execute_read(work, *args)
+        except (ServiceUnavailable, SessionExpired) as exc:
+            raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
+
+    def _records(self, query: str, **params: Any) -> list[Record]:
+        """Run one read query whose rows have a ``record`` column; decode them."""
+        def work(tx: ManagedTransaction) -> list[Record]:
+            return [json.loads(r["record"]) for r in tx.run(query, params) if r["record"] is not None]
+        return self._read(work)
+
+    def _ensure_schema(self) -> None:
+        """Constraints first (MERGE seeks their indexes), then indexes, then the version node.
+        Schema commands cannot share a transaction with data writes, so each runs on its own."""
+        try:
+            with self._driver.session(database=self.database) as session:
+                current = session.execute_read(lambda tx: tx.run(q.SCHEMA_VERSION_READ).single())
+                if current is not None and current["version"] == q.SCHEMA_VERSION:
+                    return
+                for stmt in (*q.CONSTRAINTS, *q.INDEXES):
+                    try:
+                        session.run(stmt).consume()
+                    except Neo4jError as exc:  # another process created the same rule meanwhile
+                        if "AlreadyExists" not in (exc.code or ""):
+                            raise
+                session.run(q.AWAIT_INDEXES, seconds=120).consume()
+                session.execute_write(lambda tx: tx.run(q.SCHEMA_VERSION_WRITE, version=q.SCHEMA_VERSION).consume())
+        except (ServiceUnavailable, SessionExpired) as exc:
+            raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
+
+    # ---------------------------------------------------------------- episodes
+    def add_episodes(self, tenant_id: str, episodes: list[Record], canvases: list[Record], audits: list[Record]) -> None:
+        agents = {e["agent_id"]: {"id": e["agent_id"], "tenant_id": tenant_id, "agent_role": e.get("agent_role", "")}
+                  for e in episodes}
+        agent_rows = [{"id": a["id"], "agent_role": a["agent_role"], "record": _dumps(a)} for a in agents.values()]
+        canvas_rows = [{"id": c["id"], "name": c.get("name"), "record": _dumps(c)} for c in _dedupe(canvases)]
+        episode_rows = [_row(e, _EPISODE_PROPS, index_status=e.get("index_status", "pending"))
+                        for e in _dedupe(episodes)]
+        audit_rows = [_row(a, ("episode_id", "canvas_id", "timestamp", "action_type", "agent_id"))
+                      for a in _dedupe(audits)]
+
+        def work(tx: ManagedTransaction) -> None:
+            _run_batched(tx, q.UPSERT_AGENTS, agent_rows, tenant_id=tenant_id)
+            _run_batched(tx, q.UPSERT_CANVASES, canvas_rows, tenant_id=tenant_id)
+            _run_batched(tx, q.UPSERT_EPISODES, episode_rows, tenant_id=tenant_id)
+            _run_batched(tx, q.UPSERT_AUDITS, audit_rows, tenant_id=tenant_id)
+        self._write(work)
+
+    def get_episodes(self, tenant_id: str, episode_ids: list[str]) -> dict[str, Record]:
+        recs = self._records(q.GET_EPISODES, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)))
+        return {r["id"]: r for r in recs}
+
+    def agent_episodes(self, tenant_id: str, agent_id: str, limit: int) -> list[Record]:
+        return self._records(q.AGENT_EPISODES, tenant_id=tenant_id, agent_id=agent_id, limit=int(limit))
+
+    def iter_episodes(self, tenant_id: str | None = None, batch_size: int = 1000) -> Iterator[list[Record]]:
+        after_tenant, after_id = "", ""
+        while True:
+            def work(tx: ManagedTransaction) -> list[Any]:
+                if tenant_id is None:
+                    return list(tx.run(q.ITER_EPISODES_ALL, after_tenant=after_tenant, after_id=after_id,
+                                       limit=int(batch_size)))
+                return list(tx.run(q.ITER_EPISODES_TENANT, tenant_id=tenant_id, after_id=after_id,
+                                   limit=int(batch_size)))
+            rows = self._read(work)
+            if not rows:
+                return
+            after_tenant, after_id = rows[-1]["tenant_id"], rows[-1]["id"]
+            yield [json.loads(r["record"]) for r in rows]
+
+    def set_index_status(self, tenant_id: str, episode_ids: list[str], status: str, error: str | None = None) -> None:
+        ids = list(dict.fromkeys(episode_ids))
+
+        def work(tx: ManagedTransaction) -> None:
+            updates = []
+            for chunk in _chunks(ids, BATCH):
+                for r in tx.run(q.EPISODE_RECORDS_FOR_UPDATE, tenant_id=tenant_id, ids=chunk):
+                    rec = json.loads(r["record"])
+                    rec["index_status"], rec["index_error"] = status, error
+                    updates.append({"id": r["id"], "record": _dumps(rec)})
+            _run_batched(tx, q.SET_INDEX_STATUS, updates, tenant_id=tenant_id, status=status)
+        self._write(work)
+
+    def unindexed_episodes(self, limit: int = 1000) -> list[Record]:
+        return self._records(q.UNINDEXED_EPISODES, limit=int(limit))
+
+    def tenants(self) -> list[str]:
+        rows = self._read(lambda tx: [r["tenant_id"] for r in tx.run(q.TENANTS)])
+        return sorted(t for t in rows if t is not None)
+
+    def stats(self, tenant_id: str) -> dict[str, int]:
+        row = self._read(lambda tx: tx.run(q.STATS, tenant_id=tenant_id).single())
+        assert row is not None
+        return {k: int(row[k]) for k in ("episodes", "agents", "feedback", "canvases", "canvas_audits",
+                                         "scenes", "nodes", "edges", "rules")}
+
+    # ---------------------------------------------------------------- feedback
+    def add_feedback(self, tenant_id: str, feedback: Record) -> None:
+        props = {"episode_id": feedback["episode_id"], "category": feedback.get("feedback_category"),
+                 "score": feedback["feedback_score"], "created_at": feedback["created_at"]}
+
+        def work(tx: ManagedTransaction) -> int:
+            row = tx.run(q.ADD_FEEDBACK, tenant_id=tenant_id, episode_id=feedback["episode_id"],
+                         id=feedback["id"], props=props, record=_dumps(feedback)).single()
+            return int(row["written"]) if row else 0
+        if not self._write(work):
+            raise NotFoundError("episode", feedback["episode_id"], f"tenant {tenant_id!r} holds no such episode")
+
+    def feedback_for(self, tenant_id: str, episode_id: str) -> list[Record]:
+        return self._records(q.FEEDBACK_FOR, tenant_id=tenant_id, episode_id=episode_id)
+
+    def feedback_stats(self, tenant_id: str, episode_ids: list[str],
+                       category: str | None = None) -> dict[str, tuple[float, int]]:
+        def work(tx: ManagedTransaction) -> dict[str, tuple[float, int]]:
+            rows = tx.run(q.FEEDBACK_STATS, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)),
+                          category=category)
+            return {r["episode_id"]: (float(r["mean"]), int(r["n"])) for r in rows}
+        return self._read(work)
+
+    # ---------------------------------------------------------------- canvases
+    def get_canvas(self, tenant_id: str, canvas_id: str) -> Record | None:
+        recs = self._records(q.GET_CANVAS, tenant_id=tenant_id, id=canvas_id)
+        return recs[0] if recs else None
+
+    def canvas_audits(self, tenant_id: str, episode_id: str) -> list[Record]:
+        return self._records(q.CANVAS_AUDITS, tenant_id=tenant_id, episode_id=episode_id)
+
+    # ---------------------------------------------------------------- world graph
+    def load_view(self, tenant_id: str, env_name: str, node_ids: list[str]) -> GraphView:
+        params = {"tenant_id": tenant_id, "env_name": env_name, "ids": list(dict.fromkeys(node_ids))}
+
+        def work(tx: ManagedTransaction) -> GraphView:
+            view = GraphView(tenant_id=tenant_id, env_name=env_name)
+            view.nodes = {r["id"]: r for r in _decode(tx.run(q.VIEW_NODES, params))}
+            view.edges = {r["id"]: r for r in _decode(tx.run(q.VIEW_EDGES, params))}
+            view.rules = {r["id"]: r for r in _decode(tx.run(q.ENV_RULES, params))}
+            meta = _decode(tx.run(q.GET_META, params))
+            view.meta = cast(MetaRecord, meta[0]) if meta else None
+            return view
+        return self._read(work)
+
+    def apply_plan(self, plan: MergePlan) -> MetaRecord:
+        t, env = plan.tenant_id, plan.env_name
+        scenes = [plan.scene] if plan.scene is not None else []
+
+        def work(tx: ManagedTransaction) -> MetaRecord:
+            self._write_world(tx, t, env, scenes, plan.nodes, plan.rules, plan.edges)
+            meta: MetaRecord = dict(plan.meta or {})  # type: ignore[assignment]
+            meta.update({"tenant_id": t, "env_name": env})
+            counts = tx.run(q.ENV_COUNTS, tenant_id=t, env_name=env).single()
+            assert counts is not None
+            meta["counts"] = {k: int(counts[k]) for k in ("nodes", "edges", "rules", "scenes")}
+            _set_meta(tx, t, env, meta)
+            return meta
+        return self._write(work)
+
+    @staticmethod
+    def _write_world(tx: ManagedTransaction, t: str, env: str, scenes: list[SceneRecord],
+                     nodes: Iterable[Record], rules: Iterable[Record], edges: Iterable[Record]) -> None:
+        """Upsert scenes, nodes, rules, edges and the scene links, in this order (ends first)."""
+        params = {"tenant_id": t, "env_name": env}
+        _upsert_scenes(tx, t, scenes)
+        node_list, rule_list, edge_list = _dedupe(nodes), _dedupe(rules), _dedupe(edges)
+        for kind in q.NODE_LABELS:
+            rows = [_row(n, q.NODE_PROPS) for n in node_list if n.get("kind", "entity") == kind]
+            _run_batched(tx, q.upsert_nodes(kind), rows, **params)
+        unknown = [n["id"] for n in node_list if n.get("kind", "entity") not in q.NODE_LABELS]
+        if unknown:
+            raise InvalidInputError("nodes[].kind", f"must be one of {sorted(q.NODE_LABELS)}; nodes {unknown[:5]}")
+        rule_rows = [{**_row(r, q.RULE_PROPS), "linked": list(r.get("linked_node_ids") or [])} for r in rule_list]
+        _run_batched(tx, q.UPSERT_RULES, rule_rows, **params)
+        missing: list[str] = []
+        for relation in q.EDGE_TYPES:
+            rows = [_row(e, q.EDGE_PROPS) for e in edge_list if e.get("relation") == relation]
+            written = set(_run_batched(tx, q.upsert_edges(relation), rows, column="id", **params))
+            missing += [r["id"] for r in rows if r["id"] not in written]
+        bad = [e["id"] for e in edge_list if e.get("relation") not in q.EDGE_TYPES]
+        if bad:
+            raise InvalidInputError("edges[].relation", f"must be one of {list(q.EDGE_TYPES)}; edges {bad[:5]}")
+        if missing:
+            raise InvalidInputError(
+                "edges[].src_id/dst_id",
+                f"every edge must join existing nodes (or a scene) of env {env!r}; these do not: {missing[:5]}")
+        _run_batched(tx, q.LINK_SCENE_NODES, _scene_links(node_list), **params)
+        _run_batched(tx, q.LINK_SCENE_RULES, _scene_links(rule_list), **params)
+
+    def upsert_scene(self, scene: SceneRecord) -> None:
+        self._write(lambda tx: _upsert_scenes(tx, scene["tenant_id"], [scene]))
+
+    def get_scene(self, tenant_id: str, scene_id: str) -> SceneRecord | None:
+        recs = self._records(q.GET_SCENE, tenant_id=tenant_id, id=scene_id)
+        return cast(SceneRecord, recs[0]) if recs else None
+
+    def claim_scene(self, tenant_id: str, scene_id: str) -> bool:
+        def work(tx: ManagedTransaction) -> bool:
+            row = tx.run(q.LOCK_SCENE, tenant_id=tenant_id, id=scene_id).single()
+            if row is None:
+                return False
+            if row["status"] not in ("pending", "failed"):
+                tx.run(q.UNLOCK_SCENE, tenant_id=tenant_id, id=scene_id).consume()
+                return False
+            scene = json.loads(row["record"])
+            scene["status"] = "running"
+            tx.run(q.CLAIM_SCENE, tenant_id=tenant_id, id=scene_id, record=_dumps(scene)).consume()
+            return True
+        return self._write(work)
+
+    def list_scenes(self, tenant_id: str | None = None, env_name: str | None = None,
+                    statuses: list[str] | None = None) -> list[SceneRecord]:
+        recs = self._records(q.LIST_SCENES, tenant_id=tenant_id, env_name=env_name, statuses=statuses or None)
+        return cast(list[SceneRecord], recs)
+
+    def environments(self, tenant_id: str) -> list[str]:
+        return sorted(self._read(lambda tx: [r["env_name"] for r in tx.run(q.ENVIRONMENTS, tenant_id=tenant_id)]))
+
+    def world_graph(self, tenant_id: str, env_name: str) -> dict[str, Any]:
+        params = {"tenant_id": tenant_id, "env_name": env_name}
+
+        def work(tx: ManagedTransaction) -> dict[str, Any]:
+            out: dict[str, Any] = {key: _by_id(_decode(tx.run(query, params))) for key, query in (
+                ("nodes", q.ENV_NODES), ("edges", q.ENV_EDGES), ("rules", q.ENV_RULES), ("scenes", q.ENV_SCENES))}
+            meta = _decode(tx.run(q.GET_META, params))
+            out["meta"] = meta[0] if meta else None
+            return out
+        return self._read(work)
+
+    def replace_world(self, tenant_id: str, env_name: str, graph: dict[str, Any]) -> None:
+        def work(tx: ManagedTransaction) -> None:
+            tx.run(q.DELETE_ENV, tenant_id=tenant_id, env_name=env_name).consume()
+            self._write_world(tx, tenant_id, env_name, list(graph.get("scenes", [])), graph.get("nodes", []),
+                              graph.get("rules", []), graph.get("edges", []))
+            if graph.get("meta") is not None:
+                _set_meta(tx, tenant_id, env_name, graph["meta"])
+        self._write(work)
+
+    # ---------------------------------------------------------------- exploration
+    def neighborhood(self, tenant_id: str, episode_ids: list[str]) -> dict[str, Record]:
+        def work(tx: ManagedTransaction) -> dict[str, Record]:
+            out: dict[str, Record] = {}
+            for r in tx.run(q.NEIGHBORHOOD, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids))):
+                out[r["id"]] = {
+                    "canvas": json.loads(r["canvas"]) if r["canvas"] is not None else None,
+                    "canvas_actions": [json.loads(x) for x in r["canvas_actions"]],
+                    "feedback": [json.loads(x) for x in r["feedback"]],
+                    "scenes": [json.loads(x) for x in r["scenes"]],
+                    "nodes": _by_id([json.loads(x) for x in r["nodes"]]),
+                    "rules": _by_id([json.loads(x) for x in r["rules"]]),
+                }
+            return out
+        found = self._read(work)
+        return {eid: found[eid] for eid in episode_ids if eid in found}
+
+    def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[Record]:
+        """Run a read-only, tenant-scoped query; see ``check_read_only`` for what is refused."""
+        params = dict(params or {})
+        if "tenant_id" in params and params["tenant_id"] != tenant_id:
+            raise ReadOnlyQueryError(
+                "params may not set tenant_id: it is always the caller's tenant "
+                f"({tenant_id!r}), passed as $tenant_id")
+        check_read_only(query)
+        params["tenant_id"] = tenant_id
+
+        @unit_of_work(timeout=60)
+        def work(tx: ManagedTransaction) -> list[Record]:
+            return [{k: _plain(v, tenant_id) for k, v in rec.items()} for rec in tx.run(cast(Any, query), params)]
+        try:
+            return self._read(work)
+        except ReadOnlyQueryError:
+            raise
+        except Neo4jError as exc:
+            raise ReadOnlyQueryError(f"Neo4j refused the query: {exc.message or exc}") from exc
+
+    def close(self) -> None:
+        self._driver.close()
+
+
+# -------------------------------------------------------------------- read-only guard
+_WRITE_WORDS = ("CREATE", "MERGE", "DELETE", "DETACH", "SET", "REMOVE", "DROP", "FOREACH", "LOAD",
+                "TRANSACTIONS", "ALTER", "RENAME", "GRANT", "DENY", "REVOKE", "TERMINATE", "SHOW", "USE")
+_ALLOWED_PROCEDURES = frozenset({"db.labels", "db.relationshiptypes", "db.propertykeys"})
+_LITERAL_RE = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`|//[^\n]*|/\*.*?\*/", re.S)
+_WRITE_RE = re.compile(r"(?<![.$:\w])(" + "|".join(_WRITE_WORDS) + r")\b(?!\s*:)", re.I)
+_CALL_RE = re.compile(r"(?<![.$:\w])CALL\b\s*(?P<target>[A-Za-z_][\w.]*|\{|\()?", re.I)
+_TENANT_PARAM_RE = re.compile(r"\$tenant_id\b")
+
+
+def check_read_only(query: str) -> None:
+    """Refuse, before anything is sent, a query that could write or is not tenant-scoped.
+
+    String literals, quoted identifiers and comments are blanked first, so a write keyword inside
+    a string ("... WHERE n.name = 'CREATE'") is fine; keywords are matched as whole words in any
+    case. The query still runs in a READ transaction, so the server refuses what this misses."""
+    code = _LITERAL_RE.sub(lambda m: "``" if m.group(0).startswith("`") else "''", query)
+    found = _WRITE_RE.search(code)
+    if found:
+        word = found.group(1).upper()
+        what = "LOAD CSV" if word == "LOAD" else ("CALL ... IN TRANSACTIONS" if word == "TRANSACTIONS" else word)
+        raise ReadOnlyQueryError(
+            f"cypher() is read-only: {what} is not allowed (clauses that write, load files or administer "
+            "the database are refused). Use the WorldModel API to change data.")
+    for call in _CALL_RE.finditer(code):
+        target = call.group("target")
+        if target in ("{", "("):
+            continue  # a subquery: its body was checked like the rest
+        if target is None or target.lower() not in _ALLOWED_PROCEDURES:
+            raise ReadOnlyQueryError(
+                f"cypher() may call only the procedures {sorted(_ALLOWED_PROCEDURES)}; got CALL {target or '?'}")
+    if not _TENANT_PARAM_RE.search(code):
+        raise ReadOnlyQueryError(
+            "cypher() queries must be scoped to the caller's tenant: reference $tenant_id, e.g. "
+            "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e LIMIT 10")
+
+
+def _plain(value: Any, tenant_id: str) -> Any:
+    """A driver value as plain JSON-able data; a node or relationship of another tenant refuses."""
+    if isinstance(value, (Node, Relationship)):
+        props = dict(value.items())
+        owner = props.get("tenant_id")
+        if owner is not None and owner != tenant_id:
+            raise ReadOnlyQueryError(
+                "cypher() result reaches outside the caller's tenant: filter every MATCH on $tenant_id")
+        if isinstance(props.get("record"), str):
+            try:
+                props["record"] = json.loads(props["record"])
+            except ValueError:
+                pass
+        return {k: _plain(v, tenant_id) for k, v in props.items()}
+    if isinstance(value, Path):
+        out: list[Any] = [_plain(value.start_node, tenant_id)]
+        for rel in value.relationships:
+            out += [_plain(rel, tenant_id), _plain(rel.end_node, tenant_id)]
+        return out
+    if isinstance(value, dict):
+        return {k: _plain(v, tenant_id) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, tenant_id) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if hasattr(value, "iso_format"):  # neo4j.time Date / Time / DateTime / Duration
+        return value.iso_format()
+    if hasattr(value, "to_native") and not hasattr(value, "srid"):  # e.g. neo4j.vector.Vector
+        return _plain(value.to_native(), tenant_id)
+    if hasattr(value, "srid"):  # neo4j.spatial points
+        return {"srid": value.srid, "coordinates": list(value)}
+    return str(value)
+
+
+# -------------------------------------------------------------------- helpers
+def _unreachable(uri: str, exc: BaseException) -> str:
+    return (f"cannot reach Neo4j at {uri} ({type(exc).__name__}: {exc}). Start a server with "
+            "`worldgraph neo4j start` (no Docker needed), or `docker compose up -d neo4j`, or point "
+            "NEO4J_URI (and NEO4J_USER / NEO4J_PASSWORD) at a running one.")
+
+
+def _close(driver: Driver | None) -> None:
+    if driver is not None:
+        driver.close()
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def _dedupe(records: Iterable[Record]) -> list[Record]:
+    """One row per id (the last one wins, as successive upserts would), first-seen order."""
+    out: dict[str, Record] = {}
+    for rec in records:
+        out[rec["id"]] = rec
+    return list(out.values())
+
+
+def _row(rec: Record, keys: tuple[str, ...], **props: Any) -> dict[str, Any]:
+    """An UNWIND row: id, the scalar properties queries use (``props`` override), the record as JSON."""
+    scalars = {k: rec.get(k) for k in keys if rec.get(k) is None or isinstance(rec.get(k), (str, int, float, bool))}
+    return {"id": rec["id"], "props": {**scalars, **props}, "record": _dumps(rec)}
+
+
+def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _run_batched(tx: ManagedTransaction, query: str, rows: list[dict[str, Any]], column: str | None = None,
+                 **params: Any) -> list[Any]:
+    """Send ``rows`` as $rows in chunks of BATCH; returns ``column`` of every result row if asked."""
+    out: list[Any] = []
+    for chunk in _chunks(rows, BATCH):
+        result = tx.run(query, {**params, "rows": chunk})
+        if column is None:
+            result.consume()
+        else:
+            out.extend(r[column] for r in result)
+    return out
+
+
+def _upsert_scenes(tx: ManagedTransaction, tenant_id: str, scenes: list[SceneRecord]) -> None:
+    rows = [_row(cast(Record, s), _SCENE_PROPS) for s in _dedupe(cast(list[Record], scenes))]
+    _run_batched(tx, q.UPSERT_SCENES, rows, tenant_id=tenant_id)
+
+
+def _scene_links(records: list[Record]) -> list[dict[str, str]]:
+    return [{"scene_id": s, "id": rec["id"]} for rec in records for s in dict.fromkeys(rec.get("source_scenes") or [])]
+
+
+def _set_meta(tx: ManagedTransaction, tenant_id: str, env_name: str, meta: Record) -> None:
+    tx.run(q.SET_META, tenant_id=tenant_id, env_name=env_name, record=_dumps(meta),
+           graph_version=meta.get("graph_version"), updated_at=meta.get("updated_at")).consume()
+
+
+def _decode(result: Iterable[Any]) -> list[Record]:
+    return [json.loads(r["record"]) for r in result if r["record"] is not None]
+
+
+def _by_id(records: list[Record]) -> list[Record]:
+    """Sorted by id in code-point order, exactly as SQLite's ORDER BY id sorts UTF-8 text."""
+    return sorted(records, key=lambda r: r["id"])
