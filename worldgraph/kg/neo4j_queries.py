@@ -31,9 +31,13 @@ EDGE_TYPES: dict[str, str] = {"transition": "TRANSITION", "containment": "CONTAI
 # node kind -> the second label of a world node.
 NODE_LABELS: dict[str, str] = {"entity": "Entity", "state": "State"}
 # The scalar fields of each record copied out as properties (for queries and exploration).
-NODE_PROPS: tuple[str, ...] = ("kind", "type", "name", "norm_name", "entity_id", "confidence", "valid_from", "valid_to")
-EDGE_PROPS: tuple[str, ...] = ("relation", "src_id", "dst_id", "action", "confidence", "valid_from", "valid_to")
-RULE_PROPS: tuple[str, ...] = ("condition", "outcome", "confidence", "valid_from", "valid_to")
+# Queryable copies of record fields (the full record is the `record` JSON property).
+NODE_PROPS: tuple[str, ...] = ("kind", "type", "name", "norm_name", "entity_id", "confidence", "evidence_count",
+                               "source_scenes", "valid_from", "valid_to")
+EDGE_PROPS: tuple[str, ...] = ("relation", "src_id", "dst_id", "action", "confidence", "evidence_count",
+                               "source_scenes", "valid_from", "valid_to")
+RULE_PROPS: tuple[str, ...] = ("condition", "outcome", "confidence", "evidence_count", "source_scenes", "valid_from",
+                               "valid_to")
 
 
 def _set(var: str, keys: tuple[str, ...]) -> str:

@@ -447,8 +447,15 @@ def _dedupe(records: Iterable[Record]) -> list[Record]:
 
 def _row(rec: Record, keys: tuple[str, ...], **props: Any) -> dict[str, Any]:
     """An UNWIND row: id, the scalar properties queries use (``props`` override), the record as JSON."""
-    scalars = {k: rec.get(k) for k in keys if rec.get(k) is None or isinstance(rec.get(k), (str, int, float, bool))}
+    scalars = {k: v for k in keys if _is_property(v := rec.get(k))}
     return {"id": rec["id"], "props": {**scalars, **props}, "record": _dumps(rec)}
+
+
+def _is_property(value: Any) -> bool:
+    """None, a scalar or a list of strings: what Neo4j can hold as a property."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return True
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
