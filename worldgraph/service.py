@@ -130,7 +130,9 @@ class WorldModel:
             return []
         existing = self.store.get_episodes(tenant_id, [e["id"] for e in episodes])
         if existing:
-            raise InvalidInputError("experience.episode_id", f"{next(iter(existing))!r} is already recorded; "
+            i = next(i for i, e in enumerate(episodes) if e["id"] in existing)
+            field = "experience" if len(episodes) == 1 else f"experiences[{i}]"
+            raise InvalidInputError(f"{field}.episode_id", f"{episodes[i]['id']!r} is already recorded; "
                                     "leave episode_id out to get a new id")
         # Embed before storing: a wrong-shaped embedding is a caller error and must leave the store
         # unchanged. An unreachable embedding server is not: the episodes are stored and indexed later.

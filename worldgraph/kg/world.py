@@ -56,7 +56,7 @@ class WorldUpdater:
     # ------------------------------------------------------------------ helpers
     @staticmethod
     def check_env(env_name: Any) -> str:
-        if not isinstance(env_name, str) or not ENV_RE.match(env_name):
+        if not isinstance(env_name, str) or not ENV_RE.fullmatch(env_name):
             raise InvalidInputError(
                 "env_name", "must be 1-128 characters of letters, digits, '_', '-' or '.', starting with a letter "
                 "or digit (it names a folder of the snapshot)", env_name)

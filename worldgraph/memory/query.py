@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 from datetime import datetime, time, timedelta, timezone
 
 _CANVAS = re.compile(r"\bcanvas[-_](\w[\w-]*)", re.I)
@@ -70,51 +71,62 @@ def parse_query(query: str, now: datetime | None = None) -> ParsedQuery:
     text = clean(query)
     parsed = ParsedQuery(text=text, original=query)
 
-    def take(pattern: re.Pattern[str], s: str) -> tuple[list[re.Match[str]], str]:
-        found = list(pattern.finditer(s))
-        return found, pattern.sub(" ", s)
+    def take(pattern: re.Pattern[str], s: str, handle: Callable[[re.Match[str]], bool]) -> str:
+        """Remove the matches ``handle`` accepts; a match it rejects (an impossible date such
+        as 2026-13-45) stays in the text instead of vanishing without becoming a filter."""
+        return pattern.sub(lambda m: " " if handle(m) else m.group(0), s)
 
-    found, rest = take(_BETWEEN, text)
-    for m in found:
+    def between(m: re.Match[str]) -> bool:
         try:
             a, b = _parse_iso(m.group(1)), _parse_iso(m.group(2))
         except ValueError:
-            continue
+            return False
         parsed.start, parsed.end = a, _day_bounds(b)[1] if len(m.group(2)) == 10 else b
         parsed.date_phrases.append(m.group(0))
-    found, rest = take(_SINCE, rest)
-    for m in found:
+        return True
+
+    def since(m: re.Match[str]) -> bool:
         try:
             parsed.start = _parse_iso(m.group(1))
-            parsed.date_phrases.append(m.group(0))
         except ValueError:
-            pass
-    found, rest = take(_BEFORE, rest)
-    for m in found:
+            return False
+        parsed.date_phrases.append(m.group(0))
+        return True
+
+    def before(m: re.Match[str]) -> bool:
         try:
             parsed.end = _parse_iso(m.group(1))
-            parsed.date_phrases.append(m.group(0))
         except ValueError:
-            pass
-    found, rest = take(_ON, rest)
-    for m in found:
+            return False
+        parsed.date_phrases.append(m.group(0))
+        return True
+
+    def on(m: re.Match[str]) -> bool:
         try:
             day = _parse_iso(m.group(1))
         except ValueError:
-            continue
+            return False
         if len(m.group(1)) == 10:
             parsed.start, parsed.end = _day_bounds(day)
         else:
             parsed.start = parsed.end = day
         parsed.date_phrases.append(m.group(0).strip())
-    found, rest = take(_LAST_N, rest)
+        return True
+
+    rest = take(_BETWEEN, text, between)
+    rest = take(_SINCE, rest, since)
+    rest = take(_BEFORE, rest, before)
+    rest = take(_ON, rest, on)
+    found = list(_LAST_N.finditer(rest))
+    rest = _LAST_N.sub(" ", rest)
     for m in found:
         n, unit = int(m.group(1)), m.group(2).lower()
         span = {"hour": timedelta(hours=n), "day": timedelta(days=n), "week": timedelta(weeks=n),
                 "month": timedelta(days=30 * n)}[unit]
         parsed.start, parsed.end = now - span, now
         parsed.date_phrases.append(m.group(0))
-    found, rest = take(_RELATIVE, rest)
+    found = list(_RELATIVE.finditer(rest))
+    rest = _RELATIVE.sub(" ", rest)
     for m in found:
         phrase = _SPACES.sub(" ", m.group(1).lower())
         today_start, _ = _day_bounds(now)

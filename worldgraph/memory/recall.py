@@ -11,6 +11,7 @@ which is the system of record: an episode the store does not hold is never retur
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -22,11 +23,15 @@ from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import InvalidInputError
 from worldgraph.kg.store import GraphStore
 from worldgraph.memory.embeddings import Embedder, check_embeddings
+from worldgraph.memory.index import WHERE_KEYS as INDEX_WHERE_KEYS
 from worldgraph.memory.index import EpisodeIndex
 from worldgraph.memory.models import DateRange, RecallOptions
 from worldgraph.memory.query import parse_query
 from worldgraph.memory.record import pydantic_error
 from worldgraph.memory.scoring import ScoreParts, diversity_order, normalise_feedback, relevance
+
+
+_SEARCH_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="worldgraph-recall")
 
 
 class RecallResult(dict[str, Any]):
@@ -52,7 +57,7 @@ class Filters:
         out: dict[str, Any] = {}
         if self.agent_role:
             out["agent_role"] = self.agent_role
-        if self.agent_id:
+        if self.agent_id and "agent_id" in INDEX_WHERE_KEYS:  # else checked on the store records only
             out["agent_id"] = self.agent_id
         if self.canvas_ids:
             out["canvas_ids"] = self.canvas_ids
@@ -133,11 +138,19 @@ def recall(
 
     # 2a. candidates: vector top-N plus full-text hits
     where = filters.where()
-    hits = index.vector_search(tenant_id, qvec, k=cfg.candidate_pool, where=where)
+    # The BM25 search runs beside the vector search (LanceDB releases the GIL while it searches).
+    text_hits = (_SEARCH_POOL.submit(index.text_search, tenant_id, text, k=cfg.fulltext_pool, where=where)
+                 if opts.hybrid and cfg.fulltext_pool > 0 else None)
+    try:
+        hits = index.vector_search(tenant_id, qvec, k=cfg.candidate_pool, where=where)
+    except BaseException:
+        if text_hits is not None:
+            text_hits.cancel()  # read-only: if it already started, let it finish unobserved
+        raise
+    extra_hits = text_hits.result() if text_hits is not None else []
     by_id: dict[str, dict[str, Any]] = {h["episode_id"]: h for h in hits}
-    if opts.hybrid and cfg.fulltext_pool > 0:
-        for h in index.text_search(tenant_id, text, k=cfg.fulltext_pool, where=where):
-            by_id.setdefault(h["episode_id"], h)
+    for h in extra_hits:
+        by_id.setdefault(h["episode_id"], h)
     if not by_id:
         return []
     ids = list(by_id)
@@ -169,12 +182,28 @@ def recall(
     # 4. diversity penalty and re-sort (ties broken by id so results are deterministic)
     ids.sort()
     scores = [parts[i].clamped + parts[i].feedback_aware for i in ids]
-    order, penalties = diversity_order(scores, np.stack([vectors[i] for i in ids]), cfg)
-    for pos, i in enumerate(ids):
-        parts[i].diversity_penalty = penalties[pos]
+    # Only the head of the ranking can reach the top k, so the penalty is computed on a prefix
+    # (exactly: a memory's penalty depends only on the memories ranked above it, and an adjusted
+    # score is never above the score, so once the k-th best adjusted score of the prefix is >= the
+    # next score, nothing further down can enter). Besides saving work, this keeps the pairwise
+    # cosine matrix small: multi-threaded BLAS on a 100 x 100 product costs ~20 ms on a loaded
+    # 2-core machine, a 16 x 16 one ~0.05 ms.
+    by_score = sorted(range(len(ids)), key=lambda p: -scores[p])  # stable: same order as diversity_order
+    m = min(len(ids), max(2 * k, 16))
+    while True:
+        head = by_score[:m]
+        order, penalties = diversity_order([scores[p] for p in head], np.stack([vectors[ids[p]] for p in head]), cfg)
+        if m == len(ids):
+            break
+        adjusted = sorted((scores[p] - penalties[j] for j, p in enumerate(head)), reverse=True)
+        if len(adjusted) >= k and adjusted[k - 1] >= scores[by_score[m]]:
+            break
+        m = min(len(ids), m * 2)
+    for j, p in enumerate(head):
+        parts[ids[p]].diversity_penalty = penalties[j]
 
     # 5. top-k and formatting
-    top = [ids[p] for p in order[:k]]
+    top = [ids[head[o]] for o in order[:k]]
     extra = store.neighborhood(tenant_id, top) if opts.include_neighborhood else {}
     results = []
     for i in top:

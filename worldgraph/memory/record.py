@@ -21,7 +21,7 @@ INPUT_SUMMARY_MAX = 500
 
 def check_tenant(tenant_id: Any, field: str = "tenant_id") -> str:
     """Tenants name folders in exports, so they are plain identifiers."""
-    if not isinstance(tenant_id, str) or not TENANT_RE.match(tenant_id):
+    if not isinstance(tenant_id, str) or not TENANT_RE.fullmatch(tenant_id):  # match() lets 'acme\n' through
         raise InvalidInputError(
             field, "must be 1-128 characters of letters, digits, '_', '-' or '.', starting with a letter or digit",
             tenant_id)
