@@ -67,7 +67,7 @@ class WorldGraphConfig(BaseModel):
     postgres_connection_pool: int = 20  # kept for parity with the seed; the graph store pools itself
 
     # LanceDB maintenance
-    ann_index_min_rows: int = Field(50_000, gt=0)
+    ann_index_min_rows: int = Field(10_000, gt=0)  # below it an exact scan is fast enough
     compact_every_writes: int = Field(200, gt=0)
 
     # World graph
