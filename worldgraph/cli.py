@@ -47,7 +47,7 @@ def open_wm(args: argparse.Namespace, **kw: Any) -> Any:
     return WorldModel.open(args.data, graph=args.graph, **kw)
 
 
-def emit(args: argparse.Namespace, data: Any, text: Callable[[], None] | None = None) -> None:
+def emit(args: argparse.Namespace, data: Any, text: Callable[[], object] | None = None) -> None:
     if args.json or text is None:
         print(json.dumps(data, ensure_ascii=False, indent=2, default=str))
     else:
@@ -235,7 +235,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     with open_wm(args) as wm:
         s = wm.stats(args.tenant)
-    emit(args, s, lambda: [print(f"{k:16} {v}") for k, v in s.items()])
+    emit(args, s, lambda: print("\n".join(f"{k:16} {v}" for k, v in s.items())))
     return 0
 
 
@@ -257,7 +257,11 @@ def cmd_delta_apply(args: argparse.Namespace) -> int:
         for line, delta in read_json_items(args.file):
             reason = f"delta apply {args.file}" + (f":{line}" if line > 1 else "")
             reports.append(wm.apply_delta(args.tenant, args.env, delta, scene=reason).to_dict())
-    emit(args, reports, lambda: [print_report(r) for r in reports])
+    def text() -> None:
+        for r in reports:
+            print_report(r)
+
+    emit(args, reports, text)
     return 0
 
 
@@ -300,10 +304,14 @@ def cmd_world_show(args: argparse.Namespace) -> int:
 def cmd_world_retry(args: argparse.Namespace) -> int:
     with open_wm(args) as wm:
         reports = [r.to_dict() for r in wm.retry_updates(args.tenant, args.env)]
-    emit(args, reports, lambda: print(f"retried {len(reports)} packet(s): "
-                                      f"{sum(1 for r in reports if r['ok'])} merged, "
-                                      f"{sum(1 for r in reports if not r['ok'])} not merged")
-         or [print(f"  {r['scene_id']}: {r['error']}") for r in reports if not r["ok"]])
+    def text() -> None:
+        print(f"retried {len(reports)} packet(s): {sum(1 for r in reports if r['ok'])} merged, "
+              f"{sum(1 for r in reports if not r['ok'])} not merged")
+        for r in reports:
+            if not r["ok"]:
+                print(f"  {r['scene_id']}: {r['error']}")
+
+    emit(args, reports, text)
     return 0
 
 
@@ -355,7 +363,7 @@ def cmd_neo4j(args: argparse.Namespace) -> int:
         emit(args, {"stopped": True}, lambda: print("stopped"))
     else:
         st = neo4j_local.status()
-        emit(args, st, lambda: [print(f"{k:10} {v}") for k, v in st.items()])
+        emit(args, st, lambda: print("\n".join(f"{k:10} {v}" for k, v in st.items())))
     return 0
 
 
@@ -434,16 +442,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="merge the deltas shipped in the log instead of calling the LLM "
                          "(the default when no OPENAI_API_KEY / OPENAI_BASE_URL is set)")
 
-    sp = sub.add_parser("delta", help="graph deltas").add_subparsers(title="delta commands")
-    sp2 = add("apply", cmd_delta_apply, "merge a delta file (JSON or JSONL) without an LLM", parent=sp)
+    group = sub.add_parser("delta", help="graph deltas").add_subparsers(title="delta commands")
+    sp2 = add("apply", cmd_delta_apply, "merge a delta file (JSON or JSONL) without an LLM", parent=group)
     sp2.add_argument("file")
     sp2.add_argument("--env", required=True)
 
-    sp = sub.add_parser("world", help="the world graph").add_subparsers(title="world commands")
-    sp2 = add("show", cmd_world_show, "summary and rules of one environment", parent=sp)
+    group = sub.add_parser("world", help="the world graph").add_subparsers(title="world commands")
+    sp2 = add("show", cmd_world_show, "summary and rules of one environment", parent=group)
     sp2.add_argument("--env", required=True)
     sp2.add_argument("--max-items", type=int, default=40)
-    sp2 = add("retry", cmd_world_retry, "re-run pending and failed scene packets", parent=sp)
+    sp2 = add("retry", cmd_world_retry, "re-run pending and failed scene packets", parent=group)
     sp2.add_argument("--env", default=None)
 
     sp = add("export", cmd_export, "write the canonical snapshot of an environment")

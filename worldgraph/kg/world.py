@@ -17,7 +17,7 @@ import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from worldgraph.errors import DeltaValidationError, ExtractionError, InvalidInputError, NotFoundError
 from worldgraph.kg.curiosity import AgentRound, RoundHistory, build_scene_packet, parse_curiosity
@@ -140,13 +140,13 @@ class WorldUpdater:
         """Extract (LLM) and merge one scene packet now. Safe to call for a packet that the
         background worker also holds: only one of them claims it."""
         tenant_id, scene_id = _packet_ids(packet)
-        scene = self.wm.store.get_scene(tenant_id, scene_id)
-        if scene is None:
+        stored = self.wm.store.get_scene(tenant_id, scene_id)
+        if stored is None:
             if not isinstance(packet, dict):
                 raise NotFoundError("scene", scene_id, "give the packet returned by observe_round")
-            scene = dict(packet)  # type: ignore[assignment]
-            scene.setdefault("status", "pending")
-            self.wm.store.upsert_scene(scene)  # type: ignore[arg-type]
+            stored = cast(SceneRecord, {"status": "pending", **packet})
+            self.wm.store.upsert_scene(stored)
+        scene: SceneRecord = stored
         env = scene["env_name"]
         report = MergeReport(tenant_id=tenant_id, env_name=env, scene_id=scene_id)
         if not self.wm.store.claim_scene(tenant_id, scene_id):
@@ -288,7 +288,7 @@ def replay_log(wm: "WorldModel", tenant_id: str, env_name: str, log_path: str | 
                 raise InvalidInputError(f"{log_path}:{n}", f"not valid JSON ({exc.msg})") from None
     offline = (not llm_configured()) if use_shipped_deltas is None else use_shipped_deltas
     summary: dict[str, Any] = {"rounds": 0, "flagged": 0, "merged": 0, "pending": 0, "failed": 0, "reports": []}
-    scene_ids = []
+    scene_ids: list[str] = []
     auto_update, wm.world.auto_update = wm.world.auto_update, not offline
     try:
         _replay(wm, tenant_id, env_name, str(log_path), rounds, offline, summary, scene_ids, progress)

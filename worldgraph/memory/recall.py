@@ -166,9 +166,10 @@ def recall(
     stats = store.feedback_stats(tenant_id, ids, category=opts.feedback_category)
     if opts.feedback_category is not None:
         ids = [i for i in ids if i in stats]
-    avg = {i: normalise_feedback(stats[i][0]) if i in stats else None for i in ids}
+    avg: dict[str, float | None] = {i: normalise_feedback(stats[i][0]) if i in stats else None for i in ids}
     if opts.min_feedback_score is not None:
-        ids = [i for i in ids if avg[i] is not None and avg[i] >= opts.min_feedback_score]
+        floor = opts.min_feedback_score
+        ids = [i for i in ids if (f := avg[i]) is not None and f >= floor]
     if not ids:
         return []
 
@@ -221,7 +222,7 @@ def recall(
             canvas_id=ep.get("canvas_id"),
             canvas_name=ep.get("canvas_name"),
             canvas_actions=ep.get("canvas_action_ids", []),
-            feedback_score=None if avg[i] is None else round(avg[i], 6),
+            feedback_score=None if (f := avg[i]) is None else round(f, 6),
             feedback_count=stats[i][1] if i in stats else 0,
             semantic_score=round(semantic[i], 6),
             agent_id=ep["agent_id"],
