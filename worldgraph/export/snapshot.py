@@ -12,10 +12,12 @@ from __future__ import annotations
 import copy
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from worldgraph.errors import InvalidInputError, NotFoundError
+from worldgraph.gcpause import gc_paused
 from worldgraph.kg.records import SCENE_PACKET_KEYS
 
 FILES: dict[str, str] = {
@@ -62,7 +64,8 @@ def write_snapshot(
     into place only when all five are written, so a failure leaves the old snapshot intact.
     ``env_name`` / ``app_name`` fill the meta when the graph has none."""
     out = Path(out_dir)
-    files = {FILES[k]: _jsonl(k, normalise_records(k, graph.get(k) or [])) for k in FILES}
+    with gc_paused():
+        files = {FILES[k]: _jsonl(k, normalise_records(k, graph.get(k) or [])) for k in FILES}
     meta = _meta(graph, out, env_name, app_name)
     files[META_FILE] = json.dumps(meta, ensure_ascii=False, sort_keys=True, indent=2, allow_nan=False) + "\n"
 
@@ -91,8 +94,9 @@ def read_snapshot(path: str | Path) -> dict[str, Any]:
     if not folder.is_dir():
         raise NotFoundError("snapshot folder", str(folder), "give the folder that holds nodes.jsonl ... meta.json")
     graph: dict[str, Any] = {}
-    for key, name in FILES.items():
-        graph[key] = _read_jsonl(key, folder / name)
+    with gc_paused():
+        for key, name in FILES.items():
+            graph[key] = _read_jsonl(key, folder / name)
     meta_path = folder / META_FILE
     meta = _load(meta_path, meta_path.read_text("utf-8") if meta_path.is_file() else None, META_FILE)
     if not isinstance(meta, dict):
@@ -103,7 +107,17 @@ def read_snapshot(path: str | Path) -> dict[str, Any]:
 
 def normalise_records(key: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Copies of ``records`` (of ``nodes``/``edges``/``rules``/``scenes``) with every contract key,
-    sorted by id. Raises InvalidInputError naming a record that lacks an identity key."""
+    sorted by id. Raises InvalidInputError naming a record that lacks an identity key.
+
+    The copies are shallow: ``records`` themselves are never modified (missing keys are added to
+    the copy, with a fresh list / dict for a default), but nested values (evidence lists,
+    attributes) are shared with them. Deep copies of every record cost most of an export."""
+    return _normalise(key, records, in_place=False)
+
+
+def _normalise(key: str, records: list[dict[str, Any]], in_place: bool) -> list[dict[str, Any]]:
+    """``normalise_records``; ``in_place`` fills the given dicts instead of copies (for records
+    that belong to nobody else, e.g. just parsed from a file)."""
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
     for i, rec in enumerate(records):
@@ -118,10 +132,10 @@ def normalise_records(key: str, records: list[dict[str, Any]]) -> list[dict[str,
         if rec["id"] in seen:
             raise InvalidInputError(where, f"duplicate id {rec['id']!r}")
         seen.add(rec["id"])
-        full = copy.deepcopy(rec)
+        full = rec if in_place else dict(rec)
         for k, default in _DEFAULTS[key].items():
             if full.get(k) is None and default is not None:
-                full[k] = copy.deepcopy(default)
+                full[k] = default.copy() if isinstance(default, (list, dict)) else default
             else:
                 full.setdefault(k, None)
         out.append(full)
@@ -131,11 +145,16 @@ def normalise_records(key: str, records: list[dict[str, Any]]) -> list[dict[str,
 # ---------------------------------------------------------------------------- internals
 
 
+# what json.dumps(rec, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+# builds for every call, built once
+_LINE = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
 def _jsonl(key: str, records: list[dict[str, Any]]) -> str:
     lines = []
     for rec in records:
         try:
-            lines.append(json.dumps(rec, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False))
+            lines.append(_LINE.encode(rec))
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(f"{key} id {rec['id']!r}", f"is not JSON-serialisable: {exc}") from None
     return "".join(line + "\n" for line in lines)
@@ -175,7 +194,7 @@ def _read_jsonl(key: str, path: Path) -> list[dict[str, Any]]:
         seen[rec["id"]] = lineno
         records.append(rec)
     try:
-        return normalise_records(key, records)
+        return _normalise(key, records, in_place=True)  # parsed here: nobody else holds them
     except InvalidInputError as exc:  # name the file, not the list index
         raise InvalidInputError(f"{path.name} ({exc.field})", exc.rule) from None
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from worldgraph.errors import NotFoundError
+from worldgraph.gcpause import gc_paused
 from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
 from worldgraph.kg.store import GraphStore, Record
 
@@ -192,7 +193,7 @@ class EmbeddedGraphStore(GraphStore):
 
     def unindexed_episodes(self, limit: int = 1000) -> list[Record]:
         rows = self._query(
-            "SELECT data, index_status, index_error FROM episodes WHERE index_status != 'indexed' "
+            "SELECT data, index_status, index_error FROM episodes WHERE index_status IN ('pending', 'failed') "
             "ORDER BY ts, id LIMIT ?", (limit,)
         )
         return [_episode(r) for r in rows]
@@ -261,23 +262,31 @@ class EmbeddedGraphStore(GraphStore):
     def load_view(self, tenant_id: str, env_name: str, node_ids: list[str]) -> GraphView:
         view = GraphView(tenant_id=tenant_id, env_name=env_name)
         ids = list(dict.fromkeys(node_ids))
+        # One SELECT per indexed column, joined by UNION ALL (a row found twice is kept once):
+        # with ``a IN (...) OR b IN (...)`` SQLite used only the (tenant_id, env_name) prefix
+        # and checked every row of the environment; this way each arm is an index lookup
+        # (primary key, nodes_entity, edges_src, edges_dst; see EXPLAIN QUERY PLAN).
         for chunk in _chunks(ids):
             ph = _placeholders(len(chunk))
             # the nodes asked for, and the states of those that are entities (a new state closes them)
-            for (d,) in self._query(
-                f"SELECT data FROM world_nodes WHERE tenant_id = ? AND env_name = ? AND (id IN ({ph}) "
-                f"OR json_extract(data, '$.entity_id') IN ({ph}))",
-                [tenant_id, env_name, *chunk, *chunk],
+            for nid, d in self._query(
+                f"SELECT id, data FROM world_nodes WHERE tenant_id = ? AND env_name = ? AND id IN ({ph}) "
+                f"UNION ALL SELECT id, data FROM world_nodes WHERE tenant_id = ? AND env_name = ? "
+                f"AND json_extract(data, '$.entity_id') IN ({ph})",
+                [tenant_id, env_name, *chunk, tenant_id, env_name, *chunk],
             ):
-                rec = json.loads(d)
-                view.nodes[rec["id"]] = rec
-            for (d,) in self._query(
-                f"SELECT data FROM world_edges WHERE tenant_id = ? AND env_name = ? "
-                f"AND (src_id IN ({ph}) OR dst_id IN ({ph}))",
-                [tenant_id, env_name, *chunk, *chunk],
+                if nid not in view.nodes:
+                    rec = json.loads(d)
+                    view.nodes[rec["id"]] = rec
+            for eid, d in self._query(
+                f"SELECT id, data FROM world_edges WHERE tenant_id = ? AND env_name = ? AND src_id IN ({ph}) "
+                f"UNION ALL SELECT id, data FROM world_edges WHERE tenant_id = ? AND env_name = ? "
+                f"AND dst_id IN ({ph})",
+                [tenant_id, env_name, *chunk, tenant_id, env_name, *chunk],
             ):
-                rec = json.loads(d)
-                view.edges[rec["id"]] = rec
+                if eid not in view.edges:
+                    rec = json.loads(d)
+                    view.edges[rec["id"]] = rec
         for (d,) in self._query(
             "SELECT data FROM world_rules WHERE tenant_id = ? AND env_name = ?", (tenant_id, env_name)
         ):
@@ -390,7 +399,8 @@ class EmbeddedGraphStore(GraphStore):
             rows = self._query(
                 f"SELECT data FROM {table} WHERE tenant_id = ? AND env_name = ? ORDER BY id", (tenant_id, env_name)
             )
-            return [json.loads(d) for (d,) in rows]
+            with gc_paused():  # the records are acyclic; see gc_paused
+                return [json.loads(d) for (d,) in rows]
 
         return {"nodes": load("world_nodes"), "edges": load("world_edges"), "rules": load("world_rules"),
                 "scenes": load("scenes"), "meta": self._meta(tenant_id, env_name)}

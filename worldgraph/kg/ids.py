@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import unicodedata
 import uuid
+from functools import lru_cache
 
 from worldgraph.kg.records import WORLDGRAPH_NS
 
@@ -27,6 +28,12 @@ def normalise_name(s: str) -> str:
     ``normalise_name("The  Brass Key.") == normalise_name("brass key") == "brass key"``.
     Punctuation inside a name is kept ("door #2", "o'brien").
     """
+    # cached: a merge normalises the same names many times (ids, refs, rule texts)
+    return _normalise_name(s) if type(s) is str else _normalise_name.__wrapped__(s)
+
+
+@lru_cache(maxsize=1 << 16)
+def _normalise_name(s: str) -> str:
     text = unicodedata.normalize("NFKC", str(s)).casefold()
     text = _ENDS.sub("", _WS.sub(" ", text))
     stripped = _ARTICLE.sub("", text)

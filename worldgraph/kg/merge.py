@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import copy
 import re
+from functools import lru_cache
 from typing import Any
 
 from worldgraph.kg.delta import parse_item, validate_delta
@@ -102,9 +103,15 @@ def plan_merge(
 
 
 def apply_plan_to_view(view: GraphView, plan: MergePlan) -> GraphView:
-    """What a store holds after applying ``plan`` to a store holding ``view`` (pure: a new view).
-    For tests and benchmarks: a sequence of merges simulated without a store."""
-    out = copy.deepcopy(view)
+    """What a store holds after applying ``plan`` to a store holding ``view`` (pure: a new view,
+    ``view`` is left as it was). For tests and benchmarks: a sequence of merges simulated without
+    a store. The plan's records are copied in; records the plan does not touch are shared with
+    ``view`` (new dicts, same record objects), as the merge engine never modifies a view's
+    records (it copies a record before changing it). Copying the whole view instead cost
+    O(graph) per merge (1.8 s at 10k nodes)."""
+    out = copy.copy(view)
+    out.nodes, out.edges, out.rules, out.scenes = dict(view.nodes), dict(view.edges), dict(view.rules), dict(view.scenes)
+    out.meta = copy.deepcopy(view.meta)
     for n in plan.nodes:
         out.nodes[n["id"]] = copy.deepcopy(n)
     for e in plan.edges:
@@ -162,6 +169,12 @@ class _Merge:
         self.asserted_states: list[str] = []
         self.transitions: list[tuple[str, str]] = []
         self.report = MergeReport(tenant_id=self.t, env_name=self.env, scene_id=self.scene_id)
+        # Indexes over the view plus the touched records, built on first use, kept up to date:
+        # containment edge ids by child (dst_id), and the current rules' condition tokens.
+        self._containment_into: dict[Any, set[str]] | None = None
+        self._rule_tokens: dict[str, frozenset[str]] | None = None  # current rule id -> condition tokens
+        self._rule_postings: dict[str, set[str]] = {}  # condition token -> current rule ids
+        self._rules_without_tokens: set[str] = set()  # current rules whose condition has no token
 
     def run(self, delta: dict[str, Any]) -> tuple[MergePlan, MergeReport]:
         state_refs = self._nodes(delta)
@@ -245,15 +258,29 @@ class _Merge:
 
     def _settle_states(self) -> None:
         """Which states end current: computed from the delta, then applied as a difference."""
+        # A state made current closes the other states of its (entity, state type): collect
+        # those groups only, in one pass over the view (touched records win over the view's).
+        def group_key(nid: str) -> tuple[str, str]:
+            rec = self._node(nid) or {}
+            return (rec.get("entity_id") or "", rec.get("type", ""))
+
+        needed = {group_key(nid) for nid in self.asserted_states} | {group_key(dst) for _, dst in self.transitions}
+        needed = {k for k in needed if k[0]}  # a state without an entity has no group
         groups: dict[tuple[str, str], list[str]] = {}
-        for nid, rec in sorted({**self.view.nodes, **self.nodes}.items()):
-            if rec.get("kind") == "state" and rec.get("entity_id"):
-                groups.setdefault((rec["entity_id"], rec.get("type", "")), []).append(nid)
+        if needed:
+            touched = self.nodes
+            for records, skip in ((self.view.nodes, touched), (touched, None)):
+                for nid, rec in records.items():
+                    if skip is not None and nid in skip:
+                        continue
+                    if rec.get("kind") == "state" and rec.get("entity_id"):
+                        key = (rec["entity_id"], rec.get("type", ""))
+                        if key in needed:
+                            groups.setdefault(key, []).append(nid)
         want: dict[str, bool] = {}
 
         def make_current(nid: str) -> None:
-            rec = self._node(nid) or {}
-            for other in groups.get((rec.get("entity_id") or "", rec.get("type", "")), []):
+            for other in groups.get(group_key(nid), []):
                 want[other] = False
             want[nid] = True
 
@@ -344,6 +371,8 @@ class _Merge:
             self._add_evidence(rec, item.evidence, item.confidence, new=True)
             self.edges[eid] = rec
             _mark(self.report.created["edges"], eid)
+            if self._containment_into is not None and item.relation == "containment":
+                self._containment_into.setdefault(dst, set()).add(eid)
         else:
             rec = self.edges.setdefault(eid, copy.deepcopy(old))
             rec["updated_at"] = self.now
@@ -351,12 +380,23 @@ class _Merge:
             if eid not in self.report.created["edges"]:
                 _mark(self.report.merged["edges"], eid)
         if item.relation == "containment":
-            for other_id, other in sorted({**self.view.edges, **self.edges}.items()):
-                if (other_id != eid and other.get("relation") == "containment" and other.get("dst_id") == dst
-                        and other.get("valid_to") is None):
+            for other_id in sorted(self._containment_edges_into(dst)):
+                other = self._edge(other_id)
+                if other_id != eid and other is not None and other.get("valid_to") is None:
                     self._close(self.edges.setdefault(other_id, copy.deepcopy(other)), "edges")
         elif item.relation == "transition":
             self.transitions.append((src, dst))
+
+    def _containment_edges_into(self, dst: str) -> set[str]:
+        """Ids of the containment edges (current or closed) into ``dst``, view and touched."""
+        if self._containment_into is None:
+            index: dict[Any, set[str]] = {}
+            for records in (self.view.edges, self.edges):
+                for eid, e in records.items():
+                    if e.get("relation") == "containment":
+                        index.setdefault(e.get("dst_id"), set()).add(eid)
+            self._containment_into = index
+        return self._containment_into.get(dst, set())
 
     # ------------------------------------------------------------ rules
     def _rules(self, items: list[dict[str, Any]]) -> None:
@@ -384,12 +424,16 @@ class _Merge:
             self._upsert_rule(item, linked)
 
     def _upsert_rule(self, item: Any, linked: list[str]) -> None:
-        current = {k: r for k, r in sorted({**self.view.rules, **self.rules}.items()) if r.get("valid_to") is None}
+        # Only current rules whose condition is similar can take the evidence or be closed:
+        # ``candidates`` holds every such rule (and maybe some more), in id order.
+        candidates = self._similar_condition_rules(item.condition)
         best: tuple[float, str] | None = None
-        for rid, r in current.items():
+        for rid in candidates:
+            r = self._rule(rid) or {}
             score = min(jaccard(item.condition, r.get("condition", "")), jaccard(item.outcome, r.get("outcome", "")))
             if score >= SIMILAR and (best is None or score > best[0]):
                 best = (score, rid)
+        others = {other_id: self._rule(other_id) for other_id in candidates}
         rid = best[1] if best else rule_id(self.t, self.env, item.condition, item.outcome)
         old = self._rule(rid)
         if old is None:
@@ -411,9 +455,52 @@ class _Merge:
                 _mark(self.report.merged["rules"], rid)
             if rec.get("valid_to") is not None:
                 self._reopen(rec, "rules")
-        for other_id, other in current.items():
-            if other_id != rid and _contradicts(item, other):
+        self._index_rule(rid, rec)
+        for other_id, other in others.items():
+            if other_id != rid and other is not None and _contradicts(item, other):
                 self._close(self.rules.setdefault(other_id, copy.deepcopy(other)), "rules")
+                self._unindex_rule(other_id)
+
+    def _similar_condition_rules(self, condition: str) -> list[str]:
+        """Ids (sorted) of current rules that may have a condition similar to ``condition``: a
+        superset of those with ``jaccard(condition, rule condition) >= SIMILAR``, found through
+        the token -> rule index instead of a scan of every rule.
+
+        Prefix filtering: Jaccard(A, B) >= 0.8 needs |A & B| >= 0.8 |A | B| > 0.75 |A|, so B holds
+        at least m = max(1, floor(3|A| / 4)) tokens of A and therefore one of any |A| - m + 1 of
+        them; we probe A's rarest tokens. An empty token set is similar only to an empty one."""
+        if self._rule_tokens is None:
+            self._rule_tokens = {}
+            for rid, r in {**self.view.rules, **self.rules}.items():
+                if r.get("valid_to") is None:
+                    self._index_rule(rid, r)
+        tokens = _tokens(condition)
+        if not tokens:
+            return sorted(self._rules_without_tokens)
+        postings = self._rule_postings
+        probes = len(tokens) - max(1, (3 * len(tokens)) // 4) + 1
+        found: set[str] = set()
+        for tok in sorted(tokens, key=lambda t: (len(postings.get(t, ())), t))[:probes]:
+            found.update(postings.get(tok, ()))
+        return sorted(found)
+
+    def _index_rule(self, rid: str, rec: Any) -> None:
+        if self._rule_tokens is None or rid in self._rule_tokens:
+            return
+        tokens = _tokens(rec.get("condition", ""))
+        self._rule_tokens[rid] = tokens
+        if not tokens:
+            self._rules_without_tokens.add(rid)
+        for tok in tokens:
+            self._rule_postings.setdefault(tok, set()).add(rid)
+
+    def _unindex_rule(self, rid: str) -> None:
+        tokens = self._rule_tokens.pop(rid, None) if self._rule_tokens is not None else None
+        if tokens is None:
+            return
+        self._rules_without_tokens.discard(rid)
+        for tok in tokens:
+            self._rule_postings[tok].discard(rid)
 
     # ------------------------------------------------------------ shared steps
     def _add_evidence(self, rec: Any, evidence: list[str], confidence: float, new: bool = False) -> None:
@@ -535,8 +622,16 @@ _TOKEN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]|[^\
 _ARTICLES = frozenset({"a", "an", "the"})
 
 
-def _tokens(text: str) -> set[str]:
-    return set(_TOKEN.findall(normalise_name(text))) - _ARTICLES
+def _tokens(text: str) -> frozenset[str]:
+    """The token set of a rule text (cached: the same rule texts are compared on every merge)."""
+    if isinstance(text, str):
+        return _cached_tokens(text)
+    return frozenset(_TOKEN.findall(normalise_name(text))) - _ARTICLES
+
+
+@lru_cache(maxsize=1 << 16)
+def _cached_tokens(text: str) -> frozenset[str]:
+    return frozenset(_TOKEN.findall(normalise_name(text))) - _ARTICLES
 
 
 def _dicts(value: Any) -> list[dict[str, Any]]:

@@ -12,9 +12,9 @@ import math
 import re
 from typing import Any, Iterable
 
-import networkx as nx
-from networkx.algorithms.link_analysis import pagerank_alg
+import numpy as np
 
+from worldgraph.gcpause import gc_paused
 from worldgraph.kg.records import SceneRecord
 
 # Share of the item budget each kind gets first; what a kind leaves unused goes to the others.
@@ -38,6 +38,13 @@ def summarize_graph(graph: dict[str, Any], scene: SceneRecord | None, max_items:
     graph of current edges, confidence and evidence count. States that are still current come
     before superseded ones.
     """
+    # No cyclic GC while the per-node scores and items are built (nothing here makes cycles):
+    # with a whole environment loaded, collections re-traverse it over and over.
+    with gc_paused():
+        return _summarize(graph, scene, max_items)
+
+
+def _summarize(graph: dict[str, Any], scene: SceneRecord | None, max_items: int) -> dict[str, Any]:
     nodes = _records(graph.get("nodes"))
     edges = _records(graph.get("edges"))
     rules = _records(graph.get("rules"))
@@ -172,26 +179,63 @@ def _centrality(by_id: dict[str, Any], edges: Iterable[dict[str, Any]]) -> dict[
     """PageRank over current edges between known nodes, scaled so the top node has 1.
 
     Episodic edges point at scenes, not nodes, and are left out (evidence counts cover them).
-    ``nx.pagerank`` needs scipy, which we do not depend on; without it networkx's pure-Python
-    PageRank is used, and the degree if even that is missing.
+    The graph is undirected (an edge counts for both ends), alpha 0.85, at most 100 power
+    iterations until the L1 change is below ``N * 1e-6``; the degree if it does not converge.
+    This is networkx's pure-Python PageRank (``_pagerank_python``, what ``nx.pagerank`` used
+    without scipy) step for step, with each step done by numpy on index arrays: the same
+    additions in the same order, so the same floats, at O(edges) array work per step instead
+    of seconds of graph-view overhead at 10k nodes.
     """
-    g = nx.Graph()
+    adj: dict[str, dict[str, None]] = {}  # node -> neighbours, both in first-seen order
     for e in edges:
         src, dst = e.get("src_id"), e.get("dst_id")
         if src in by_id and dst in by_id and src != dst:
-            g.add_edge(src, dst)
-    if g.number_of_edges() == 0:
+            adj.setdefault(src, {})[dst] = None
+            adj.setdefault(dst, {})[src] = None
+    if not adj:
         return {}
-    scores: dict[str, float]
-    try:
-        scores = nx.pagerank(g)
-    except ImportError:
-        python_pagerank = getattr(pagerank_alg, "_pagerank_python", None)
-        scores = python_pagerank(g) if python_pagerank else {n: float(d) for n, d in g.degree()}
-    except nx.PowerIterationFailedConvergence:
-        scores = {n: float(d) for n, d in g.degree()}
-    top = max(scores.values()) or 1.0
-    return {n: s / top for n, s in scores.items()}
+    scores = _pagerank(adj)
+    top = max(scores) or 1.0
+    return {n: s / top for n, s in zip(adj, scores)}
+
+
+def _pagerank(adj: dict[str, dict[str, None]], alpha: float = 0.85, max_iter: int = 100,
+              tol: float = 1.0e-6) -> list[float]:
+    """PageRank of the undirected graph ``adj`` (no isolated nodes), scores in ``adj``'s order.
+
+    Each step, node by node in order, adds ``alpha * x[n] / degree(n)`` to each neighbour of
+    ``n`` and then the teleport share to ``n`` itself; ``np.bincount`` adds its weights in
+    array order, so laying the additions out in that order reproduces the float sums exactly.
+    """
+    index = {n: i for i, n in enumerate(adj)}
+    n_nodes = len(index)
+    src: list[int] = []  # whose score an addition carries
+    dst: list[int] = []  # where it goes
+    teleport: list[int] = []  # positions of the teleport additions
+    for i, nbrs in enumerate(adj.values()):
+        for nbr in nbrs:
+            src.append(i)
+            dst.append(index[nbr])
+        teleport.append(len(dst))
+        src.append(i)
+        dst.append(i)
+    src_a, dst_a = np.array(src, dtype=np.intp), np.array(dst, dtype=np.intp)
+    share = 1.0 / np.array([len(nbrs) for nbrs in adj.values()], dtype=np.float64)  # 1 / out-degree
+    share_a = share[src_a]
+    tele_a = np.array(teleport, dtype=np.intp)
+    p = 1.0 / n_nodes
+    danglesum = alpha * 0  # an undirected graph built from edges has no dangling node
+    tele = danglesum * p + (1.0 - alpha) * p
+    x = np.full(n_nodes, p, dtype=np.float64)
+    for _ in range(max_iter):
+        xlast = x
+        add = alpha * xlast[src_a] * share_a
+        add[tele_a] = tele
+        x = np.bincount(dst_a, weights=add, minlength=n_nodes)
+        err = sum(np.abs(x - xlast).tolist())  # builtin sum: the same left-to-right additions
+        if err < n_nodes * tol:
+            return x.tolist()
+    return [float(len(nbrs)) for nbrs in adj.values()]  # did not converge: the degree
 
 
 def _allocate(ranked: dict[str, list[_Ranked]], budget: int) -> dict[str, list[dict[str, Any]]]:
