@@ -12,9 +12,8 @@ from __future__ import annotations
 import copy
 import json
 import os
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from worldgraph.errors import InvalidInputError, NotFoundError
 from worldgraph.gcpause import gc_paused
