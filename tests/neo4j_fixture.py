@@ -20,6 +20,7 @@ The fixture returns ``{"uri", "user", "password", "source"}`` (``source`` is ``e
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 import shutil
 import socket
 from pathlib import Path
@@ -70,6 +71,32 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+@contextmanager
+def local_launcher(home: Path) -> Iterator[dict[str, Any]]:
+    """A server of our own from tools/neo4j-local on a free port, stopped on exit."""
+    from worldgraph import neo4j_local
+
+    data = home / "data"
+    port = _free_port()
+    uri = neo4j_local.start(port=port, data_dir=data, timeout=300, home=home)
+    try:
+        yield {
+            "uri": uri,
+            "user": DEFAULT_USER,  # auth is disabled: any credentials work
+            "password": DEFAULT_PASSWORD,
+            "source": "local",
+            "home": str(home),
+            "data_dir": str(data),
+            "port": port,
+        }
+    finally:
+        neo4j_local.stop(home=home)
+
+
+def launcher_available() -> bool:
+    return bool(shutil.which("java") and shutil.which("mvn"))
+
+
 @pytest.fixture(scope="session")
 def neo4j_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A running Neo4j for the whole session: ``{"uri", "user", "password", "source", ...}``."""
@@ -83,25 +110,9 @@ def neo4j_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
         }
         return
 
-    if shutil.which("java") and shutil.which("mvn"):
-        from worldgraph import neo4j_local
-
-        home: Path = tmp_path_factory.mktemp("neo4j-local")
-        data = home / "data"
-        port = _free_port()
-        uri = neo4j_local.start(port=port, data_dir=data, timeout=300, home=home)
-        try:
-            yield {
-                "uri": uri,
-                "user": DEFAULT_USER,  # auth is disabled: any credentials work
-                "password": DEFAULT_PASSWORD,
-                "source": "local",
-                "home": str(home),
-                "data_dir": str(data),
-                "port": port,
-            }
-        finally:
-            neo4j_local.stop(home=home)
+    if launcher_available():
+        with local_launcher(tmp_path_factory.mktemp("neo4j-local")) as server:
+            yield server
         return
 
     if _testcontainers_available():

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
 neo4j = pytest.importorskip("neo4j")
 from neo4j import GraphDatabase  # noqa: E402
 
+from tests.neo4j_fixture import _unavailable, launcher_available, local_launcher  # noqa: E402
 from worldgraph import neo4j_local  # noqa: E402
 
 pytestmark = pytest.mark.neo4j
@@ -45,13 +46,21 @@ def test_write_read_round_trip(neo4j_server: dict[str, Any]) -> None:
             driver.execute_query("MATCH (n:WgTest {key: $key}) DETACH DELETE n", key=key)
 
 
-def _local_only(server: dict[str, Any]) -> None:
-    if server["source"] != "local":
-        pytest.skip(f"Neo4j comes from {server['source']}, not the local launcher")
+@pytest.fixture(scope="module")
+def launched(neo4j_server: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The session's server when the launcher started it; else (NEO4J_URI set, as in CI) a
+    second one of our own, so the launcher itself is always tested where Java and Maven exist."""
+    if neo4j_server["source"] == "local":
+        yield neo4j_server
+        return
+    if not launcher_available():
+        _unavailable("the local launcher needs java and mvn on PATH")
+    with local_launcher(tmp_path_factory.mktemp("neo4j-launcher")) as server:
+        yield server
 
 
-def test_local_status_and_idempotent_start(neo4j_server: dict[str, Any]) -> None:
-    _local_only(neo4j_server)
+def test_local_status_and_idempotent_start(launched: dict[str, Any]) -> None:
+    neo4j_server = launched
     home = neo4j_server["home"]
     st = neo4j_local.status(home=home)
     assert st["running"] is True
@@ -66,8 +75,8 @@ def test_local_status_and_idempotent_start(neo4j_server: dict[str, Any]) -> None
 
 
 @pytest.mark.slow
-def test_local_stop_start_keeps_data(neo4j_server: dict[str, Any]) -> None:
-    _local_only(neo4j_server)
+def test_local_stop_start_keeps_data(launched: dict[str, Any]) -> None:
+    neo4j_server = launched
     home, port, data = neo4j_server["home"], neo4j_server["port"], neo4j_server["data_dir"]
     key = f"p-{uuid.uuid4()}"
     with _driver(neo4j_server) as driver:
