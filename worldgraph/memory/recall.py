@@ -17,7 +17,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
-from pydantic import ValidationError
 
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import InvalidInputError
@@ -27,7 +26,7 @@ from worldgraph.memory.index import WHERE_KEYS as INDEX_WHERE_KEYS
 from worldgraph.memory.index import EpisodeIndex
 from worldgraph.memory.models import DateRange, RecallOptions
 from worldgraph.memory.query import parse_query
-from worldgraph.memory.record import pydantic_error
+from worldgraph.memory.record import parse_model
 from worldgraph.memory.scoring import ScoreParts, diversity_order, normalise_feedback, relevance
 
 
@@ -86,16 +85,7 @@ class Filters:
 
 
 def parse_options(options: RecallOptions | dict[str, Any] | None) -> RecallOptions:
-    if options is None:
-        return RecallOptions()
-    if isinstance(options, RecallOptions):
-        return options
-    if not isinstance(options, dict):
-        raise InvalidInputError("options", f"must be RecallOptions or a dict, got {type(options).__name__}")
-    try:
-        return RecallOptions.model_validate(options)
-    except ValidationError as exc:
-        raise pydantic_error(exc, "options") from exc
+    return RecallOptions() if options is None else parse_model(RecallOptions, options, "options")
 
 
 def recall(

@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from worldgraph.errors import InvalidInputError
 from worldgraph.memory.models import AgentExperience, CanvasAudit, CanvasContext, iso, utcnow
@@ -44,26 +44,28 @@ def pydantic_error(exc: ValidationError, prefix: str) -> InvalidInputError:
     return InvalidInputError(field, rule, err.get("input"))
 
 
-def parse_experience(experience: AgentExperience | dict[str, Any], field: str = "experience") -> AgentExperience:
-    if isinstance(experience, AgentExperience):
-        return experience
-    if not isinstance(experience, dict):
-        raise InvalidInputError(field, f"must be an AgentExperience or a dict, got {type(experience).__name__}")
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_model(model: type[M], value: Any, field: str) -> M:
+    """``value`` as ``model`` (a model instance passes through, a dict is validated); any
+    failure is an InvalidInputError naming ``field`` and the rule."""
+    if isinstance(value, model):
+        return value
+    if not isinstance(value, dict):
+        raise InvalidInputError(field, f"must be a {model.__name__} or a dict, got {type(value).__name__}")
     try:
-        return AgentExperience.model_validate(experience)
+        return model.model_validate(value)
     except ValidationError as exc:
         raise pydantic_error(exc, field) from exc
+
+
+def parse_experience(experience: AgentExperience | dict[str, Any], field: str = "experience") -> AgentExperience:
+    return parse_model(AgentExperience, experience, field)
 
 
 def parse_canvas(canvas: CanvasContext | dict[str, Any] | None, field: str = "canvas") -> CanvasContext | None:
-    if canvas is None or isinstance(canvas, CanvasContext):
-        return canvas
-    if not isinstance(canvas, dict):
-        raise InvalidInputError(field, f"must be a CanvasContext or a dict, got {type(canvas).__name__}")
-    try:
-        return CanvasContext.model_validate(canvas)
-    except ValidationError as exc:
-        raise pydantic_error(exc, field) from exc
+    return None if canvas is None else parse_model(CanvasContext, canvas, field)
 
 
 def summarize(text: str, limit: int = INPUT_SUMMARY_MAX) -> str:
