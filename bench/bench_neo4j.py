@@ -1,6 +1,6 @@
-"""Batched apply_plan throughput: Neo4j vs the embedded store, in the same run.
+"""Neo4j vs the embedded store, in the same run: apply_plan throughput and recall at 100k episodes.
 
-Each run applies one MergePlan of ~10k graph elements (nodes + edges + rules) to a fresh tenant
+Throughput: each run applies one MergePlan of ~10k graph elements (nodes + edges + rules) to a fresh tenant
 ("create"), then the same plan again with every record changed and every edge closed ("update",
 the upsert path). Reports the median over ``--runs`` runs, in graph elements per second.
 
@@ -8,7 +8,18 @@ the upsert path). Reports the median over ``--runs`` runs, in graph elements per
     python bench/bench_neo4j.py --uri bolt://127.0.0.1:7687 --elements 20000 --runs 5
     NEO4J_URI=bolt://... python bench/bench_neo4j.py
 
-Target: >= 20,000 elements/s on Neo4j.
+Recall (``--episodes``, default 100,000; 0 skips it): loads the synthetic episodes of
+bench_memory.py (precomputed vectors, embedding excluded) with batched ``record_experiences``
+into a WorldModel on each store (40 % on canvases with 1-3 actions each, 1 % rated), adds
+``--scenes`` scenes (8 world nodes, 4 edges and 2 rules each, linked to an episode; half of them
+to episodes the queries recall), then times ``recall_experiences`` with and without
+``include_neighborhood`` over ``--queries`` queries. Both WorldModels share one LanceDB index,
+so the difference between them is the store.
+
+    python bench/bench_neo4j.py --episodes 0                  # throughput only
+    python bench/bench_neo4j.py --elements 0 --episodes 100000 --queries 200   # recall only
+
+Targets: >= 20,000 elements/s on Neo4j; recall with neighbourhood p50 <= 50 ms at 100k on Neo4j.
 """
 
 from __future__ import annotations
@@ -16,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import socket
 import statistics
 import sys
@@ -26,7 +38,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_memory import Corpus, PrecomputedEmbedder, pct  # noqa: E402
+from worldgraph import WorldModel  # noqa: E402
 from worldgraph.kg.embedded import EmbeddedGraphStore  # noqa: E402
 from worldgraph.kg.records import MergePlan  # noqa: E402
 from worldgraph.kg.store import GraphStore  # noqa: E402
@@ -99,6 +114,152 @@ def measure(store: GraphStore, elements: int, runs: int) -> dict[str, Any]:
             "create_eps": size / statistics.median(create), "update_eps": size / statistics.median(update)}
 
 
+# ------------------------------------------------------------------------------------ recall at scale
+RECALL_ENV = "bench-world"
+RECALL_OPTS: dict[str, Any] = {"min_similarity": 0.0}
+NEIGHBOURHOOD_OPTS: dict[str, Any] = {"include_neighborhood": True, "min_similarity": 0.0}
+
+
+def load_memory(wm: WorldModel, tenant: str, corpus: Corpus, batch: int) -> dict[str, Any]:
+    """record_experiences in batches (canvases with actions for the episodes on a canvas), then feedback."""
+    rates, started = [], time.perf_counter()
+    exps = corpus.experiences
+    for start in range(0, len(exps), batch):
+        chunk = exps[start:start + batch]
+        t0 = time.perf_counter()
+        wm.record_experiences(tenant, chunk, canvases=[_canvas(e) for e in chunk])
+        rates.append(len(chunk) / (time.perf_counter() - t0))
+    total = time.perf_counter() - started
+    rng = random.Random(11)
+    rated = rng.sample(range(len(exps)), max(1, len(exps) // 100))
+    for i in rated:
+        wm.submit_feedback(tenant, exps[i]["episode_id"], rng.uniform(-1, 1), category=rng.choice(["quality", None]))
+    return {"record_eps_median": statistics.median(rates), "record_s": total, "feedback": len(rated)}
+
+
+def _canvas(exp: dict[str, Any]) -> dict[str, Any] | None:
+    if "canvas_id" not in exp:
+        return None
+    actions = exp.get("canvas_action_ids") or [f"{exp['episode_id']}-a0"]
+    return {"id": exp["canvas_id"], "name": f"board {exp['canvas_id']}",
+            "actions": [{"id": a, "type": "edit", "component_id": f"widget-{k}", "timestamp": exp["timestamp"]}
+                        for k, a in enumerate(actions)]}
+
+
+def scene_plans(tenant: str, episode_ids: list[str]) -> list[MergePlan]:
+    """One plan per scene: the scene (from an episode), 8 nodes, 4 edges, 2 rules learned from it."""
+    plans = []
+    for s, eid in enumerate(episode_ids):
+        sid = f"scene-{s:04d}"
+        stamp = NOW
+        nodes = [{"id": f"s{s:04d}-n{k}", "tenant_id": tenant, "env_name": RECALL_ENV,
+                  "kind": "state" if k == 7 else "entity", "type": "door_state" if k == 7 else "item",
+                  "name": f"thing {s}.{k}", "norm_name": f"thing {s}.{k}", "attributes": {"size": k},
+                  "confidence": 0.7, "evidence": [f"seen in {sid}"], "evidence_count": 1, "source_scenes": [sid],
+                  "entity_id": f"s{s:04d}-n0" if k == 7 else None, "valid_from": NOW, "valid_to": None,
+                  "created_at": NOW, "updated_at": stamp} for k in range(8)]
+        edges = [{"id": f"s{s:04d}-e{k}", "tenant_id": tenant, "env_name": RECALL_ENV, "relation": "containment",
+                  "src_id": f"s{s:04d}-n0", "dst_id": f"s{s:04d}-n{k + 1}", "action": None, "confidence": 0.8,
+                  "evidence": ["seen"], "evidence_count": 1, "source_scenes": [sid], "valid_from": NOW,
+                  "valid_to": None, "created_at": NOW, "updated_at": stamp} for k in range(4)]
+        rules = [{"id": f"s{s:04d}-r{k}", "tenant_id": tenant, "env_name": RECALL_ENV,
+                  "condition": f"condition {s}.{k}", "outcome": "outcome", "linked_node_ids": [f"s{s:04d}-n{k}"],
+                  "confidence": 0.6, "evidence": ["tried"], "evidence_count": 1, "source_scenes": [sid],
+                  "valid_from": NOW, "valid_to": None, "created_at": NOW, "updated_at": stamp} for k in range(2)]
+        scene = {"id": sid, "tenant_id": tenant, "env_name": RECALL_ENV, "status": "merged", "error": None,
+                 "episode_id": eid, "created_at": stamp, "updated_at": stamp, "current_round": s,
+                 "trigger_reason": "bench", "action": "look", "before_observation": "", "after_observation": "",
+                 "feedback": "", "admissible_commands": [], "latest_response": "", "recent_history_excerpt": ""}
+        meta = {"env_name": RECALL_ENV, "app_name": "bench", "graph_version": s + 1, "updated_at": stamp,
+                "last_trigger_reason": "bench"}
+        plans.append(MergePlan(tenant_id=tenant, env_name=RECALL_ENV, nodes=nodes, edges=edges, rules=rules,
+                               scene=scene, meta=meta))
+    return plans
+
+
+def time_recall(wm: WorldModel, tenant: str, queries: list[str], opts: dict[str, Any],
+                warmup: int = 10) -> dict[str, Any]:
+    for text in queries[:warmup]:
+        wm.recall_experiences(tenant, None, text, 5, opts)
+    samples, found = [], []
+    for text in queries:
+        t0 = time.perf_counter()
+        res = wm.recall_experiences(tenant, None, text, 5, opts)
+        samples.append((time.perf_counter() - t0) * 1000)
+        found.append(sum(len((r.get("neighborhood") or {}).get("nodes") or []) for r in res))
+    return {"p50_ms": pct(samples, 50), "p99_ms": pct(samples, 99), "neighbourhood_nodes": sum(found)}
+
+
+def time_parts(wm: WorldModel, tenant: str, qvecs: list[Any]) -> dict[str, float]:
+    """p50 of the store calls of one recall: get_episodes (candidate pool), feedback_stats, neighborhood (top 5)."""
+    ge, fs, nb = [], [], []
+    for vec in qvecs:
+        ids = [h["episode_id"] for h in wm.index.vector_search(tenant, vec, k=wm.config.candidate_pool)]
+        ge.append(_timed(lambda: wm.store.get_episodes(tenant, ids)) * 1000)
+        fs.append(_timed(lambda: wm.store.feedback_stats(tenant, ids)) * 1000)
+        nb.append(_timed(lambda: wm.store.neighborhood(tenant, ids[:5])) * 1000)
+    return {"get_episodes_ms": pct(ge, 50), "feedback_stats_ms": pct(fs, 50), "neighborhood_ms": pct(nb, 50)}
+
+
+def measure_recall(neo_uri: str, user: str, password: str, tmp: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    from worldgraph.kg.neo4j_store import Neo4jGraphStore
+
+    print(f"generating {args.episodes:,} episodes ...", file=sys.stderr)
+    corpus = Corpus(args.episodes, seed=20260101)
+    emb: PrecomputedEmbedder = corpus.embedder()
+    queries = corpus.queries(args.queries, seed=20260103)
+    for text, vec, _ in queries:
+        emb.vectors[text] = vec
+    texts = [t for t, _, _ in queries]
+    tenant = f"recall-{uuid.uuid4().hex[:8]}"  # a fresh tenant, also on a long-lived server
+    embedded = WorldModel.open(tmp / "recall", embedder=emb)
+    neo = WorldModel(embedded.path, Neo4jGraphStore(neo_uri, user, password), embedded.index, emb, embedded.config)
+    out = []
+    try:
+        loads = {}
+        for wm in (embedded, neo):
+            print(f"recording into {wm.store.name} ...", file=sys.stderr)
+            loads[wm.store.name] = load_memory(wm, tenant, corpus, args.batch)
+        embedded.index.ensure_indexes()
+        embedded.index.optimize()
+        # half the scenes on episodes the queries recall (so neighbourhoods are not all empty), half random
+        top = [r[0]["episode_id"] for r in (embedded.recall_experiences(tenant, None, t, 1, RECALL_OPTS)
+                                            for t in texts[::2]) if r]
+        rng = random.Random(5)
+        others = [e["episode_id"] for e in rng.sample(corpus.experiences, max(0, args.scenes - len(top)))]
+        chosen = list(dict.fromkeys(top + others))[: args.scenes]
+        for wm in (embedded, neo):
+            for plan in scene_plans(tenant, chosen):
+                wm.store.apply_plan(plan)
+        for wm in (embedded, neo):
+            print(f"recall on {wm.store.name} ...", file=sys.stderr)
+            row: dict[str, Any] = {"store": wm.store.name, **loads[wm.store.name],
+                                   "stats": wm.store.stats(tenant)}
+            row["plain"] = time_recall(wm, tenant, texts, RECALL_OPTS)
+            row["neighbourhood"] = time_recall(wm, tenant, texts, NEIGHBOURHOOD_OPTS)
+            row.update(time_parts(wm, tenant, [v for _, v, _ in queries[:50]]))
+            out.append(row)
+    finally:
+        neo.store.close()
+        embedded.close()
+    return out
+
+
+def print_recall(rows: list[dict[str, Any]], episodes: int) -> None:
+    print(f"\nrecall at {episodes:,} episodes, {rows[0]['stats']['scenes']} scenes, "
+          f"{rows[0]['stats']['feedback']} feedback, {rows[0]['stats']['canvas_audits']:,} canvas actions")
+    print(f"{'store':<10} {'record eps/s':>12} {'recall p50/p99 ms':>18} {'+neighbourhood p50/p99':>23} "
+          f"{'get_episodes':>12} {'feedback_stats':>14} {'neighborhood()':>14}  (parts: p50 ms)")
+    for r in rows:
+        print(f"{r['store']:<10} {r['record_eps_median']:>12,.0f} "
+              f"{r['plain']['p50_ms']:>8.1f} / {r['plain']['p99_ms']:>7.1f} "
+              f"{r['neighbourhood']['p50_ms']:>11.1f} / {r['neighbourhood']['p99_ms']:>9.1f} "
+              f"{r['get_episodes_ms']:>12.2f} {r['feedback_stats_ms']:>14.2f} {r['neighborhood_ms']:>14.2f}")
+    neo = rows[-1]["neighbourhood"]["p50_ms"]
+    print(f"Neo4j target recall with neighbourhood p50 <= 50 ms: {'met' if neo <= 50 else 'NOT met'} ({neo:.1f} ms)")
+
+
+
 def _timed(fn: Callable[[], Any]) -> float:
     started = time.perf_counter()
     fn()
@@ -116,20 +277,26 @@ def main() -> int:
     ap.add_argument("--uri", default=os.environ.get("NEO4J_URI"), help="a running Neo4j (default: start a local one)")
     ap.add_argument("--user", default=os.environ.get("NEO4J_USER", "neo4j"))
     ap.add_argument("--password", default=os.environ.get("NEO4J_PASSWORD", "worldgraph-dev"))
-    ap.add_argument("--elements", type=int, default=10_000, help="graph elements per plan (default 10000)")
+    ap.add_argument("--elements", type=int, default=10_000, help="graph elements per plan (default 10000; 0 skips)")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured runs first (query plans, JIT)")
+    ap.add_argument("--episodes", type=int, default=100_000, help="episodes for the recall section (0 skips it)")
+    ap.add_argument("--queries", type=int, default=200, help="recalls timed per variant")
+    ap.add_argument("--batch", type=int, default=1000, help="episodes per record_experiences call")
+    ap.add_argument("--scenes", type=int, default=300, help="scenes linked to episodes")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
 
     from worldgraph.kg.neo4j_store import Neo4jGraphStore
 
-    results = []
+    results: list[dict[str, Any]] = []
+    recall_rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        embedded = EmbeddedGraphStore(Path(tmp) / "bench.db")
-        measure(embedded, args.elements, args.warmup) if args.warmup else None
-        results.append(measure(embedded, args.elements, args.runs))
-        embedded.close()
+        if args.elements:
+            embedded = EmbeddedGraphStore(Path(tmp) / "bench.db")
+            measure(embedded, args.elements, args.warmup) if args.warmup else None
+            results.append(measure(embedded, args.elements, args.runs))
+            embedded.close()
 
         local_home = None
         uri = args.uri
@@ -140,28 +307,34 @@ def main() -> int:
             print("starting a local Neo4j (tools/neo4j-local) ...", file=sys.stderr)
             uri = neo4j_local.start(port=_free_port(), data_dir=local_home / "data", timeout=300, home=local_home)
         try:
-            neo = Neo4jGraphStore(uri, args.user, args.password)
-            try:
-                measure(neo, args.elements, args.warmup) if args.warmup else None
-                results.append(measure(neo, args.elements, args.runs))
-            finally:
-                neo.close()
+            if args.elements:
+                neo = Neo4jGraphStore(uri, args.user, args.password)
+                try:
+                    measure(neo, args.elements, args.warmup) if args.warmup else None
+                    results.append(measure(neo, args.elements, args.runs))
+                finally:
+                    neo.close()
+            if args.episodes:
+                recall_rows = measure_recall(uri, args.user, args.password, Path(tmp), args)
         finally:
             if local_home is not None:
                 from worldgraph import neo4j_local
 
                 neo4j_local.stop(home=local_home)
 
-    print(f"\napply_plan throughput, plans of {results[0]['elements']:,} elements, median of {args.runs} runs")
-    print(f"{'store':<10} {'create s':>9} {'create el/s':>12} {'update s':>9} {'update el/s':>12} {'world_graph s':>14}")
-    for r in results:
-        print(f"{r['store']:<10} {r['create_s']:>9.3f} {r['create_eps']:>12,.0f} {r['update_s']:>9.3f} "
-              f"{r['update_eps']:>12,.0f} {r['world_graph_s']:>14.3f}")
-    neo = results[-1]
-    ok = min(neo["create_eps"], neo["update_eps"]) >= 20_000
-    print(f"\nNeo4j target >= 20,000 elements/s: {'met' if ok else 'NOT met'}")
+    if results:
+        print(f"\napply_plan throughput, plans of {results[0]['elements']:,} elements, median of {args.runs} runs")
+        print(f"{'store':<10} {'create s':>9} {'create el/s':>12} {'update s':>9} {'update el/s':>12} "
+              f"{'world_graph s':>14}")
+        for r in results:
+            print(f"{r['store']:<10} {r['create_s']:>9.3f} {r['create_eps']:>12,.0f} {r['update_s']:>9.3f} "
+                  f"{r['update_eps']:>12,.0f} {r['world_graph_s']:>14.3f}")
+        neo_eps = min(results[-1]["create_eps"], results[-1]["update_eps"])
+        print(f"Neo4j target >= 20,000 elements/s: {'met' if neo_eps >= 20_000 else 'NOT met'}")
+    if recall_rows:
+        print_recall(recall_rows, args.episodes)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        args.json.write_text(json.dumps({"apply_plan": results, "recall": recall_rows}, indent=2, default=str))
     return 0
 
 

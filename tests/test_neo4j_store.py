@@ -9,6 +9,7 @@ from typing import Iterator
 import pytest
 
 from worldgraph.errors import InvalidInputError, ReadOnlyQueryError, StoreUnavailableError
+from worldgraph.kg import neo4j_queries as q
 from worldgraph.kg import neo4j_store
 from worldgraph.kg.neo4j_store import Neo4jGraphStore, check_read_only
 from worldgraph.kg.records import MergePlan
@@ -160,6 +161,48 @@ def test_plan_with_a_dangling_edge_writes_nothing(store: Neo4jGraphStore, tenant
     with pytest.raises(InvalidInputError, match="e-x"):
         store.apply_plan(plan)
     assert store.world_graph(tenant, ENV) == {"nodes": [], "edges": [], "rules": [], "scenes": [], "meta": None}
+
+
+@pytest.mark.neo4j
+def test_only_the_dangling_edges_are_named(store: Neo4jGraphStore, tenant: str) -> None:
+    plan = MergePlan(tenant_id=tenant, env_name=ENV, nodes=[node(tenant, "n-a", "a"), node(tenant, "n-b", "b")],
+                     edges=[edge(tenant, "e-ok", "containment", "n-a", "n-b"),
+                            edge(tenant, "e-gone", "transition", "n-a", "n-nowhere"),
+                            edge(tenant, "e-scene", "episodic", "n-a", "scene-nowhere")],
+                     meta={"env_name": ENV, "graph_version": 1})
+    with pytest.raises(InvalidInputError) as info:
+        store.apply_plan(plan)
+    assert "['e-gone', 'e-scene']" in str(info.value) and "e-ok" not in str(info.value)
+    assert store.stats(tenant)["nodes"] == 0
+
+
+def _operators(store: Neo4jGraphStore, query: str) -> list[str]:
+    with store._driver.session(database=store.database) as session:
+        plan = session.run("EXPLAIN " + query, {}).consume().plan
+    out: list[str] = []
+    todo = [plan]
+    while todo:
+        op = todo.pop()
+        out.append(op["operatorType"].split("@")[0])
+        todo += op.get("children", [])
+    return out
+
+
+@pytest.mark.neo4j
+def test_bulk_writes_stream_their_rows(store: Neo4jGraphStore) -> None:
+    """An Eager operator buffers every row of a batch before writing (a read/set conflict the
+    planner sees, e.g. MATCH on row.props.src_id while SETting r.src_id): 2-3x slower plans."""
+    queries = [q.UPSERT_EPISODES, q.UPSERT_AUDITS, q.LINK_SCENE_NODES, q.LINK_SCENE_RULES,
+               *(q.upsert_nodes(kind) for kind in q.NODE_LABELS), *(q.upsert_edges(rel) for rel in q.EDGE_TYPES)]
+    for query in queries:
+        assert "Eager" not in _operators(store, query), query
+
+
+@pytest.mark.neo4j
+def test_neighborhood_seeks_indexes_only(store: Neo4jGraphStore) -> None:
+    operators = _operators(store, q.NEIGHBORHOOD)
+    assert not [op for op in operators if "Scan" in op], operators
+    assert operators.count("NodeIndexSeek") + operators.count("NodeUniqueIndexSeek") >= 5
 
 
 # ------------------------------------------------------------------------- no server

@@ -30,19 +30,26 @@ SCHEMA_VERSION = 1
 EDGE_TYPES: dict[str, str] = {"transition": "TRANSITION", "containment": "CONTAINS", "episodic": "EPISODIC"}
 # node kind -> the second label of a world node.
 NODE_LABELS: dict[str, str] = {"entity": "Entity", "state": "State"}
-# The scalar fields of each record copied out as properties (for queries and exploration).
-# Queryable copies of record fields (the full record is the `record` JSON property).
-NODE_PROPS: tuple[str, ...] = ("kind", "type", "name", "norm_name", "entity_id", "confidence", "evidence_count",
-                               "source_scenes", "valid_from", "valid_to")
-EDGE_PROPS: tuple[str, ...] = ("relation", "src_id", "dst_id", "action", "confidence", "evidence_count",
-                               "source_scenes", "valid_from", "valid_to")
-RULE_PROPS: tuple[str, ...] = ("condition", "outcome", "confidence", "evidence_count", "source_scenes", "valid_from",
+# Queryable copies of record fields (the full record is the `record` JSON property). Each copy is
+# a property write per element, so fields the graph already says are not copied: an edge's
+# relation is its type and src_id / dst_id its ends, a record's source_scenes are its
+# (:Scene)-[:PRODUCED]-> links, and norm_name is derived from name.
+NODE_PROPS: tuple[str, ...] = ("kind", "type", "name", "entity_id", "confidence", "evidence_count", "valid_from",
                                "valid_to")
+EDGE_PROPS: tuple[str, ...] = ("action", "confidence", "evidence_count", "valid_from", "valid_to")
+RULE_PROPS: tuple[str, ...] = ("condition", "outcome", "confidence", "evidence_count", "valid_from", "valid_to")
+EPISODE_PROPS: tuple[str, ...] = ("agent_id", "agent_role", "ts", "timestamp", "index_status", "canvas_id",
+                                  "task_type", "task_description", "outcome")
+AUDIT_PROPS: tuple[str, ...] = ("episode_id", "canvas_id", "timestamp", "action_type", "agent_id")
+SCENE_PROPS: tuple[str, ...] = ("env_name", "status", "created_at", "episode_id", "current_round", "trigger_reason")
 
 
 def _set(var: str, keys: tuple[str, ...]) -> str:
     """``n.k = row.props.k, ...``: explicit SETs, unlike ``n += row.props``, let the planner
-    stream the rows (no Eager) because it can see they do not touch the MERGE keys."""
+    stream the rows (no Eager) because it can see they do not touch the MERGE keys. The rows
+    also carry the keys a query looks other nodes up by under names no SET uses (``row.agent``,
+    ``row.src``): reading ``row.props.agent_id`` while setting ``e.agent_id`` would be a
+    read/set conflict to the planner, which then buffers every row before writing."""
     return ", ".join(f"{var}.{k} = row.props.{k}" for k in keys)
 
 # ---------------------------------------------------------------------------------- schema
@@ -106,30 +113,30 @@ MERGE (c:Canvas {tenant_id: $tenant_id, id: row.id})
 SET c.name = row.name, c.record = row.record
 """
 
-UPSERT_EPISODES = """
+UPSERT_EPISODES = f"""
 UNWIND $rows AS row
-MERGE (e:Episode {tenant_id: $tenant_id, id: row.id})
-SET e += row.props, e.record = row.record
+MERGE (e:Episode {{tenant_id: $tenant_id, id: row.id}})
+SET {_set("e", EPISODE_PROPS)}, e.record = row.record
 WITH e, row
-CALL (e, row) {
-  MATCH (a:Agent {tenant_id: $tenant_id, id: row.props.agent_id})
+CALL (e, row) {{
+  MATCH (a:Agent {{tenant_id: $tenant_id, id: row.agent}})
   MERGE (e)-[:PERFORMED_BY]->(a)
-}
-CALL (e, row) {
-  MATCH (c:Canvas {tenant_id: $tenant_id, id: row.props.canvas_id})
+}}
+CALL (e, row) {{
+  MATCH (c:Canvas {{tenant_id: $tenant_id, id: row.canvas}})
   MERGE (e)-[:ON_CANVAS]->(c)
-}
+}}
 """
 
-UPSERT_AUDITS = """
+UPSERT_AUDITS = f"""
 UNWIND $rows AS row
-MERGE (a:CanvasAudit {tenant_id: $tenant_id, id: row.id})
-SET a += row.props, a.record = row.record
+MERGE (a:CanvasAudit {{tenant_id: $tenant_id, id: row.id}})
+SET {_set("a", AUDIT_PROPS)}, a.record = row.record
 WITH a, row
-CALL (a, row) {
-  MATCH (e:Episode {tenant_id: $tenant_id, id: row.props.episode_id})
+CALL (a, row) {{
+  MATCH (e:Episode {{tenant_id: $tenant_id, id: row.episode}})
   MERGE (a)-[:DURING]->(e)
-}
+}}
 """
 
 GET_EPISODES = """
@@ -261,35 +268,51 @@ def upsert_edges(relation: str) -> str:
     """MERGE edges of one relation by (tenant, env, id) between their two ends.
 
     Transition and containment edges join world nodes; an episodic edge joins a world node and a
-    scene (either end may be either). Returns the ids written, so the store can name an edge
-    whose end does not exist instead of dropping it silently."""
-    rel_type = EDGE_TYPES[relation]
+    scene (either end may be either). Returns how many rows were written: fewer than were sent
+    means an end is missing, and ``edges_missing_ends`` names those edges. The ends are looked up
+    by ``row.src`` / ``row.dst``, not ``row.props.src_id``: a read of a property key the query also
+    SETs (``r.src_id``) makes the planner buffer every row (Eager) before writing."""
+    return f"""
+UNWIND $rows AS row
+{_edge_ends(relation)}
+MERGE (src)-[r:{EDGE_TYPES[relation]} {{tenant_id: $tenant_id, env_name: $env_name, id: row.id}}]->(dst)
+SET {_set("r", EDGE_PROPS)}, r.record = row.record
+RETURN count(*) AS written
+"""
+
+
+def edges_missing_ends(relation: str) -> str:
+    """The ids of the edge rows (as sent to ``upsert_edges``) whose src or dst does not exist."""
+    return f"""
+UNWIND $rows AS row
+CALL (row) {{
+  {_edge_ends(relation, optional=True)}
+  RETURN src IS NOT NULL AND dst IS NOT NULL AS joined
+}}
+WITH row WHERE NOT joined
+RETURN row.id AS id
+"""
+
+
+def _edge_ends(relation: str, optional: bool = False) -> str:
+    """Bind ``src`` and ``dst`` for each row (null when missing if ``optional``, else drop the row)."""
     if relation == "episodic":
         ends = """
 CALL (row) {
-  OPTIONAL MATCH (n:WorldNode {tenant_id: $tenant_id, env_name: $env_name, id: row.props.src_id})
-  OPTIONAL MATCH (s:Scene {tenant_id: $tenant_id, id: row.props.src_id})
+  OPTIONAL MATCH (n:WorldNode {tenant_id: $tenant_id, env_name: $env_name, id: row.src})
+  OPTIONAL MATCH (s:Scene {tenant_id: $tenant_id, id: row.src})
   RETURN coalesce(n, s) AS src
 }
 CALL (row) {
-  OPTIONAL MATCH (s:Scene {tenant_id: $tenant_id, id: row.props.dst_id})
-  OPTIONAL MATCH (n:WorldNode {tenant_id: $tenant_id, env_name: $env_name, id: row.props.dst_id})
+  OPTIONAL MATCH (s:Scene {tenant_id: $tenant_id, id: row.dst})
+  OPTIONAL MATCH (n:WorldNode {tenant_id: $tenant_id, env_name: $env_name, id: row.dst})
   RETURN coalesce(s, n) AS dst
-}
-WITH row, src, dst WHERE src IS NOT NULL AND dst IS NOT NULL
-"""
-    else:
-        ends = """
-MATCH (src:WorldNode {tenant_id: $tenant_id, env_name: $env_name, id: row.props.src_id})
-MATCH (dst:WorldNode {tenant_id: $tenant_id, env_name: $env_name, id: row.props.dst_id})
-"""
+}"""
+        return ends if optional else ends + "\nWITH row, src, dst WHERE src IS NOT NULL AND dst IS NOT NULL"
+    match = "OPTIONAL MATCH" if optional else "MATCH"
     return f"""
-UNWIND $rows AS row
-{ends}
-MERGE (src)-[r:{rel_type} {{tenant_id: $tenant_id, env_name: $env_name, id: row.id}}]->(dst)
-SET {_set("r", EDGE_PROPS)}, r.record = row.record
-RETURN r.id AS id
-"""
+{match} (src:WorldNode {{tenant_id: $tenant_id, env_name: $env_name, id: row.src}})
+{match} (dst:WorldNode {{tenant_id: $tenant_id, env_name: $env_name, id: row.dst}})"""
 
 
 # (:Scene)-[:PRODUCED]->(node | rule) for every scene id in a record's source_scenes.
@@ -389,17 +412,17 @@ DETACH DELETE n
 """
 
 # ---------------------------------------------------------------------------------- scenes
-UPSERT_SCENES = """
+UPSERT_SCENES = f"""
 UNWIND $rows AS row
-MERGE (s:Scene {tenant_id: $tenant_id, id: row.id})
-SET s += row.props, s.record = row.record
-MERGE (m:Environment {tenant_id: $tenant_id, env_name: row.props.env_name})
+MERGE (s:Scene {{tenant_id: $tenant_id, id: row.id}})
+SET {_set("s", SCENE_PROPS)}, s.record = row.record
+MERGE (m:Environment {{tenant_id: $tenant_id, env_name: row.env}})
 MERGE (s)-[:IN_ENV]->(m)
 WITH s, row
-CALL (s, row) {
-  MATCH (e:Episode {tenant_id: $tenant_id, id: row.props.episode_id})
+CALL (s, row) {{
+  MATCH (e:Episode {{tenant_id: $tenant_id, id: row.episode}})
   MERGE (s)-[:FROM_EPISODE]->(e)
-}
+}}
 """
 
 GET_SCENE = "MATCH (s:Scene {tenant_id: $tenant_id, id: $id}) RETURN s.record AS record"
@@ -440,20 +463,23 @@ RETURN env_name
 """
 
 # ---------------------------------------------------------------------------------- exploration
-# One round trip for every episode asked about.
+# One round trip for every episode asked about. Every lookup is an index seek: the episode's
+# scenes are found once (by the (tenant_id, episode_id) index) and their nodes and rules by
+# expanding from them; matching the scene pattern inside each COLLECT would scan the index.
 NEIGHBORHOOD = """
 UNWIND $ids AS episode_id
 MATCH (e:Episode {tenant_id: $tenant_id, id: episode_id})
 OPTIONAL MATCH (c:Canvas {tenant_id: $tenant_id, id: e.canvas_id})
+WITH e, c, COLLECT { MATCH (s:Scene {tenant_id: $tenant_id, episode_id: e.id})
+                     RETURN s ORDER BY s.created_at, s.id } AS scenes
 RETURN e.id AS id, c.record AS canvas,
   COLLECT { MATCH (a:CanvasAudit {tenant_id: $tenant_id, episode_id: e.id})
             RETURN a.record ORDER BY a.timestamp, a.id } AS canvas_actions,
   COLLECT { MATCH (f:Feedback {tenant_id: $tenant_id, episode_id: e.id})
             RETURN f.record ORDER BY f.created_at, f.id } AS feedback,
-  COLLECT { MATCH (s:Scene {tenant_id: $tenant_id, episode_id: e.id})
-            RETURN s.record ORDER BY s.created_at, s.id } AS scenes,
-  COLLECT { MATCH (s:Scene {tenant_id: $tenant_id, episode_id: e.id})-[:PRODUCED]->(n:WorldNode)
+  [s IN scenes | s.record] AS scenes,
+  COLLECT { UNWIND scenes AS s MATCH (s)-[:PRODUCED]->(n:WorldNode)
             WHERE n.env_name = s.env_name RETURN DISTINCT n.record } AS nodes,
-  COLLECT { MATCH (s:Scene {tenant_id: $tenant_id, episode_id: e.id})-[:PRODUCED]->(r:Rule)
+  COLLECT { UNWIND scenes AS s MATCH (s)-[:PRODUCED]->(r:Rule)
             WHERE r.env_name = s.env_name RETURN DISTINCT r.record } AS rules
 """

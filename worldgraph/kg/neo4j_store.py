@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any, Callable, Iterable, Iterator, TypeVar, cast
 
-from neo4j import Driver, GraphDatabase, ManagedTransaction, unit_of_work
+from neo4j import Driver, GraphDatabase, ManagedTransaction, Result, unit_of_work
 from neo4j.exceptions import AuthError, DriverError, Neo4jError, ServiceUnavailable, SessionExpired
 from neo4j.graph import Node, Path, Relationship
 
@@ -25,10 +25,6 @@ from worldgraph.kg.store import GraphStore, Record
 
 T = TypeVar("T")
 BATCH = 5000  # rows per UNWIND statement; one public call still writes in one transaction
-
-_EPISODE_PROPS = ("agent_id", "agent_role", "ts", "timestamp", "index_status", "canvas_id", "task_type",
-                  "task_description", "outcome")
-_SCENE_PROPS = ("env_name", "status", "created_at", "episode_id", "current_round", "trigger_reason")
 
 
 class Neo4jGraphStore(GraphStore):
@@ -110,10 +106,9 @@ class Neo4jGraphStore(GraphStore):
                   for e in episodes}
         agent_rows = [{"id": a["id"], "agent_role": a["agent_role"], "record": _dumps(a)} for a in agents.values()]
         canvas_rows = [{"id": c["id"], "name": c.get("name"), "record": _dumps(c)} for c in _dedupe(canvases)]
-        episode_rows = [_row(e, _EPISODE_PROPS, index_status=e.get("index_status", "pending"))
-                        for e in _dedupe(episodes)]
-        audit_rows = [_row(a, ("episode_id", "canvas_id", "timestamp", "action_type", "agent_id"))
-                      for a in _dedupe(audits)]
+        episode_rows = [{**_row(e, q.EPISODE_PROPS, index_status=e.get("index_status", "pending")),
+                         "agent": e.get("agent_id"), "canvas": e.get("canvas_id")} for e in _dedupe(episodes)]
+        audit_rows = [{**_row(a, q.AUDIT_PROPS), "episode": a.get("episode_id")} for a in _dedupe(audits)]
 
         def work(tx: ManagedTransaction) -> None:
             _run_batched(tx, q.UPSERT_AGENTS, agent_rows, tenant_id=tenant_id)
@@ -245,20 +240,24 @@ class Neo4jGraphStore(GraphStore):
             raise InvalidInputError("nodes[].kind", f"must be one of {sorted(q.NODE_LABELS)}; nodes {unknown[:5]}")
         rule_rows = [{**_row(r, q.RULE_PROPS), "linked": list(r.get("linked_node_ids") or [])} for r in rule_list]
         _run_batched(tx, q.UPSERT_RULES, rule_rows, **params)
-        missing: list[str] = []
-        for relation in q.EDGE_TYPES:
-            rows = [_row(e, q.EDGE_PROPS) for e in edge_list if e.get("relation") == relation]
-            written = set(_run_batched(tx, q.upsert_edges(relation), rows, column="id", **params))
-            missing += [r["id"] for r in rows if r["id"] not in written]
         bad = [e["id"] for e in edge_list if e.get("relation") not in q.EDGE_TYPES]
         if bad:
             raise InvalidInputError("edges[].relation", f"must be one of {list(q.EDGE_TYPES)}; edges {bad[:5]}")
+        sent: list[tuple[str, list[dict[str, Any]], list[Result]]] = []
+        for relation in q.EDGE_TYPES:
+            rows = [{**_row(e, q.EDGE_PROPS), "src": e.get("src_id"), "dst": e.get("dst_id")}
+                    for e in edge_list if e.get("relation") == relation]
+            sent.append((relation, rows, _run_batched(tx, q.upsert_edges(relation), rows, **params)))
+        _run_batched(tx, q.LINK_SCENE_NODES, _scene_links(node_list), **params)
+        _run_batched(tx, q.LINK_SCENE_RULES, _scene_links(rule_list), **params)
+        missing: list[str] = []
+        for relation, rows, results in sent:
+            if sum(_column(results, "written")) < len(rows):  # rare: find which, then roll back
+                missing += _column(_run_batched(tx, q.edges_missing_ends(relation), rows, **params), "id")
         if missing:
             raise InvalidInputError(
                 "edges[].src_id/dst_id",
                 f"every edge must join existing nodes (or a scene) of env {env!r}; these do not: {missing[:5]}")
-        _run_batched(tx, q.LINK_SCENE_NODES, _scene_links(node_list), **params)
-        _run_batched(tx, q.LINK_SCENE_RULES, _scene_links(rule_list), **params)
 
     def upsert_scene(self, scene: SceneRecord) -> None:
         self._write(lambda tx: _upsert_scenes(tx, scene["tenant_id"], [scene]))
@@ -463,21 +462,23 @@ def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
         yield items[i : i + size]
 
 
-def _run_batched(tx: ManagedTransaction, query: str, rows: list[dict[str, Any]], column: str | None = None,
-                 **params: Any) -> list[Any]:
-    """Send ``rows`` as $rows in chunks of BATCH; returns ``column`` of every result row if asked."""
-    out: list[Any] = []
-    for chunk in _chunks(rows, BATCH):
-        result = tx.run(query, {**params, "rows": chunk})
-        if column is None:
-            result.consume()
-        else:
-            out.extend(r[column] for r in result)
-    return out
+def _run_batched(tx: ManagedTransaction, query: str, rows: list[dict[str, Any]], **params: Any) -> list[Result]:
+    """Send ``rows`` as $rows in chunks of BATCH, without waiting for them to run.
+
+    The server executes a statement while Python builds and packs the next one's rows (two
+    processes, two cores); it runs a transaction's statements in order, and the driver reads every
+    pending result before the commit, so an error still aborts the whole transaction. Reading a
+    column of the returned results (``_column``) waits for them."""
+    return [tx.run(query, {**params, "rows": chunk}) for chunk in _chunks(rows, BATCH)]
+
+
+def _column(results: list[Result], column: str) -> list[Any]:
+    return [r[column] for result in results for r in result]
 
 
 def _upsert_scenes(tx: ManagedTransaction, tenant_id: str, scenes: list[SceneRecord]) -> None:
-    rows = [_row(cast(Record, s), _SCENE_PROPS) for s in _dedupe(cast(list[Record], scenes))]
+    rows = [{**_row(s, q.SCENE_PROPS), "env": s.get("env_name"), "episode": s.get("episode_id")}
+            for s in _dedupe(cast(list[Record], scenes))]
     _run_batched(tx, q.UPSERT_SCENES, rows, tenant_id=tenant_id)
 
 
