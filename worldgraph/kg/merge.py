@@ -50,6 +50,7 @@ from worldgraph.kg.records import (
     MergePlan,
     MergeReport,
     MetaRecord,
+    NodeKind,
     NodeRecord,
     RuleRecord,
     SceneRecord,
@@ -58,7 +59,7 @@ from worldgraph.kg.records import (
 EVIDENCE_KEEP = 20
 SIMILAR = 0.8  # token-set Jaccard at or above which two rule texts say the same thing
 SCENE_REF = "scene"
-_NODE_KINDS = (("entities", "entity"), ("states", "state"))
+_NODE_KINDS: tuple[tuple[str, NodeKind], ...] = (("entities", "entity"), ("states", "state"))
 
 
 def referenced_node_ids(tenant_id: str, env_name: str, delta: Any) -> list[str]:
@@ -222,7 +223,7 @@ class _Merge:
                     state_refs.append((i, nid, item.entity_ref))
         return state_refs
 
-    def _upsert_node(self, nid: str, kind: str, item: Any) -> None:
+    def _upsert_node(self, nid: str, kind: NodeKind, item: Any) -> None:
         old = self._node(nid)
         if old is None:
             rec: NodeRecord = {
@@ -291,10 +292,10 @@ class _Merge:
             if src != dst:
                 want[src] = False
         for nid in sorted(want):
-            rec = self._node(nid)
-            if rec is None:
+            found = self._node(nid)
+            if found is None:
                 continue
-            current = rec.get("valid_to") is None
+            current = found.get("valid_to") is None
             if want[nid] and not current:
                 self._reopen(self._touch_node(nid), "nodes")
             elif not want[nid] and current:
@@ -322,34 +323,44 @@ class _Merge:
     def _check_edge(self, i: int, raw: dict[str, Any]) -> tuple[Any, str, str] | None:
         item, reason = parse_item("edges", raw)
         if item is None:
-            return self._drop("edge", i, reason or "invalid", raw)
+            self._drop("edge", i, reason or "invalid", raw)
+            return None
         rel = item.relation
         if rel not in RELATIONS:
-            return self._drop("edge", i, f"unknown relation {raw.get('relation')!r}; allowed: {', '.join(RELATIONS)}", raw)
+            self._drop("edge", i, f"unknown relation {raw.get('relation')!r}; allowed: {', '.join(RELATIONS)}", raw)
+            return None
         if item.src_ref == SCENE_REF:
-            return self._drop("edge", i, "src_ref 'scene': the scene can only be the dst of an episodic edge", raw)
+            self._drop("edge", i, "src_ref 'scene': the scene can only be the dst of an episodic edge", raw)
+            return None
         want = {"containment": "entity", "transition": "state"}.get(rel)
         src = self._resolve(item.src_ref, want)
         if src is None:
-            return self._drop("edge", i, f"src_ref {item.src_ref!r} {self._unresolved(item.src_ref)}", raw)
+            self._drop("edge", i, f"src_ref {item.src_ref!r} {self._unresolved(item.src_ref)}", raw)
+            return None
         if rel == "episodic":
             if item.dst_ref not in (SCENE_REF, self.scene_id):
-                return self._drop("edge", i, f"episodic edges point to the scene: dst_ref must be 'scene', got {item.dst_ref!r}", raw)
+                self._drop("edge", i, f"episodic edges point to the scene: dst_ref must be 'scene', got {item.dst_ref!r}", raw)
+                return None
             if self.scene_id is None:
-                return self._drop("edge", i, "episodic edge needs a scene, and this update has none", raw)
+                self._drop("edge", i, "episodic edge needs a scene, and this update has none", raw)
+                return None
             return item, src, self.scene_id
         if item.dst_ref == SCENE_REF:
-            return self._drop("edge", i, f"dst_ref 'scene' is only valid for episodic edges, not {rel}", raw)
+            self._drop("edge", i, f"dst_ref 'scene' is only valid for episodic edges, not {rel}", raw)
+            return None
         dst = self._resolve(item.dst_ref, want)
         if dst is None:
-            return self._drop("edge", i, f"dst_ref {item.dst_ref!r} {self._unresolved(item.dst_ref)}", raw)
+            self._drop("edge", i, f"dst_ref {item.dst_ref!r} {self._unresolved(item.dst_ref)}", raw)
+            return None
         for end, ref, nid in (("src_ref", item.src_ref, src), ("dst_ref", item.dst_ref, dst)):
             kind = self._node(nid)["kind"]  # type: ignore[index]
             if kind != want:
                 shape = "entity -> entity (parent -> child)" if rel == "containment" else "state -> state"
-                return self._drop("edge", i, f"{rel} links {shape}; {end} {ref!r} is a {kind}", raw)
+                self._drop("edge", i, f"{rel} links {shape}; {end} {ref!r} is a {kind}", raw)
+                return None
         if src == dst:
-            return self._drop("edge", i, f"{rel} from a node to itself", raw)
+            self._drop("edge", i, f"{rel} from a node to itself", raw)
+            return None
         return item, src, dst
 
     def _upsert_edge(self, item: Any, src: str, dst: str) -> None:
@@ -574,7 +585,9 @@ class _Merge:
         scene.setdefault("tenant_id", self.t)
         scene.setdefault("env_name", self.env)
         scene.setdefault("created_at", self.now)
-        scene.update(status="merged", error=None, updated_at=self.now)
+        scene["status"] = "merged"
+        scene["error"] = None
+        scene["updated_at"] = self.now
         return scene
 
     def _meta(self) -> MetaRecord:

@@ -20,7 +20,7 @@ from neo4j.graph import Node, Path, Relationship
 
 from worldgraph.errors import InvalidInputError, NotFoundError, ReadOnlyQueryError, StoreUnavailableError
 from worldgraph.kg import neo4j_queries as q
-from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
+from worldgraph.kg.records import EdgeRecord, GraphView, MergePlan, MetaRecord, NodeRecord, RuleRecord, SceneRecord
 from worldgraph.kg.store import GraphStore, Record
 
 T = TypeVar("T")
@@ -202,9 +202,9 @@ class Neo4jGraphStore(GraphStore):
 
         def work(tx: ManagedTransaction) -> GraphView:
             view = GraphView(tenant_id=tenant_id, env_name=env_name)
-            view.nodes = {r["id"]: r for r in _decode(tx.run(q.VIEW_NODES, params))}
-            view.edges = {r["id"]: r for r in _decode(tx.run(q.VIEW_EDGES, params))}
-            view.rules = {r["id"]: r for r in _decode(tx.run(q.ENV_RULES, params))}
+            view.nodes = {r["id"]: cast(NodeRecord, r) for r in _decode(tx.run(q.VIEW_NODES, params))}
+            view.edges = {r["id"]: cast(EdgeRecord, r) for r in _decode(tx.run(q.VIEW_EDGES, params))}
+            view.rules = {r["id"]: cast(RuleRecord, r) for r in _decode(tx.run(q.ENV_RULES, params))}
             meta = _decode(tx.run(q.GET_META, params))
             view.meta = cast(MetaRecord, meta[0]) if meta else None
             return view
@@ -215,7 +215,9 @@ class Neo4jGraphStore(GraphStore):
         scenes = [plan.scene] if plan.scene is not None else []
 
         def work(tx: ManagedTransaction) -> MetaRecord:
-            self._write_world(tx, t, env, scenes, plan.nodes, plan.rules, plan.edges)
+            # records go to the store as plain JSON dicts
+            self._write_world(tx, t, env, scenes, cast(list[Record], plan.nodes),
+                              cast(list[Record], plan.rules), cast(list[Record], plan.edges))
             meta: MetaRecord = dict(plan.meta or {})  # type: ignore[assignment]
             meta.update({"tenant_id": t, "env_name": env})
             counts = tx.run(q.ENV_COUNTS, tenant_id=t, env_name=env).single()
@@ -486,7 +488,7 @@ def _scene_links(records: list[Record]) -> list[dict[str, str]]:
     return [{"scene_id": s, "id": rec["id"]} for rec in records for s in dict.fromkeys(rec.get("source_scenes") or [])]
 
 
-def _set_meta(tx: ManagedTransaction, tenant_id: str, env_name: str, meta: Record) -> None:
+def _set_meta(tx: ManagedTransaction, tenant_id: str, env_name: str, meta: MetaRecord) -> None:
     tx.run(q.SET_META, tenant_id=tenant_id, env_name=env_name, record=_dumps(meta),
            graph_version=meta.get("graph_version"), updated_at=meta.get("updated_at")).consume()
 

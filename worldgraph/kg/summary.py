@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Iterable
+from typing import Any, Iterable, cast
 
 import numpy as np
 
@@ -231,7 +231,8 @@ def _pagerank(adj: dict[str, dict[str, None]], alpha: float = 0.85, max_iter: in
         xlast = x
         add = alpha * xlast[src_a] * share_a
         add[tele_a] = tele
-        x = np.bincount(dst_a, weights=add, minlength=n_nodes)
+        x = cast("np.ndarray[tuple[int], np.dtype[np.float64]]",  # float weights: a float64 result
+                 np.bincount(dst_a, weights=add, minlength=n_nodes))
         err = sum(np.abs(x - xlast).tolist())  # builtin sum: the same left-to-right additions
         if err < n_nodes * tol:
             return x.tolist()

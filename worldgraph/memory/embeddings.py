@@ -18,7 +18,7 @@ import threading
 from collections import Counter
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, runtime_checkable
 
 import numpy as np
 
@@ -338,6 +338,21 @@ def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.n
     return xc / np.sqrt(var + eps) * w + b
 
 
+class _BertLayer(TypedDict):
+    """One encoder layer's weights, laid out for ``_NumpyBert.forward``."""
+
+    wqkv: np.ndarray
+    bqkv: np.ndarray
+    wo: np.ndarray
+    bo: np.ndarray
+    ln1: tuple[np.ndarray, np.ndarray]
+    wi: np.ndarray
+    bi: np.ndarray
+    wout: np.ndarray
+    bout: np.ndarray
+    ln2: tuple[np.ndarray, np.ndarray]
+
+
 class _NumpyBert:
     """BertModel forward pass in numpy (inference only, float32)."""
 
@@ -363,7 +378,7 @@ class _NumpyBert:
         self.type0 = g("embeddings.token_type_embeddings.weight")[0]
         self.emb_ln = (g("embeddings.LayerNorm.weight"), g("embeddings.LayerNorm.bias"))
         scale = np.float32(1.0 / math.sqrt(self.head_dim))
-        self.layers = []
+        self.layers: list[_BertLayer] = []
         for i in range(n_layers):
             p = f"encoder.layer.{i}."
             # fused QKV projection, weights stored (in, out); the 1/sqrt(d) scale folded into Q

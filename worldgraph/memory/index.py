@@ -295,7 +295,8 @@ class EpisodeIndex:
             field_meta = table.schema.field("episode_id").metadata or {}
             if PK_METADATA.encode() not in field_meta:  # a table from before the key was declared
                 try:
-                    table.set_unenforced_primary_key("episode_id")
+                    # lancedb stubs: defined on LanceTable/RemoteTable, missing from the Table base class
+                    table.set_unenforced_primary_key("episode_id")  # type: ignore[attr-defined]
                 except Exception as exc:  # pragma: no cover - another process set it first
                     log.info("could not declare episode_id as primary key: %s", exc)
             return table
