@@ -231,6 +231,11 @@ def test_feedback_add_list_and_stats(store: GraphStore, tenant: str) -> None:
     assert stats[e2] == (pytest.approx(0.5), 1)
     acc = store.feedback_stats(tenant, [e1, e2], category="accuracy")
     assert set(acc) == {e1} and acc[e1][0] == pytest.approx(0.625) and acc[e1][1] == 2
+    # recall's combined read gives the same as the two calls
+    episodes, both = store.episodes_with_feedback(tenant, [e1, e2, e3, "missing"])
+    assert set(episodes) == {e1, e2, e3} and both == stats
+    episodes, acc_both = store.episodes_with_feedback(tenant, [e1, e2], category="accuracy")
+    assert set(episodes) == {e1, e2} and acc_both == acc
 
 
 def test_feedback_for_unknown_episode_writes_nothing(store: GraphStore, tenant: str) -> None:

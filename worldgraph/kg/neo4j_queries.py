@@ -227,6 +227,13 @@ MATCH (f:Feedback) WHERE f.tenant_id = $tenant_id AND f.episode_id IN $ids
 RETURN f.episode_id AS episode_id, avg(toFloat(f.score)) AS mean, count(f) AS n
 """
 
+# recall's per-query read: the candidates and their feedback aggregates in one round trip
+EPISODES_WITH_FEEDBACK = """
+MATCH (e:Episode) WHERE e.tenant_id = $tenant_id AND e.id IN $ids
+OPTIONAL MATCH (f:Feedback)-[:RATES]->(e) WHERE $category IS NULL OR f.category = $category
+RETURN e.record AS record, avg(toFloat(f.score)) AS mean, count(f) AS n
+"""
+
 # ---------------------------------------------------------------------------------- canvases
 GET_CANVAS = "MATCH (c:Canvas {tenant_id: $tenant_id, id: $id}) RETURN c.record AS record"
 

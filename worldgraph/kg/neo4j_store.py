@@ -188,6 +188,20 @@ class Neo4jGraphStore(GraphStore):
             return {r["episode_id"]: (float(r["mean"]), int(r["n"])) for r in rows}
         return self._read(work)
 
+    def episodes_with_feedback(self, tenant_id: str, episode_ids: list[str],
+                               category: str | None = None) -> tuple[dict[str, Record], dict[str, tuple[float, int]]]:
+        def work(tx: ManagedTransaction) -> tuple[dict[str, Record], dict[str, tuple[float, int]]]:
+            episodes: dict[str, Record] = {}
+            stats: dict[str, tuple[float, int]] = {}
+            for row in tx.run(q.EPISODES_WITH_FEEDBACK, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)),
+                              category=category):
+                rec = json.loads(row["record"])
+                episodes[rec["id"]] = rec
+                if row["n"]:
+                    stats[rec["id"]] = (float(row["mean"]), int(row["n"]))
+            return episodes, stats
+        return self._read(work)
+
     # ---------------------------------------------------------------- canvases
     def get_canvas(self, tenant_id: str, canvas_id: str) -> Record | None:
         recs = self._records(q.GET_CANVAS, tenant_id=tenant_id, id=canvas_id)

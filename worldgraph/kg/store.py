@@ -80,6 +80,14 @@ class GraphStore(ABC):
         """Per episode: (mean raw score in [-1, 1], count), over feedback of ``category`` if given.
         Episodes without (matching) feedback are absent."""
 
+    def episodes_with_feedback(
+        self, tenant_id: str, episode_ids: list[str], category: str | None = None
+    ) -> tuple[dict[str, Record], dict[str, tuple[float, int]]]:
+        """``get_episodes`` and ``feedback_stats`` of the episodes found, together: what recall
+        needs per query (stores that can do it in one round trip override this)."""
+        episodes = self.get_episodes(tenant_id, episode_ids)
+        return episodes, self.feedback_stats(tenant_id, list(episodes), category)
+
     # ---------------------------------------------------------------- canvases
     @abstractmethod
     def get_canvas(self, tenant_id: str, canvas_id: str) -> Record | None: ...
