@@ -15,7 +15,7 @@ import pytest
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
 from worldgraph.memory.embeddings import HashingEmbedder
-from worldgraph.memory.index import META_FILE, EpisodeIndex, build_filter, sql_literal
+from worldgraph.memory.index import META_FILE, EpisodeIndex, build_filter, metadata_filter, sql_literal, table_name
 
 REPO = Path(__file__).resolve().parents[1]
 D = 384
@@ -135,6 +135,15 @@ def test_vector_search_orders_by_cosine_similarity(index):
     assert set(res[0]) == COLUMNS | {"similarity"}
     assert isinstance(res[0]["vector"], np.ndarray)
     assert len(index.vector_search("A", query, k=2)) == 2
+    # only some columns: the same order and similarities, episode_id and vector always there
+    slim = index.vector_search("A", query, k=5, columns=["episode_id"])
+    assert ids(slim) == ids(res) and set(slim[0]) == {"episode_id", "vector", "similarity"}
+    assert [r["similarity"] for r in slim] == pytest.approx(sims)
+    assert set(index.vector_search("A", query, k=1, columns=["text"])[0]) == {"episode_id", "text", "vector",
+                                                                             "similarity"}
+    with pytest.raises(InvalidInputError) as info:
+        index.vector_search("A", query, columns=["nope"])
+    assert info.value.field == "columns"
 
 
 def test_tenant_isolation(index):
@@ -203,6 +212,12 @@ def test_filters(filtered, where, expected):
     assert set(ids(index.text_search("A", "invoice", k=10, where=where))) == expected
 
 
+def test_metadata_filter_has_no_tenant_part():
+    assert metadata_filter(None) is None and metadata_filter({}) is None
+    assert metadata_filter({"agent_role": "x'y"}) == "(agent_role = 'x''y')"
+    assert build_filter("A", {"agent_role": "R"}) == "(tenant_id = 'A') AND (agent_role = 'R')"
+
+
 def test_filter_accepts_datetimes_and_rejects_unknown_keys(filtered):
     index, t0 = filtered
     start = datetime.fromtimestamp(t0 + 250, tz=timezone.utc)
@@ -245,6 +260,8 @@ def test_text_search_bm25(index):
         (r["bm25"] for r in res), reverse=True)
     assert isinstance(res[0]["vector"], np.ndarray) and res[0]["vector"].shape == (D,)
     assert set(res[0]) == COLUMNS | {"bm25"}
+    slim = index.text_search("A", "inventory discrepancy", columns=["episode_id"])
+    assert ids(slim) == ids(res) and set(slim[0]) == {"episode_id", "vector", "bm25"}
     # rows written after the FTS index was built are searchable too
     index.upsert([row("e5", "Paris inventory handover")])
     assert "e5" in ids(index.text_search("A", "handover"))
@@ -314,7 +331,7 @@ def test_bad_constructor_arguments(tmp_path):
 
 def test_scalar_and_fts_indexes_built_on_first_write(index):
     index.upsert([row("e1", "hello world")])
-    names = {ix.name for ix in index.table.list_indices()}
+    names = {ix.name for ix in index.table_for("A").list_indices()}
     assert {"tenant_id_idx", "agent_role_idx", "canvas_id_idx", "timestamp_idx", "success_idx",
             "episode_id_idx", "text_idx"} <= names
     assert "vector_idx" not in names  # far below ann_index_min_rows
@@ -338,6 +355,8 @@ def test_ann_index_built_lazily_and_search_stays_exact(tmp_path):
         idx.upsert(rows[start:start + 500])
     assert idx.wait_for_maintenance(300)
     assert idx.has_vector_index()
+    # per tenant: "big" reached 3000 rows, "small" (1000) is still an exact scan
+    assert idx.has_vector_index("big") and not idx.has_vector_index("small")
 
     unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
     recalls = []
@@ -369,12 +388,13 @@ def test_optimize_runs_every_n_writes(tmp_path):
     for i in range(4):
         idx.upsert([row(f"e{i}", f"text {i}")])
     assert idx.wait_for_maintenance(60)
-    before = idx.table.stats()["fragment_stats"]["num_fragments"]
+    table = idx.table_for("A")
+    before = table.stats()["fragment_stats"]["num_fragments"]
     assert before >= 4
     idx.upsert([row("e4", "text 4")])  # 5th write: compaction in the background
     assert idx.wait_for_maintenance(120)
-    idx.table.checkout_latest()
-    assert idx.table.stats()["fragment_stats"]["num_fragments"] < before
+    table.checkout_latest()
+    assert table.stats()["fragment_stats"]["num_fragments"] < before
     assert idx.count() == 5
     assert ids(idx.text_search("A", "text", k=10)) and len(idx.vector_search("A", q("text 3"), k=10)) == 5
 
@@ -407,3 +427,110 @@ def test_concurrent_writers_in_separate_processes(tmp_path):
     for p in ("p1", "p2", "p3"):
         assert idx.count(p) == 300
     assert idx.count("shared") == 1  # the same id upserted by all three: still one row
+
+
+# --- one table per tenant --------------------------------------------------------------------------------
+
+
+def test_table_names_are_distinct_and_safe():
+    assert table_name("bench") == "ep-bench"
+    names = {table_name(t) for t in ("a", "A", "a.b", "a-b", "a_b", "A' OR '1'='1", "ü", "x" * 500, "eph-61")}
+    assert len(names) == 9
+    assert all(len(n) < 200 and all(c.isalnum() or c in "_.-" for c in n) for n in names)
+    with pytest.raises(InvalidInputError):
+        table_name("")
+
+
+def test_two_tenants_two_tables_never_see_each_other(index):
+    assert index.tenant_tables() == [] and index.table_for("A") is None
+    index.upsert([row("a1", "reconcile inventory", tenant="A"), row("b1", "reconcile inventory", tenant="B"),
+                  row("b2", "book a flight", tenant="B")])
+    assert index.tenant_tables() == sorted([table_name("A"), table_name("B")])
+    assert index.table_for("A").count_rows() == 1 and index.table_for("B").count_rows() == 2
+    assert ids(index.vector_search("A", q("reconcile inventory"), k=10)) == ["a1"]
+    assert set(ids(index.vector_search("B", q("reconcile inventory"), k=10))) == {"b1", "b2"}
+    assert ids(index.text_search("A", "reconcile")) == ["a1"]
+    assert ids(index.text_search("B", "reconcile")) == ["b1"]
+    assert index.get("A", ["a1", "b1"])[0]["episode_id"] == "a1" and len(index.get("A", ["a1", "b1"])) == 1
+    # another process sees both tenants' tables
+    other = EpisodeIndex(index.path, D, HASH.name, WorldGraphConfig())
+    assert other.count() == 3 and other.count("A") == 1 and other.count("B") == 2
+
+
+def test_delete_tenant_removes_only_that_tenant(index):
+    index.upsert([row("a1", "hello", tenant="A"), row("a2", "world", tenant="A"), row("b1", "hello", tenant="B")])
+    index.delete_tenant("A")
+    assert index.count("A") == 0 and index.count("B") == 1 and index.count() == 1
+    assert index.vector_search("A", q("hello")) == [] and ids(index.vector_search("B", q("hello"))) == ["b1"]
+    index.delete_tenant("nobody")  # no table: nothing to do
+    index.upsert([row("a3", "again", tenant="A")])  # the tenant's table is reused
+    assert index.count("A") == 1
+    index.delete(["b1", "a3"])  # ids of several tenants at once
+    assert index.count() == 0
+
+
+def test_ensure_indexes_folds_in_unindexed_rows(tmp_path):
+    cfg = WorldGraphConfig(ann_index_min_rows=500, compact_every_writes=1000, optimize_every_rows=100_000)
+    idx = EpisodeIndex(tmp_path / "db", 16, "synthetic", cfg)
+    rng = np.random.default_rng(3)
+    vecs = rng.normal(size=(900, 16)).astype(np.float32)
+    idx.upsert([{"episode_id": f"e{i}", "tenant_id": "A", "vector": vecs[i], "text": f"row {i}"}
+                for i in range(600)])
+    assert idx.wait_for_maintenance(120)
+    assert idx.ensure_indexes() == [] or idx.has_vector_index("A")
+    assert idx.has_vector_index("A")
+    table = idx.table_for("A")
+    idx.upsert([{"episode_id": f"e{i}", "tenant_id": "A", "vector": vecs[i], "text": f"row {i}"}
+                for i in range(600, 900)])
+    assert idx.wait_for_maintenance(120)
+    table.checkout_latest()
+    assert table.index_stats("vector_idx").num_unindexed_rows == 300  # no optimize ran
+    idx.ensure_indexes()
+    table.checkout_latest()
+    for name in ("vector_idx", "text_idx", "episode_id_idx"):
+        stats = table.index_stats(name)
+        assert stats.num_unindexed_rows == 0 and stats.num_indexed_rows == 900, name
+    assert ids(idx.vector_search("A", vecs[850], k=1)) == ["e850"]
+
+
+def test_optimize_every_rows_starts_background_optimize(tmp_path):
+    cfg = WorldGraphConfig(ann_index_min_rows=100_000, compact_every_writes=1000, optimize_every_rows=50)
+    idx = EpisodeIndex(tmp_path / "db", 16, "synthetic", cfg)
+    rng = np.random.default_rng(4)
+    for b in range(2):
+        idx.upsert([{"episode_id": f"e{b}-{i}", "tenant_id": "A", "vector": rng.normal(size=16)}
+                    for i in range(20)])
+    assert idx.wait_for_maintenance(60)
+    table = idx.table_for("A")
+    # the indexes were built on the first write; 40 rows written < 50: no optimize yet
+    assert table.index_stats("episode_id_idx").num_unindexed_rows == 20
+    idx.upsert([{"episode_id": f"e2-{i}", "tenant_id": "A", "vector": rng.normal(size=16)} for i in range(20)])
+    assert idx.wait_for_maintenance(120)  # 60 rows since the last optimize (none) >= 50: optimize started
+    table.checkout_latest()
+    assert table.index_stats("episode_id_idx").num_unindexed_rows == 0
+    assert idx.count("A") == 60
+
+
+def test_old_single_table_layout_is_migrated(tmp_path):
+    import lancedb
+
+    from worldgraph.memory.index import TABLE_NAME, episode_schema
+
+    path = tmp_path / "db"
+    legacy = lancedb.connect(str(path)).create_table(TABLE_NAME, schema=episode_schema(D))
+    fresh = EpisodeIndex(tmp_path / "scratch", D, HASH.name, WorldGraphConfig())
+    old_rows = [row("a1", "reconcile inventory", tenant="A"), row("a2", "book a flight", tenant="A"),
+                row("b1", "reconcile inventory", tenant="B")]
+    legacy.add(fresh._to_arrow(old_rows))
+    (path / META_FILE).write_text(json.dumps({"format": 1, "table": TABLE_NAME, "embedder": HASH.name,
+                                              "dimensions": D}))
+    with pytest.raises(InvalidInputError):  # the embedder check still applies to the old table
+        EpisodeIndex(path, D, "other", WorldGraphConfig())
+    idx = EpisodeIndex(path, D, HASH.name, WorldGraphConfig())
+    assert idx.tenant_tables() == sorted([table_name("A"), table_name("B")])
+    assert idx.count("A") == 2 and idx.count("B") == 1
+    assert ids(idx.vector_search("B", q("reconcile inventory"))) == ["b1"]
+    assert ids(idx.text_search("A", "flight")) == ["a2"]
+    assert json.loads((path / META_FILE).read_text())["format"] == 2
+    assert EpisodeIndex(path, D, HASH.name, WorldGraphConfig()).count() == 3  # migrated once
+    idx.close()

@@ -69,6 +69,9 @@ class WorldGraphConfig(BaseModel):
     # LanceDB maintenance
     ann_index_min_rows: int = Field(10_000, gt=0)  # below it an exact scan is fast enough
     compact_every_writes: int = Field(200, gt=0)
+    # Background optimize of a tenant's table also once this many rows were written to it (in this
+    # process) since the last one: rows written after an index was built are flat-scanned until then.
+    optimize_every_rows: int = Field(5_000, gt=0)
 
     # World graph
     app_name: str = "general"

@@ -1,19 +1,23 @@
 """The LanceDB sidecar: vectors and full text of episodes, for recall.
 
 This is derived data. The graph store is the system of record; the index can be dropped and
-rebuilt from it at any time (``worldgraph reindex``). One table, ``episodes``, holds every
-tenant; every search is pre-filtered by ``tenant_id``.
+rebuilt from it at any time (``worldgraph reindex``). Each tenant has its own table (LanceDB's
+recommendation for multi-tenant isolation): a search reads only its tenant's rows and its
+tenant's ANN index, with no tenant predicate to evaluate. Table names are derived from the tenant
+id (``table_name``); a tenant that never wrote has no table, and its searches return nothing.
 
-``index_meta.json`` beside the table records the embedder that built it and the vector size, so
-opening it with another embedder fails loudly instead of comparing vectors from two models.
+``index_meta.json`` beside the tables records the embedder that built them and the vector size, so
+opening them with another embedder fails loudly instead of comparing vectors from two models.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -30,18 +34,26 @@ except ImportError:  # pragma: no cover - Windows: LanceDB's own conflict handli
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EpisodeIndex", "episode_schema", "build_filter", "sql_literal", "META_FILE", "TABLE_NAME"]
+__all__ = ["EpisodeIndex", "episode_schema", "build_filter", "metadata_filter", "sql_literal", "table_name",
+           "META_FILE", "TABLE_NAME"]
 
-TABLE_NAME = "episodes"
+TABLE_NAME = "episodes"  # the single table of the old layout (META_FORMAT 1), migrated on open
 META_FILE = "index_meta.json"
 WRITE_LOCK_FILE = ".write.lock"
-META_FORMAT = 1
+META_FORMAT = 2  # 2: one table per tenant
+# Table names: "ep-<tenant>" for tenants made of lower-case letters, digits and _.- (readable, and
+# distinct on case-insensitive file systems); "eph-<hex of the utf-8 bytes>" for any other tenant
+# id; "eps-<sha256>" for very long ones. The three prefixes differ at their third character, so
+# two tenants never share a table.
+_PLAIN_TENANT = re.compile(r"[a-z0-9][a-z0-9_.-]{0,127}")
+TABLE_PREFIXES = ("ep-", "eph-", "eps-")
 VECTOR_INDEX_NAME = "vector_idx"
 FTS_INDEX_NAME = "text_idx"
 # column -> index kind; BITMAP suits the low-cardinality columns, BTREE the rest.
@@ -116,17 +128,30 @@ def _as_timestamp(value: Any, field: str) -> float:
     return f
 
 
-def build_filter(tenant_id: str, where: dict[str, Any] | None = None) -> str:
-    """The SQL predicate for a tenant and the optional recall filters.
-
-    ``where`` keys: ``agent_role`` / ``agent_id`` (str), ``canvas_ids`` (list of str; empty means no filter),
-    ``start`` / ``end`` (unix seconds or datetime, inclusive), ``success_only`` (bool).
-    """
+def _check_tenant(tenant_id: Any) -> str:
     if not isinstance(tenant_id, str) or not tenant_id:
         raise InvalidInputError("tenant_id", "must be a non-empty string")
-    parts = [f"tenant_id = {sql_literal(tenant_id, 'tenant_id')}"]
+    return tenant_id
+
+
+def table_name(tenant_id: str) -> str:
+    """The LanceDB table that holds ``tenant_id``'s episodes (a pure function of the id)."""
+    _check_tenant(tenant_id)
+    if _PLAIN_TENANT.fullmatch(tenant_id):
+        return "ep-" + tenant_id
+    raw = tenant_id.encode("utf-8")
+    if len(raw) <= 100:
+        return "eph-" + raw.hex()
+    return "eps-" + hashlib.sha256(raw).hexdigest()
+
+
+def _is_part_name(name: str) -> bool:
+    return name.startswith(TABLE_PREFIXES)
+
+
+def _where_parts(where: dict[str, Any] | None) -> list[str]:
     if not where:
-        return parts[0]
+        return []
     if not isinstance(where, dict):
         raise InvalidInputError("where", f"expected a dict of filters, got {type(where).__name__}")
     unknown = set(where) - WHERE_KEYS
@@ -134,6 +159,7 @@ def build_filter(tenant_id: str, where: dict[str, Any] | None = None) -> str:
         raise InvalidInputError(
             "where", f"unknown filter(s) {sorted(unknown)}; allowed: {sorted(WHERE_KEYS)}"
         )
+    parts: list[str] = []
     for key in ("agent_role", "agent_id"):
         value = where.get(key)
         if value is not None:
@@ -155,6 +181,30 @@ def build_filter(tenant_id: str, where: dict[str, Any] | None = None) -> str:
         parts.append(f"timestamp <= {sql_literal(_as_timestamp(end, 'where.end'))}")
     if where.get("success_only"):
         parts.append("success = true")
+    return parts
+
+
+def metadata_filter(where: dict[str, Any] | None = None) -> str | None:
+    """The SQL predicate for the optional recall filters alone (None: no filter).
+
+    ``where`` keys: ``agent_role`` / ``agent_id`` (str), ``canvas_ids`` (list of str; empty means no filter),
+    ``start`` / ``end`` (unix seconds or datetime, inclusive), ``success_only`` (bool).
+    """
+    parts = _where_parts(where)
+    if not parts:
+        return None
+    return " AND ".join(f"({p})" for p in parts)
+
+
+def build_filter(tenant_id: str, where: dict[str, Any] | None = None) -> str:
+    """The SQL predicate for a tenant and the optional recall filters (see ``metadata_filter``).
+
+    The index no longer needs the tenant part (each tenant has its own table); this is kept for
+    callers that filter a table holding several tenants.
+    """
+    parts = [f"tenant_id = {sql_literal(_check_tenant(tenant_id), 'tenant_id')}"] + _where_parts(where)
+    if len(parts) == 1:
+        return parts[0]
     return " AND ".join(f"({p})" for p in parts)
 
 
@@ -183,14 +233,32 @@ def _is_commit_conflict(exc: BaseException) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-class EpisodeIndex:
-    """LanceDB table ``episodes`` at ``path``: upsert, delete, vector search, BM25 search.
+class _Part:
+    """One tenant's table and this process's bookkeeping for it."""
 
-    ``rebuild=True`` drops and recreates the table (for ``worldgraph reindex``). Several
-    processes may open the same path: ``read_consistency_interval=0`` (default) makes every
-    read see other processes' commits; local writes are serialised by a lock file and commit
-    races are retried. ``ann_overfetch`` extra ANN candidates (up to k) are re-scored exactly
-    once the vector index exists: 0 is fastest, 100 gives ~100% recall at about twice the cost.
+    __slots__ = ("name", "table", "index_names", "writes", "rows_since_optimize", "rows_base", "rows_added",
+                 "ann_requested")
+
+    def __init__(self, name: str, table: Any) -> None:
+        self.name = name
+        self.table = table
+        self.index_names: set[str] | None = None  # cache of the table's index names
+        self.writes = 0  # writes through this process
+        self.rows_since_optimize = 0  # rows written through this process since the last optimize
+        self.rows_base: int | None = None  # last count_rows() seen while the ANN index is missing
+        self.rows_added = 0  # rows written since rows_base
+        self.ann_requested = False  # an ANN build is queued / running in the background
+
+
+class EpisodeIndex:
+    """LanceDB tables of episodes at ``path``, one per tenant: upsert, delete, vector search, BM25 search.
+
+    ``rebuild=True`` drops every table (for ``worldgraph reindex``). Several processes may open
+    the same path: ``read_consistency_interval=0`` (default) makes every read see other
+    processes' commits; local writes to a table are serialised by a lock file per table and
+    commit races are retried. ``ann_overfetch`` extra ANN candidates (up to k) are re-scored
+    exactly once the vector index exists: 0 is fastest, 100 gives ~100% recall at about twice
+    the cost.
     """
 
     def __init__(
@@ -219,17 +287,15 @@ class EpisodeIndex:
         self._is_local = "://" not in self.path
         if self._is_local:
             Path(self.path).mkdir(parents=True, exist_ok=True)
-        self._lock_path = Path(self.path) / WRITE_LOCK_FILE
         self._db = lancedb.connect(self.path, read_consistency_interval=read_consistency_interval)
         self._lock = threading.RLock()  # serialises this object's writes
         self._index_lock = threading.RLock()  # serialises index creation / optimize
+        self._parts_lock = threading.Lock()  # guards opening / creating tables
+        self._parts: dict[str, _Part] = {}  # table name -> part (opened lazily, cached)
         self._maint_lock = threading.Lock()
         self._maint_thread: threading.Thread | None = None
-        self._maint_pending: set[str] = set()
-        self._writes = 0
-        self._index_names: set[str] | None = None  # cache of existing index names
-        self._ann_checked_rows = 0
-        self._table = self._open(rebuild)
+        self._maint_pending: set[tuple[str, str]] = set()  # (task, table name)
+        self._open(rebuild)
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -251,62 +317,142 @@ class EpisodeIndex:
     def _write_meta(self) -> None:
         if not self._is_local:
             return
-        meta = {"format": META_FORMAT, "table": TABLE_NAME, "embedder": self.embedder_name,
+        meta = {"format": META_FORMAT, "layout": "table-per-tenant", "embedder": self.embedder_name,
                 "dimensions": self.dimensions}
         tmp = self.meta_path.with_name(f".{META_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         os.replace(tmp, self.meta_path)
 
-    def _table_exists(self) -> bool:
+    def _table_names(self) -> list[str]:
         # lancedb 0.40: table_names() is deprecated, table_exists() is namespace-only (raises
         # NotImplementedError on a local connection); list_tables() pages.
+        names: list[str] = []
         token = None
         while True:
             resp = self._db.list_tables(page_token=token)
-            if TABLE_NAME in (resp.tables or []):
-                return True
+            names.extend(resp.tables or [])
             token = resp.page_token
             if not token:
-                return False
+                return names
 
-    def _open(self, rebuild: bool) -> Any:
+    def _open(self, rebuild: bool) -> None:
+        names = self._table_names()
         if rebuild:
-            if self._table_exists():
-                self._db.drop_table(TABLE_NAME)
+            for name in names:
+                if _is_part_name(name) or name == TABLE_NAME:
+                    self._db.drop_table(name)
             self._write_meta()
-            return self._db.create_table(TABLE_NAME, schema=self.schema, exist_ok=True)
-        if self._table_exists():
-            table = self._db.open_table(TABLE_NAME)
-            vec_type = table.schema.field("vector").type
-            existing_dim = getattr(vec_type, "list_size", None)
-            meta = self._read_meta()
-            existing_name = (meta or {}).get("embedder")
-            if existing_dim != self.dimensions or (existing_name is not None and existing_name != self.embedder_name):
-                raise InvalidInputError(
-                    "embedder",
-                    f"the episode index at {self.path} was built by {existing_name or 'an unknown embedder'} "
-                    f"with {existing_dim}-d vectors, but this process uses {self.embedder_name} with "
-                    f"{self.dimensions}-d vectors; run `worldgraph reindex` to rebuild the index for the "
-                    "new embedder",
-                )
-            if meta is None:
+            return
+        meta = self._read_meta()
+        existing_name = (meta or {}).get("embedder")
+        existing_dim = (meta or {}).get("dimensions")
+        part_names = [n for n in names if _is_part_name(n)]
+        # the tables themselves are the authority on the vector size
+        if TABLE_NAME in names:
+            existing_dim = self._vector_size(self._db.open_table(TABLE_NAME))
+        elif part_names:
+            part = self._part_by_name(part_names[0], create=False)
+            if part is not None:
+                existing_dim = self._vector_size(part.table)
+        if (existing_dim is not None and existing_dim != self.dimensions) or (
+                existing_name is not None and existing_name != self.embedder_name):
+            raise InvalidInputError(
+                "embedder",
+                f"the episode index at {self.path} was built by {existing_name or 'an unknown embedder'} "
+                f"with {existing_dim}-d vectors, but this process uses {self.embedder_name} with "
+                f"{self.dimensions}-d vectors; run `worldgraph reindex` to rebuild the index for the "
+                "new embedder",
+            )
+        if meta is None or meta.get("format") != META_FORMAT:
+            if meta is None and (part_names or TABLE_NAME in names):
                 log.warning("%s has no %s; recording embedder %s", self.path, META_FILE, self.embedder_name)
-                self._write_meta()
-            field_meta = table.schema.field("episode_id").metadata or {}
-            if PK_METADATA.encode() not in field_meta:  # a table from before the key was declared
-                try:
-                    # lancedb stubs: defined on LanceTable/RemoteTable, missing from the Table base class
-                    table.set_unenforced_primary_key("episode_id")  # type: ignore[attr-defined]
-                except Exception as exc:  # pragma: no cover - another process set it first
-                    log.info("could not declare episode_id as primary key: %s", exc)
-            return table
-        self._write_meta()  # before the table, so a table never exists without its label
-        return self._db.create_table(TABLE_NAME, schema=self.schema, exist_ok=True)
+            self._write_meta()  # before any table, so a table never exists without its label
+        if TABLE_NAME in names:
+            self._migrate_single_table()
 
-    @property
-    def table(self) -> Any:
-        """The underlying ``lancedb`` table (for maintenance and inspection)."""
-        return self._table
+    @staticmethod
+    def _vector_size(table: Any) -> int | None:
+        return getattr(table.schema.field("vector").type, "list_size", None)
+
+    def _migrate_single_table(self) -> None:
+        """Move the rows of the old single ``episodes`` table into per-tenant tables, then drop it.
+
+        Vectors are copied, nothing is re-embedded; merge-inserts make an interrupted migration
+        safe to run again. One process migrates; the others wait for it.
+        """
+        with self._file_lock(".migrate.lock"):
+            if TABLE_NAME not in self._table_names():
+                return  # another process finished it
+            legacy = self._db.open_table(TABLE_NAME)
+            log.warning("episode index at %s: moving %d rows of the single table %r into one table per tenant",
+                        self.path, legacy.count_rows(), TABLE_NAME)
+            try:
+                batches: Iterable[pa.RecordBatch] = legacy.to_lance().to_batches(batch_size=10_000)
+            except Exception:  # pragma: no cover - no pylance
+                batches = legacy.to_arrow().to_batches(max_chunksize=10_000)
+            with self._lock:
+                for batch in batches:
+                    data = pa.Table.from_batches([batch]).select(self.schema.names).cast(self.schema)
+                    for tenant in data.column("tenant_id").unique().to_pylist():
+                        sub = data.filter(pc.equal(data.column("tenant_id"), tenant))
+                        part = self._part(tenant, create=True)
+                        assert part is not None
+                        self._retry(part, lambda part=part, sub=sub: (
+                            part.table.merge_insert("episode_id")
+                            .when_matched_update_all()
+                            .when_not_matched_insert_all()
+                            .execute(sub)
+                        ), "migrate")
+            self._db.drop_table(TABLE_NAME)
+            for part in list(self._parts.values()):
+                self._after_write(part, 0)  # scalar / FTS indexes; ANN in the background
+
+    def _open_table(self, name: str) -> Any | None:
+        if self._is_local and not (Path(self.path) / f"{name}.lance").is_dir():
+            return None  # a stat, not an exception, for tenants that never wrote
+        try:
+            return self._db.open_table(name)
+        except Exception as exc:
+            if isinstance(exc, FileNotFoundError) or "not found" in str(exc).lower() \
+                    or "does not exist" in str(exc).lower():
+                return None
+            raise
+
+    def _part_by_name(self, name: str, create: bool) -> _Part | None:
+        part = self._parts.get(name)
+        if part is not None:
+            return part
+        with self._parts_lock:
+            part = self._parts.get(name)
+            if part is not None:
+                return part
+            table = self._open_table(name)
+            if table is None:
+                if not create:
+                    return None
+                with self._commit_lock(None):  # another process may be creating it too
+                    table = self._open_table(name)
+                    if table is None:
+                        table = self._db.create_table(name, schema=self.schema, exist_ok=True)
+            part = _Part(name, table)
+            self._parts[name] = part
+            return part
+
+    def _part(self, tenant_id: str, create: bool = False) -> _Part | None:
+        return self._part_by_name(table_name(tenant_id), create)
+
+    def _all_parts(self) -> list[_Part]:
+        parts = [self._part_by_name(n, create=False) for n in self._table_names() if _is_part_name(n)]
+        return [p for p in parts if p is not None]
+
+    def table_for(self, tenant_id: str) -> Any | None:
+        """The ``lancedb`` table of ``tenant_id`` (None before its first write), for maintenance and inspection."""
+        part = self._part(tenant_id)
+        return part.table if part is not None else None
+
+    def tenant_tables(self) -> list[str]:
+        """Names of the per-tenant tables that exist (see ``table_name``)."""
+        return sorted(n for n in self._table_names() if _is_part_name(n))
 
     def close(self, wait: bool = True) -> None:
         """Wait for background maintenance (LanceDB itself is embedded: nothing to release)."""
@@ -386,87 +532,111 @@ class EpisodeIndex:
         return table
 
     def upsert(self, rows: list[dict[str, Any]]) -> None:
-        """Insert or replace rows by ``episode_id`` (every column is overwritten)."""
+        """Insert or replace rows by ``episode_id`` within their tenant (every column is overwritten)."""
         rows = list(rows)
         if not rows:
             return
         data = self._to_arrow(rows)
+        tenants = data.column("tenant_id").unique().to_pylist()
         with self._lock:
-            self._retry(lambda: (
-                self._table.merge_insert("episode_id")
-                .when_matched_update_all()
-                .when_not_matched_insert_all()
-                .execute(data)
-            ), "upsert")
-            self._after_write(data.num_rows)
+            for tenant in tenants:
+                sub = data if len(tenants) == 1 else data.filter(pc.equal(data.column("tenant_id"), tenant))
+                part = self._part(tenant, create=True)
+                assert part is not None
+                self._retry(part, lambda part=part, sub=sub: (
+                    part.table.merge_insert("episode_id")
+                    .when_matched_update_all()
+                    .when_not_matched_insert_all()
+                    .execute(sub)
+                ), "upsert")
+                self._after_write(part, sub.num_rows)
 
     def delete(self, episode_ids: Iterable[str]) -> None:
-        """Remove rows by episode id (ids that are not there are ignored)."""
+        """Remove rows by episode id, whatever their tenant (ids that are not there are ignored)."""
         ids = [e for e in dict.fromkeys(episode_ids)]
         for e in ids:
             if not isinstance(e, str) or not e:
                 raise InvalidInputError("episode_ids", f"expected non-empty strings, got {e!r}")
+        if not ids:
+            return
         with self._lock:
-            for start in range(0, len(ids), 1000):
-                chunk = ids[start:start + 1000]
-                pred = f"episode_id IN ({', '.join(sql_literal(e, 'episode_ids') for e in chunk)})"
-                self._retry(lambda pred=pred: self._table.delete(pred), "delete")
-            if ids:
-                self._after_write(0)
+            for part in self._all_parts():
+                touched = False
+                for start in range(0, len(ids), 1000):
+                    chunk = ids[start:start + 1000]
+                    pred = f"episode_id IN ({', '.join(sql_literal(e, 'episode_ids') for e in chunk)})"
+                    # a lookup on the episode_id index; only tables holding the ids get a commit
+                    if part.table.count_rows(pred) == 0:
+                        continue
+                    self._retry(part, lambda part=part, pred=pred: part.table.delete(pred), "delete")
+                    touched = True
+                if touched:
+                    self._after_write(part, 0)
 
     def delete_tenant(self, tenant_id: str) -> None:
         """Remove every row of one tenant (before reindexing it from the graph store)."""
-        pred = build_filter(tenant_id)
+        part = self._part(tenant_id)
+        if part is None:
+            return
         with self._lock:
-            self._retry(lambda: self._table.delete(pred), "delete_tenant")
-            self._after_write(0)
+            self._retry(part, lambda: part.table.delete("true"), "delete_tenant")
+            self._after_write(part, 0)
 
     def clear(self) -> None:
-        """Delete every row of every tenant (the table, its label and its indexes stay)."""
+        """Delete every row of every tenant (the tables, the label and the indexes stay)."""
         with self._lock:
-            self._retry(lambda: self._table.delete("true"), "clear")
+            for part in self._all_parts():
+                self._retry(part, lambda part=part: part.table.delete("true"), "clear")
 
     def count(self, tenant_id: str | None = None) -> int:
         """Rows in the index, of one tenant or of all."""
         if tenant_id is None:
-            return int(self._table.count_rows())
-        return int(self._table.count_rows(build_filter(tenant_id)))
+            return sum(int(p.table.count_rows()) for p in self._all_parts())
+        part = self._part(tenant_id)
+        return int(part.table.count_rows()) if part is not None else 0
 
     def get(self, tenant_id: str, episode_ids: Sequence[str]) -> list[dict[str, Any]]:
         """Rows of ``tenant_id`` by episode id (missing ids are left out), vectors included."""
         ids = list(dict.fromkeys(episode_ids))
-        if not ids:
+        part = self._part(tenant_id)
+        if not ids or part is None:
             return []
-        pred = build_filter(tenant_id) + " AND episode_id IN (" + ", ".join(
-            sql_literal(e, "episode_ids") for e in ids) + ")"
-        return self._rows(self._table.search().where(pred).limit(len(ids)).to_arrow())
+        pred = "episode_id IN (" + ", ".join(sql_literal(e, "episode_ids") for e in ids) + ")"
+        return self._rows(part.table.search().where(pred).limit(len(ids)).to_arrow(), tenant_id)
 
     @contextmanager
-    def _commit_lock(self) -> Iterator[None]:
-        """Exclusive lock shared by every process writing this (local) index.
+    def _commit_lock(self, part: _Part | None) -> Iterator[None]:
+        """Exclusive lock shared by every process writing one table of this (local) index.
 
         LanceDB resolves most commit races itself, but under concurrent compaction two
         processes inserting the same new episode_id could both commit (lance issue #4585 and
-        follow-ups). Writes are short, so on one machine we simply serialise them. Object
-        stores (s3://) have no such lock and rely on LanceDB's conflict detection alone.
+        follow-ups). Writes are short, so on one machine we simply serialise them, per table
+        (``part=None``: the lock for creating tables). Object stores (s3://) have no such lock
+        and rely on LanceDB's conflict detection alone.
         """
+        with self._file_lock(WRITE_LOCK_FILE if part is None else f".write.{part.name}.lock"):
+            yield
+
+    @contextmanager
+    def _file_lock(self, filename: str) -> Iterator[None]:
+        """An exclusive flock on ``filename`` beside the tables (a no-op off the local disk)."""
         if fcntl is None or not self._is_local:
             yield
             return
-        with open(self._lock_path, "a+b") as fh:
+        with open(Path(self.path) / filename, "a+b") as fh:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
             try:
                 yield
             finally:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
-    def _retry(self, fn: Any, what: str, lock: bool = True) -> Any:
+    def _retry(self, part: _Part, fn: Any, what: str, lock: bool = True) -> Any:
         delay = 0.05
         for attempt in range(1, _COMMIT_RETRIES + 1):
             try:
                 if not lock:
                     return fn()
-                with self._commit_lock():
+                with self._commit_lock(part):
                     return fn()
             except Exception as exc:  # lancedb raises plain OSError/RuntimeError/ValueError
                 if attempt == _COMMIT_RETRIES or not _is_commit_conflict(exc):
@@ -475,42 +645,49 @@ class EpisodeIndex:
                 time.sleep(delay)
                 delay *= 2
                 try:
-                    self._table.checkout_latest()
+                    part.table.checkout_latest()
                 except Exception:  # pragma: no cover
                     pass
         return None  # pragma: no cover
 
     # -- maintenance ---------------------------------------------------------------------------
 
-    def _indexes(self, refresh: bool = False) -> set[str]:
-        if self._index_names is None or refresh:
-            self._index_names = {ix.name for ix in self._table.list_indices()}
-        return self._index_names
+    def _indexes(self, part: _Part, refresh: bool = False) -> set[str]:
+        if part.index_names is None or refresh:
+            part.index_names = {ix.name for ix in part.table.list_indices()}
+        return part.index_names
 
-    def _after_write(self, n_rows: int) -> None:
+    def _after_write(self, part: _Part, n_rows: int) -> None:
         """Cheap bookkeeping after a write; expensive work runs in the background, rarely."""
-        self._writes += 1
+        part.writes += 1
+        part.rows_since_optimize += n_rows
+        part.rows_added += n_rows
         try:
-            names = self._indexes()
+            names = self._indexes(part)
             if FTS_INDEX_NAME not in names or any(f"{c}_idx" not in names for c in SCALAR_INDEXES):
                 # first write of this table: it is small, so these indexes are quick to build
-                self.ensure_indexes(vector=False)
-            if VECTOR_INDEX_NAME not in self._indexes():
-                self._ann_checked_rows += n_rows
-                # count_rows reads only the manifest; still, look at it once per ~1000 rows
-                if self._ann_checked_rows >= min(1000, self.config.ann_index_min_rows):
-                    self._ann_checked_rows = 0
-                    if self._table.count_rows() >= self.config.ann_index_min_rows:
-                        self._start_maintenance("ann")
-            if self._writes % self.config.compact_every_writes == 0:
-                self._start_maintenance("optimize")
+                self._ensure_part(part, vector=False, fold=False)
+            if VECTOR_INDEX_NAME not in self._indexes(part) and not part.ann_requested:
+                # count_rows reads only the manifest; look at it only once the rows written since
+                # the last look could have taken the table past the threshold
+                if part.rows_base is None or part.rows_base + part.rows_added >= self.config.ann_index_min_rows:
+                    part.rows_base, part.rows_added = int(part.table.count_rows()), 0
+                    if part.rows_base >= self.config.ann_index_min_rows:
+                        part.ann_requested = True
+                        self._start_maintenance("ann", part.name)
+            # Compaction, and folding new rows into the existing indexes: rows written after an
+            # index was built are searched by a flat scan until then.
+            if (part.writes % self.config.compact_every_writes == 0
+                    or part.rows_since_optimize >= self.config.optimize_every_rows):
+                part.rows_since_optimize = 0
+                self._start_maintenance("optimize", part.name)
         except Exception as exc:  # maintenance never fails a write that already committed
             log.warning("episode index maintenance failed (will retry later): %s", exc)
 
-    def _start_maintenance(self, what: str) -> None:
+    def _start_maintenance(self, what: str, name: str) -> None:
         """Run index building / optimize in one background thread (writes and reads go on)."""
         with self._maint_lock:
-            self._maint_pending.add(what)
+            self._maint_pending.add((what, name))
             if self._maint_thread is not None and self._maint_thread.is_alive():
                 return
             self._maint_thread = threading.Thread(
@@ -523,21 +700,26 @@ class EpisodeIndex:
             with self._maint_lock:
                 if not self._maint_pending:
                     return
-                pending = set(self._maint_pending)
+                pending = sorted(self._maint_pending)  # "ann" before "optimize" for a table
                 self._maint_pending.clear()
             try:
-                self._run_maintenance_process(sorted(pending))
+                self._run_maintenance_process(pending)
             except Exception as exc:
                 log.warning("episode index background maintenance failed (will retry later): %s", exc)
             finally:
-                try:
-                    self._table.checkout_latest()
-                    self._indexes(refresh=True)
-                except Exception:  # pragma: no cover
-                    pass
+                for name in {n for _, n in pending}:
+                    part = self._parts.get(name)
+                    if part is None:
+                        continue
+                    try:
+                        part.table.checkout_latest()
+                        self._indexes(part, refresh=True)
+                    except Exception:  # pragma: no cover
+                        pass
+                    part.ann_requested = False
 
-    def _run_maintenance_process(self, what: list[str]) -> None:
-        """ANN build / optimize in a child process.
+    def _run_maintenance_process(self, tasks: list[tuple[str, str]]) -> None:
+        """ANN build / optimize of some tables in a child process.
 
         lancedb's synchronous API runs every call on one background event loop per process, so
         a long create_index in a thread stalls every other read and write of the process
@@ -545,16 +727,13 @@ class EpisodeIndex:
         this process's recalls and writes flowing.
         """
         if not self._is_local:  # object stores: same work, in this process
-            if "ann" in what:
-                self.ensure_indexes()
-            if "optimize" in what:
-                self.optimize()
+            _run_tasks(self, tasks)
             return
         pkg_root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         cmd = [sys.executable, "-m", "worldgraph.memory.index", "maintain", self.path, str(self.dimensions),
-               self.embedder_name, self.config.model_dump_json(), ",".join(what)]
+               self.embedder_name, self.config.model_dump_json(), json.dumps(tasks)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"maintenance process failed ({proc.returncode}): {proc.stderr[-2000:]}")
@@ -567,97 +746,144 @@ class EpisodeIndex:
         thread.join(timeout)
         return not thread.is_alive()
 
-    def ensure_indexes(self, vector: bool = True) -> list[str]:
-        """Create the indexes that are missing (synchronously); returns the names created.
+    def _selected_parts(self, tenant_id: str | None) -> list[_Part]:
+        if tenant_id is None:
+            return self._all_parts()
+        part = self._part(tenant_id)
+        return [part] if part is not None else []
+
+    def ensure_indexes(self, vector: bool = True, tenant_id: str | None = None) -> list[str]:
+        """Make the indexes of every tenant's table (or of one) ready, synchronously; returns the names created.
 
         Scalar indexes on the filter columns and the BM25 index on ``text`` always; the ANN
-        vector index (unless ``vector=False``) once the table holds ``config.ann_index_min_rows``
-        rows (below that an exact scan is exact and fast enough). Safe to call repeatedly and
-        from several processes.
+        vector index (unless ``vector=False``) once a table holds ``config.ann_index_min_rows``
+        rows (below that an exact scan is exact and fast enough). Rows written after an index
+        was built (``num_unindexed_rows``) are then folded in with ``optimize``. Safe to call
+        repeatedly and from several processes.
         """
+        created: list[str] = []
+        for part in self._selected_parts(tenant_id):
+            for name in self._ensure_part(part, vector=vector, fold=True):
+                if name not in created:
+                    created.append(name)
+        return created
+
+    def _ensure_part(self, part: _Part, vector: bool = True, fold: bool = True) -> list[str]:
         from lancedb.index import FTS, Bitmap, BTree
 
         created: list[str] = []
         with self._index_lock:
-            names = self._indexes(refresh=True)
+            names = self._indexes(part, refresh=True)
             for column, kind in SCALAR_INDEXES.items():
                 name = f"{column}_idx"
                 if name in names:
                     continue
                 cfg = Bitmap() if kind == "BITMAP" else BTree()
                 try:
-                    self._create_index(column, cfg, name)
+                    self._create_index(part, column, cfg, name)
                 except Exception as exc:
                     if kind != "BITMAP" or "already exists" in str(exc).lower():
                         raise
                     # BITMAP not supported for this column / version: a BTREE does the job
-                    self._create_index(column, BTree(), name)
+                    self._create_index(part, column, BTree(), name)
                 created.append(name)
             if FTS_INDEX_NAME not in names:
-                self._create_index("text", FTS(), FTS_INDEX_NAME)
+                self._create_index(part, "text", FTS(), FTS_INDEX_NAME)
                 created.append(FTS_INDEX_NAME)
             if vector and VECTOR_INDEX_NAME not in names:
-                rows = self._table.count_rows()
+                rows = part.table.count_rows()
                 if rows >= self.config.ann_index_min_rows:
-                    self._create_vector_index(rows)
+                    self._create_vector_index(part)
                     created.append(VECTOR_INDEX_NAME)
-            self._indexes(refresh=True)
+            names = self._indexes(part, refresh=True)
+            if fold and self._has_unindexed_rows(part, names):
+                self._optimize_part(part)
         if created:
-            log.info("episode index: created %s", ", ".join(created))
+            log.info("episode index %s: created %s", part.name, ", ".join(created))
         return created
 
-    def _create_index(self, column: str, cfg: Any, name: str) -> None:
+    def _has_unindexed_rows(self, part: _Part, names: Iterable[str]) -> bool:
+        for name in names:
+            try:
+                stats = part.table.index_stats(name)
+            except Exception as exc:  # pragma: no cover - e.g. dropped by another process
+                log.info("index_stats(%s) of %s failed: %s", name, part.name, exc)
+                continue
+            if stats is not None and (stats.num_unindexed_rows or 0) > 0:
+                return True
+        return False
+
+    def _create_index(self, part: _Part, column: str, cfg: Any, name: str) -> None:
         """create_index that tolerates another process having just created the same index."""
         try:
-            self._retry(lambda: self._table.create_index(column, config=cfg, name=name, replace=False),
+            self._retry(part, lambda: part.table.create_index(column, config=cfg, name=name, replace=False),
                         f"create index {name}")
         except Exception as exc:
-            if "already exists" in str(exc).lower() or name in self._indexes(refresh=True):
+            if "already exists" in str(exc).lower() or name in self._indexes(part, refresh=True):
                 return
             raise
 
-    def _create_vector_index(self, rows: int) -> None:
+    def _create_vector_index(self, part: _Part) -> None:
         from lancedb.index import IvfHnswSq
 
         # IVF + HNSW graphs over 8-bit scalar-quantised vectors. Candidates are re-scored with
         # exact cosine in vector_search, so SQ error never changes the returned order.
         cfg = IvfHnswSq(distance_type="cosine")
-        self._table.create_index("vector", config=cfg, name=VECTOR_INDEX_NAME, replace=True)
+        part.table.create_index("vector", config=cfg, name=VECTOR_INDEX_NAME, replace=True)
 
-    def optimize(self) -> None:
-        """Compaction, then folding new rows into the existing indexes (no retraining).
+    def optimize(self, tenant_id: str | None = None) -> None:
+        """Compaction, then folding new rows into the existing indexes (no retraining), of every
+        tenant's table or of one.
 
         Only the compaction holds the cross-process write lock; the index update, which can
         take seconds on a large table, runs beside other processes' writes.
         """
+        for part in self._selected_parts(tenant_id):
+            self._optimize_part(part)
+
+    def _optimize_part(self, part: _Part) -> None:
         with self._index_lock:
+            part.rows_since_optimize = 0
+            table = part.table
             try:
-                ds_optimizer = self._table.to_lance().optimize
+                table.to_lance()
             except Exception:  # pragma: no cover - no pylance: lancedb's all-in-one optimize
-                self._retry(lambda: self._table.optimize(), "optimize")
+                self._retry(part, lambda: table.optimize(), "optimize")
             else:
-                self._retry(lambda: self._table.to_lance().optimize.compact_files(), "compact")
-                self._retry(lambda: self._table.to_lance().optimize.optimize_indices(), "optimize indexes",
+                self._retry(part, lambda: table.to_lance().optimize.compact_files(), "compact")
+                self._retry(part, lambda: table.to_lance().optimize.optimize_indices(), "optimize indexes",
                             lock=False)
-                del ds_optimizer
                 try:
-                    self._table.to_lance().cleanup_old_versions(older_than=timedelta(days=7))
+                    table.to_lance().cleanup_old_versions(older_than=timedelta(days=7))
                 except Exception as exc:  # pragma: no cover
                     log.info("cleanup of old index versions failed: %s", exc)
-            self._table.checkout_latest()
-            self._indexes(refresh=True)
+            table.checkout_latest()
+            self._indexes(part, refresh=True)
 
-    def has_vector_index(self) -> bool:
-        return VECTOR_INDEX_NAME in self._indexes(refresh=True)
+    def has_vector_index(self, tenant_id: str | None = None) -> bool:
+        """Whether ``tenant_id``'s table has its ANN index (no tenant: whether any table has one)."""
+        return any(VECTOR_INDEX_NAME in self._indexes(p, refresh=True) for p in self._selected_parts(tenant_id))
 
     # -- reads -------------------------------------------------------------------------------
 
-    def _rows(self, tbl: pa.Table, score_col: str | None = None, out_name: str | None = None) -> list[dict[str, Any]]:
-        """Arrow results -> dicts of every column, ``vector`` as a float32 np.ndarray."""
+    def _select(self, columns: Sequence[str] | None) -> list[str] | None:
+        """Columns to read: None for all; else episode_id, the given ones and vector."""
+        if columns is None:
+            return None
+        if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+            raise InvalidInputError("columns", "expected a list of column names")
+        unknown = [c for c in columns if c not in self.schema.names]
+        if unknown:
+            raise InvalidInputError("columns", f"unknown column(s) {unknown}; allowed: {self.schema.names}")
+        return list(dict.fromkeys(["episode_id", *columns, "vector"]))
+
+    def _rows(self, tbl: pa.Table, tenant_id: str, score_col: str | None = None,
+              out_name: str | None = None) -> list[dict[str, Any]]:
+        """Arrow results -> dicts of the columns read, ``vector`` as a float32 np.ndarray."""
         n = tbl.num_rows
         if n == 0:
             return []
-        names = [c for c in self.schema.names if c != "vector"]
+        names = [c for c in self.schema.names if c != "vector" and c in tbl.column_names]
         cols = {c: tbl.column(c).to_pylist() for c in names}
         vec_col = tbl.column("vector").combine_chunks()
         vectors = vec_col.flatten().to_numpy(zero_copy_only=False).reshape(n, self.dimensions)
@@ -665,11 +891,16 @@ class EpisodeIndex:
         out: list[dict[str, Any]] = []
         for i in range(n):
             row = {c: cols[c][i] for c in names}
-            row["canvas_action_ids"] = row["canvas_action_ids"] or []
+            if "canvas_action_ids" in row:
+                row["canvas_action_ids"] = row["canvas_action_ids"] or []
             row["vector"] = vectors[i]
             if scores is not None and out_name is not None:
                 row[out_name] = float(scores[i])
             out.append(row)
+        if "tenant_id" in cols and any(t != tenant_id for t in cols["tenant_id"]):
+            # defence in depth: a table only ever receives its own tenant's rows
+            log.error("episode index: table %s holds rows of another tenant", table_name(tenant_id))
+            out = [r for r in out if r["tenant_id"] == tenant_id]
         return out
 
     def vector_search(
@@ -678,14 +909,18 @@ class EpisodeIndex:
         vector: Any,
         k: int = 100,
         where: dict[str, Any] | None = None,
+        columns: Sequence[str] | None = None,
     ) -> list[dict[str, Any]]:
         """Top ``k`` rows of ``tenant_id`` by cosine similarity (highest first), filtered first.
 
-        Each result has every column, ``vector`` (np.ndarray) and ``similarity`` (1 - cosine distance).
+        Each result has every column (or ``episode_id`` plus ``columns``), ``vector``
+        (np.ndarray) and ``similarity`` (1 - cosine distance).
         """
         if not isinstance(k, int) or k <= 0:
             raise InvalidInputError("k", f"must be a positive integer, got {k!r}")
-        pred = build_filter(tenant_id, where)
+        _check_tenant(tenant_id)
+        pred = metadata_filter(where)
+        select = self._select(columns)
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
         if q.shape[0] != self.dimensions:
             raise EmbeddingDimensionError(
@@ -693,23 +928,27 @@ class EpisodeIndex:
             )
         if not np.isfinite(q).all() or not np.any(q):
             raise EmbeddingDimensionError("vector", "query vector is zero, NaN or infinite")
-        indexed = VECTOR_INDEX_NAME in self._indexes()
+        part = self._part(tenant_id)
+        if part is None:
+            return []
+        indexed = VECTOR_INDEX_NAME in self._indexes(part)
         # Every candidate is re-scored with exact cosine below, so the order is exact; with the
         # ANN index, ann_overfetch extra candidates trade latency for recall.
         fetch = k + min(k, self.ann_overfetch) if indexed else k
-        query = (
-            self._table.search(q, vector_column_name="vector")
-            .distance_type("cosine")
-            .where(pred, prefilter=True)
-            .limit(fetch)
-        )
+        query = part.table.search(q, vector_column_name="vector").distance_type("cosine")
+        if pred is not None:
+            query = query.where(pred, prefilter=True)
+        if select is not None:
+            query = query.select(select)
+        query = query.limit(fetch)
         if indexed:
-            # A selective filter (small tenant) leaves few rows in the probed partitions:
-            # maximum_nprobes=0 lets the search visit more partitions until it has enough rows.
-            query = query.maximum_nprobes(0)
+            if pred is not None:
+                # A selective filter leaves few rows in the probed partitions: maximum_nprobes=0
+                # lets the search visit more partitions until it has enough rows.
+                query = query.maximum_nprobes(0)
             if fetch > k:
                 query = query.ef(2 * fetch)
-        results = self._rows(query.to_arrow())
+        results = self._rows(query.to_arrow(), tenant_id)
         if not results:
             return []
         vectors = np.stack([r["vector"] for r in results])
@@ -726,9 +965,11 @@ class EpisodeIndex:
         query: str,
         k: int = 20,
         where: dict[str, Any] | None = None,
+        columns: Sequence[str] | None = None,
     ) -> list[dict[str, Any]]:
         """Top ``k`` rows of ``tenant_id`` by BM25 on ``text``; each result carries ``bm25``.
 
+        Each result has every column (or ``episode_id`` plus ``columns``) and ``vector``.
         Returns [] when the full-text index does not exist yet or the query has no searchable
         terms (only stop words or punctuation).
         """
@@ -736,24 +977,29 @@ class EpisodeIndex:
             raise InvalidInputError("k", f"must be a positive integer, got {k!r}")
         if not isinstance(query, str):
             raise InvalidInputError("query", f"expected a string, got {type(query).__name__}")
-        pred = build_filter(tenant_id, where)
+        _check_tenant(tenant_id)
+        pred = metadata_filter(where)
+        select = self._select(columns)
         text = " ".join(query.replace("\x00", " ").split())
         if not any(ch.isalnum() for ch in text):
             return []
-        if FTS_INDEX_NAME not in self._indexes() and FTS_INDEX_NAME not in self._indexes(refresh=True):
+        part = self._part(tenant_id)
+        if part is None:
+            return []
+        if FTS_INDEX_NAME not in self._indexes(part) and FTS_INDEX_NAME not in self._indexes(part, refresh=True):
             return []
         try:
-            tbl = (
-                self._table.search(text, query_type="fts", fts_columns="text")
-                .where(pred, prefilter=True)
-                .limit(k)
-                .to_arrow()
-            )
+            search = part.table.search(text, query_type="fts", fts_columns="text")
+            if pred is not None:
+                search = search.where(pred, prefilter=True)
+            if select is not None:
+                search = search.select(select)
+            tbl = search.limit(k).to_arrow()
         except ValueError as exc:
             if "index" in str(exc).lower():
                 return []
             raise
-        results = self._rows(tbl, "_score", "bm25")
+        results = self._rows(tbl, tenant_id, "_score", "bm25")
         results.sort(key=lambda r: r["bm25"], reverse=True)
         return _unique(results)
 
@@ -761,20 +1007,30 @@ class EpisodeIndex:
         return f"EpisodeIndex(path={self.path!r}, dimensions={self.dimensions}, embedder={self.embedder_name!r})"
 
 
+def _run_tasks(idx: EpisodeIndex, tasks: Iterable[Sequence[str]]) -> None:
+    for what, name in tasks:
+        part = idx._part_by_name(name, create=False)
+        if part is None:  # dropped meanwhile
+            continue
+        if what == "ann":
+            idx._ensure_part(part, vector=True, fold=False)
+        elif what == "optimize":
+            idx._optimize_part(part)
+
+
 def _maintain_main(argv: list[str]) -> int:
-    """``python -m worldgraph.memory.index maintain PATH DIMS EMBEDDER CONFIG_JSON ann,optimize``."""
+    """``python -m worldgraph.memory.index maintain PATH DIMS EMBEDDER CONFIG_JSON TASKS_JSON``.
+
+    TASKS_JSON: a list of ``[task, table name]``, task ``ann`` or ``optimize``.
+    """
     if len(argv) != 6 or argv[0] != "maintain":
-        print("usage: python -m worldgraph.memory.index maintain PATH DIMS EMBEDDER CONFIG_JSON WHAT",
+        print("usage: python -m worldgraph.memory.index maintain PATH DIMS EMBEDDER CONFIG_JSON TASKS_JSON",
               file=sys.stderr)
         return 2
-    _, path, dims, name, cfg_json, what = argv
+    _, path, dims, name, cfg_json, tasks_json = argv
     config = WorldGraphConfig.model_validate_json(cfg_json)
     idx = EpisodeIndex(path, int(dims), name, config)
-    tasks = set(what.split(","))
-    if "ann" in tasks:
-        idx.ensure_indexes()
-    if "optimize" in tasks:
-        idx.optimize()
+    _run_tasks(idx, json.loads(tasks_json))
     return 0
 
 

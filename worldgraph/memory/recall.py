@@ -129,10 +129,12 @@ def recall(
     # 2a. candidates: vector top-N plus full-text hits
     where = filters.where()
     # The BM25 search runs beside the vector search (LanceDB releases the GIL while it searches).
-    text_hits = (_SEARCH_POOL.submit(index.text_search, tenant_id, text, k=cfg.fulltext_pool, where=where)
+    # Only episode_id and vector of a hit are used below (the rest comes from the store).
+    text_hits = (_SEARCH_POOL.submit(index.text_search, tenant_id, text, k=cfg.fulltext_pool, where=where,
+                                     columns=["episode_id"])
                  if opts.hybrid and cfg.fulltext_pool > 0 else None)
     try:
-        hits = index.vector_search(tenant_id, qvec, k=cfg.candidate_pool, where=where)
+        hits = index.vector_search(tenant_id, qvec, k=cfg.candidate_pool, where=where, columns=["episode_id"])
     except BaseException:
         if text_hits is not None:
             text_hits.cancel()  # read-only: if it already started, let it finish unobserved
