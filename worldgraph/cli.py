@@ -221,13 +221,14 @@ def cmd_readiness(args: argparse.Namespace) -> int:
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    with open_wm(args) as wm:
-        if args.pending:
+    if args.pending:
+        with open_wm(args) as wm:
             n = wm.retry_indexing(progress=progress_bar("re-indexing", not args.json))
-        else:
-            n = wm.reindex(None if args.all_tenants else args.tenant, progress=progress_bar("reindexing", not args.json))
-    if not args.json:
-        sys.stderr.write("\n")
+    else:
+        # A full rebuild also recovers from a changed embedder (another model or dimension),
+        # which the index refuses to open with otherwise.
+        with open_wm(args, rebuild_index=True) as wm:
+            n = wm.index.count()
     emit(args, {"indexed": n}, lambda: print(f"indexed {n} episode(s)"))
     return 0
 
@@ -425,9 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("agent_id")
     sp.add_argument("--window", type=int, default=30)
 
-    sp = add("reindex", cmd_reindex, "rebuild the LanceDB index from the graph store")
+    sp = add("reindex", cmd_reindex, "rebuild the LanceDB index (all tenants) from the graph store")
     sp.add_argument("--pending", action="store_true", help="only episodes whose indexing is pending or failed")
-    sp.add_argument("--all-tenants", action="store_true")
 
     add("stats", cmd_stats, "counts for a tenant")
 
