@@ -162,3 +162,17 @@ def test_replay_multi_room_adventure(wm: WorldModel) -> None:
     assert any(n["name"] == "front door locked" and n["valid_to"] is not None for n in door_states)
     assert all(e["src_id"] in nodes for e in graph["edges"])
     assert any(r["dropped"] for r in summary["reports"]), "the log carries one deliberately bad edge"
+
+
+def test_packet_interrupted_mid_update_is_retried(wm: WorldModel, fake_openai) -> None:  # type: ignore[no-untyped-def]
+    wm.world.auto_update = False
+    packet = wm.observe_round("t1", ENV, FLAGGED)
+    # a process claims the packet, then dies before merging: the scene stays "running"
+    assert wm.store.claim_scene("t1", packet["id"])
+    stuck = dict(wm.store.get_scene("t1", packet["id"]), updated_at="2020-01-01T00:00:00.000000+00:00")
+    wm.store.upsert_scene(stuck)
+    assert wm.retry_updates("t1", stale_after=None) == []  # not stale-aware: left alone
+    fake_openai.default = json.dumps(DELTA)
+    reports = wm.retry_updates("t1")  # default: running for over 10 minutes = interrupted
+    assert [r.ok for r in reports] == [True]
+    assert wm.store.get_scene("t1", packet["id"])["status"] == "merged"

@@ -304,7 +304,7 @@ def cmd_world_show(args: argparse.Namespace) -> int:
 
 def cmd_world_retry(args: argparse.Namespace) -> int:
     with open_wm(args) as wm:
-        reports = [r.to_dict() for r in wm.retry_updates(args.tenant, args.env)]
+        reports = [r.to_dict() for r in wm.retry_updates(args.tenant, args.env, args.stale_minutes * 60)]
     def text() -> None:
         print(f"retried {len(reports)} packet(s): {sum(1 for r in reports if r['ok'])} merged, "
               f"{sum(1 for r in reports if not r['ok'])} not merged")
@@ -453,6 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp2.add_argument("--max-items", type=int, default=40)
     sp2 = add("retry", cmd_world_retry, "re-run pending and failed scene packets", parent=group)
     sp2.add_argument("--env", default=None)
+    sp2.add_argument("--stale-minutes", type=float, default=10.0,
+                     help="also re-run packets left 'running' this long by a process that died (default 10)")
 
     sp = add("export", cmd_export, "write the canonical snapshot of an environment")
     sp.add_argument("--env", required=True)

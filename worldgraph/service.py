@@ -321,9 +321,11 @@ class WorldModel:
         """Block until the background queue is empty; False if ``timeout`` ran out first."""
         return self.world.wait(timeout)
 
-    def retry_updates(self, tenant_id: str | None = None, env_name: str | None = None) -> list[Any]:
-        """Re-run pending and failed scene packets now; returns their MergeReports."""
-        return self.world.retry(tenant_id, env_name)
+    def retry_updates(self, tenant_id: str | None = None, env_name: str | None = None,
+                      stale_after: float | None = 600.0) -> list[Any]:
+        """Re-run pending and failed scene packets now, and those left "running" for more than
+        ``stale_after`` seconds by a process that died mid-update; returns their MergeReports."""
+        return self.world.retry(tenant_id, env_name, stale_after)
 
     def world_graph(self, tenant_id: str, env_name: str) -> dict[str, Any]:
         check_tenant(tenant_id)

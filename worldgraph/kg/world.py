@@ -149,12 +149,9 @@ class WorldUpdater:
         scene: SceneRecord = stored
         env = scene["env_name"]
         report = MergeReport(tenant_id=tenant_id, env_name=env, scene_id=scene_id)
-        if not self.wm.store.claim_scene(tenant_id, scene_id):
-            current = self.wm.store.get_scene(tenant_id, scene_id) or scene
-            report.ok = current.get("status") == "merged"
-            report.skipped = f"scene {scene_id} is {current.get('status')}; it is not merged twice"
-            return report
-        scene["status"] = "running"
+        skipped = self._claim(scene)
+        if skipped is not None:
+            return skipped
         try:
             summary = self._summary(tenant_id, env, scene)
             delta = self.extractor.extract(scene, summary)
@@ -194,11 +191,8 @@ class WorldUpdater:
         stored = self._stored_scene(tenant_id, scene)
         if stored is not None:
             # A packet from observe_round: merge this delta as its update (claimed, so never twice).
-            if not self.wm.store.claim_scene(tenant_id, stored["id"]):
-                report = MergeReport(tenant_id=tenant_id, env_name=env_name, scene_id=stored["id"])
-                report.skipped = f"scene {stored['id']} is {stored.get('status')}; it is not merged twice"
-                return report
-            return self._merge(tenant_id, env_name, delta, stored)
+            skipped = self._claim(stored)
+            return skipped if skipped is not None else self._merge(tenant_id, env_name, delta, stored)
         if scene is not None:
             if isinstance(scene, str):
                 scene = {"trigger_reason": scene}
@@ -228,7 +222,32 @@ class WorldUpdater:
         report.graph_version = meta.get("graph_version")
         return report
 
-    def retry(self, tenant_id: str | None = None, env_name: str | None = None) -> list[MergeReport]:
+    def _claim(self, scene: SceneRecord) -> MergeReport | None:
+        """Take the scene for this update (None), or say why not (a report with ``skipped``).
+
+        The claim is stamped (``updated_at``) so that a process that dies mid-update leaves a
+        scene that ``retry(stale_after=...)`` can recognise as interrupted and run again."""
+        tenant_id, scene_id = scene["tenant_id"], scene["id"]
+        if self.wm.store.claim_scene(tenant_id, scene_id):
+            scene["status"], scene["updated_at"] = "running", now_iso()
+            self.wm.store.upsert_scene(scene)
+            return None
+        current = self.wm.store.get_scene(tenant_id, scene_id) or scene
+        report = MergeReport(tenant_id=tenant_id, env_name=scene["env_name"], scene_id=scene_id)
+        report.ok = current.get("status") == "merged"
+        report.skipped = f"scene {scene_id} is {current.get('status')}; it is not merged twice"
+        return report
+
+    def retry(self, tenant_id: str | None = None, env_name: str | None = None,
+              stale_after: float | None = 600.0) -> list[MergeReport]:
+        """Re-run pending and failed packets; with ``stale_after`` (seconds), also packets left
+        "running" longer than that by a process that died mid-update."""
+        if stale_after is not None:
+            cutoff = datetime.fromtimestamp(time.time() - stale_after, timezone.utc).isoformat(timespec="microseconds")
+            for scene in self.wm.store.list_scenes(tenant_id, env_name, statuses=["running"]):
+                if scene.get("updated_at", "") < cutoff:
+                    self._fail(scene, "pending", f"interrupted while running (no progress since "
+                                                 f"{scene.get('updated_at')}); queued again by retry")
         scenes = self.wm.store.list_scenes(tenant_id, env_name, statuses=["pending", "failed"])
         return [self.update(s) for s in scenes]
 
