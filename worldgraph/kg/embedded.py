@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+import orjson
+
 from worldgraph.errors import NotFoundError
 from worldgraph.gcpause import gc_paused
 from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
@@ -67,6 +69,17 @@ CREATE INDEX IF NOT EXISTS scenes_episode ON scenes (tenant_id, episode_id);
 CREATE TABLE IF NOT EXISTS env_meta (
   tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, env_name));
 """
+
+
+def _loads(data: str) -> Any:
+    """Reading records is on recall's path (about 100 candidates a query): orjson parses them
+    ~4x faster than json. It refuses integers beyond 64 bits, which json.dumps can write (a
+    world node's attributes may hold one), so those few fall back to json. Writing stays with
+    json.dumps, whose exact bytes the store keeps."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
 
 def _dumps(obj: Any) -> str:
@@ -231,7 +244,7 @@ class EmbeddedGraphStore(GraphStore):
             "SELECT data FROM feedback WHERE tenant_id = ? AND episode_id = ? ORDER BY created_at, id",
             (tenant_id, episode_id),
         )
-        return [json.loads(d) for (d,) in rows]
+        return [_loads(d) for (d,) in rows]
 
     def feedback_stats(self, tenant_id: str, episode_ids: list[str], category: str | None = None) -> dict[str, tuple[float, int]]:
         out: dict[str, tuple[float, int]] = {}
@@ -249,14 +262,14 @@ class EmbeddedGraphStore(GraphStore):
     # ---------------------------------------------------------------- canvases
     def get_canvas(self, tenant_id: str, canvas_id: str) -> Record | None:
         rows = self._query("SELECT data FROM canvases WHERE tenant_id = ? AND id = ?", (tenant_id, canvas_id))
-        return json.loads(rows[0][0]) if rows else None
+        return _loads(rows[0][0]) if rows else None
 
     def canvas_audits(self, tenant_id: str, episode_id: str) -> list[Record]:
         rows = self._query(
             "SELECT data FROM canvas_audits WHERE tenant_id = ? AND episode_id = ? ORDER BY timestamp, id",
             (tenant_id, episode_id),
         )
-        return [json.loads(d) for (d,) in rows]
+        return [_loads(d) for (d,) in rows]
 
     # ---------------------------------------------------------------- world graph
     def load_view(self, tenant_id: str, env_name: str, node_ids: list[str]) -> GraphView:
@@ -276,7 +289,7 @@ class EmbeddedGraphStore(GraphStore):
                 [tenant_id, env_name, *chunk, tenant_id, env_name, *chunk],
             ):
                 if nid not in view.nodes:
-                    rec = json.loads(d)
+                    rec = _loads(d)
                     view.nodes[rec["id"]] = rec
             for eid, d in self._query(
                 f"SELECT id, data FROM world_edges WHERE tenant_id = ? AND env_name = ? AND src_id IN ({ph}) "
@@ -285,19 +298,19 @@ class EmbeddedGraphStore(GraphStore):
                 [tenant_id, env_name, *chunk, tenant_id, env_name, *chunk],
             ):
                 if eid not in view.edges:
-                    rec = json.loads(d)
+                    rec = _loads(d)
                     view.edges[rec["id"]] = rec
         for (d,) in self._query(
             "SELECT data FROM world_rules WHERE tenant_id = ? AND env_name = ?", (tenant_id, env_name)
         ):
-            rec = json.loads(d)
+            rec = _loads(d)
             view.rules[rec["id"]] = rec
         view.meta = self._meta(tenant_id, env_name)
         return view
 
     def _meta(self, tenant_id: str, env_name: str) -> MetaRecord | None:
         rows = self._query("SELECT data FROM env_meta WHERE tenant_id = ? AND env_name = ?", (tenant_id, env_name))
-        return json.loads(rows[0][0]) if rows else None
+        return _loads(rows[0][0]) if rows else None
 
     def apply_plan(self, plan: MergePlan) -> MetaRecord:
         t, env = plan.tenant_id, plan.env_name
@@ -358,7 +371,7 @@ class EmbeddedGraphStore(GraphStore):
 
     def get_scene(self, tenant_id: str, scene_id: str) -> SceneRecord | None:
         rows = self._query("SELECT data FROM scenes WHERE tenant_id = ? AND id = ?", (tenant_id, scene_id))
-        return json.loads(rows[0][0]) if rows else None
+        return _loads(rows[0][0]) if rows else None
 
     def claim_scene(self, tenant_id: str, scene_id: str) -> bool:
         with self._tx() as cur:
@@ -368,7 +381,7 @@ class EmbeddedGraphStore(GraphStore):
             ).fetchone()
             if row is None:
                 return False
-            scene = json.loads(row[0])
+            scene = _loads(row[0])
             scene["status"] = "running"
             cur.execute("UPDATE scenes SET status = 'running', data = ? WHERE tenant_id = ? AND id = ?",
                         (_dumps(scene), tenant_id, scene_id))
@@ -386,7 +399,7 @@ class EmbeddedGraphStore(GraphStore):
         if statuses:
             sql += f" AND status IN ({_placeholders(len(statuses))})"
             params.extend(statuses)
-        return [json.loads(d) for (d,) in self._query(sql + " ORDER BY created_at, id", params)]
+        return [_loads(d) for (d,) in self._query(sql + " ORDER BY created_at, id", params)]
 
     def environments(self, tenant_id: str) -> list[str]:
         rows = self._query(
@@ -400,7 +413,7 @@ class EmbeddedGraphStore(GraphStore):
                 f"SELECT data FROM {table} WHERE tenant_id = ? AND env_name = ? ORDER BY id", (tenant_id, env_name)
             )
             with gc_paused():  # the records are acyclic; see gc_paused
-                return [json.loads(d) for (d,) in rows]
+                return [_loads(d) for (d,) in rows]
 
         return {"nodes": load("world_nodes"), "edges": load("world_edges"), "rules": load("world_rules"),
                 "scenes": load("scenes"), "meta": self._meta(tenant_id, env_name)}
@@ -436,7 +449,7 @@ class EmbeddedGraphStore(GraphStore):
             if ep is None:
                 continue
             canvas = self.get_canvas(tenant_id, ep["canvas_id"]) if ep.get("canvas_id") else None
-            scenes = [json.loads(d) for (d,) in self._query(
+            scenes = [_loads(d) for (d,) in self._query(
                 "SELECT data FROM scenes WHERE tenant_id = ? AND episode_id = ? ORDER BY created_at, id", (tenant_id, eid))]
             nodes: list[Record] = []
             rules: list[Record] = []
@@ -448,7 +461,7 @@ class EmbeddedGraphStore(GraphStore):
                     table, bucket = ("world_nodes", nodes) if kind == "node" else ("world_rules", rules)
                     rows = self._query(f"SELECT data FROM {table} WHERE tenant_id = ? AND env_name = ? AND id = ?",
                                        (tenant_id, scene["env_name"], rid))
-                    bucket.extend(json.loads(d) for (d,) in rows)
+                    bucket.extend(_loads(d) for (d,) in rows)
             out[eid] = {"canvas": canvas, "canvas_actions": self.canvas_audits(tenant_id, eid),
                         "feedback": self.feedback_for(tenant_id, eid), "scenes": scenes,
                         "nodes": _unique_by_id(nodes), "rules": _unique_by_id(rules)}
@@ -461,7 +474,7 @@ class EmbeddedGraphStore(GraphStore):
 
 def _episode(row: tuple[Any, ...]) -> Record:
     """An episode record with its live index status (kept in columns, see set_index_status)."""
-    rec: Record = json.loads(row[0])
+    rec: Record = _loads(row[0])
     rec["index_status"], rec["index_error"] = row[1], row[2]
     return rec
 
