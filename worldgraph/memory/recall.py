@@ -147,15 +147,17 @@ def recall(
         return []
     ids = list(by_id)
     vectors = {i: np.asarray(by_id[i]["vector"], dtype=np.float32) for i in ids}
-    qn = qvec / (np.linalg.norm(qvec) or 1.0)
-    semantic = {i: float(np.dot(qn, vectors[i]) / (np.linalg.norm(vectors[i]) or 1.0)) for i in ids}
+    # cosine with the query, all candidates at once (vector hits and BM25-only hits alike)
+    matrix = np.stack([vectors[i] for i in ids])
+    norms = np.linalg.norm(matrix, axis=1) * (float(np.linalg.norm(qvec)) or 1.0)
+    sims = (matrix @ qvec) / np.where(norms == 0, 1.0, norms)
+    semantic = {i: float(sim) for i, sim in zip(ids, sims)}
 
-    # 2b. metadata filters, on the system of record
-    episodes = store.get_episodes(tenant_id, ids)
+    # 2b. metadata filters, on the system of record (with the feedback aggregates: one read)
+    episodes, stats = store.episodes_with_feedback(tenant_id, ids, category=opts.feedback_category)
     ids = [i for i in ids if i in episodes and filters.keeps(episodes[i]) and semantic[i] >= min_sim]
 
     # 2c. feedback filter
-    stats = store.feedback_stats(tenant_id, ids, category=opts.feedback_category)
     if opts.feedback_category is not None:
         ids = [i for i in ids if i in stats]
     avg: dict[str, float | None] = {i: normalise_feedback(stats[i][0]) if i in stats else None for i in ids}
