@@ -149,8 +149,47 @@ def test_schema_is_created_once_and_versioned(store: Neo4jGraphStore, neo4j_serv
     with store._driver.session(database=store.database) as session:
         names = {r["name"] for r in session.run("SHOW CONSTRAINTS YIELD name")}
         version = session.run("MATCH (s:WorldgraphSchema) RETURN s.version AS v").single()
-    assert {"wg_episode_key", "wg_node_key", "wg_contains_key", "wg_scene_key"} <= names
-    assert version is not None and version["v"] == 1
+    assert {"wg_episode_key", "wg_node_ukey", "wg_rule_ukey", "wg_contains_ukey", "wg_scene_key"} <= names
+    assert not {"wg_node_key", "wg_rule_key", "wg_contains_key"} & names  # schema 1's composite keys
+    assert version is not None and version["v"] == q.SCHEMA_VERSION == 2
+
+
+@pytest.mark.neo4j
+def test_schema_1_databases_are_given_keys(store: Neo4jGraphStore, neo4j_server: dict[str, str], tenant: str) -> None:
+    """A database written by schema 1 (composite keys, no `key` property) is migrated on open."""
+    plan = MergePlan(tenant_id=tenant, env_name=ENV, nodes=[node(tenant, "n-a", "a"), node(tenant, "n-b", "b")],
+                     edges=[edge(tenant, "e-ab", "containment", "n-a", "n-b")],
+                     meta={"env_name": ENV, "graph_version": 1})
+    store.apply_plan(plan)
+    before = store.world_graph(tenant, ENV)
+    with store._driver.session(database=store.database) as session:
+        session.run("MATCH (n:WorldNode {tenant_id: $t}) REMOVE n.key", t=tenant).consume()
+        session.run("MATCH ()-[r:CONTAINS {tenant_id: $t}]->() REMOVE r.key", t=tenant).consume()
+        session.run("CREATE CONSTRAINT wg_node_key IF NOT EXISTS FOR (n:WorldNode) "
+                    "REQUIRE (n.tenant_id, n.env_name, n.id) IS UNIQUE").consume()
+        session.run("MATCH (s:WorldgraphSchema {name: 'worldgraph'}) SET s.version = 1").consume()
+    assert store.world_graph(tenant, ENV)["nodes"] == []  # found by key only
+    again = Neo4jGraphStore(neo4j_server["uri"], neo4j_server["user"], neo4j_server["password"])
+    try:
+        assert again.world_graph(tenant, ENV) == before
+        with again._driver.session(database=again.database) as session:
+            names = {r["name"] for r in session.run("SHOW CONSTRAINTS YIELD name")}
+            key = session.run("MATCH (n:WorldNode {tenant_id: $t, id: 'n-a'}) RETURN n.key AS k", t=tenant).single()
+        assert "wg_node_key" not in names and "wg_node_ukey" in names
+        assert key is not None and key["k"] == q.world_key(tenant, ENV, "n-a")
+    finally:
+        again.close()
+
+
+def test_world_keys_are_injective() -> None:
+    parts = [("a", "b", "c"), ("a\u001fb", "c", "d"), ("a", "b\u001fc", "d"), ("a\u001e", "b", "c"),
+             ("a", "\u001eb", "c"), ("a\u001e\u001f", "b", "c"), ("a", "\u001f\u001eb", "c")]
+    keys = {q.world_key(*p) for p in parts}
+    assert len(keys) == len(parts)
+    for p in parts:
+        for other in parts:
+            assert q.world_key(*other).startswith(q.env_prefix(p[0], p[1])) == (other[:2] == p[:2])
+            assert q.world_key(*other).startswith(q.tenant_prefix(p[0])) == (other[0] == p[0])
 
 
 @pytest.mark.neo4j

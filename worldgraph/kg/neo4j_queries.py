@@ -11,8 +11,13 @@ The graph model (Neo4j 5.26, Community edition):
     (:WorldgraphSchema {name: "worldgraph", version: N})
 
 Every node (and world-graph relationship) carries ``tenant_id``; world records also carry
-``env_name``. Keys are composite — (tenant_id, id) or (tenant_id, env_name, id) — exactly like
-the embedded store's primary keys, so a snapshot imported into a second tenant keeps its ids.
+``env_name``. Keys are (tenant_id, id) or (tenant_id, env_name, id), exactly like the embedded
+store's primary keys, so a snapshot imported into a second tenant keeps its ids. World nodes,
+rules and edges (written ~10k at a time by apply_plan) are keyed on ONE string property, ``key``
+(``world_key``: the three parts joined by U+001F, escaped so the encoding is injective), under a
+single-property uniqueness constraint: every MERGE / MATCH is one seek on a one-string index
+(a composite three-string key cost ~2x the server CPU), and env-wide reads seek the key prefix
+(``key STARTS WITH $prefix``). tenant_id, env_name and id stay ordinary properties.
 The full record is kept as a JSON string in ``record`` (Neo4j drops null properties and cannot
 store maps), next to the few properties queries filter and sort on; reads decode ``record``.
 
@@ -24,7 +29,28 @@ episode) use indexed properties (``episode_id``); the relationships exist for ex
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: world nodes, rules and edges keyed on `key`
+
+KEY_SEP, KEY_ESC = "\u001f", "\u001e"
+
+
+def _esc(part: str) -> str:
+    return part.replace(KEY_ESC, KEY_ESC + KEY_ESC).replace(KEY_SEP, KEY_ESC + KEY_SEP)
+
+
+def world_key(tenant_id: str, env_name: str, id: str) -> str:
+    """The ``key`` of a world node, rule or edge: an injective encoding of (tenant, env, id)."""
+    return f"{_esc(tenant_id)}{KEY_SEP}{_esc(env_name)}{KEY_SEP}{_esc(id)}"
+
+
+def env_prefix(tenant_id: str, env_name: str) -> str:
+    """What exactly the keys of one environment start with."""
+    return f"{_esc(tenant_id)}{KEY_SEP}{_esc(env_name)}{KEY_SEP}"
+
+
+def tenant_prefix(tenant_id: str) -> str:
+    """What exactly the keys of one tenant start with."""
+    return f"{_esc(tenant_id)}{KEY_SEP}"
 
 # relation (record value) -> relationship type; the only relationship types edges may have.
 EDGE_TYPES: dict[str, str] = {"transition": "TRANSITION", "containment": "CONTAINS", "episodic": "EPISODIC"}
@@ -36,7 +62,9 @@ NODE_LABELS: dict[str, str] = {"entity": "Entity", "state": "State"}
 # (:Scene)-[:PRODUCED]-> links, and norm_name is derived from name.
 NODE_PROPS: tuple[str, ...] = ("kind", "type", "name", "entity_id", "confidence", "evidence_count", "valid_from",
                                "valid_to")
-EDGE_PROPS: tuple[str, ...] = ("action", "confidence", "evidence_count", "valid_from", "valid_to")
+# Edges (half of every plan) copy only what exploration reads: a transition's action and the
+# validity interval (the README's Cypher examples); confidence and evidence stay in `record`.
+EDGE_PROPS: tuple[str, ...] = ("action", "valid_from", "valid_to")
 RULE_PROPS: tuple[str, ...] = ("condition", "outcome", "confidence", "evidence_count", "valid_from", "valid_to")
 EPISODE_PROPS: tuple[str, ...] = ("agent_id", "agent_role", "ts", "timestamp", "index_status", "canvas_id",
                                   "task_type", "task_description", "outcome")
@@ -63,22 +91,35 @@ CONSTRAINTS: tuple[str, ...] = (
     "CREATE CONSTRAINT wg_audit_key IF NOT EXISTS FOR (n:CanvasAudit) REQUIRE (n.tenant_id, n.id) IS UNIQUE",
     "CREATE CONSTRAINT wg_feedback_key IF NOT EXISTS FOR (n:Feedback) REQUIRE (n.tenant_id, n.id) IS UNIQUE",
     "CREATE CONSTRAINT wg_scene_key IF NOT EXISTS FOR (n:Scene) REQUIRE (n.tenant_id, n.id) IS UNIQUE",
-    "CREATE CONSTRAINT wg_node_key IF NOT EXISTS FOR (n:WorldNode) "
-    "REQUIRE (n.tenant_id, n.env_name, n.id) IS UNIQUE",
-    "CREATE CONSTRAINT wg_rule_key IF NOT EXISTS FOR (n:Rule) REQUIRE (n.tenant_id, n.env_name, n.id) IS UNIQUE",
+    "CREATE CONSTRAINT wg_node_ukey IF NOT EXISTS FOR (n:WorldNode) REQUIRE n.key IS UNIQUE",
+    "CREATE CONSTRAINT wg_rule_ukey IF NOT EXISTS FOR (n:Rule) REQUIRE n.key IS UNIQUE",
     "CREATE CONSTRAINT wg_env_key IF NOT EXISTS FOR (n:Environment) REQUIRE (n.tenant_id, n.env_name) IS UNIQUE",
     "CREATE CONSTRAINT wg_schema_key IF NOT EXISTS FOR (n:WorldgraphSchema) REQUIRE n.name IS UNIQUE",
-    "CREATE CONSTRAINT wg_transition_key IF NOT EXISTS FOR ()-[r:TRANSITION]-() "
-    "REQUIRE (r.tenant_id, r.env_name, r.id) IS UNIQUE",
-    "CREATE CONSTRAINT wg_contains_key IF NOT EXISTS FOR ()-[r:CONTAINS]-() "
-    "REQUIRE (r.tenant_id, r.env_name, r.id) IS UNIQUE",
-    "CREATE CONSTRAINT wg_episodic_key IF NOT EXISTS FOR ()-[r:EPISODIC]-() "
-    "REQUIRE (r.tenant_id, r.env_name, r.id) IS UNIQUE",
+    "CREATE CONSTRAINT wg_transition_ukey IF NOT EXISTS FOR ()-[r:TRANSITION]-() REQUIRE r.key IS UNIQUE",
+    "CREATE CONSTRAINT wg_contains_ukey IF NOT EXISTS FOR ()-[r:CONTAINS]-() REQUIRE r.key IS UNIQUE",
+    "CREATE CONSTRAINT wg_episodic_ukey IF NOT EXISTS FOR ()-[r:EPISODIC]-() REQUIRE r.key IS UNIQUE",
+)
+
+# Schema 1 -> 2: give the world records of an older database their `key`, then drop the
+# composite constraints it replaced (each would still cost an index update per write).
+_KEY_EXPR = ("replace(replace({v}.tenant_id, '\u001e', '\u001e\u001e'), '\u001f', '\u001e\u001f') + '\u001f' + "
+             "replace(replace({v}.env_name, '\u001e', '\u001e\u001e'), '\u001f', '\u001e\u001f') + '\u001f' + "
+             "replace(replace({v}.id, '\u001e', '\u001e\u001e'), '\u001f', '\u001e\u001f')")
+MIGRATIONS: tuple[str, ...] = (
+    *(f"MATCH (n:{label}) WHERE n.key IS NULL AND n.id IS NOT NULL AND n.env_name IS NOT NULL "
+      f"CALL (n) {{ SET n.key = {_KEY_EXPR.format(v='n')} }} IN TRANSACTIONS OF 10000 ROWS"
+      for label in ("WorldNode", "Rule")),
+    *(f"MATCH ()-[r:{rtype}]->() WHERE r.key IS NULL AND r.id IS NOT NULL AND r.env_name IS NOT NULL "
+      f"CALL (r) {{ SET r.key = {_KEY_EXPR.format(v='r')} }} IN TRANSACTIONS OF 10000 ROWS"
+      for rtype in ("TRANSITION", "CONTAINS", "EPISODIC")),
+    *(f"DROP CONSTRAINT {name} IF EXISTS"
+      for name in ("wg_node_key", "wg_rule_key", "wg_transition_key", "wg_contains_key", "wg_episodic_key")),
 )
 
 # The composite uniqueness constraints' indexes also serve lookups on a prefix of their keys
-# (tenant_id, or tenant_id + env_name) when the remaining keys are asked to be non-null, so the
-# queries below say "AND n.id IS NOT NULL" instead of keeping a second index to update on every write.
+# (tenant_id) when the remaining keys are asked to be non-null, so the queries below say
+# "AND n.id IS NOT NULL" instead of keeping a second index to update on every write; world
+# records are found by env or tenant through their `key` prefix.
 INDEXES: tuple[str, ...] = (
     "CREATE INDEX wg_episode_agent IF NOT EXISTS FOR (n:Episode) ON (n.tenant_id, n.agent_id)",
     "CREATE INDEX wg_episode_ts IF NOT EXISTS FOR (n:Episode) ON (n.ts)",
@@ -198,12 +239,11 @@ RETURN
   COUNT { MATCH (n:Canvas) WHERE n.tenant_id = $tenant_id AND n.id IS NOT NULL } AS canvases,
   COUNT { MATCH (n:CanvasAudit) WHERE n.tenant_id = $tenant_id AND n.id IS NOT NULL } AS canvas_audits,
   COUNT { MATCH (n:Scene) WHERE n.tenant_id = $tenant_id AND n.id IS NOT NULL } AS scenes,
-  COUNT { MATCH (n:WorldNode) WHERE n.tenant_id = $tenant_id AND n.env_name IS NOT NULL AND n.id IS NOT NULL }
-    AS nodes,
-  COUNT { MATCH ()-[r:TRANSITION]->() WHERE r.tenant_id = $tenant_id AND r.env_name IS NOT NULL AND r.id IS NOT NULL }
-    + COUNT { MATCH ()-[r:CONTAINS]->() WHERE r.tenant_id = $tenant_id AND r.env_name IS NOT NULL AND r.id IS NOT NULL }
-    + COUNT { MATCH ()-[r:EPISODIC]->() WHERE r.tenant_id = $tenant_id AND r.env_name IS NOT NULL AND r.id IS NOT NULL } AS edges,
-  COUNT { MATCH (n:Rule) WHERE n.tenant_id = $tenant_id AND n.env_name IS NOT NULL AND n.id IS NOT NULL } AS rules
+  COUNT { MATCH (n:WorldNode) WHERE n.key STARTS WITH $prefix } AS nodes,
+  COUNT { MATCH ()-[r:TRANSITION]->() WHERE r.key STARTS WITH $prefix }
+    + COUNT { MATCH ()-[r:CONTAINS]->() WHERE r.key STARTS WITH $prefix }
+    + COUNT { MATCH ()-[r:EPISODIC]->() WHERE r.key STARTS WITH $prefix } AS edges,
+  COUNT { MATCH (n:Rule) WHERE n.key STARTS WITH $prefix } AS rules
 """
 
 # ---------------------------------------------------------------------------------- feedback
@@ -248,7 +288,8 @@ def upsert_nodes(kind: str) -> str:
     label = NODE_LABELS[kind]
     return f"""
 UNWIND $rows AS row
-MERGE (n:WorldNode {{tenant_id: $tenant_id, env_name: $env_name, id: row.id}})
+MERGE (n:WorldNode {{key: row.key}})
+ON CREATE SET n.tenant_id = $tenant_id, n.env_name = $env_name, n.id = row.id
 SET n:{label}, {_set("n", NODE_PROPS)}, n.record = row.record
 """
 
@@ -256,7 +297,8 @@ SET n:{label}, {_set("n", NODE_PROPS)}, n.record = row.record
 # The rule's CONCERNS links are rebuilt from linked_node_ids on every upsert.
 UPSERT_RULES = f"""
 UNWIND $rows AS row
-MERGE (r:Rule {{tenant_id: $tenant_id, env_name: $env_name, id: row.id}})
+MERGE (r:Rule {{key: row.key}})
+ON CREATE SET r.tenant_id = $tenant_id, r.env_name = $env_name, r.id = row.id
 SET {_set("r", RULE_PROPS)}, r.record = row.record
 WITH r, row
 CALL (r) {{
@@ -264,8 +306,8 @@ CALL (r) {{
   DELETE c
 }}
 CALL (r, row) {{
-  UNWIND row.linked AS node_id
-  MATCH (n:WorldNode {{tenant_id: $tenant_id, env_name: $env_name, id: node_id}})
+  UNWIND row.linked AS node_key
+  MATCH (n:WorldNode {{key: node_key}})
   MERGE (r)-[:CONCERNS]->(n)
 }}
 """
@@ -277,12 +319,13 @@ def upsert_edges(relation: str) -> str:
     Transition and containment edges join world nodes; an episodic edge joins a world node and a
     scene (either end may be either). Returns how many rows were written: fewer than were sent
     means an end is missing, and ``edges_missing_ends`` names those edges. The ends are looked up
-    by ``row.src`` / ``row.dst``, not ``row.props.src_id``: a read of a property key the query also
+    by their keys ``row.src`` / ``row.dst`` (a scene end by ``row.src_id`` / ``row.dst_id``), not ``row.props.src_id``: a read of a property key the query also
     SETs (``r.src_id``) makes the planner buffer every row (Eager) before writing."""
     return f"""
 UNWIND $rows AS row
 {_edge_ends(relation)}
-MERGE (src)-[r:{EDGE_TYPES[relation]} {{tenant_id: $tenant_id, env_name: $env_name, id: row.id}}]->(dst)
+MERGE (src)-[r:{EDGE_TYPES[relation]} {{key: row.key}}]->(dst)
+ON CREATE SET r.tenant_id = $tenant_id, r.env_name = $env_name, r.id = row.id
 SET {_set("r", EDGE_PROPS)}, r.record = row.record
 RETURN count(*) AS written
 """
@@ -306,45 +349,47 @@ def _edge_ends(relation: str, optional: bool = False) -> str:
     if relation == "episodic":
         ends = """
 CALL (row) {
-  OPTIONAL MATCH (n:WorldNode {tenant_id: $tenant_id, env_name: $env_name, id: row.src})
-  OPTIONAL MATCH (s:Scene {tenant_id: $tenant_id, id: row.src})
+  OPTIONAL MATCH (n:WorldNode {key: row.src})
+  OPTIONAL MATCH (s:Scene {tenant_id: $tenant_id, id: row.src_id})
   RETURN coalesce(n, s) AS src
 }
 CALL (row) {
-  OPTIONAL MATCH (s:Scene {tenant_id: $tenant_id, id: row.dst})
-  OPTIONAL MATCH (n:WorldNode {tenant_id: $tenant_id, env_name: $env_name, id: row.dst})
+  OPTIONAL MATCH (s:Scene {tenant_id: $tenant_id, id: row.dst_id})
+  OPTIONAL MATCH (n:WorldNode {key: row.dst})
   RETURN coalesce(s, n) AS dst
 }"""
         return ends if optional else ends + "\nWITH row, src, dst WHERE src IS NOT NULL AND dst IS NOT NULL"
     match = "OPTIONAL MATCH" if optional else "MATCH"
     return f"""
-{match} (src:WorldNode {{tenant_id: $tenant_id, env_name: $env_name, id: row.src}})
-{match} (dst:WorldNode {{tenant_id: $tenant_id, env_name: $env_name, id: row.dst}})"""
+{match} (src:WorldNode {{key: row.src}})
+{match} (dst:WorldNode {{key: row.dst}})"""
 
 
-# (:Scene)-[:PRODUCED]->(node | rule) for every scene id in a record's source_scenes.
+# (:Scene)-[:PRODUCED]->(node | rule) for every scene id in a record's source_scenes; one row per
+# scene (its records' keys in row.keys), so each scene is looked up once.
 LINK_SCENE_NODES = """
 UNWIND $rows AS row
 MATCH (s:Scene {tenant_id: $tenant_id, id: row.scene_id})
-MATCH (n:WorldNode {tenant_id: $tenant_id, env_name: $env_name, id: row.id})
+UNWIND row.keys AS key
+MATCH (n:WorldNode {key: key})
 MERGE (s)-[:PRODUCED]->(n)
 """
 
 LINK_SCENE_RULES = """
 UNWIND $rows AS row
 MATCH (s:Scene {tenant_id: $tenant_id, id: row.scene_id})
-MATCH (r:Rule {tenant_id: $tenant_id, env_name: $env_name, id: row.id})
+UNWIND row.keys AS key
+MATCH (r:Rule {key: key})
 MERGE (s)-[:PRODUCED]->(r)
 """
 
 ENV_COUNTS = """
 RETURN
-  COUNT { MATCH (n:WorldNode) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.id IS NOT NULL }
-    AS nodes,
-  COUNT { MATCH ()-[r:TRANSITION]->() WHERE r.tenant_id = $tenant_id AND r.env_name = $env_name AND r.id IS NOT NULL }
-    + COUNT { MATCH ()-[r:CONTAINS]->() WHERE r.tenant_id = $tenant_id AND r.env_name = $env_name AND r.id IS NOT NULL }
-    + COUNT { MATCH ()-[r:EPISODIC]->() WHERE r.tenant_id = $tenant_id AND r.env_name = $env_name AND r.id IS NOT NULL } AS edges,
-  COUNT { MATCH (n:Rule) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.id IS NOT NULL } AS rules,
+  COUNT { MATCH (n:WorldNode) WHERE n.key STARTS WITH $prefix } AS nodes,
+  COUNT { MATCH ()-[r:TRANSITION]->() WHERE r.key STARTS WITH $prefix }
+    + COUNT { MATCH ()-[r:CONTAINS]->() WHERE r.key STARTS WITH $prefix }
+    + COUNT { MATCH ()-[r:EPISODIC]->() WHERE r.key STARTS WITH $prefix } AS edges,
+  COUNT { MATCH (n:Rule) WHERE n.key STARTS WITH $prefix } AS rules,
   COUNT { MATCH (n:Scene {tenant_id: $tenant_id, env_name: $env_name}) } AS scenes
 """
 
@@ -357,7 +402,7 @@ GET_META = "MATCH (m:Environment {tenant_id: $tenant_id, env_name: $env_name}) R
 
 # load_view: the nodes, every edge touching them (by either end, closed ones too), all rules, meta.
 VIEW_NODES = """
-MATCH (n:WorldNode) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.id IN $ids
+MATCH (n:WorldNode) WHERE n.key IN $keys
 RETURN n.record AS record
 UNION
 MATCH (n:WorldNode) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.entity_id IN $ids
@@ -366,37 +411,37 @@ RETURN n.record AS record
 
 VIEW_EDGES = """
 CALL () {
-  MATCH (n:WorldNode) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.id IN $ids
+  MATCH (n:WorldNode) WHERE n.key IN $keys
   RETURN n
   UNION
   MATCH (n:Scene) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.id IN $ids
   RETURN n
 }
 MATCH (n)-[r:TRANSITION|CONTAINS|EPISODIC]-()
-WHERE r.tenant_id = $tenant_id AND r.env_name = $env_name
+WHERE r.key STARTS WITH $prefix
 RETURN DISTINCT r.record AS record
 """
 
 ENV_RULES = """
-MATCH (r:Rule) WHERE r.tenant_id = $tenant_id AND r.env_name = $env_name AND r.id IS NOT NULL
+MATCH (r:Rule) WHERE r.key STARTS WITH $prefix
 RETURN r.record AS record
 """
 
 ENV_NODES = """
-MATCH (n:WorldNode) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.id IS NOT NULL
+MATCH (n:WorldNode) WHERE n.key STARTS WITH $prefix
 RETURN n.record AS record
 """
 
 # One index seek per relationship type (its key constraint's index).
 ENV_EDGES = """
 CALL () {
-  MATCH ()-[r:TRANSITION]->() WHERE r.tenant_id = $tenant_id AND r.env_name = $env_name AND r.id IS NOT NULL
+  MATCH ()-[r:TRANSITION]->() WHERE r.key STARTS WITH $prefix
   RETURN r.record AS record
   UNION ALL
-  MATCH ()-[r:CONTAINS]->() WHERE r.tenant_id = $tenant_id AND r.env_name = $env_name AND r.id IS NOT NULL
+  MATCH ()-[r:CONTAINS]->() WHERE r.key STARTS WITH $prefix
   RETURN r.record AS record
   UNION ALL
-  MATCH ()-[r:EPISODIC]->() WHERE r.tenant_id = $tenant_id AND r.env_name = $env_name AND r.id IS NOT NULL
+  MATCH ()-[r:EPISODIC]->() WHERE r.key STARTS WITH $prefix
   RETURN r.record AS record
 }
 RETURN record
@@ -407,9 +452,9 @@ ENV_SCENES = "MATCH (s:Scene {tenant_id: $tenant_id, env_name: $env_name}) RETUR
 # replace_world: DETACH DELETE also removes the env's edges, CONCERNS and PRODUCED links.
 DELETE_ENV = """
 CALL () {
-  MATCH (n:WorldNode) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.id IS NOT NULL RETURN n
+  MATCH (n:WorldNode) WHERE n.key STARTS WITH $prefix RETURN n
   UNION ALL
-  MATCH (n:Rule) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.id IS NOT NULL RETURN n
+  MATCH (n:Rule) WHERE n.key STARTS WITH $prefix RETURN n
   UNION ALL
   MATCH (n:Scene {tenant_id: $tenant_id, env_name: $env_name}) RETURN n
   UNION ALL

@@ -89,11 +89,11 @@ class Neo4jGraphStore(GraphStore):
                 current = session.execute_read(lambda tx: tx.run(q.SCHEMA_VERSION_READ).single())
                 if current is not None and current["version"] == q.SCHEMA_VERSION:
                     return
-                for stmt in (*q.CONSTRAINTS, *q.INDEXES):
+                for stmt in (*q.CONSTRAINTS, *q.MIGRATIONS, *q.INDEXES):
                     try:
                         session.run(stmt).consume()
-                    except Neo4jError as exc:  # another process created the same rule meanwhile
-                        if "AlreadyExists" not in (exc.code or ""):
+                    except Neo4jError as exc:  # another process created (or dropped) the same rule meanwhile
+                        if "AlreadyExists" not in (exc.code or "") and "NotFound" not in (exc.code or ""):
                             raise
                 session.run(q.AWAIT_INDEXES, seconds=120).consume()
                 session.execute_write(lambda tx: tx.run(q.SCHEMA_VERSION_WRITE, version=q.SCHEMA_VERSION).consume())
@@ -160,7 +160,7 @@ class Neo4jGraphStore(GraphStore):
         return sorted(t for t in rows if t is not None)
 
     def stats(self, tenant_id: str) -> dict[str, int]:
-        row = self._read(lambda tx: tx.run(q.STATS, tenant_id=tenant_id).single())
+        row = self._read(lambda tx: tx.run(q.STATS, tenant_id=tenant_id, prefix=q.tenant_prefix(tenant_id)).single())
         assert row is not None
         return {k: int(row[k]) for k in ("episodes", "agents", "feedback", "canvases", "canvas_audits",
                                          "scenes", "nodes", "edges", "rules")}
@@ -212,7 +212,9 @@ class Neo4jGraphStore(GraphStore):
 
     # ---------------------------------------------------------------- world graph
     def load_view(self, tenant_id: str, env_name: str, node_ids: list[str]) -> GraphView:
-        params = {"tenant_id": tenant_id, "env_name": env_name, "ids": list(dict.fromkeys(node_ids))}
+        ids = list(dict.fromkeys(node_ids))
+        params = {"tenant_id": tenant_id, "env_name": env_name, "ids": ids,
+                  "keys": [q.world_key(tenant_id, env_name, i) for i in ids], "prefix": q.env_prefix(tenant_id, env_name)}
 
         def work(tx: ManagedTransaction) -> GraphView:
             view = GraphView(tenant_id=tenant_id, env_name=env_name)
@@ -234,7 +236,7 @@ class Neo4jGraphStore(GraphStore):
                               cast(list[Record], plan.rules), cast(list[Record], plan.edges))
             meta: MetaRecord = dict(plan.meta or {})  # type: ignore[assignment]
             meta.update({"tenant_id": t, "env_name": env})
-            counts = tx.run(q.ENV_COUNTS, tenant_id=t, env_name=env).single()
+            counts = tx.run(q.ENV_COUNTS, tenant_id=t, env_name=env, prefix=q.env_prefix(t, env)).single()
             assert counts is not None
             meta["counts"] = {k: int(counts[k]) for k in ("nodes", "edges", "rules", "scenes")}
             _set_meta(tx, t, env, meta)
@@ -248,24 +250,32 @@ class Neo4jGraphStore(GraphStore):
         params = {"tenant_id": t, "env_name": env}
         _upsert_scenes(tx, t, scenes)
         node_list, rule_list, edge_list = _dedupe(nodes), _dedupe(rules), _dedupe(edges)
+        prefix = q.env_prefix(t, env)
+        esc = q._esc
+
+        def key(id: Any) -> str | None:  # the world key of a record of this env (None stays None)
+            return None if id is None else prefix + esc(id)
         for kind in q.NODE_LABELS:
-            rows = [_row(n, q.NODE_PROPS) for n in node_list if n.get("kind", "entity") == kind]
+            rows = [{**_row(n, q.NODE_PROPS), "key": key(n["id"])}
+                    for n in node_list if n.get("kind", "entity") == kind]
             _run_batched(tx, q.upsert_nodes(kind), rows, **params)
         unknown = [n["id"] for n in node_list if n.get("kind", "entity") not in q.NODE_LABELS]
         if unknown:
             raise InvalidInputError("nodes[].kind", f"must be one of {sorted(q.NODE_LABELS)}; nodes {unknown[:5]}")
-        rule_rows = [{**_row(r, q.RULE_PROPS), "linked": list(r.get("linked_node_ids") or [])} for r in rule_list]
+        rule_rows = [{**_row(r, q.RULE_PROPS), "key": key(r["id"]),
+                      "linked": [key(i) for i in dict.fromkeys(r.get("linked_node_ids") or [])]} for r in rule_list]
         _run_batched(tx, q.UPSERT_RULES, rule_rows, **params)
         bad = [e["id"] for e in edge_list if e.get("relation") not in q.EDGE_TYPES]
         if bad:
             raise InvalidInputError("edges[].relation", f"must be one of {list(q.EDGE_TYPES)}; edges {bad[:5]}")
         sent: list[tuple[str, list[dict[str, Any]], list[Result]]] = []
         for relation in q.EDGE_TYPES:
-            rows = [{**_row(e, q.EDGE_PROPS), "src": e.get("src_id"), "dst": e.get("dst_id")}
+            rows = [{**_row(e, q.EDGE_PROPS), "key": key(e["id"]), "src": key(e.get("src_id")),
+                     "dst": key(e.get("dst_id")), "src_id": e.get("src_id"), "dst_id": e.get("dst_id")}
                     for e in edge_list if e.get("relation") == relation]
             sent.append((relation, rows, _run_batched(tx, q.upsert_edges(relation), rows, **params)))
-        _run_batched(tx, q.LINK_SCENE_NODES, _scene_links(node_list), **params)
-        _run_batched(tx, q.LINK_SCENE_RULES, _scene_links(rule_list), **params)
+        _run_batched(tx, q.LINK_SCENE_NODES, _scene_links(node_list, key), **params)
+        _run_batched(tx, q.LINK_SCENE_RULES, _scene_links(rule_list, key), **params)
         missing: list[str] = []
         for relation, rows, results in sent:
             if sum(_column(results, "written")) < len(rows):  # rare: find which, then roll back
@@ -305,7 +315,7 @@ class Neo4jGraphStore(GraphStore):
         return sorted(self._read(lambda tx: [r["env_name"] for r in tx.run(q.ENVIRONMENTS, tenant_id=tenant_id)]))
 
     def world_graph(self, tenant_id: str, env_name: str) -> dict[str, Any]:
-        params = {"tenant_id": tenant_id, "env_name": env_name}
+        params = {"tenant_id": tenant_id, "env_name": env_name, "prefix": q.env_prefix(tenant_id, env_name)}
 
         def work(tx: ManagedTransaction) -> dict[str, Any]:
             out: dict[str, Any] = {key: _by_id(_decode(tx.run(query, params))) for key, query in (
@@ -317,7 +327,8 @@ class Neo4jGraphStore(GraphStore):
 
     def replace_world(self, tenant_id: str, env_name: str, graph: dict[str, Any]) -> None:
         def work(tx: ManagedTransaction) -> None:
-            tx.run(q.DELETE_ENV, tenant_id=tenant_id, env_name=env_name).consume()
+            tx.run(q.DELETE_ENV, tenant_id=tenant_id, env_name=env_name,
+                   prefix=q.env_prefix(tenant_id, env_name)).consume()
             self._write_world(tx, tenant_id, env_name, list(graph.get("scenes", [])), graph.get("nodes", []),
                               graph.get("rules", []), graph.get("edges", []))
             if graph.get("meta") is not None:
@@ -498,8 +509,14 @@ def _upsert_scenes(tx: ManagedTransaction, tenant_id: str, scenes: list[SceneRec
     _run_batched(tx, q.UPSERT_SCENES, rows, tenant_id=tenant_id)
 
 
-def _scene_links(records: list[Record]) -> list[dict[str, str]]:
-    return [{"scene_id": s, "id": rec["id"]} for rec in records for s in dict.fromkeys(rec.get("source_scenes") or [])]
+def _scene_links(records: list[Record], key: Callable[[Any], Any]) -> list[dict[str, Any]]:
+    """One row per scene: its id and the keys of the records that name it in source_scenes,
+    in chunks of BATCH keys (so one scene is looked up once per chunk, not once per record)."""
+    by_scene: dict[str, list[Any]] = {}
+    for rec in records:
+        for s in dict.fromkeys(rec.get("source_scenes") or []):
+            by_scene.setdefault(s, []).append(key(rec["id"]))
+    return [{"scene_id": s, "keys": chunk} for s, keys in by_scene.items() for chunk in _chunks(keys, BATCH)]
 
 
 def _set_meta(tx: ManagedTransaction, tenant_id: str, env_name: str, meta: MetaRecord) -> None:
