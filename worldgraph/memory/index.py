@@ -403,17 +403,8 @@ class EpisodeIndex:
                 batches = legacy.to_arrow().to_batches(max_chunksize=10_000)
             with self._lock:
                 for batch in batches:
-                    data = pa.Table.from_batches([batch]).select(self.schema.names).cast(self.schema)
-                    for tenant in data.column("tenant_id").unique().to_pylist():
-                        sub = data.filter(pc.equal(data.column("tenant_id"), tenant))
-                        part = self._part(tenant, create=True)
-                        assert part is not None
-                        self._retry(part, lambda part=part, sub=sub: (
-                            part.table.merge_insert("episode_id")
-                            .when_matched_update_all()
-                            .when_not_matched_insert_all()
-                            .execute(sub)
-                        ), "migrate")
+                    self._merge_by_tenant(pa.Table.from_batches([batch]).select(self.schema.names)
+                                          .cast(self.schema), "migrate")
             self._db.drop_table(TABLE_NAME)
             for part in list(self._parts.values()):
                 self._after_write(part, 0)  # scalar / FTS indexes; ANN in the background
@@ -547,20 +538,27 @@ class EpisodeIndex:
         rows = list(rows)
         if not rows:
             return
-        data = self._to_arrow(rows)
-        tenants = data.column("tenant_id").unique().to_pylist()
         with self._lock:
-            for tenant in tenants:
-                sub = data if len(tenants) == 1 else data.filter(pc.equal(data.column("tenant_id"), tenant))
-                part = self._part(tenant, create=True)
-                assert part is not None
-                self._retry(part, lambda part=part, sub=sub: (
-                    part.table.merge_insert("episode_id")
-                    .when_matched_update_all()
-                    .when_not_matched_insert_all()
-                    .execute(sub)
-                ), "upsert")
-                self._after_write(part, sub.num_rows)
+            for part, n in self._merge_by_tenant(self._to_arrow(rows), "upsert"):
+                self._after_write(part, n)
+
+    def _merge_by_tenant(self, data: pa.Table, what: str) -> list[tuple[_Part, int]]:
+        """Merge-insert ``data`` (keyed by episode_id) into each of its tenants' tables;
+        returns the tables written and how many rows each got."""
+        tenants = data.column("tenant_id").unique().to_pylist()
+        written = []
+        for tenant in tenants:
+            sub = data if len(tenants) == 1 else data.filter(pc.equal(data.column("tenant_id"), tenant))
+            part = self._part(tenant, create=True)
+            assert part is not None
+            self._retry(part, lambda part=part, sub=sub: (
+                part.table.merge_insert("episode_id")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute(sub)
+            ), what)
+            written.append((part, sub.num_rows))
+        return written
 
     def delete(self, episode_ids: Iterable[str]) -> None:
         """Remove rows by episode id, whatever their tenant (ids that are not there are ignored)."""
@@ -952,7 +950,7 @@ class EpisodeIndex:
             # same ANN search; the rows are re-scored exactly below either way.
             nearest: dict[str, Any] = {"column": "vector", "q": q, "k": fetch, "metric": "cosine"}
             cols = None if select is None else list(select)
-            tbl = part.latest_dataset().to_table(columns=cols, nearest=nearest)
+            tbl = part.latest_dataset().to_table(columns=cols, nearest=nearest, disable_scoring_autoprojection=True)
             return self._rescored(self._rows(tbl, tenant_id), q, k)
         query = part.table.search(q, vector_column_name="vector").distance_type("cosine")
         if pred is not None:
@@ -1016,7 +1014,7 @@ class EpisodeIndex:
             if pred is not None:
                 search = search.where(pred, prefilter=True)
             if select is not None:
-                search = search.select(select)
+                search = search.select([*select, "_score"])  # asked for by name: lance warns otherwise
             tbl = search.limit(k).to_arrow()
         except ValueError as exc:
             if "index" in str(exc).lower():
