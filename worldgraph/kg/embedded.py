@@ -279,27 +279,21 @@ class EmbeddedGraphStore(GraphStore):
         # with ``a IN (...) OR b IN (...)`` SQLite used only the (tenant_id, env_name) prefix
         # and checked every row of the environment; this way each arm is an index lookup
         # (primary key, nodes_entity, edges_src, edges_dst; see EXPLAIN QUERY PLAN).
-        for chunk in _chunks(ids):
+        def either(table: str, col_a: str, col_b: str, chunk: list[str], into: dict[str, Any]) -> None:
+            """Rows of ``table`` whose ``col_a`` or ``col_b`` is in ``chunk``, each kept once."""
             ph = _placeholders(len(chunk))
+            for rid, d in self._query(
+                f"SELECT id, data FROM {table} WHERE tenant_id = ? AND env_name = ? AND {col_a} IN ({ph}) "
+                f"UNION ALL SELECT id, data FROM {table} WHERE tenant_id = ? AND env_name = ? AND {col_b} IN ({ph})",
+                [tenant_id, env_name, *chunk, tenant_id, env_name, *chunk],
+            ):
+                if rid not in into:
+                    into[rid] = _loads(d)
+
+        for chunk in _chunks(ids):
             # the nodes asked for, and the states of those that are entities (a new state closes them)
-            for nid, d in self._query(
-                f"SELECT id, data FROM world_nodes WHERE tenant_id = ? AND env_name = ? AND id IN ({ph}) "
-                f"UNION ALL SELECT id, data FROM world_nodes WHERE tenant_id = ? AND env_name = ? "
-                f"AND json_extract(data, '$.entity_id') IN ({ph})",
-                [tenant_id, env_name, *chunk, tenant_id, env_name, *chunk],
-            ):
-                if nid not in view.nodes:
-                    rec = _loads(d)
-                    view.nodes[rec["id"]] = rec
-            for eid, d in self._query(
-                f"SELECT id, data FROM world_edges WHERE tenant_id = ? AND env_name = ? AND src_id IN ({ph}) "
-                f"UNION ALL SELECT id, data FROM world_edges WHERE tenant_id = ? AND env_name = ? "
-                f"AND dst_id IN ({ph})",
-                [tenant_id, env_name, *chunk, tenant_id, env_name, *chunk],
-            ):
-                if eid not in view.edges:
-                    rec = _loads(d)
-                    view.edges[rec["id"]] = rec
+            either("world_nodes", "id", "json_extract(data, '$.entity_id')", chunk, view.nodes)
+            either("world_edges", "src_id", "dst_id", chunk, view.edges)
         for (d,) in self._query(
             "SELECT data FROM world_rules WHERE tenant_id = ? AND env_name = ?", (tenant_id, env_name)
         ):

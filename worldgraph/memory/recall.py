@@ -22,7 +22,6 @@ from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import InvalidInputError
 from worldgraph.kg.store import GraphStore
 from worldgraph.memory.embeddings import Embedder, check_embeddings
-from worldgraph.memory.index import WHERE_KEYS as INDEX_WHERE_KEYS
 from worldgraph.memory.index import EpisodeIndex
 from worldgraph.memory.models import DateRange, RecallOptions
 from worldgraph.memory.query import parse_query
@@ -56,7 +55,7 @@ class Filters:
         out: dict[str, Any] = {}
         if self.agent_role:
             out["agent_role"] = self.agent_role
-        if self.agent_id and "agent_id" in INDEX_WHERE_KEYS:  # else checked on the store records only
+        if self.agent_id:
             out["agent_id"] = self.agent_id
         if self.canvas_ids:
             out["canvas_ids"] = self.canvas_ids
