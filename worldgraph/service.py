@@ -163,15 +163,17 @@ class WorldModel:
                 progress(min(start + batch, len(texts)), len(texts))
         return np.concatenate(out) if out else np.zeros((0, int(self.embedder.dimensions)), dtype=np.float32)
 
-    def _index(self, tenant_id: str, episodes: list[dict[str, Any]], vectors: Any) -> None:
+    def _index(self, tenant_id: str, episodes: list[dict[str, Any]], vectors: Any) -> bool:
+        """Write the episodes' index rows and record the outcome in the store; True if indexed."""
         ids = [e["id"] for e in episodes]
         try:
             self.index.upsert([index_row(e, v) for e, v in zip(episodes, vectors)])
         except Exception as exc:  # noqa: BLE001 - the store holds them; retry_indexing re-runs them
             log.warning("indexing %d episodes failed (%s); marked for retry", len(ids), exc)
             self.store.set_index_status(tenant_id, ids, "failed", f"indexing failed: {exc}")
-            return
+            return False
         self.store.set_index_status(tenant_id, ids, "indexed")
+        return True
 
     def retry_indexing(self, progress: Progress | None = None) -> int:
         """Index every episode whose indexing is pending or failed; returns how many were indexed."""
@@ -190,11 +192,8 @@ class WorldModel:
                     log.warning("re-indexing %d episodes failed: %s", len(eps), exc)
                     self.store.set_index_status(tenant, [e["id"] for e in eps], "failed", f"embedding failed: {exc}")
                     return done
-                self._index(tenant, eps, vectors)
-                failed = [e for e in self.store.get_episodes(tenant, [e["id"] for e in eps]).values()
-                          if e.get("index_status") != "indexed"]
-                if failed:
-                    return done
+                if not self._index(tenant, eps, vectors):
+                    return done  # the index is failing: stop, the episodes stay marked for later
                 done += len(eps)
                 if progress:
                     progress(done, done + len(pending) - len(eps))
