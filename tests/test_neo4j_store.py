@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from typing import Iterator
@@ -216,50 +215,6 @@ def test_only_the_dangling_edges_are_named(store: Neo4jGraphStore, tenant: str) 
     assert store.stats(tenant)["nodes"] == 0
 
 
-@pytest.mark.neo4j
-def test_an_existing_edge_keeps_its_ends(store: Neo4jGraphStore, tenant: str) -> None:
-    """Edge ids are derived from their ends; a plan that re-sends an edge id with other ends is
-    refused (the relationship would say one thing and its record another) and writes nothing."""
-    nodes = [node(tenant, i, i) for i in ("n-a", "n-b", "n-c")]
-    store.apply_plan(MergePlan(tenant_id=tenant, env_name=ENV, nodes=nodes,
-                               edges=[edge(tenant, "e-1", "containment", "n-a", "n-b")],
-                               meta={"env_name": ENV, "graph_version": 1}))
-    before = store.world_graph(tenant, ENV)
-    moved = MergePlan(tenant_id=tenant, env_name=ENV, nodes=[node(tenant, "n-d", "d")],
-                      edges=[edge(tenant, "e-1", "containment", "n-a", "n-c")],
-                      meta={"env_name": ENV, "graph_version": 2})
-    with pytest.raises(InvalidInputError, match=r"keeps its ends.*\['e-1'\]"):
-        store.apply_plan(moved)
-    assert store.world_graph(tenant, ENV) == before
-
-
-@pytest.mark.neo4j
-def test_concurrent_plans_creating_the_same_keys_all_land(store: Neo4jGraphStore, tenant: str) -> None:
-    """apply_plan CREATEs the keys it did not find; writers racing to create the same keys lose
-    on the uniqueness constraint at commit and run again as updates, never failing the call."""
-    nodes = [node(tenant, f"n-{i:03d}", f"thing {i}") for i in range(300)]
-    edges = [edge(tenant, f"e-{i:03d}", "containment", "n-000", f"n-{i:03d}") for i in range(1, 300)]
-    plan = MergePlan(tenant_id=tenant, env_name=ENV, nodes=nodes, edges=edges,
-                     meta={"env_name": ENV, "graph_version": 1})
-    barrier = threading.Barrier(4)
-    errors: list[BaseException] = []
-
-    def apply() -> None:
-        barrier.wait()
-        try:
-            store.apply_plan(plan)
-        except BaseException as exc:  # noqa: BLE001 - collected for the assertion below
-            errors.append(exc)
-    threads = [threading.Thread(target=apply) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    counts = store.world_graph(tenant, ENV)["meta"]["counts"]
-    assert (counts["nodes"], counts["edges"]) == (300, 299)
-
-
 def _operators(store: Neo4jGraphStore, query: str) -> list[str]:
     with store._driver.session(database=store.database) as session:
         plan = session.run("EXPLAIN " + query, {}).consume().plan
@@ -276,9 +231,8 @@ def _operators(store: Neo4jGraphStore, query: str) -> list[str]:
 def test_bulk_writes_stream_their_rows(store: Neo4jGraphStore) -> None:
     """An Eager operator buffers every row of a batch before writing (a read/set conflict the
     planner sees, e.g. MATCH on row.props.src_id while SETting r.src_id): 2-3x slower plans."""
-    queries = [q.UPSERT_EPISODES, q.UPSERT_AUDITS, q.LINK_SCENE_NEW_NODES, q.LINK_SCENE_NODES, q.LINK_SCENE_RULES,
-               *(f(kind) for kind in q.NODE_LABELS for f in (q.create_nodes, q.update_nodes)),
-               *(f(rel) for rel in q.EDGE_TYPES for f in (q.create_edges, q.update_edges))]
+    queries = [q.UPSERT_EPISODES, q.UPSERT_AUDITS, q.LINK_SCENE_NODES, q.LINK_SCENE_RULES,
+               *(q.upsert_nodes(kind) for kind in q.NODE_LABELS), *(q.upsert_edges(rel) for rel in q.EDGE_TYPES)]
     for query in queries:
         assert "Eager" not in _operators(store, query), query
 

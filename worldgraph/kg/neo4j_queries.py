@@ -283,55 +283,14 @@ RETURN a.record AS record ORDER BY a.timestamp, a.id
 """
 
 # ---------------------------------------------------------------------------------- world graph
-# apply_plan first asks which of its keys exist (EXISTING_KEYS), then CREATEs the new nodes and
-# edges and MATCH + SETs the existing ones. MERGE would do both in one statement but costs more per
-# row (a locking seek, and for a relationship a scan of the start node's relationships of that
-# type); if another writer creates one of the keys between the check and the commit, the
-# uniqueness constraint fails the commit and apply_plan runs again.
-#
-# Rows are lists, not maps (half the Bolt packing and unpacking); the columns:
-NODE_COLS: tuple[str, ...] = ("key", "id", "record", *NODE_PROPS)
-EDGE_COLS: tuple[str, ...] = ("key", "id", "record", *EDGE_PROPS, "src", "dst", "src_id", "dst_id")
-
-
-def _col(cols: tuple[str, ...], name: str) -> str:
-    return f"row[{cols.index(name)}]"
-
-
-def _props(cols: tuple[str, ...], names: tuple[str, ...]) -> str:
-    """``k: row[i], ...`` for a CREATE map (a null value leaves the property unset)."""
-    return ", ".join(f"{k}: {_col(cols, k)}" for k in names)
-
-
-def _sets(var: str, cols: tuple[str, ...], names: tuple[str, ...]) -> str:
-    """``var.k = row[i], ...`` (setting null removes the property)."""
-    return ", ".join(f"{var}.{k} = {_col(cols, k)}" for k in names)
-
-
-EXISTING_KEYS = """
-RETURN [k IN $nodes WHERE EXISTS { MATCH (n:WorldNode {key: k}) }] AS nodes,
-       [k IN $transition WHERE EXISTS { MATCH ()-[r:TRANSITION {key: k}]->() }] AS transition,
-       [k IN $containment WHERE EXISTS { MATCH ()-[r:CONTAINS {key: k}]->() }] AS containment,
-       [k IN $episodic WHERE EXISTS { MATCH ()-[r:EPISODIC {key: k}]->() }] AS episodic
-"""
-
-
-def create_nodes(kind: str) -> str:
-    """CREATE world nodes of one kind (keys EXISTING_KEYS did not find); the second label comes
-    from ``NODE_LABELS`` only."""
+def upsert_nodes(kind: str) -> str:
+    """MERGE world nodes of one kind; the second label comes from ``NODE_LABELS`` only."""
+    label = NODE_LABELS[kind]
     return f"""
 UNWIND $rows AS row
-CREATE (n:WorldNode:{NODE_LABELS[kind]} {{key: row[0], tenant_id: $tenant_id, env_name: $env_name, id: row[1],
-  {_props(NODE_COLS, NODE_PROPS)}, record: row[2]}})
-"""
-
-
-def update_nodes(kind: str) -> str:
-    """SET the properties of existing world nodes of one kind."""
-    return f"""
-UNWIND $rows AS row
-MATCH (n:WorldNode {{key: row[0]}})
-SET n:{NODE_LABELS[kind]}, {_sets("n", NODE_COLS, NODE_PROPS)}, n.record = row[2]
+MERGE (n:WorldNode {{key: row.key}})
+ON CREATE SET n.tenant_id = $tenant_id, n.env_name = $env_name, n.id = row.id
+SET n:{label}, {_set("n", NODE_PROPS)}, n.record = row.record
 """
 
 
@@ -354,89 +313,60 @@ CALL (r, row) {{
 """
 
 
-def create_edges(relation: str) -> str:
-    """CREATE edges of one relation (keys EXISTING_KEYS did not find) between their two ends.
+def upsert_edges(relation: str) -> str:
+    """MERGE edges of one relation by (tenant, env, id) between their two ends.
 
     Transition and containment edges join world nodes; an episodic edge joins a world node and a
     scene (either end may be either). Returns how many rows were written: fewer than were sent
-    means an end is missing, and ``edges_not_joined`` names those edges."""
+    means an end is missing, and ``edges_missing_ends`` names those edges. The ends are looked up
+    by their keys ``row.src`` / ``row.dst`` (a scene end by ``row.src_id`` / ``row.dst_id``), not ``row.props.src_id``: a read of a property key the query also
+    SETs (``r.src_id``) makes the planner buffer every row (Eager) before writing."""
     return f"""
 UNWIND $rows AS row
 {_edge_ends(relation)}
-CREATE (src)-[r:{EDGE_TYPES[relation]} {{key: row[0], tenant_id: $tenant_id, env_name: $env_name, id: row[1],
-  {_props(EDGE_COLS, EDGE_PROPS)}, record: row[2]}}]->(dst)
+MERGE (src)-[r:{EDGE_TYPES[relation]} {{key: row.key}}]->(dst)
+ON CREATE SET r.tenant_id = $tenant_id, r.env_name = $env_name, r.id = row.id
+SET {_set("r", EDGE_PROPS)}, r.record = row.record
 RETURN count(*) AS written
 """
 
 
-def update_edges(relation: str) -> str:
-    """SET the properties of existing edges of one relation, found by key through the
-    relationship uniqueness index. An edge's ends never change (its id is derived from them);
-    a row whose stored ends differ is not written, and ``edges_not_joined`` names it."""
-    return f"""
-UNWIND $rows AS row
-MATCH (src)-[r:{EDGE_TYPES[relation]} {{key: row[0]}}]->(dst)
-WHERE {_same_end("src")} AND {_same_end("dst")}
-SET {_sets("r", EDGE_COLS, EDGE_PROPS)}, r.record = row[2]
-RETURN count(*) AS written
-"""
-
-
-def _same_end(var: str) -> str:
-    """Is the stored end ``var`` the node the row names (a world node by key, a scene by id)?"""
-    return (f"({var}.key = {_col(EDGE_COLS, var)} OR "
-            f"({var}:Scene AND {var}.id = {_col(EDGE_COLS, var + '_id')}))")
-
-
-def edges_not_joined(relation: str) -> str:
-    """The ids of the edge rows (as sent to ``create_edges`` / ``update_edges``) that were not
-    written: a new edge with a missing end, or an existing edge whose row names other ends."""
+def edges_missing_ends(relation: str) -> str:
+    """The ids of the edge rows (as sent to ``upsert_edges``) whose src or dst does not exist."""
     return f"""
 UNWIND $rows AS row
 CALL (row) {{
   {_edge_ends(relation, optional=True)}
-  OPTIONAL MATCH (a)-[old:{EDGE_TYPES[relation]} {{key: row[0]}}]->(b)
-  RETURN src IS NOT NULL AND dst IS NOT NULL AND (old IS NULL OR (a = src AND b = dst)) AS joined
+  RETURN src IS NOT NULL AND dst IS NOT NULL AS joined
 }}
 WITH row WHERE NOT joined
-RETURN row[1] AS id
+RETURN row.id AS id
 """
 
 
 def _edge_ends(relation: str, optional: bool = False) -> str:
     """Bind ``src`` and ``dst`` for each row (null when missing if ``optional``, else drop the row)."""
-    src, dst = _col(EDGE_COLS, "src"), _col(EDGE_COLS, "dst")
-    src_id, dst_id = _col(EDGE_COLS, "src_id"), _col(EDGE_COLS, "dst_id")
     if relation == "episodic":
-        ends = f"""
-CALL (row) {{
-  OPTIONAL MATCH (n:WorldNode {{key: {src}}})
-  OPTIONAL MATCH (s:Scene {{tenant_id: $tenant_id, id: {src_id}}})
+        ends = """
+CALL (row) {
+  OPTIONAL MATCH (n:WorldNode {key: row.src})
+  OPTIONAL MATCH (s:Scene {tenant_id: $tenant_id, id: row.src_id})
   RETURN coalesce(n, s) AS src
-}}
-CALL (row) {{
-  OPTIONAL MATCH (s:Scene {{tenant_id: $tenant_id, id: {dst_id}}})
-  OPTIONAL MATCH (n:WorldNode {{key: {dst}}})
+}
+CALL (row) {
+  OPTIONAL MATCH (s:Scene {tenant_id: $tenant_id, id: row.dst_id})
+  OPTIONAL MATCH (n:WorldNode {key: row.dst})
   RETURN coalesce(s, n) AS dst
-}}"""
+}"""
         return ends if optional else ends + "\nWITH row, src, dst WHERE src IS NOT NULL AND dst IS NOT NULL"
     match = "OPTIONAL MATCH" if optional else "MATCH"
     return f"""
-{match} (src:WorldNode {{key: {src}}})
-{match} (dst:WorldNode {{key: {dst}}})"""
+{match} (src:WorldNode {{key: row.src}})
+{match} (dst:WorldNode {{key: row.dst}})"""
 
 
 # (:Scene)-[:PRODUCED]->(node | rule) for every scene id in a record's source_scenes; one row per
-# scene (its records' keys in row.keys), so each scene is looked up once. A node apply_plan
-# creates has no links yet (CREATE); existing nodes and rules may have them (MERGE).
-LINK_SCENE_NEW_NODES = """
-UNWIND $rows AS row
-MATCH (s:Scene {tenant_id: $tenant_id, id: row.scene_id})
-UNWIND row.keys AS key
-MATCH (n:WorldNode {key: key})
-CREATE (s)-[:PRODUCED]->(n)
-"""
-
+# scene (its records' keys in row.keys), so each scene is looked up once.
 LINK_SCENE_NODES = """
 UNWIND $rows AS row
 MATCH (s:Scene {tenant_id: $tenant_id, id: row.scene_id})

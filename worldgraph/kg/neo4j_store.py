@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar, cast
+from typing import Any, Callable, Iterable, Iterator, TypeVar, cast
 
 from neo4j import Driver, GraphDatabase, ManagedTransaction, Result, unit_of_work
-from neo4j.exceptions import AuthError, ConstraintError, DriverError, Neo4jError, ServiceUnavailable, SessionExpired
+from neo4j.exceptions import AuthError, DriverError, Neo4jError, ServiceUnavailable, SessionExpired
 from neo4j.graph import Node, Path, Relationship
 
 from worldgraph.errors import InvalidInputError, NotFoundError, ReadOnlyQueryError, StoreUnavailableError
@@ -67,15 +67,6 @@ class Neo4jGraphStore(GraphStore):
                 return session.execute_write(work, *args)
         except (ServiceUnavailable, SessionExpired) as exc:
             raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
-
-    def _write_creating(self, work: Callable[..., T], *args: Any) -> T:
-        """``_write`` for work that CREATEs the keys it found missing: if another writer created
-        one of them between the check and the commit, the uniqueness constraint fails the commit;
-        the work then runs again and finds it."""
-        try:
-            return self._write(work, *args)
-        except ConstraintError:
-            return self._write(work, *args)
 
     def _read(self, work: Callable[..., T], *args: Any) -> T:
         try:
@@ -250,64 +241,49 @@ class Neo4jGraphStore(GraphStore):
             meta["counts"] = {k: int(counts[k]) for k in ("nodes", "edges", "rules", "scenes")}
             _set_meta(tx, t, env, meta)
             return meta
-        return self._write_creating(work)
+        return self._write(work)
 
     @staticmethod
     def _write_world(tx: ManagedTransaction, t: str, env: str, scenes: list[SceneRecord],
                      nodes: Iterable[Record], rules: Iterable[Record], edges: Iterable[Record]) -> None:
-        """Upsert scenes, nodes, rules, edges and the scene links, in this order (ends first).
-
-        New nodes and edges are CREATEd and existing ones updated (see ``q.EXISTING_KEYS``)."""
+        """Upsert scenes, nodes, rules, edges and the scene links, in this order (ends first)."""
         params = {"tenant_id": t, "env_name": env}
         _upsert_scenes(tx, t, scenes)
         node_list, rule_list, edge_list = _dedupe(nodes), _dedupe(rules), _dedupe(edges)
-        unknown = [n["id"] for n in node_list if n.get("kind", "entity") not in q.NODE_LABELS]
-        if unknown:
-            raise InvalidInputError("nodes[].kind", f"must be one of {sorted(q.NODE_LABELS)}; nodes {unknown[:5]}")
-        bad = [e["id"] for e in edge_list if e.get("relation") not in q.EDGE_TYPES]
-        if bad:
-            raise InvalidInputError("edges[].relation", f"must be one of {list(q.EDGE_TYPES)}; edges {bad[:5]}")
         prefix = q.env_prefix(t, env)
         esc = q._esc
 
         def key(id: Any) -> str | None:  # the world key of a record of this env (None stays None)
             return None if id is None else prefix + esc(id)
-        node_rows = [_list_row(n, q.NODE_COLS, key=key(n["id"])) for n in node_list]
-        edge_rows = [_list_row(e, q.EDGE_COLS, key=key(e["id"]), src=key(e.get("src_id")), dst=key(e.get("dst_id")))
-                     for e in edge_list]
-        keys: dict[str, Any] = {relation: [r[0] for r, e in zip(edge_rows, edge_list) if e["relation"] == relation]
-                                for relation in q.EDGE_TYPES}
-        existing = tx.run(q.EXISTING_KEYS, keys, nodes=[r[0] for r in node_rows]).single()
-        assert existing is not None
-        old_nodes = set(existing["nodes"])
         for kind in q.NODE_LABELS:
-            of_kind = [(n, r) for n, r in zip(node_list, node_rows) if n.get("kind", "entity") == kind]
-            _run_batched(tx, q.create_nodes(kind), [r for _, r in of_kind if r[0] not in old_nodes], **params)
-            _run_batched(tx, q.update_nodes(kind), [r for _, r in of_kind if r[0] in old_nodes], **params)
+            rows = [{**_row(n, q.NODE_PROPS), "key": key(n["id"])}
+                    for n in node_list if n.get("kind", "entity") == kind]
+            _run_batched(tx, q.upsert_nodes(kind), rows, **params)
+        unknown = [n["id"] for n in node_list if n.get("kind", "entity") not in q.NODE_LABELS]
+        if unknown:
+            raise InvalidInputError("nodes[].kind", f"must be one of {sorted(q.NODE_LABELS)}; nodes {unknown[:5]}")
         rule_rows = [{**_row(r, q.RULE_PROPS), "key": key(r["id"]),
                       "linked": [key(i) for i in dict.fromkeys(r.get("linked_node_ids") or [])]} for r in rule_list]
         _run_batched(tx, q.UPSERT_RULES, rule_rows, **params)
-        sent: list[tuple[str, list[list[Any]], list[Result]]] = []
+        bad = [e["id"] for e in edge_list if e.get("relation") not in q.EDGE_TYPES]
+        if bad:
+            raise InvalidInputError("edges[].relation", f"must be one of {list(q.EDGE_TYPES)}; edges {bad[:5]}")
+        sent: list[tuple[str, list[dict[str, Any]], list[Result]]] = []
         for relation in q.EDGE_TYPES:
-            old = set(existing[relation])
-            rows = [r for r, e in zip(edge_rows, edge_list) if e["relation"] == relation]
-            new_rows, old_rows = [r for r in rows if r[0] not in old], [r for r in rows if r[0] in old]
-            sent.append((relation, new_rows, _run_batched(tx, q.create_edges(relation), new_rows, **params)))
-            sent.append((relation, old_rows, _run_batched(tx, q.update_edges(relation), old_rows, **params)))
-        new_node_list = [n for n, r in zip(node_list, node_rows) if r[0] not in old_nodes]
-        _run_batched(tx, q.LINK_SCENE_NEW_NODES, _scene_links(new_node_list, key), **params)
-        _run_batched(tx, q.LINK_SCENE_NODES,
-                     _scene_links([n for n, r in zip(node_list, node_rows) if r[0] in old_nodes], key), **params)
+            rows = [{**_row(e, q.EDGE_PROPS), "key": key(e["id"]), "src": key(e.get("src_id")),
+                     "dst": key(e.get("dst_id")), "src_id": e.get("src_id"), "dst_id": e.get("dst_id")}
+                    for e in edge_list if e.get("relation") == relation]
+            sent.append((relation, rows, _run_batched(tx, q.upsert_edges(relation), rows, **params)))
+        _run_batched(tx, q.LINK_SCENE_NODES, _scene_links(node_list, key), **params)
         _run_batched(tx, q.LINK_SCENE_RULES, _scene_links(rule_list, key), **params)
-        not_joined: list[str] = []
+        missing: list[str] = []
         for relation, rows, results in sent:
             if sum(_column(results, "written")) < len(rows):  # rare: find which, then roll back
-                not_joined += _column(_run_batched(tx, q.edges_not_joined(relation), rows, **params), "id")
-        if not_joined:
+                missing += _column(_run_batched(tx, q.edges_missing_ends(relation), rows, **params), "id")
+        if missing:
             raise InvalidInputError(
                 "edges[].src_id/dst_id",
-                f"every edge must join existing nodes (or a scene) of env {env!r}, and an existing edge keeps "
-                f"its ends; these do not: {not_joined[:5]}")
+                f"every edge must join existing nodes (or a scene) of env {env!r}; these do not: {missing[:5]}")
 
     def upsert_scene(self, scene: SceneRecord) -> None:
         self._write(lambda tx: _upsert_scenes(tx, scene["tenant_id"], [scene]))
@@ -357,7 +333,7 @@ class Neo4jGraphStore(GraphStore):
                               graph.get("rules", []), graph.get("edges", []))
             if graph.get("meta") is not None:
                 _set_meta(tx, tenant_id, env_name, graph["meta"])
-        self._write_creating(work)
+        self._write(work)
 
     # ---------------------------------------------------------------- exploration
     def neighborhood(self, tenant_id: str, episode_ids: list[str]) -> dict[str, Record]:
@@ -501,20 +477,6 @@ def _row(rec: Record, keys: tuple[str, ...], **props: Any) -> dict[str, Any]:
     return {"id": rec["id"], "props": {**scalars, **props}, "record": _dumps(rec)}
 
 
-def _list_row(rec: Record, cols: tuple[str, ...], **values: Any) -> list[Any]:
-    """A list UNWIND row in the order of ``cols``: ``values`` first, then ``record`` (the record
-    as JSON), then the record's fields (None where a field is missing or no property type)."""
-    row: list[Any] = []
-    for col in cols:
-        if col in values:
-            row.append(values[col])
-        elif col == "record":
-            row.append(_dumps(rec))
-        else:
-            row.append(v if _is_property(v := rec.get(col)) else None)
-    return row
-
-
 def _is_property(value: Any) -> bool:
     """None, a scalar or a list of strings: what Neo4j can hold as a property."""
     if value is None or isinstance(value, (str, int, float, bool)):
@@ -522,12 +484,12 @@ def _is_property(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
-def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
 
 
-def _run_batched(tx: ManagedTransaction, query: str, rows: Sequence[Any], **params: Any) -> list[Result]:
+def _run_batched(tx: ManagedTransaction, query: str, rows: list[dict[str, Any]], **params: Any) -> list[Result]:
     """Send ``rows`` as $rows in chunks of BATCH, without waiting for them to run.
 
     The server executes a statement while Python builds and packs the next one's rows (two
