@@ -3,6 +3,10 @@
 Throughput: each run applies one MergePlan of ~10k graph elements (nodes + edges + rules) to a fresh tenant
 ("create"), then the same plan again with every record changed and every edge closed ("update",
 the upsert path). Reports the median over ``--runs`` runs, in graph elements per second.
+Two more rows frame the Neo4j number: "neo4j floor", the same nodes and edges written by plain
+CREATE statements (nothing else apply_plan does), i.e. about the best this server and machine
+do for these writes; and "x N" (``--writers``), N threads applying create + update plans to
+their own tenants at once, total elements over wall time.
 
     python bench/bench_neo4j.py                      # starts a local Neo4j (tools/neo4j-local), stops it after
     python bench/bench_neo4j.py --uri bolt://127.0.0.1:7687 --elements 20000 --runs 5
@@ -32,6 +36,7 @@ import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -112,6 +117,80 @@ def measure(store: GraphStore, elements: int, runs: int) -> dict[str, Any]:
             "create_s": statistics.median(create), "update_s": statistics.median(update),
             "world_graph_s": statistics.median(read),
             "create_eps": size / statistics.median(create), "update_eps": size / statistics.median(update)}
+
+
+def measure_floor(store: Any, elements: int, runs: int) -> dict[str, Any]:
+    """The same plan's nodes and edges, with the properties apply_plan writes, written by plain
+    CREATE statements in one transaction: no MERGE, rules, scene links, meta or counts. About
+    what this server and machine do for these writes at best; apply_plan cannot beat it."""
+    from worldgraph.kg import neo4j_queries as q
+    from worldgraph.kg.neo4j_store import _row
+
+    def sets(var: str, keys: tuple[str, ...]) -> str:
+        return ", ".join(f"{var}.{k} = row.props.{k}" for k in keys)
+    nodes_q = {kind: f"UNWIND $rows AS row CREATE (n:WorldNode:{label} {{key: row.key}}) "
+                     f"SET n.tenant_id = $tenant_id, n.env_name = $env_name, n.id = row.id, "
+                     f"{sets('n', q.NODE_PROPS)}, n.record = row.record"
+               for kind, label in q.NODE_LABELS.items()}
+    edges_q = {rel: f"UNWIND $rows AS row MATCH (src:WorldNode {{key: row.src}}) MATCH (dst:WorldNode {{key: row.dst}}) "
+                    f"CREATE (src)-[r:{rtype} {{key: row.key}}]->(dst) "
+                    f"SET r.tenant_id = $tenant_id, r.env_name = $env_name, r.id = row.id, "
+                    f"{sets('r', q.EDGE_PROPS)}, r.record = row.record"
+               for rel, rtype in q.EDGE_TYPES.items() if rel != "episodic"}
+    times = []
+    for _ in range(runs):
+        tenant = f"floor-{uuid.uuid4().hex[:10]}"
+        plan = make_plan(tenant, elements)
+        prefix = q.env_prefix(tenant, ENV)
+        params = {"tenant_id": tenant, "env_name": ENV}
+
+        def work(tx: Any) -> None:
+            results = []
+            for kind, query in nodes_q.items():
+                rows = [{**_row(n, q.NODE_PROPS), "key": prefix + n["id"]} for n in plan.nodes if n["kind"] == kind]
+                results.append(tx.run(query, params, rows=rows))
+            for rel, query in edges_q.items():
+                rows = [{**_row(e, q.EDGE_PROPS), "key": prefix + e["id"], "src": prefix + e["src_id"],
+                         "dst": prefix + e["dst_id"]} for e in plan.edges if e["relation"] == rel]
+                results.append(tx.run(query, params, rows=rows))
+            for result in results:
+                result.consume()
+        times.append(_timed(lambda: store._write(work)))
+    size = len(plan.nodes) + len(plan.edges)
+    return {"store": "neo4j floor", "elements": size, "runs": runs, "create_s": statistics.median(times),
+            "create_eps": size / statistics.median(times)}
+
+
+def measure_writers(make_store: Callable[[], GraphStore], elements: int, runs: int, writers: int) -> dict[str, Any]:
+    """``writers`` threads, each with its own store, applying create + update plans to their own
+    tenants at the same time (as merges of different environments do): total elements / wall time."""
+    stores = [make_store() for _ in range(writers)]
+    plans = []
+    for _ in range(writers):
+        tenant = f"bench-{uuid.uuid4().hex[:10]}"
+        plans.append([p for _ in range(runs) for p in (make_plan(tenant, elements), make_plan(tenant, elements, True))])
+    errors: list[BaseException] = []
+
+    def write(store: GraphStore, mine: list[MergePlan]) -> None:
+        try:
+            for plan in mine:
+                store.apply_plan(plan)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+    threads = [threading.Thread(target=write, args=(st, mine)) for st, mine in zip(stores, plans)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - started
+    for st in stores:
+        st.close()
+    if errors:
+        raise errors[0]
+    total = sum(p.size() for mine in plans for p in mine)
+    return {"store": f"{stores[0].name} x{writers}", "writers": writers, "elements": total, "wall_s": wall,
+            "eps": total / wall}
 
 
 # ------------------------------------------------------------------------------------ recall at scale
@@ -280,6 +359,8 @@ def main() -> int:
     ap.add_argument("--elements", type=int, default=10_000, help="graph elements per plan (default 10000; 0 skips)")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1, help="unmeasured runs first (query plans, JIT)")
+    ap.add_argument("--writers", type=int, default=2,
+                    help="also time this many concurrent writers, each on its own tenant (default 2; 0 or 1 skips)")
     ap.add_argument("--episodes", type=int, default=100_000, help="episodes for the recall section (0 skips it)")
     ap.add_argument("--queries", type=int, default=200, help="recalls timed per variant")
     ap.add_argument("--batch", type=int, default=1000, help="episodes per record_experiences call")
@@ -290,6 +371,8 @@ def main() -> int:
     from worldgraph.kg.neo4j_store import Neo4jGraphStore
 
     results: list[dict[str, Any]] = []
+    floor: dict[str, Any] | None = None
+    concurrent: list[dict[str, Any]] = []
     recall_rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         if args.elements:
@@ -312,8 +395,13 @@ def main() -> int:
                 try:
                     measure(neo, args.elements, args.warmup) if args.warmup else None
                     results.append(measure(neo, args.elements, args.runs))
+                    floor = measure_floor(neo, args.elements, args.runs)
                 finally:
                     neo.close()
+                if args.writers > 1:
+                    for make_store in (lambda: EmbeddedGraphStore(Path(tmp) / "bench.db"),
+                                       lambda: Neo4jGraphStore(uri, args.user, args.password)):
+                        concurrent.append(measure_writers(make_store, args.elements, args.runs, args.writers))
             if args.episodes:
                 recall_rows = measure_recall(uri, args.user, args.password, Path(tmp), args)
         finally:
@@ -329,12 +417,19 @@ def main() -> int:
         for r in results:
             print(f"{r['store']:<10} {r['create_s']:>9.3f} {r['create_eps']:>12,.0f} {r['update_s']:>9.3f} "
                   f"{r['update_eps']:>12,.0f} {r['world_graph_s']:>14.3f}")
+        if floor is not None:
+            print(f"{floor['store']:<10} {floor['create_s']:>9.3f} {floor['create_eps']:>12,.0f}"
+                  f"   (CREATE statements only: the {floor['elements']:,} nodes + edges, nothing else)")
+        for c in concurrent:
+            print(f"{c['store']:<10} {c['wall_s']:>9.3f} {c['eps']:>12,.0f}"
+                  f"   ({c['writers']} concurrent writers, create + update, total elements / wall time)")
         neo_eps = min(results[-1]["create_eps"], results[-1]["update_eps"])
         print(f"Neo4j target >= 20,000 elements/s: {'met' if neo_eps >= 20_000 else 'NOT met'}")
     if recall_rows:
         print_recall(recall_rows, args.episodes)
     if args.json:
-        args.json.write_text(json.dumps({"apply_plan": results, "recall": recall_rows}, indent=2, default=str))
+        args.json.write_text(json.dumps({"apply_plan": results, "floor": floor, "concurrent": concurrent,
+                                              "recall": recall_rows}, indent=2, default=str))
     return 0
 
 
