@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -152,7 +153,7 @@ def test_schema_is_created_once_and_versioned(store: Neo4jGraphStore, neo4j_serv
         version = session.run("MATCH (s:WorldgraphSchema) RETURN s.version AS v").single()
     assert {"wg_episode_key", "wg_node_ukey", "wg_rule_ukey", "wg_contains_ukey", "wg_scene_key"} <= names
     assert not {"wg_node_key", "wg_rule_key", "wg_contains_key"} & names  # schema 1's composite keys
-    assert version is not None and version["v"] == q.SCHEMA_VERSION == 2
+    assert version is not None and version["v"] == q.SCHEMA_VERSION == 3
 
 
 @pytest.mark.neo4j
@@ -178,6 +179,39 @@ def test_schema_1_databases_are_given_keys(store: Neo4jGraphStore, neo4j_server:
             key = session.run("MATCH (n:WorldNode {tenant_id: $t, id: 'n-a'}) RETURN n.key AS k", t=tenant).single()
         assert "wg_node_key" not in names and "wg_node_ukey" in names
         assert key is not None and key["k"] == q.world_key(tenant, ENV, "n-a")
+    finally:
+        again.close()
+
+
+@pytest.mark.neo4j
+def test_index_state_is_kept_out_of_the_record_json(store: Neo4jGraphStore, tenant: str) -> None:
+    """Marking episodes indexed sets two properties (no record rewrite); the JSON never holds a
+    stale state, and cypher() returns the record with the current one."""
+    ids = add(store, tenant, episode(tenant, minutes=0), episode(tenant, minutes=1))
+    store.set_index_status(tenant, ids, "failed", "embedder timed out")
+    with store._driver.session(database=store.database) as session:
+        stored = session.run("MATCH (e:Episode {tenant_id: $t}) RETURN e.record AS r", t=tenant).value()
+    assert all("index_status" not in json.loads(r) and "index_error" not in json.loads(r) for r in stored)
+    rows = store.cypher(tenant, "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e")
+    assert {(r["e"]["record"]["index_status"], r["e"]["record"]["index_error"]) for r in rows} == {
+        ("failed", "embedder timed out")}
+
+
+@pytest.mark.neo4j
+def test_schema_2_index_errors_move_to_the_property(store: Neo4jGraphStore, neo4j_server: dict[str, str],
+                                                    tenant: str) -> None:
+    """Schema 2 kept index_error only in the record JSON; opening the database copies it over."""
+    ids = add(store, tenant, episode(tenant, minutes=0))
+    with store._driver.session(database=store.database) as session:
+        session.run("MATCH (e:Episode {tenant_id: $t}) SET e.index_status = 'failed', "
+                    "e.record = $record REMOVE e.index_error", t=tenant,
+                    record=json.dumps({**store.get_episodes(tenant, ids)[ids[0]], "index_status": "failed",
+                                       "index_error": "old timeout"})).consume()
+        session.run("MATCH (s:WorldgraphSchema {name: 'worldgraph'}) SET s.version = 2").consume()
+    again = Neo4jGraphStore(neo4j_server["uri"], neo4j_server["user"], neo4j_server["password"])
+    try:
+        got = again.get_episodes(tenant, ids)[ids[0]]
+        assert (got["index_status"], got["index_error"]) == ("failed", "old timeout")
     finally:
         again.close()
 
@@ -264,6 +298,15 @@ def test_bulk_writes_stream_their_rows(store: Neo4jGraphStore) -> None:
                *(q.upsert_nodes(kind) for kind in q.NODE_LABELS), *(q.upsert_edges(rel) for rel in q.EDGE_TYPES)]
     for query in queries:
         assert "Eager" not in _operators(store, query), query
+
+
+@pytest.mark.neo4j
+def test_episode_pages_come_in_index_order(store: Neo4jGraphStore) -> None:
+    """iter_episodes (reindex) reads one page per query: an index seek that gives the order, no
+    scan and no sort of the rest of the episodes behind the page."""
+    operators = _operators(store, q.ITER_EPISODES)
+    assert "NodeUniqueIndexSeek" in operators and "Limit" in operators, operators
+    assert not [op for op in operators if "Scan" in op or op in ("Sort", "Top", "PartialSort")], operators
 
 
 @pytest.mark.neo4j

@@ -192,6 +192,15 @@ def test_index_status_and_unindexed(store: GraphStore, tenant: str) -> None:
     assert got[ids[1]]["index_error"] == "embedder timed out"
     mine = [e["id"] for e in store.unindexed_episodes(limit=1_000_000) if e["tenant_id"] == tenant]
     assert mine == [ids[1], ids[2]]  # oldest first
+    store.set_index_status(tenant, [ids[1]], "indexed")  # a retry that worked clears the error
+    got = store.get_episodes(tenant, ids)
+    assert (got[ids[1]]["index_status"], got[ids[1]]["index_error"]) == ("indexed", None)
+    # every read path returns the same records, state included
+    assert {e["id"]: e for b in store.iter_episodes(tenant) for e in b} == got
+    assert store.episodes_with_feedback(tenant, ids)[0] == got
+    agent = got[ids[0]]["agent_id"]
+    assert {e["id"]: e for e in store.agent_episodes(tenant, agent, 10)} == {
+        i: e for i, e in got.items() if e["agent_id"] == agent}
 
 
 def test_tenant_isolation(store: GraphStore, tenant: str) -> None:

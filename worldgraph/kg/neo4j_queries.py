@@ -29,7 +29,7 @@ episode) use indexed properties (``episode_id``); the relationships exist for ex
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2  # 2: world nodes, rules and edges keyed on `key`
+SCHEMA_VERSION = 3  # 2: world nodes, rules and edges keyed on `key`; 3: episode index_error property
 
 KEY_SEP, KEY_ESC = "\u001f", "\u001e"
 
@@ -66,8 +66,14 @@ NODE_PROPS: tuple[str, ...] = ("kind", "type", "name", "entity_id", "confidence"
 # validity interval (the README's Cypher examples); confidence and evidence stay in `record`.
 EDGE_PROPS: tuple[str, ...] = ("action", "valid_from", "valid_to")
 RULE_PROPS: tuple[str, ...] = ("condition", "outcome", "confidence", "evidence_count", "valid_from", "valid_to")
-EPISODE_PROPS: tuple[str, ...] = ("agent_id", "agent_role", "ts", "timestamp", "index_status", "canvas_id",
-                                  "task_type", "task_description", "outcome")
+EPISODE_PROPS: tuple[str, ...] = ("agent_id", "agent_role", "ts", "timestamp", "index_status", "index_error",
+                                  "canvas_id", "task_type", "task_description", "outcome")
+# An episode's indexing state changes after it is written (pending -> indexed | failed). It lives
+# only in the index_status / index_error properties, not in the `record` JSON, so marking a batch
+# indexed is one SET per episode instead of a read and a rewrite of every record; reads put the
+# two fields back (EPISODE_COLUMNS). Like the embedded store's columns.
+EPISODE_STATE: tuple[str, ...] = ("index_status", "index_error")
+EPISODE_COLUMNS = "e.record AS record, e.index_status AS index_status, e.index_error AS index_error"
 AUDIT_PROPS: tuple[str, ...] = ("episode_id", "canvas_id", "timestamp", "action_type", "agent_id")
 SCENE_PROPS: tuple[str, ...] = ("env_name", "status", "created_at", "episode_id", "current_round", "trigger_reason")
 
@@ -180,44 +186,43 @@ CALL (a, row) {{
 }}
 """
 
-GET_EPISODES = """
+GET_EPISODES = f"""
 MATCH (e:Episode) WHERE e.tenant_id = $tenant_id AND e.id IN $ids
-RETURN e.record AS record
+RETURN {EPISODE_COLUMNS}
 """
 
-AGENT_EPISODES = """
-MATCH (e:Episode {tenant_id: $tenant_id, agent_id: $agent_id})
-RETURN e.record AS record ORDER BY e.ts DESC, e.id DESC LIMIT $limit
+AGENT_EPISODES = f"""
+MATCH (e:Episode {{tenant_id: $tenant_id, agent_id: $agent_id}})
+RETURN {EPISODE_COLUMNS} ORDER BY e.ts DESC, e.id DESC LIMIT $limit
 """
 
-ITER_EPISODES_TENANT = """
+# ORDER BY both index keys: the (tenant_id, id) index returns the page in order, no sort.
+ITER_EPISODES = f"""
 MATCH (e:Episode) WHERE e.tenant_id = $tenant_id AND e.id > $after_id
-RETURN e.tenant_id AS tenant_id, e.id AS id, e.record AS record ORDER BY e.id LIMIT $limit
-"""
-
-ITER_EPISODES_ALL = """
-MATCH (e:Episode)
-WHERE e.tenant_id > $after_tenant OR (e.tenant_id = $after_tenant AND e.id > $after_id)
-RETURN e.tenant_id AS tenant_id, e.id AS id, e.record AS record ORDER BY e.tenant_id, e.id LIMIT $limit
-"""
-
-# set_index_status rewrites the record in Python (read, then write, in one transaction).
-EPISODE_RECORDS_FOR_UPDATE = """
-MATCH (e:Episode) WHERE e.tenant_id = $tenant_id AND e.id IN $ids
-SET e._lock = true
-RETURN e.id AS id, e.record AS record
+RETURN e.id AS id, {EPISODE_COLUMNS} ORDER BY e.tenant_id, e.id LIMIT $limit
 """
 
 SET_INDEX_STATUS = """
-UNWIND $rows AS row
-MATCH (e:Episode {tenant_id: $tenant_id, id: row.id})
-SET e.index_status = $status, e.record = row.record
-REMOVE e._lock
+MATCH (e:Episode) WHERE e.tenant_id = $tenant_id AND e.id IN $ids
+SET e.index_status = $status, e.index_error = $error
 """
 
-UNINDEXED_EPISODES = """
+# Schema 3: databases written before kept index_error only in the record JSON; the store copies
+# it to the property for the (few) episodes that have one.
+EPISODES_WITHOUT_ERROR_PROPERTY = """
+MATCH (e:Episode) WHERE e.index_status IN ['pending', 'failed'] AND e.index_error IS NULL
+RETURN e.tenant_id AS tenant_id, e.id AS id, e.record AS record
+"""
+
+SET_INDEX_ERRORS = """
+UNWIND $rows AS row
+MATCH (e:Episode {tenant_id: row.tenant_id, id: row.id})
+SET e.index_error = row.error
+"""
+
+UNINDEXED_EPISODES = f"""
 MATCH (e:Episode) WHERE e.index_status IN ['pending', 'failed']
-RETURN e.record AS record ORDER BY e.ts, e.id LIMIT $limit
+RETURN {EPISODE_COLUMNS} ORDER BY e.ts, e.id LIMIT $limit
 """
 
 TENANTS = """
@@ -268,10 +273,10 @@ RETURN f.episode_id AS episode_id, avg(toFloat(f.score)) AS mean, count(f) AS n
 """
 
 # recall's per-query read: the candidates and their feedback aggregates in one round trip
-EPISODES_WITH_FEEDBACK = """
+EPISODES_WITH_FEEDBACK = f"""
 MATCH (e:Episode) WHERE e.tenant_id = $tenant_id AND e.id IN $ids
 OPTIONAL MATCH (f:Feedback)-[:RATES]->(e) WHERE $category IS NULL OR f.category = $category
-RETURN e.record AS record, avg(toFloat(f.score)) AS mean, count(f) AS n
+RETURN {EPISODE_COLUMNS}, avg(toFloat(f.score)) AS mean, count(f) AS n
 """
 
 # ---------------------------------------------------------------------------------- canvases

@@ -81,6 +81,10 @@ class Neo4jGraphStore(GraphStore):
             return [json.loads(r["record"]) for r in tx.run(query, params) if r["record"] is not None]
         return self._read(work)
 
+    def _episodes(self, query: str, **params: Any) -> list[Record]:
+        """Run one read query returning q.EPISODE_COLUMNS; the episode records, state put back."""
+        return self._read(lambda tx: [_episode(r) for r in tx.run(query, params)])
+
     def _ensure_schema(self) -> None:
         """Constraints first (MERGE seeks their indexes), then indexes, then the version node.
         Schema commands cannot share a transaction with data writes, so each runs on its own."""
@@ -96,6 +100,7 @@ class Neo4jGraphStore(GraphStore):
                         if "AlreadyExists" not in (exc.code or "") and "NotFound" not in (exc.code or ""):
                             raise
                 session.run(q.AWAIT_INDEXES, seconds=120).consume()
+                session.execute_write(_copy_index_errors)
                 session.execute_write(lambda tx: tx.run(q.SCHEMA_VERSION_WRITE, version=q.SCHEMA_VERSION).consume())
         except (ServiceUnavailable, SessionExpired) as exc:
             raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
@@ -106,7 +111,8 @@ class Neo4jGraphStore(GraphStore):
                   for e in episodes}
         agent_rows = [{"id": a["id"], "agent_role": a["agent_role"], "record": _dumps(a)} for a in agents.values()]
         canvas_rows = [{"id": c["id"], "name": c.get("name"), "record": _dumps(c)} for c in _dedupe(canvases)]
-        episode_rows = [{**_row(e, q.EPISODE_PROPS, index_status=e.get("index_status", "pending")),
+        episode_rows = [{**_row({k: v for k, v in e.items() if k not in q.EPISODE_STATE}, q.EPISODE_PROPS,
+                                index_status=e.get("index_status", "pending"), index_error=e.get("index_error")),
                          "agent": e.get("agent_id"), "canvas": e.get("canvas_id")} for e in _dedupe(episodes)]
         audit_rows = [{**_row(a, q.AUDIT_PROPS), "episode": a.get("episode_id")} for a in _dedupe(audits)]
 
@@ -118,42 +124,38 @@ class Neo4jGraphStore(GraphStore):
         self._write(work)
 
     def get_episodes(self, tenant_id: str, episode_ids: list[str]) -> dict[str, Record]:
-        recs = self._records(q.GET_EPISODES, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)))
+        recs = self._episodes(q.GET_EPISODES, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)))
         return {r["id"]: r for r in recs}
 
     def agent_episodes(self, tenant_id: str, agent_id: str, limit: int) -> list[Record]:
-        return self._records(q.AGENT_EPISODES, tenant_id=tenant_id, agent_id=agent_id, limit=int(limit))
+        return self._episodes(q.AGENT_EPISODES, tenant_id=tenant_id, agent_id=agent_id, limit=int(limit))
 
     def iter_episodes(self, tenant_id: str | None = None, batch_size: int = 1000) -> Iterator[list[Record]]:
-        after_tenant, after_id = "", ""
-        while True:
-            def work(tx: ManagedTransaction) -> list[Any]:
-                if tenant_id is None:
-                    return list(tx.run(q.ITER_EPISODES_ALL, after_tenant=after_tenant, after_id=after_id,
-                                       limit=int(batch_size)))
-                return list(tx.run(q.ITER_EPISODES_TENANT, tenant_id=tenant_id, after_id=after_id,
-                                   limit=int(batch_size)))
-            rows = self._read(work)
-            if not rows:
-                return
-            after_tenant, after_id = rows[-1]["tenant_id"], rows[-1]["id"]
-            yield [json.loads(r["record"]) for r in rows]
+        """Pages of episodes in (tenant_id, id) order, one tenant at a time: each page is one seek on
+        the (tenant_id, id) index, which also gives the order, so a page costs its size whatever
+        the number of episodes (a cross-tenant cursor scanned every episode for every page)."""
+        for tenant in [tenant_id] if tenant_id is not None else self.tenants():
+            after_id = ""
+            while True:
+                rows = self._read(lambda tx, t=tenant, a=after_id: list(
+                    tx.run(q.ITER_EPISODES, tenant_id=t, after_id=a, limit=int(batch_size))))
+                if rows:
+                    yield [_episode(r) for r in rows]
+                if len(rows) < batch_size:
+                    break
+                after_id = rows[-1]["id"]
 
     def set_index_status(self, tenant_id: str, episode_ids: list[str], status: str, error: str | None = None) -> None:
+        # Only the two properties change (see q.EPISODE_STATE): no record is read or rewritten.
         ids = list(dict.fromkeys(episode_ids))
 
         def work(tx: ManagedTransaction) -> None:
-            updates = []
             for chunk in _chunks(ids, BATCH):
-                for r in tx.run(q.EPISODE_RECORDS_FOR_UPDATE, tenant_id=tenant_id, ids=chunk):
-                    rec = json.loads(r["record"])
-                    rec["index_status"], rec["index_error"] = status, error
-                    updates.append({"id": r["id"], "record": _dumps(rec)})
-            _run_batched(tx, q.SET_INDEX_STATUS, updates, tenant_id=tenant_id, status=status)
+                tx.run(q.SET_INDEX_STATUS, tenant_id=tenant_id, ids=chunk, status=status, error=error).consume()
         self._write(work)
 
     def unindexed_episodes(self, limit: int = 1000) -> list[Record]:
-        return self._records(q.UNINDEXED_EPISODES, limit=int(limit))
+        return self._episodes(q.UNINDEXED_EPISODES, limit=int(limit))
 
     def tenants(self) -> list[str]:
         rows = self._read(lambda tx: [r["tenant_id"] for r in tx.run(q.TENANTS)])
@@ -195,7 +197,7 @@ class Neo4jGraphStore(GraphStore):
             stats: dict[str, tuple[float, int]] = {}
             for row in tx.run(q.EPISODES_WITH_FEEDBACK, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)),
                               category=category):
-                rec = json.loads(row["record"])
+                rec = _episode(row)
                 episodes[rec["id"]] = rec
                 if row["n"]:
                     stats[rec["id"]] = (float(row["mean"]), int(row["n"]))
@@ -426,6 +428,8 @@ def _plain(value: Any, tenant_id: str) -> Any:
                 props["record"] = json.loads(props["record"])
             except ValueError:
                 pass
+            if isinstance(value, Node) and "Episode" in value.labels and isinstance(props["record"], dict):
+                props["record"].update({k: props.get(k) for k in q.EPISODE_STATE})
         return {k: _plain(v, tenant_id) for k, v in props.items()}
     if isinstance(value, Path):
         out: list[Any] = [_plain(value.start_node, tenant_id)]
@@ -522,6 +526,23 @@ def _scene_links(records: list[Record], key: Callable[[Any], Any]) -> list[dict[
 def _set_meta(tx: ManagedTransaction, tenant_id: str, env_name: str, meta: MetaRecord) -> None:
     tx.run(q.SET_META, tenant_id=tenant_id, env_name=env_name, record=_dumps(meta),
            graph_version=meta.get("graph_version"), updated_at=meta.get("updated_at")).consume()
+
+
+def _copy_index_errors(tx: ManagedTransaction) -> None:
+    """Schema 3: give episodes written before it their index_error property (it was in the JSON)."""
+    rows = []
+    for r in tx.run(q.EPISODES_WITHOUT_ERROR_PROPERTY):
+        error = json.loads(r["record"]).get("index_error")
+        if error is not None:
+            rows.append({"tenant_id": r["tenant_id"], "id": r["id"], "error": error})
+    _run_batched(tx, q.SET_INDEX_ERRORS, rows)
+
+
+def _episode(row: Any) -> Record:
+    """An episode record from its ``record`` JSON and its indexing state (q.EPISODE_COLUMNS)."""
+    rec: Record = json.loads(row["record"])
+    rec["index_status"], rec["index_error"] = row["index_status"], row["index_error"]
+    return rec
 
 
 def _decode(result: Iterable[Any]) -> list[Record]:
