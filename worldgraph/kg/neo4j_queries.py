@@ -20,6 +20,8 @@ single-property uniqueness constraint: every MERGE / MATCH is one seek on a one-
 (``key STARTS WITH $prefix``). tenant_id, env_name and id stay ordinary properties.
 The full record is kept as a JSON string in ``record`` (Neo4j drops null properties and cannot
 store maps), next to the few properties queries filter and sort on; reads decode ``record``.
+An episode's indexing state (index_status, index_error) is the exception: it changes after the
+episode is written, so it is kept only as properties and put back into the record on read.
 
 World edges are relationships with an ``id`` property (several records may link the same pair:
 a closed edge and its reopening). Their type comes from ``EDGE_TYPES``, never from user text.
