@@ -126,16 +126,14 @@ def measure_floor(store: Any, elements: int, runs: int) -> dict[str, Any]:
     from worldgraph.kg import neo4j_queries as q
     from worldgraph.kg.neo4j_store import _row
 
-    def sets(var: str, keys: tuple[str, ...]) -> str:
-        return ", ".join(f"{var}.{k} = row.props.{k}" for k in keys)
     nodes_q = {kind: f"UNWIND $rows AS row CREATE (n:WorldNode:{label} {{key: row.key}}) "
                      f"SET n.tenant_id = $tenant_id, n.env_name = $env_name, n.id = row.id, "
-                     f"{sets('n', q.NODE_PROPS)}, n.record = row.record"
+                     f"{q._set('n', q.NODE_PROPS)}, n.record = row.record"
                for kind, label in q.NODE_LABELS.items()}
     edges_q = {rel: f"UNWIND $rows AS row MATCH (src:WorldNode {{key: row.src}}) MATCH (dst:WorldNode {{key: row.dst}}) "
                     f"CREATE (src)-[r:{rtype} {{key: row.key}}]->(dst) "
                     f"SET r.tenant_id = $tenant_id, r.env_name = $env_name, r.id = row.id, "
-                    f"{sets('r', q.EDGE_PROPS)}, r.record = row.record"
+                    f"{q._set('r', q.EDGE_PROPS)}, r.record = row.record"
                for rel, rtype in q.EDGE_TYPES.items() if rel != "episodic"}
     times = []
     for _ in range(runs):

@@ -372,23 +372,20 @@ CALL (row) {
 {match} (dst:WorldNode {{key: row.dst}})"""
 
 
-# (:Scene)-[:PRODUCED]->(node | rule) for every scene id in a record's source_scenes; one row per
-# scene (its records' keys in row.keys), so each scene is looked up once.
-LINK_SCENE_NODES = """
+def _link_scene(label: str) -> str:
+    """(:Scene)-[:PRODUCED]->(:label) for every scene id in a record's source_scenes; one row per
+    scene (its records' keys in row.keys), so each scene is looked up once."""
+    return f"""
 UNWIND $rows AS row
-MATCH (s:Scene {tenant_id: $tenant_id, id: row.scene_id})
+MATCH (s:Scene {{tenant_id: $tenant_id, id: row.scene_id}})
 UNWIND row.keys AS key
-MATCH (n:WorldNode {key: key})
+MATCH (n:{label} {{key: key}})
 MERGE (s)-[:PRODUCED]->(n)
 """
 
-LINK_SCENE_RULES = """
-UNWIND $rows AS row
-MATCH (s:Scene {tenant_id: $tenant_id, id: row.scene_id})
-UNWIND row.keys AS key
-MATCH (r:Rule {key: key})
-MERGE (s)-[:PRODUCED]->(r)
-"""
+
+LINK_SCENE_NODES = _link_scene("WorldNode")
+LINK_SCENE_RULES = _link_scene("Rule")
 
 ENV_COUNTS = """
 RETURN
