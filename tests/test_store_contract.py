@@ -8,7 +8,7 @@ import threading
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -322,21 +322,46 @@ def test_scene_claim_only_once(store: GraphStore, tenant: str) -> None:
     assert store.claim_scene(tenant, "sc-m") is False
 
 
-def test_scene_claimed_once_under_concurrency(store: GraphStore, tenant: str) -> None:
-    store.upsert_scene(scene(tenant, "sc-race"))
-    results: list[bool] = []
-    barrier = threading.Barrier(8)
+def race(n: int, fn: Callable[[], Any]) -> tuple[list[Any], list[BaseException]]:
+    """Run ``fn`` in ``n`` threads released at the same moment; their results and exceptions."""
+    results: list[Any] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(n)
 
-    def claim() -> None:
+    def run() -> None:
         barrier.wait()
-        results.append(store.claim_scene(tenant, "sc-race"))
+        try:
+            results.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - returned to the test
+            errors.append(exc)
 
-    threads = [threading.Thread(target=claim) for _ in range(8)]
+    threads = [threading.Thread(target=run) for _ in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    return results, errors
+
+
+def test_scene_claimed_once_under_concurrency(store: GraphStore, tenant: str) -> None:
+    store.upsert_scene(scene(tenant, "sc-race"))
+    results, errors = race(8, lambda: store.claim_scene(tenant, "sc-race"))
+    assert errors == []
     assert sorted(results) == [False] * 7 + [True]
+
+
+def test_concurrent_plans_writing_the_same_keys_all_land(store: GraphStore, tenant: str) -> None:
+    """Writers racing to create the same nodes and edges (the same env merged from several
+    threads) all succeed, and each key exists once."""
+    nodes = [node(tenant, f"n-{i:03d}", f"thing {i}") for i in range(300)]
+    edges = [edge(tenant, f"e-{i:03d}", "containment", "n-000", f"n-{i:03d}") for i in range(1, 300)]
+    plan = MergePlan(tenant_id=tenant, env_name=ENV, nodes=nodes, edges=edges,
+                     meta={"env_name": ENV, "graph_version": 1})
+    _, errors = race(4, lambda: store.apply_plan(plan))
+    assert errors == []
+    graph = store.world_graph(tenant, ENV)
+    assert (len(graph["nodes"]), len(graph["edges"])) == (300, 299)
+    assert graph["meta"]["counts"]["nodes"] == 300 and graph["meta"]["counts"]["edges"] == 299
 
 
 def test_list_scenes_filters(store: GraphStore, tenant: str) -> None:
