@@ -21,6 +21,7 @@ import orjson
 from worldgraph.errors import NotFoundError
 from worldgraph.gcpause import gc_paused
 from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
+from worldgraph.kg.sessions import Link, by_session, new_links, relink
 from worldgraph.kg.store import GraphStore, Record
 
 SCHEMA_VERSION = 1
@@ -66,6 +67,11 @@ CREATE TABLE IF NOT EXISTS scenes (
 CREATE INDEX IF NOT EXISTS scenes_env ON scenes (tenant_id, env_name, created_at);
 CREATE INDEX IF NOT EXISTS scenes_status ON scenes (status, created_at);
 CREATE INDEX IF NOT EXISTS scenes_episode ON scenes (tenant_id, episode_id);
+CREATE TABLE IF NOT EXISTS session_links (
+  tenant_id TEXT NOT NULL, episode_id TEXT NOT NULL, session_id TEXT NOT NULL, ts REAL NOT NULL,
+  seq INTEGER NOT NULL, next_id TEXT, PRIMARY KEY (tenant_id, episode_id));
+CREATE INDEX IF NOT EXISTS session_order ON session_links (tenant_id, session_id, ts, seq);
+CREATE INDEX IF NOT EXISTS session_prev ON session_links (tenant_id, next_id);
 CREATE TABLE IF NOT EXISTS env_meta (
   tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, env_name));
 """
@@ -158,6 +164,24 @@ class EmbeddedGraphStore(GraphStore):
                 "INSERT INTO canvas_audits(tenant_id, id, episode_id, canvas_id, timestamp, data) VALUES (?,?,?,?,?,?)",
                 [(tenant_id, a["id"], a["episode_id"], a["canvas_id"], a["timestamp"], _dumps(a)) for a in audits],
             )
+            for session_id, eps in by_session(episodes).items():
+                _link_session(cur, tenant_id, session_id, eps)
+
+    def session_neighbors(self, tenant_id: str, episode_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
+        out: dict[str, tuple[str | None, str | None]] = {}
+        for chunk in _chunks(list(dict.fromkeys(episode_ids))):
+            ph = _placeholders(len(chunk))
+            nxt = dict(self._query(f"SELECT episode_id, next_id FROM session_links WHERE tenant_id = ? "
+                                   f"AND episode_id IN ({ph})", [tenant_id, *chunk]))
+            prev = {n: e for e, n in self._query(f"SELECT episode_id, next_id FROM session_links WHERE tenant_id = ? "
+                                                 f"AND next_id IN ({ph})", [tenant_id, *chunk])}
+            out.update((e, (prev.get(e), nxt[e])) for e in chunk if e in nxt)
+        return out
+
+    def session_episode_before(self, tenant_id: str, session_id: str, ts: float) -> Record | None:
+        rows = self._query("SELECT episode_id FROM session_links WHERE tenant_id = ? AND session_id = ? AND ts <= ? "
+                           "ORDER BY ts DESC, seq DESC LIMIT 1", (tenant_id, session_id, ts))
+        return self.get_episodes(tenant_id, [rows[0][0]]).get(rows[0][0]) if rows else None
 
     def get_episodes(self, tenant_id: str, episode_ids: list[str]) -> dict[str, Record]:
         out: dict[str, Record] = {}
@@ -464,6 +488,24 @@ class EmbeddedGraphStore(GraphStore):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def _link_session(cur: sqlite3.Cursor, tenant_id: str, session_id: str, episodes: list[Record]) -> None:
+    """Link a batch of one session's new episodes into its time order (see kg.sessions)."""
+    (last_seq,) = cur.execute("SELECT COALESCE(MAX(seq), -1) FROM session_links WHERE tenant_id = ? AND session_id = ?",
+                              (tenant_id, session_id)).fetchone()
+    new = new_links(episodes, int(last_seq))
+    first = min(new)
+    row = cur.execute("SELECT ts, seq, episode_id FROM session_links WHERE tenant_id = ? AND session_id = ? "
+                      "AND (ts, seq) < (?, ?) ORDER BY ts DESC, seq DESC LIMIT 1",
+                      (tenant_id, session_id, first.ts, first.seq)).fetchone()
+    after = [Link(*r) for r in cur.execute(
+        "SELECT ts, seq, episode_id FROM session_links WHERE tenant_id = ? AND session_id = ? AND (ts, seq) > (?, ?) "
+        "ORDER BY ts, seq", (tenant_id, session_id, first.ts, first.seq))]
+    cur.executemany("INSERT INTO session_links(tenant_id, episode_id, session_id, ts, seq) VALUES (?,?,?,?,?)",
+                    [(tenant_id, link.id, session_id, link.ts, link.seq) for link in new])
+    cur.executemany("UPDATE session_links SET next_id = ? WHERE tenant_id = ? AND episode_id = ?",
+                    [(nxt, tenant_id, eid) for eid, nxt in relink(Link(*row) if row else None, after, new)])
 
 
 def _episode(row: tuple[Any, ...]) -> Record:

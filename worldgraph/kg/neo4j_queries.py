@@ -8,6 +8,8 @@ The graph model (Neo4j 5.26, Community edition):
     (:WorldNode:Entity | :WorldNode:State)-[:TRANSITION | :CONTAINS]->(:WorldNode)
     (:WorldNode)-[:EPISODIC]->(:Scene)        (:Rule)-[:CONCERNS]->(:WorldNode)
     (:Scene)-[:PRODUCED]->(:WorldNode | :Rule)   (the scenes a node or rule was learned from)
+    (:Episode)-[:NEXT]->(:Episode)            (the next episode of the same session, in time order)
+    (:Session {tenant_id, id, last_seq})      (a session's counter; its write lock orders linking)
     (:WorldgraphSchema {name: "worldgraph", version: N})
 
 Every node (and world-graph relationship) carries ``tenant_id``; world records also carry
@@ -69,7 +71,7 @@ NODE_PROPS: tuple[str, ...] = ("kind", "type", "name", "entity_id", "confidence"
 EDGE_PROPS: tuple[str, ...] = ("action", "valid_from", "valid_to")
 RULE_PROPS: tuple[str, ...] = ("condition", "outcome", "confidence", "evidence_count", "valid_from", "valid_to")
 EPISODE_PROPS: tuple[str, ...] = ("agent_id", "agent_role", "ts", "timestamp", "index_status", "index_error",
-                                  "canvas_id", "task_type", "task_description", "outcome")
+                                  "canvas_id", "task_type", "task_description", "outcome", "session_id")
 # An episode's indexing state changes after it is written (pending -> indexed | failed). It lives
 # only in the index_status / index_error properties, not in the `record` JSON, so marking a batch
 # indexed is one SET per episode instead of a read and a rewrite of every record; reads put the
@@ -225,6 +227,71 @@ SET e.index_error = row.error
 UNINDEXED_EPISODES = f"""
 MATCH (e:Episode) WHERE e.index_status IN ['pending', 'failed']
 RETURN {EPISODE_COLUMNS} ORDER BY e.ts, e.id LIMIT $limit
+"""
+
+# ---------------------------------------------------------------------------------- sessions
+# Created by the first session write of a store object (idempotent), not by a schema version:
+# databases at any version get them without a migration, and a shared server's version is not
+# moved under other processes.
+SESSION_SCHEMA: tuple[str, ...] = (
+    "CREATE CONSTRAINT wg_session_key IF NOT EXISTS FOR (n:Session) REQUIRE (n.tenant_id, n.id) IS UNIQUE",
+    "CREATE INDEX wg_episode_session IF NOT EXISTS FOR (n:Episode) ON (n.tenant_id, n.session_id)",
+)
+
+# Linking a batch of a session's new episodes (see kg.sessions): take the session's lock and
+# counter (so two writers of one session link one after the other), read the stored episodes
+# around the first new one, then give the new ones their seq and rewrite NEXT over that stretch.
+# The new episodes are already written in the same transaction, without a seq yet.
+SESSION_CLAIM = """
+MERGE (s:Session {tenant_id: $tenant_id, id: $session_id})
+ON CREATE SET s.last_seq = -1
+SET s._lock = true
+WITH s, s.last_seq AS last_seq
+SET s.last_seq = last_seq + $n
+REMOVE s._lock
+RETURN last_seq
+"""
+
+SESSION_BEFORE = """
+MATCH (e:Episode {tenant_id: $tenant_id, session_id: $session_id})
+WHERE e.session_seq IS NOT NULL AND (e.ts < $ts OR (e.ts = $ts AND e.session_seq < $seq))
+RETURN e.ts AS ts, e.session_seq AS seq, e.id AS id ORDER BY e.ts DESC, e.session_seq DESC LIMIT 1
+"""
+
+SESSION_AFTER = """
+MATCH (e:Episode {tenant_id: $tenant_id, session_id: $session_id})
+WHERE e.session_seq IS NOT NULL AND (e.ts > $ts OR (e.ts = $ts AND e.session_seq > $seq))
+RETURN e.ts AS ts, e.session_seq AS seq, e.id AS id ORDER BY e.ts, e.session_seq
+"""
+
+# rows: {id, seq (null for a stored episode), next (null at the end)}
+SESSION_LINK = """
+UNWIND $rows AS row
+MATCH (a:Episode {tenant_id: $tenant_id, id: row.id})
+SET a.session_seq = coalesce(row.seq, a.session_seq)
+WITH a, row
+CALL (a) {
+  MATCH (a)-[old:NEXT]->()
+  DELETE old
+}
+CALL (a, row) {
+  MATCH (b:Episode {tenant_id: $tenant_id, id: row.next})
+  MERGE (a)-[:NEXT]->(b)
+}
+"""
+
+SESSION_NEIGHBORS = """
+UNWIND $ids AS episode_id
+MATCH (e:Episode {tenant_id: $tenant_id, id: episode_id}) WHERE e.session_seq IS NOT NULL
+OPTIONAL MATCH (p:Episode)-[:NEXT]->(e)
+OPTIONAL MATCH (e)-[:NEXT]->(n:Episode)
+RETURN e.id AS id, p.id AS prev, n.id AS next
+"""
+
+SESSION_EPISODE_BEFORE = f"""
+MATCH (e:Episode {{tenant_id: $tenant_id, session_id: $session_id}})
+WHERE e.session_seq IS NOT NULL AND e.ts <= $ts
+RETURN {EPISODE_COLUMNS} ORDER BY e.ts DESC, e.session_seq DESC LIMIT 1
 """
 
 TENANTS = """

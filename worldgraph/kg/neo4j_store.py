@@ -21,6 +21,7 @@ from neo4j.graph import Node, Path, Relationship
 from worldgraph.errors import InvalidInputError, NotFoundError, ReadOnlyQueryError, StoreUnavailableError
 from worldgraph.kg import neo4j_queries as q
 from worldgraph.kg.records import EdgeRecord, GraphView, MergePlan, MetaRecord, NodeRecord, RuleRecord, SceneRecord
+from worldgraph.kg.sessions import Link, by_session, new_links, relink
 from worldgraph.kg.store import GraphStore, Record
 
 T = TypeVar("T")
@@ -54,6 +55,7 @@ class Neo4jGraphStore(GraphStore):
             _close(driver)
             raise StoreUnavailableError(_unreachable(uri, exc)) from exc
         self._driver: Driver = driver
+        self._sessions_ready = False  # q.SESSION_SCHEMA ensured (on the first session write)
         try:
             self._ensure_schema()
         except BaseException:
@@ -107,6 +109,8 @@ class Neo4jGraphStore(GraphStore):
 
     # ---------------------------------------------------------------- episodes
     def add_episodes(self, tenant_id: str, episodes: list[Record], canvases: list[Record], audits: list[Record]) -> None:
+        if not self._sessions_ready and any(e.get("session_id") for e in episodes):
+            self._ensure_session_schema()
         agents = {e["agent_id"]: {"id": e["agent_id"], "tenant_id": tenant_id, "agent_role": e.get("agent_role", "")}
                   for e in episodes}
         agent_rows = [{"id": a["id"], "agent_role": a["agent_role"], "record": _dumps(a)} for a in agents.values()]
@@ -121,7 +125,34 @@ class Neo4jGraphStore(GraphStore):
             _run_batched(tx, q.UPSERT_CANVASES, canvas_rows, tenant_id=tenant_id)
             _run_batched(tx, q.UPSERT_EPISODES, episode_rows, tenant_id=tenant_id)
             _run_batched(tx, q.UPSERT_AUDITS, audit_rows, tenant_id=tenant_id)
+            for session_id, eps in by_session(_dedupe(episodes)).items():
+                _link_session(tx, tenant_id, session_id, eps)
         self._write(work)
+
+    def _ensure_session_schema(self) -> None:
+        """The Session key and the episodes' session index (q.SESSION_SCHEMA), once per store
+        object; schema commands cannot share the write's transaction, so they run before it."""
+        try:
+            with self._driver.session(database=self.database) as session:
+                for stmt in q.SESSION_SCHEMA:
+                    try:
+                        session.run(stmt).consume()
+                    except Neo4jError as exc:  # another process created it meanwhile
+                        if "AlreadyExists" not in (exc.code or ""):
+                            raise
+                session.run(q.AWAIT_INDEXES, seconds=120).consume()
+        except (ServiceUnavailable, SessionExpired) as exc:
+            raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
+        self._sessions_ready = True
+
+    def session_neighbors(self, tenant_id: str, episode_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
+        rows = self._read(lambda tx: list(tx.run(q.SESSION_NEIGHBORS, tenant_id=tenant_id,
+                                                 ids=list(dict.fromkeys(episode_ids)))))
+        return {r["id"]: (r["prev"], r["next"]) for r in rows}
+
+    def session_episode_before(self, tenant_id: str, session_id: str, ts: float) -> Record | None:
+        recs = self._episodes(q.SESSION_EPISODE_BEFORE, tenant_id=tenant_id, session_id=session_id, ts=float(ts))
+        return recs[0] if recs else None
 
     def get_episodes(self, tenant_id: str, episode_ids: list[str]) -> dict[str, Record]:
         recs = self._episodes(q.GET_EPISODES, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)))
@@ -526,6 +557,22 @@ def _scene_links(records: list[Record], key: Callable[[Any], Any]) -> list[dict[
 def _set_meta(tx: ManagedTransaction, tenant_id: str, env_name: str, meta: MetaRecord) -> None:
     tx.run(q.SET_META, tenant_id=tenant_id, env_name=env_name, record=_dumps(meta),
            graph_version=meta.get("graph_version"), updated_at=meta.get("updated_at")).consume()
+
+
+def _link_session(tx: ManagedTransaction, tenant_id: str, session_id: str, episodes: list[Record]) -> None:
+    """Link a batch of one session's new episodes (already written in ``tx``) into its time order."""
+    row = tx.run(q.SESSION_CLAIM, tenant_id=tenant_id, session_id=session_id, n=len(episodes)).single()
+    assert row is not None
+    new = new_links(episodes, int(row["last_seq"]))
+    first = min(new)
+    params = {"tenant_id": tenant_id, "session_id": session_id, "ts": first.ts, "seq": first.seq}
+    before = tx.run(q.SESSION_BEFORE, params).single()
+    after = [Link(float(r["ts"]), int(r["seq"]), r["id"]) for r in tx.run(q.SESSION_AFTER, params)]
+    seqs = {link.id: link.seq for link in new}
+    rows = [{"id": eid, "seq": seqs.get(eid), "next": nxt}
+            for eid, nxt in relink(Link(float(before["ts"]), int(before["seq"]), before["id"]) if before else None,
+                                   after, new)]
+    _run_batched(tx, q.SESSION_LINK, rows, tenant_id=tenant_id)
 
 
 def _copy_index_errors(tx: ManagedTransaction) -> None:

@@ -34,11 +34,22 @@ class GraphStore(ABC):
         canvases: list[Record],
         audits: list[Record],
     ) -> None:
-        """Insert episodes (with their Agent, Canvas and CanvasAudit records) in one transaction."""
+        """Insert episodes (with their Agent, Canvas and CanvasAudit records) in one transaction.
+        Episodes with a ``session_id`` are linked into their session's time order (kg.sessions)."""
 
     @abstractmethod
     def get_episodes(self, tenant_id: str, episode_ids: list[str]) -> dict[str, Record]:
         """The episodes of this tenant among ``episode_ids`` (missing ids are simply absent)."""
+
+    @abstractmethod
+    def session_neighbors(self, tenant_id: str, episode_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
+        """Per episode that belongs to a session: (previous, next) episode id in the session's
+        time order (``NEXT``), None at either end. Episodes without a session are absent."""
+
+    @abstractmethod
+    def session_episode_before(self, tenant_id: str, session_id: str, ts: float) -> Record | None:
+        """The last episode of the session in time order whose timestamp is at most ``ts``
+        (what a new episode at ``ts`` would follow), or None."""
 
     @abstractmethod
     def agent_episodes(self, tenant_id: str, agent_id: str, limit: int) -> list[Record]:

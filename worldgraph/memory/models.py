@@ -124,6 +124,9 @@ class AgentExperience(BaseModel):
     # Metadata
     timestamp: datetime | None = None  # kept when given (backfills, imports); else now
     maturity_level: MaturityLevel = "student"
+    # The chat, thread or run this episode belongs to: episodes of one session are linked in
+    # time order (NEXT), and recall reads a memory together with its neighbours.
+    session_id: str | None = Field(None, description="chat, thread or run id (1-200 printable characters)")
 
     # Canvas context
     canvas_id: str | None = None
@@ -155,6 +158,11 @@ class AgentExperience(BaseModel):
     def _ts_utc(cls, v: datetime | None) -> datetime | None:
         return None if v is None else to_utc(v)
 
+    @field_validator("session_id")
+    @classmethod
+    def _short_id(cls, v: str | None) -> str | None:
+        return None if v is None else check_session_id(v)
+
     @model_validator(mode="after")
     def _outcome_matches_success(self) -> "AgentExperience":
         if self.success is None:
@@ -165,6 +173,19 @@ class AgentExperience(BaseModel):
                 "success must be true exactly when outcome is 'success'"
             )
         return self
+
+
+SESSION_ID_MAX = 200
+
+
+def check_session_id(value: object) -> str:
+    """A session id is a short printable string: it names a chat, thread or run, not content."""
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string, got {type(value).__name__}")
+    if not value.strip() or len(value) > SESSION_ID_MAX or not value.isprintable():
+        raise ValueError(f"must be 1-{SESSION_ID_MAX} printable characters (an id such as 'chat-42'), "
+                         f"got {len(value)} characters")
+    return value
 
 
 class EpisodeFeedback(BaseModel):
@@ -242,5 +263,14 @@ class RecallOptions(BaseModel):
 
     # Search mode: vector candidates plus BM25 full-text hits
     hybrid: bool = True
-    # Turn the query's own references (canvas-123, agent:bob, dates, "last week") into filters
+    # Turn the query's own references (canvas-123, agent:bob) into filters; its dates and
+    # relative phrases ("last week", "in May 2023") into a soft date signal
     extract_filters: bool = True
+    # What relative phrases in the query ("yesterday", "last week") are read against. Unset: now,
+    # or the newest memory found when every memory found is older than the phrase's window.
+    now: datetime | None = Field(None, description="reference time for relative dates in the query (ISO-8601)")
+
+    @field_validator("now")
+    @classmethod
+    def _now_utc(cls, v: datetime | None) -> datetime | None:
+        return None if v is None else to_utc(v)
