@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from worldgraph import WorldModel
+from worldgraph import InvalidInputError, WorldModel
 from worldgraph.memory.embeddings import HashingEmbedder
 from worldgraph.memory.query import clean, parse_query
 
@@ -140,23 +140,66 @@ def test_query_agent_reference_filters_recall(wm: WorldModel) -> None:
     assert [r["episode_id"] for r in res] == [ids[0]]
 
 
-def test_query_last_week_excludes_older_episodes(wm: WorldModel) -> None:
+def _old(desc: str, when: str) -> dict[str, Any]:
+    return {"agent_id": "ops-1", "task_type": "ops", "task_description": desc, "outcome": "success",
+            "timestamp": when}
+
+
+GATEWAY = "restart the payment gateway"
+
+
+def _dates(res: list[Any]) -> dict[str, float]:
+    return {r["episode_id"]: r["score_breakdown"]["date_match"] for r in res}
+
+
+def test_query_dates_are_soft_signals(wm: WorldModel) -> None:
     ids = wm.record_experiences("t1", [
-        _exp("restart the payment gateway", 1),
-        _exp("restart the payment gateway", 6.5),
-        _exp("restart the payment gateway", 8),
-        _exp("restart the payment gateway", 40),
-    ])
-    res = wm.recall_experiences("t1", None, "restart the payment gateway last week", limit=10,
-                                options={"min_similarity": 0.0})
-    assert {r["episode_id"] for r in res} == {ids[0], ids[1]}
-    res = wm.recall_experiences("t1", None, "restart the payment gateway in the last 2 days", limit=10,
-                                options={"min_similarity": 0.0})
-    assert [r["episode_id"] for r in res] == [ids[0]]
-    # an explicit date_range replaces the query's phrase
+        _exp(GATEWAY, 1), _exp(GATEWAY, 6.5), _exp(GATEWAY, 8), _exp(GATEWAY, 40)])
+    res = wm.recall_experiences("t1", None, f"{GATEWAY} last week", limit=10, options={"min_similarity": 0.0})
+    # nothing is filtered out; what falls inside the window gets the date boost and ranks first
+    assert [r["episode_id"] for r in res] == ids
+    boost = wm.config.date_match_boost
+    assert _dates(res) == {ids[0]: boost, ids[1]: boost, ids[2]: 0.0, ids[3]: 0.0}
+    res = wm.recall_experiences("t1", None, f"{GATEWAY} in the last 2 days", limit=10, options={"min_similarity": 0.0})
+    assert len(res) == 4 and _dates(res)[ids[0]] == boost and _dates(res)[ids[1]] == 0.0
+    # an explicit date_range is the caller's filter: it stays hard, and replaces the query's phrase
     old = (datetime.now(timezone.utc) - timedelta(days=60)).isoformat()
-    res = wm.recall_experiences("t1", None, "restart the payment gateway last week", limit=10,
+    res = wm.recall_experiences("t1", None, f"{GATEWAY} last week", limit=10,
                                 options={"min_similarity": 0.0,
                                          "date_range": {"start": old,
                                                         "end": (datetime.now(timezone.utc) - timedelta(days=30)).isoformat()}})
-    assert [r["episode_id"] for r in res] == [ids[3]]
+    assert [r["episode_id"] for r in res] == [ids[3]] and _dates(res) == {ids[3]: 0.0}
+
+
+def test_relative_phrases_read_against_now_or_the_newest_memory(wm: WorldModel) -> None:
+    ids = wm.record_experiences("t1", [
+        _old(GATEWAY, "2023-04-01T10:00:00Z"), _old(GATEWAY, "2023-05-01T10:00:00Z"),
+        _old(GATEWAY, "2023-05-07T10:00:00Z")])
+    boost = wm.config.date_match_boost
+    # every memory is older than today's "last week": the phrase is read against the newest one
+    res = wm.recall_experiences("t1", None, f"{GATEWAY} last week", limit=10, options={"min_similarity": 0.0})
+    assert _dates(res) == {ids[0]: 0.0, ids[1]: boost, ids[2]: boost}
+    assert {r["episode_id"] for r in res[:2]} == {ids[1], ids[2]}
+    # an explicit now wins
+    res = wm.recall_experiences("t1", None, f"{GATEWAY} yesterday", limit=10,
+                                options={"min_similarity": 0.0, "now": "2023-04-02T09:00:00Z"})
+    assert _dates(res) == {ids[0]: boost, ids[1]: 0.0, ids[2]: 0.0} and res[0]["episode_id"] == ids[0]
+    res = wm.recall_experiences("t1", None, f"{GATEWAY} last week", limit=10,
+                                options={"min_similarity": 0.0, "now": "2026-01-01T00:00:00Z"})
+    assert len(res) == 3 and set(_dates(res).values()) == {0.0}  # nothing inside, nothing lost
+    # written dates name a day, a month or a year
+    for query, inside in ((f"{GATEWAY} on 7 May 2023", {ids[2]}), (f"{GATEWAY} on May 1st, 2023", {ids[1]}),
+                          (f"{GATEWAY} in April 2023", {ids[0]}), (f"{GATEWAY} in 2023", set(ids))):
+        res = wm.recall_experiences("t1", None, query, limit=10, options={"min_similarity": 0.0})
+        assert {i for i, d in _dates(res).items() if d} == inside, query
+
+
+def test_bad_now_and_empty_queries(wm: WorldModel) -> None:
+    wm.record_experiences("t1", [_exp(GATEWAY, 1)])
+    with pytest.raises(InvalidInputError) as err:
+        wm.recall_experiences("t1", None, GATEWAY, options={"now": "last tuesday"})
+    assert err.value.field == "options.now"
+    for query in ("™ ©", "?!", "   "):
+        with pytest.raises(InvalidInputError) as err:
+            wm.recall_experiences("t1", None, query)
+        assert err.value.field == "query"

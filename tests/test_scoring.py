@@ -117,7 +117,7 @@ def scored(tmp_path):  # type: ignore[no-untyped-def]
         "charlie": unit(0.7, 3),
         "delta": unit(0.3, 1),
     })
-    wm = WorldModel.open(tmp_path, embedder=emb)
+    wm = WorldModel.open(tmp_path, embedder=emb, relevance_signal="vector")  # the seed's exact numbers
     ids = wm.record_experiences("t1", [
         _exp("alpha", 1, 0.8),  # 0.54 + 0.1 + 0 + 0.08 = 0.72
         _exp("bravo", 10, 0.5),  # 0.48 + 0.05 + 0.2 (rated +1) + 0.05 = 0.78
@@ -168,7 +168,7 @@ def test_five_near_copies_do_not_fill_the_top(tmp_path) -> None:  # type: ignore
     vecs = {"qqq": [1.0, 0.0, 0.0, 0.0], "other": unit(0.75, 2)}
     for i in range(5):
         vecs[f"copy{i}"] = unit(0.85 - i * 0.0001, 1)  # copies: similarity ~1.0 to each other
-    wm = WorldModel.open(tmp_path, embedder=VectorEmbedder(vecs))
+    wm = WorldModel.open(tmp_path, embedder=VectorEmbedder(vecs), relevance_signal="vector")
     ids = wm.record_experiences("t1", [_exp(f"copy{i}", 1, 0.5) for i in range(5)] + [_exp("other", 1, 0.5)])
     res = wm.recall_experiences("t1", "Finance", "qqq", limit=5, options={"min_similarity": 0.0, "hybrid": False})
     wm.close()

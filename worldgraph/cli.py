@@ -139,6 +139,27 @@ def cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_record_conversation(args: argparse.Namespace) -> int:
+    """FILE holds sessions ({"session_id": ..., "turns": [...]}, one or several) or bare turns
+    (a JSON array or JSON Lines of {"speaker", "text", "timestamp"}) for the session --session."""
+    items = [item for _, item in read_json_items(args.file)]
+    if items and all(isinstance(i, dict) and "turns" in i for i in items):
+        sessions = [(i.get("session_id", args.session), i["turns"]) for i in items]
+    elif args.session is None:
+        raise WorldGraphError(f"{args.file}: give --session SESSION_ID for a file of bare turns, or write it as "
+                              '{"session_id": "...", "turns": [...]}')
+    else:
+        sessions = [(args.session, items)]
+    ids: list[str] = []
+    with open_wm(args) as wm:
+        for session_id, turns in sessions:
+            ids.extend(wm.record_conversation(args.tenant, session_id, turns))
+    emit(args, {"recorded": len(ids), "sessions": len(sessions), "episode_ids": ids},
+         lambda: print("\n".join(ids) + f"\nrecorded {len(ids)} turn(s) of {len(sessions)} session(s) "
+                       f"for tenant {args.tenant!r}"))
+    return 0
+
+
 def _recall_options(args: argparse.Namespace) -> dict[str, Any]:
     opts: dict[str, Any] = {"limit": args.limit, "success_only": args.success_only,
                             "include_canvas_context": args.canvas_context,
@@ -147,7 +168,7 @@ def _recall_options(args: argparse.Namespace) -> dict[str, Any]:
         opts["canvas_ids"] = args.canvas
     if args.since or args.until:
         opts["date_range"] = {"start": args.since, "end": args.until}
-    for key in ("min_similarity", "min_feedback_score", "feedback_category", "agent_id"):
+    for key in ("min_similarity", "min_feedback_score", "feedback_category", "agent_id", "now"):
         if getattr(args, key) is not None:
             opts[key] = getattr(args, key)
     return opts
@@ -175,13 +196,17 @@ def print_recall(results: list[Any], explain: bool = True) -> None:
                      _short(r["task_description"], 54), r["episode_id"][:8]])
     _table(rows, ["#", "score", "semantic", "feedback", "outcome", "task", "episode"])
     if explain:
-        print("\nwhy (score = semantic x w + recency + feedback + confidence x w, clamped; then feedback-aware "
-              "boost and diversity penalty):")
+        print("\nwhy (score = relevance x w + recency + feedback + confidence x w + date match, clamped; then "
+              "feedback-aware boost and diversity penalty; relevance = vector + bm25 [+ neighbour] parts):")
         for i, r in enumerate(results, 1):
             b = r["score_breakdown"]
-            print(f"  #{i}: {b['semantic_weighted']:+.3f} semantic  {b['recency_boost']:+.3f} recency  "
+            print(f"  #{i}: {b['semantic_weighted']:+.3f} relevance ({b.get('vector_part', 0):.3f} vector "
+                  f"+ {b.get('bm25_part', 0):.3f} bm25"
+                  + (f" + {b['neighbor_part']:.3f} neighbour" if b.get("neighbor_part") else "")
+                  + f")  {b['recency_boost']:+.3f} recency  "
                   f"{b['feedback_adjustment']:+.3f} feedback  {b['confidence_factor']:+.3f} confidence  "
-                  f"=> {b['clamped']:.3f}"
+                  + (f"{b['date_match']:+.3f} date  " if b.get("date_match") else "")
+                  + f"=> {b['clamped']:.3f}"
                   + (f"  {b['feedback_aware']:+.3f} feedback-aware" if b["feedback_aware"] else "")
                   + (f"  -{b['diversity_penalty']:.3f} diversity" if b["diversity_penalty"] else "")
                   + f"  = {b['final']:.3f}")
@@ -393,6 +418,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("record", cmd_record, "record experiences from a JSON/JSONL file ('-' for stdin)")
     sp.add_argument("file")
 
+    sp = add("record-conversation", cmd_record_conversation,
+             "record a transcript turn by turn: {'session_id', 'turns': [...]} or bare turns with --session")
+    sp.add_argument("file")
+    sp.add_argument("--session", default=None, help="session id for a file of bare turns")
+
     sp = add("recall", cmd_recall, "recall past experiences by meaning")
     sp.add_argument("query")
     sp.add_argument("--role", default=None, help="agent role filter (e.g. Finance)")
@@ -401,13 +431,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--agent-id", dest="agent_id", default=None)
     sp.add_argument("--since", default=None, help="ISO date/time")
     sp.add_argument("--until", default=None, help="ISO date/time")
+    sp.add_argument("--now", default=None, help="ISO date/time that 'last week', 'yesterday' ... are read against")
     sp.add_argument("--success-only", action="store_true")
     sp.add_argument("--min-similarity", type=float, default=None)
     sp.add_argument("--min-feedback", dest="min_feedback_score", type=float, default=None,
                     help="min normalised average feedback in [0, 1]")
     sp.add_argument("--feedback-category", default=None)
     sp.add_argument("--canvas-context", action="store_true", help="include canvas snapshot and actions")
-    sp.add_argument("--neighborhood", action="store_true", help="include canvas, feedback, scenes, world nodes, rules")
+    sp.add_argument("--neighborhood", action="store_true",
+                    help="include canvas, feedback, scenes, world nodes, rules and the adjacent episodes of the session")
     sp.add_argument("--vector-only", action="store_true", help="no full-text candidates")
     sp.add_argument("--explain", action="store_true", help="show how each score was made")
 

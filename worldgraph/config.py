@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from worldgraph.errors import InvalidInputError
 
 ENV_PREFIX = "WORLDGRAPH_"
+SEED_MIN_SIMILARITY = 0.6
+HYBRID_MIN_SIMILARITY = 0.3
 
 
 class WorldGraphConfig(BaseModel):
@@ -31,9 +33,12 @@ class WorldGraphConfig(BaseModel):
 
     # Recall (seed)
     default_recall_limit: int = Field(5, gt=0)
-    min_similarity_threshold: float = Field(0.6, ge=-1.0, le=1.0)
+    # The floor on the cosine similarity (semantic_score). Unset: the seed's 0.6 with
+    # relevance_signal="vector" (the cosine is the only evidence); 0.3 with "hybrid", where the
+    # words vouch too and the floor only drops memories whose meaning is plainly unrelated.
+    min_similarity_threshold: float | None = Field(None, ge=-1.0, le=1.0)
     candidate_pool: int = Field(100, gt=0)  # "top 100 candidates by semantic similarity"
-    fulltext_pool: int = Field(20, ge=0)  # extra BM25 hits merged into the candidates (hybrid)
+    fulltext_pool: int = Field(50, ge=0)  # extra BM25 hits merged into the candidates (hybrid)
 
     # Scoring (seed)
     semantic_weight: float = 0.6
@@ -44,6 +49,22 @@ class WorldGraphConfig(BaseModel):
     feedback_boost_max: float = 0.2
     feedback_penalty_max: float = -0.3
     confidence_weight: float = 0.1
+
+    # Text relevance, the seed formula's semantic term (memory/relevance.py): "vector" = the cosine
+    # similarity (the seed's exact numbers); "hybrid" = vector and BM25 evidence fused in [0, 1]
+    relevance_signal: Literal["vector", "hybrid"] = "hybrid"
+    hybrid_text_weight: float = Field(0.4, ge=0.0, le=1.0)  # BM25's share of the fused relevance
+    neighbor_weight: float = Field(0.0, ge=0.0, le=1.0)  # lift from the best session neighbour's relevance
+    # Dates and relative phrases in the query ("in May 2023", "last week") add this much to the
+    # memories inside their window: a soft signal, never a filter
+    date_match_boost: float = Field(0.1, ge=0.0, le=1.0)
+
+    @property
+    def min_similarity(self) -> float:
+        """The cosine floor in effect (see ``min_similarity_threshold``)."""
+        if self.min_similarity_threshold is not None:
+            return self.min_similarity_threshold
+        return SEED_MIN_SIMILARITY if self.relevance_signal == "vector" else HYBRID_MIN_SIMILARITY
 
     # Feedback-aware recall (seed): boosts on the normalised average feedback
     feedback_high_threshold: float = 0.7

@@ -16,6 +16,7 @@ from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError, NotFoundError
 from worldgraph.kg.store import GraphStore
 from worldgraph.memory.embeddings import Embedder, check_embeddings, make_embedder
+from worldgraph.memory.conversation import check_session, parse_turns, quoted, turn_experiences
 from worldgraph.memory.index import EpisodeIndex
 from worldgraph.memory.models import AgentExperience, CanvasContext, EpisodeFeedback, RecallOptions, iso, utcnow
 from worldgraph.memory.recall import RecallResult, recall
@@ -151,6 +152,20 @@ class WorldModel:
             return ids
         self._index(tenant_id, episodes, vectors)
         return ids
+
+    def record_conversation(self, tenant_id: str, session_id: str, turns: Iterable[dict[str, Any]]) -> list[str]:
+        """Record a transcript turn by turn, in order: one episode per turn (speaker -> agent_id,
+        text -> task_description, the turn before -> input_summary), linked in time order
+        within the session. All turns are checked before anything is recorded."""
+        check_tenant(tenant_id)
+        sid = check_session(session_id)
+        parsed = parse_turns(turns)
+        if not parsed:
+            return []
+        first = parsed[0].timestamp or utcnow()
+        before = self.store.session_episode_before(tenant_id, sid, first.timestamp())
+        previous = quoted(before["agent_id"], before["task_description"]) if before else None
+        return self.record_experiences(tenant_id, turn_experiences(sid, parsed, previous))
 
     def _embed(self, texts: list[str], progress: Progress | None = None, batch: int = 256) -> Any:
         import numpy as np

@@ -2,9 +2,12 @@
 
 ``parse_query("what broke on canvas-123 last week")`` cleans the text and pulls out what the
 query itself says about scope: canvas references (canvas-123), artifact references
-(artifact-456), agent references (agent:bob, @bob), ISO dates and phrases such as "last week",
-"yesterday", "since 2026-11-01", "between 2026-10-01 and 2026-10-31". Those become filters;
-the rest of the text is what gets embedded.
+(artifact-456), agent references (agent:bob, @bob), ISO dates, written dates ("8 May 2023",
+"October 13, 2023", "in July 2023", "in June") and phrases such as "last week", "yesterday",
+"since 2026-11-01", "between 2026-10-01 and 2026-10-31". Canvas and agent references become
+filters; the dates become one window (``start`` / ``end``) that recall uses as a soft signal
+(``relative`` says whether it was read against ``now``); the rest of the text is what gets
+embedded and searched.
 """
 
 from __future__ import annotations
@@ -24,6 +27,18 @@ _BEFORE = re.compile(rf"\b(?:before|until)\s+{_ISO}", re.I)
 _ON = re.compile(rf"\b(?:on\s+)?{_ISO}", re.I)
 _LAST_N = re.compile(r"\b(?:in\s+the\s+)?(?:last|past)\s+(\d{1,4})\s+(day|week|month|hour)s?\b", re.I)
 _RELATIVE = re.compile(r"\b(today|yesterday|(?:last|past|this)\s+(?:week|month|year))\b", re.I)
+_MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+                "november", "december")
+_MONTH = r"(january|february|march|april|may|june|july|august|september|october|november|december|jan|feb|mar|apr|" \
+         r"jun|jul|aug|sept|sep|oct|nov|dec)\.?"
+_DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
+_YEAR = r"((?:19|20)\d{2})"
+_DAY_MONTH_YEAR = re.compile(rf"\b(?:on\s+)?(?:the\s+)?{_DAY}\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b", re.I)
+_MONTH_DAY_YEAR = re.compile(rf"\b(?:on\s+)?{_MONTH}\s+{_DAY},?\s+{_YEAR}\b", re.I)
+_MONTH_YEAR = re.compile(rf"\b(?:in\s+|during\s+)?{_MONTH},?\s+{_YEAR}\b", re.I)
+_IN_MONTH = re.compile(r"\b(?:in|during)\s+(january|february|march|april|may|june|july|august|september|october|"
+                       r"november|december)\b", re.I)
+_IN_YEAR = re.compile(rf"\b(?:in|during)\s+{_YEAR}\b", re.I)
 _SPECIAL = re.compile(r"[^\w\s\-:/.,'?!@#%&+]")
 _SPACES = re.compile(r"\s+")
 
@@ -38,6 +53,7 @@ class ParsedQuery:
     start: datetime | None = None
     end: datetime | None = None
     date_phrases: list[str] = field(default_factory=list)
+    relative: bool = False  # the window was read against ``now`` ("last week", "yesterday", "in June")
 
     def entities(self) -> dict[str, object]:
         return {
@@ -47,6 +63,7 @@ class ParsedQuery:
             "start": self.start.isoformat() if self.start else None,
             "end": self.end.isoformat() if self.end else None,
             "date_phrases": self.date_phrases,
+            "relative": self.relative,
         }
 
 
@@ -63,6 +80,17 @@ def _parse_iso(s: str) -> datetime:
 def _day_bounds(d: datetime) -> tuple[datetime, datetime]:
     start = datetime.combine(d.date(), time.min, tzinfo=timezone.utc)
     return start, start + timedelta(days=1) - timedelta(microseconds=1)
+
+
+def _month_index(name: str) -> int:
+    name = name.lower().rstrip(".")
+    return next(i for i, m in enumerate(_MONTH_NAMES, 1) if m.startswith(name[:3]))
+
+
+def _month_bounds(year: int, month: int) -> tuple[datetime, datetime]:
+    start = datetime(year, month, 1, tzinfo=timezone.utc)
+    end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=timezone.utc)
+    return start, end - timedelta(microseconds=1)
 
 
 def parse_query(query: str, now: datetime | None = None) -> ParsedQuery:
@@ -113,10 +141,44 @@ def parse_query(query: str, now: datetime | None = None) -> ParsedQuery:
         parsed.date_phrases.append(m.group(0).strip())
         return True
 
+    def written_day(m: re.Match[str], day: str, month: str, year: str) -> bool:
+        try:
+            parsed.start, parsed.end = _day_bounds(datetime(int(year), _month_index(month), int(day), tzinfo=timezone.utc))
+        except ValueError:  # 31 February
+            return False
+        parsed.date_phrases.append(m.group(0).strip())
+        return True
+
+    def month_year(m: re.Match[str]) -> bool:
+        parsed.start, parsed.end = _month_bounds(int(m.group(2)), _month_index(m.group(1)))
+        parsed.date_phrases.append(m.group(0).strip())
+        return True
+
+    def in_month(m: re.Match[str]) -> bool:
+        # the latest such month that has begun by now
+        month = _month_index(m.group(1))
+        year = now.year if month <= now.month else now.year - 1
+        parsed.start, parsed.end = _month_bounds(year, month)
+        parsed.relative = True
+        parsed.date_phrases.append(m.group(0).strip())
+        return True
+
+    def in_year(m: re.Match[str]) -> bool:
+        year = int(m.group(1))
+        parsed.start = datetime(year, 1, 1, tzinfo=timezone.utc)
+        parsed.end = datetime(year + 1, 1, 1, tzinfo=timezone.utc) - timedelta(microseconds=1)
+        parsed.date_phrases.append(m.group(0).strip())
+        return True
+
     rest = take(_BETWEEN, text, between)
     rest = take(_SINCE, rest, since)
     rest = take(_BEFORE, rest, before)
     rest = take(_ON, rest, on)
+    rest = take(_DAY_MONTH_YEAR, rest, lambda m: written_day(m, m.group(1), m.group(2), m.group(3)))
+    rest = take(_MONTH_DAY_YEAR, rest, lambda m: written_day(m, m.group(2), m.group(1), m.group(3)))
+    rest = take(_MONTH_YEAR, rest, month_year)
+    rest = take(_IN_MONTH, rest, in_month)
+    rest = take(_IN_YEAR, rest, in_year)
     found = list(_LAST_N.finditer(rest))
     rest = _LAST_N.sub(" ", rest)
     for m in found:
@@ -124,6 +186,7 @@ def parse_query(query: str, now: datetime | None = None) -> ParsedQuery:
         span = {"hour": timedelta(hours=n), "day": timedelta(days=n), "week": timedelta(weeks=n),
                 "month": timedelta(days=30 * n)}[unit]
         parsed.start, parsed.end = now - span, now
+        parsed.relative = True
         parsed.date_phrases.append(m.group(0))
     found = list(_RELATIVE.finditer(rest))
     rest = _RELATIVE.sub(" ", rest)
@@ -143,6 +206,7 @@ def parse_query(query: str, now: datetime | None = None) -> ParsedQuery:
         else:  # year
             parsed.start, parsed.end = (today_start.replace(month=1, day=1), now) if phrase.startswith("this") \
                 else (now - timedelta(days=365), now)
+        parsed.relative = True
         parsed.date_phrases.append(m.group(0))
 
     parsed.canvas_ids = [f"canvas-{m.group(1)}" for m in _CANVAS.finditer(rest)]

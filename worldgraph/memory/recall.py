@@ -20,13 +20,16 @@ import numpy as np
 
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import InvalidInputError
+from worldgraph.gcpause import gc_paused
 from worldgraph.kg.store import GraphStore
 from worldgraph.memory.embeddings import Embedder, check_embeddings
 from worldgraph.memory.index import EpisodeIndex
 from worldgraph.memory.models import DateRange, RecallOptions
-from worldgraph.memory.query import parse_query
+from worldgraph.memory.query import ParsedQuery, parse_query
 from worldgraph.memory.record import parse_model
+from worldgraph.memory.relevance import in_window, text_relevance
 from worldgraph.memory.scoring import ScoreParts, diversity_order, normalise_feedback, relevance
+from worldgraph.memory.threads import one_blas_thread
 
 
 _SEARCH_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="worldgraph-recall")
@@ -87,7 +90,16 @@ def parse_options(options: RecallOptions | dict[str, Any] | None) -> RecallOptio
     return RecallOptions() if options is None else parse_model(RecallOptions, options, "options")
 
 
-def recall(
+def recall(store: GraphStore, index: EpisodeIndex, embedder: Embedder, cfg: WorldGraphConfig, tenant_id: str,
+           agent_role: str | None, query: str, limit: int | None = None,
+           options: RecallOptions | dict[str, Any] | None = None, now: float | None = None) -> list[RecallResult]:
+    """Past experiences relevant to ``query`` (the service's recall_experiences), BLAS held at one
+    thread while it runs (memory/threads.py: small products, and no stalls on a busy machine)."""
+    with one_blas_thread(), gc_paused():
+        return _recall(store, index, embedder, cfg, tenant_id, agent_role, query, limit, options, now)
+
+
+def _recall(
     store: GraphStore,
     index: EpisodeIndex,
     embedder: Embedder,
@@ -107,29 +119,33 @@ def recall(
     k = opts.limit if opts.limit is not None else limit if limit is not None else cfg.default_recall_limit
     if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
         raise InvalidInputError("limit", "must be a positive integer", k)
-    now_s = time.time() if now is None else now
-    min_sim = opts.min_similarity if opts.min_similarity is not None else cfg.min_similarity_threshold
+    now_s = opts.now.timestamp() if opts.now is not None else time.time() if now is None else now
+    min_sim = opts.min_similarity if opts.min_similarity is not None else cfg.min_similarity
 
     # 1. query preprocessing, entity extraction, embedding
     parsed = parse_query(query, datetime.fromtimestamp(now_s, timezone.utc))
     text = parsed.text if opts.extract_filters else " ".join(query.split())
+    if not any(ch.isalnum() for ch in text):
+        raise InvalidInputError("query", "has nothing to search for once cleaned (no letters or digits left): "
+                                "say what experience to recall", query)
     dr: DateRange | None = opts.date_range
-    start, end = (dr.start, dr.end) if dr else (None, None)
-    if opts.extract_filters and dr is None:
-        start, end = parsed.start, parsed.end
+    # An explicit date_range is the caller's filter; the query's own dates are only a soft signal.
+    window = parsed if opts.extract_filters and dr is None and parsed.date_phrases else None
     filters = Filters(
         agent_role=opts.agent_role or agent_role or None,
         agent_id=opts.agent_id or (parsed.agent_ids[0] if opts.extract_filters and parsed.agent_ids else None),
         canvas_ids=opts.canvas_ids or (parsed.canvas_ids if opts.extract_filters and parsed.canvas_ids else None),
-        start=start, end=end, success_only=opts.success_only,
+        start=dr.start if dr else None, end=dr.end if dr else None, success_only=opts.success_only,
     )
     qvec = check_embeddings(embedder.embed([text]), 1, embedder.dimensions)[0]
 
     # 2a. candidates: vector top-N plus full-text hits
     where = filters.where()
     # The BM25 search runs beside the vector search (LanceDB releases the GIL while it searches).
-    # Only episode_id and vector of a hit are used below (the rest comes from the store).
-    text_hits = (_SEARCH_POOL.submit(index.text_search, tenant_id, text, k=cfg.fulltext_pool, where=where,
+    # Only episode_id, vector and the BM25 score of a hit are used below (the rest comes from the store).
+    # The words of the query's dates stay in the full-text query: the index holds each memory's date as words.
+    words = " ".join([text, *parsed.date_phrases]) if opts.extract_filters else text
+    text_hits = (_SEARCH_POOL.submit(index.text_search, tenant_id, words, k=cfg.fulltext_pool, where=where,
                                      columns=["episode_id"])
                  if opts.hybrid and cfg.fulltext_pool > 0 else None)
     try:
@@ -140,8 +156,10 @@ def recall(
         raise
     extra_hits = text_hits.result() if text_hits is not None else []
     by_id: dict[str, dict[str, Any]] = {h["episode_id"]: h for h in hits}
+    bm25: dict[str, float] = {}
     for h in extra_hits:
         by_id.setdefault(h["episode_id"], h)
+        bm25[h["episode_id"]] = float(h.get("bm25") or 0.0)
     if not by_id:
         return []
     ids = list(by_id)
@@ -166,13 +184,16 @@ def recall(
     if not ids:
         return []
 
-    # 3. relevance scoring (+ feedback-aware boosts when min_feedback_score is set)
+    # 3. relevance scoring: the text relevance (the seed formula's semantic term: the cosine, or
+    # the hybrid fusion), + the query's date window, + feedback-aware boosts when min_feedback_score is set
+    text_rel = _text_relevance(store, tenant_id, ids, semantic, bm25, cfg, searched_text=text_hits is not None)
+    dates = _date_boosts(window, query, opts.now is not None, ids, episodes, cfg)
     feedback_aware = opts.min_feedback_score is not None
-    parts: dict[str, ScoreParts] = {
-        i: relevance(semantic[i], episodes[i]["ts"], float(episodes[i]["confidence_score"]), avg[i], now_s, cfg,
-                     feedback_aware=feedback_aware)
-        for i in ids
-    }
+    parts: dict[str, ScoreParts] = {}
+    for i in ids:
+        parts[i] = relevance(text_rel[i]["text_relevance"], episodes[i]["ts"], float(episodes[i]["confidence_score"]),
+                             avg[i], now_s, cfg, feedback_aware=feedback_aware, date=dates.get(i, 0.0))
+        parts[i].text = text_rel[i]
     # 4. diversity penalty and re-sort (ties broken by id so results are deterministic)
     ids.sort()
     scores = [parts[i].clamped + parts[i].feedback_aware for i in ids]
@@ -199,6 +220,7 @@ def recall(
     # 5. top-k and formatting
     top = [ids[head[o]] for o in order[:k]]
     extra = store.neighborhood(tenant_id, top) if opts.include_neighborhood else {}
+    adjacent = _adjacent(store, tenant_id, top) if opts.include_neighborhood else {}
     results = []
     for i in top:
         ep = episodes[i]
@@ -222,12 +244,59 @@ def recall(
             agent_role=ep.get("agent_role", ""),
             success=ep["success"],
             approach_taken=ep.get("approach_taken", ""),
+            session_id=ep.get("session_id"),
             score_breakdown=parts[i].as_dict(),
         )
         if opts.include_canvas_context:
             res["canvas_snapshot"] = ep.get("canvas_snapshot")
             res["canvas_action_details"] = store.canvas_audits(tenant_id, i)
         if opts.include_neighborhood:
-            res["neighborhood"] = extra.get(i)
+            res["neighborhood"] = {**(extra.get(i) or {}), **adjacent.get(i, {"previous": None, "next": None})}
         results.append(res)
     return results
+
+
+def _text_relevance(store: GraphStore, tenant_id: str, ids: list[str], semantic: dict[str, float],
+                    bm25: dict[str, float], cfg: WorldGraphConfig, searched_text: bool) -> dict[str, dict[str, float]]:
+    """Per candidate: the text relevance and its parts (relevance.py), for score_breakdown; BM25
+    relative to the query's best hit, whether or not that one is still a candidate."""
+    if not ids:
+        return {}
+    neighbors: list[tuple[int | None, int | None]] | None = None
+    if cfg.relevance_signal == "hybrid" and cfg.neighbor_weight > 0:
+        pos = {i: n for n, i in enumerate(ids)}
+        links = store.session_neighbors(tenant_id, ids)
+        neighbors = []
+        for i in ids:
+            prev, nxt = links.get(i, (None, None))
+            neighbors.append((pos.get(prev) if prev else None, pos.get(nxt) if nxt else None))
+    rel = text_relevance(np.array([semantic[i] for i in ids]), np.array([bm25.get(i, 0.0) for i in ids]),
+                         max(bm25.values(), default=0.0), neighbors, cfg, searched_text)
+    return {i: {"text_relevance": float(rel.relevance[n]), "vector_part": float(rel.vector[n]),
+                "bm25_part": float(rel.bm25[n]), "neighbor_part": float(rel.neighbor[n])}
+            for n, i in enumerate(ids)}
+
+
+def _date_boosts(window: ParsedQuery | None, query: str, explicit_now: bool, ids: list[str],
+                 episodes: dict[str, dict[str, Any]], cfg: WorldGraphConfig) -> dict[str, float]:
+    """The soft date signal: ``date_match_boost`` for the memories inside the query's window.
+
+    A relative phrase ("last week") is read against ``now``; when no ``now`` was given and every
+    memory found is older than the phrase's window, it is read against the newest of them
+    instead (a question about an old conversation means that conversation's last week)."""
+    if window is None or not ids or cfg.date_match_boost == 0:
+        return {}
+    ts = np.array([float(episodes[i]["ts"]) for i in ids])
+    if window.relative and not explicit_now and window.start is not None and ts.max() < window.start.timestamp():
+        window = parse_query(query, datetime.fromtimestamp(float(ts.max()), timezone.utc))
+    inside = in_window(ts, window.start.timestamp() if window.start else None,
+                       window.end.timestamp() if window.end else None)
+    return {i: cfg.date_match_boost for i, hit in zip(ids, inside) if hit}
+
+
+def _adjacent(store: GraphStore, tenant_id: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Per episode of a session: its previous and next episode in the session (records or None)."""
+    links = store.session_neighbors(tenant_id, ids)
+    found = store.get_episodes(tenant_id, [x for pair in links.values() for x in pair if x is not None])
+    return {i: {"previous": found.get(p) if p else None, "next": found.get(n) if n else None}
+            for i, (p, n) in links.items()}

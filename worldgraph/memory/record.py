@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -129,12 +129,42 @@ def build_episode(
     return record, canvas_rec, audits
 
 
+CONVERSATION_TASK_TYPE = "conversation"  # the task type of a transcript turn (record_conversation)
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December")  # not strftime("%B"): that follows the locale
+
+
 def searchable_text(episode: dict[str, Any]) -> str:
-    """Seed step 4: task type, description, input summary, outcome and learnings."""
-    parts = [episode.get("task_type") or "", episode.get("task_description") or "",
-             episode.get("input_summary") or "", episode.get("outcome") or "",
-             " ".join(episode.get("learnings") or [])]
+    """Seed step 4: task type, description, input summary, outcome and learnings (what is embedded).
+
+    A conversation turn is embedded as what was said and by whom (``"Caroline: I went to the
+    support group"``): the fixed words "conversation" and "success" would only blur it, and so
+    would the turn before it (measured on LoCoMo: the vector of the turn alone ranks better);
+    that context goes to the full-text column instead (``index_text``)."""
+    learnings = " ".join(episode.get("learnings") or [])
+    if episode.get("task_type") == CONVERSATION_TASK_TYPE:
+        parts = [f"{episode.get('agent_id') or ''}: {episode.get('task_description') or ''}", learnings]
+    else:
+        parts = [episode.get("task_type") or "", episode.get("task_description") or "",
+                 episode.get("input_summary") or "", episode.get("outcome") or "", learnings]
     return "\n".join(p for p in parts if p).strip()
+
+
+def date_text(ts: float) -> str:
+    """An episode's date as words and as an ISO day, for full-text search: "8 May 2023 2023-05-08"."""
+    d = datetime.fromtimestamp(ts, timezone.utc)
+    return f"{d.day} {_MONTHS[d.month - 1]} {d.year} {d.date().isoformat()}"
+
+
+def index_text(episode: dict[str, Any]) -> str:
+    """The full-text (BM25) column: the searchable text, a conversation turn's context (the turn
+    it answers, its input summary) and the episode's date, so a question that names the day
+    ("on 8 May 2023") or words of the question a turn answers finds it."""
+    parts = [searchable_text(episode)]
+    if episode.get("task_type") == CONVERSATION_TASK_TYPE and episode.get("input_summary"):
+        parts.append(episode["input_summary"])
+    parts.append(date_text(float(episode["ts"])))
+    return "\n".join(parts)
 
 
 def index_row(episode: dict[str, Any], vector: Any) -> dict[str, Any]:
@@ -151,6 +181,6 @@ def index_row(episode: dict[str, Any], vector: Any) -> dict[str, Any]:
         "timestamp": float(episode["ts"]),
         "canvas_id": episode.get("canvas_id"),
         "canvas_action_ids": list(episode.get("canvas_action_ids") or []),
-        "text": searchable_text(episode),
+        "text": index_text(episode),
         "vector": vector,
     }

@@ -65,6 +65,8 @@ class ScoreParts:
     clamped: float
     feedback_aware: float = 0.0
     diversity_penalty: float = 0.0
+    date: float = 0.0  # the query's date window matched (a soft signal; inside the clamp)
+    text: dict[str, float] = field(default_factory=dict)  # the parts of the text relevance (relevance.py)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -77,6 +79,8 @@ class ScoreParts:
             "recency_boost": round(self.recency, 6),
             "feedback_adjustment": round(self.feedback, 6),
             "confidence_factor": round(self.confidence, 6),
+            "date_match": round(self.date, 6),
+            **{k: round(v, 6) for k, v in self.text.items()},
             "clamped": round(self.clamped, 6),
             "feedback_aware": round(self.feedback_aware, 6),
             "diversity_penalty": round(self.diversity_penalty, 6),
@@ -92,9 +96,12 @@ def relevance(
     now: float,
     cfg: WorldGraphConfig,
     feedback_aware: bool = False,
+    date: float = 0.0,
 ) -> ScoreParts:
     """Seed step 3: semantic x 0.6 + recency + feedback + confidence x 0.1, clamped to [0, 1].
 
+    ``semantic`` is the text relevance (the cosine, or the hybrid fusion of relevance.py);
+    ``date`` is the query's date-window boost (0 when the query names no date).
     With ``feedback_aware`` (min_feedback_score set) the +0.2 / -0.3 boosts are added on top of
     the clamped score, as the seed's feedback-aware recall adds them to the final score.
     """
@@ -102,8 +109,8 @@ def relevance(
     rec = recency_boost(timestamp, now, cfg)
     fb = feedback_adjustment(avg_feedback, cfg)
     conf = confidence * cfg.confidence_weight
-    clamped = min(1.0, max(0.0, sem + rec + fb + conf))
-    parts = ScoreParts(semantic=sem, recency=rec, feedback=fb, confidence=conf, clamped=clamped)
+    clamped = min(1.0, max(0.0, sem + rec + fb + conf + date))
+    parts = ScoreParts(semantic=sem, recency=rec, feedback=fb, confidence=conf, clamped=clamped, date=date)
     if feedback_aware:
         parts.feedback_aware = feedback_aware_adjustment(avg_feedback, cfg)
     return parts
