@@ -323,6 +323,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    from worldgraph.server.view_cmd import run_view
+
+    return run_view(args)
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     with open_wm(args) as wm:
         result = wm.import_snapshot(args.tenant, args.dir)
@@ -459,6 +465,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("export", cmd_export, "write the canonical snapshot of an environment")
     sp.add_argument("--env", required=True)
     sp.add_argument("--out", required=True)
+
+    sp = add("view", cmd_view, "write one self-contained HTML page drawing an environment's world graph")
+    sp.add_argument("--env", required=True)
+    sp.add_argument("--out", default=None, help="the HTML file (default <env>.html)")
 
     sp = add("import", cmd_import, "load a snapshot folder written by export")
     sp.add_argument("dir")

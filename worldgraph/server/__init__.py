@@ -1,0 +1,1 @@
+"""worldgraph over the network: REST API (FastAPI), MCP server, and the world-graph page."""
