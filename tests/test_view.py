@@ -41,12 +41,17 @@ def _replayed(path: Path) -> WorldModel:
 
 
 @pytest.fixture(scope="module")
-def adventure(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    wm = _replayed(tmp_path_factory.mktemp("adventure"))
-    try:
+def adventure_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data folder holding the replayed adventure (tenant t1); tests only read it."""
+    path = tmp_path_factory.mktemp("adventure")
+    _replayed(path).close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def adventure(adventure_data: Path) -> dict[str, Any]:
+    with WorldModel.open(adventure_data, embedder=HashingEmbedder(384)) as wm:
         return wm.world_graph("t1", ENV)
-    finally:
-        wm.close()
 
 
 def _hostile_graph(graph: dict[str, Any]) -> dict[str, Any]:
@@ -82,7 +87,7 @@ def test_page_is_one_file_with_no_network(adventure: dict[str, Any]) -> None:
     # Each inline script runs only because the policy names its hash: recompute them.
     hashes = set(re.findall(r"'(sha256-[^']+)'", csp.group(1)))
     scripts = _inline_scripts(page)
-    assert len(scripts) == 5  # cytoscape, layout-base, cose-base, fcose, the page's own
+    assert len(scripts) == 6  # cytoscape, layout-base, cose-base, fcose, the page's two
     assert hashes == {"sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() for s in scripts}
 
 
@@ -90,7 +95,7 @@ def test_hostile_text_stays_data(adventure: dict[str, Any]) -> None:
     graph = _hostile_graph(adventure)
     page = render_view(graph, HOSTILE_NAME)
     # Exactly the page's own script elements: nothing in the data opened or closed one.
-    assert page.count("<script") == 6 and page.count("</script>") == 6
+    assert page.count("<script") == 7 and page.count("</script>") == 7
     assert "<!--" not in page.split('id="wg-data">', 1)[1].split("</script>", 1)[0]
     assert "<title>&lt;/script&gt;&lt;script&gt;" in page
     blob = re.search(r'<script type="application/json" id="wg-data">(.*?)</script>', page, flags=re.S)
@@ -115,13 +120,11 @@ def test_page_data_trims_text_but_keeps_counts() -> None:
 
 # ---------------------------------------------------------------------- the command
 @pytest.fixture
-def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
+def cli(adventure_data: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
     monkeypatch.setenv("WORLDGRAPH_EMBEDDING_PROVIDER", "hashing")
-    data = tmp_path / "data"
-    _replayed(data).close()
 
     def run(*args: str) -> tuple[int, str, str]:
-        code = main(["--data", str(data), "--tenant", "t1", *args])
+        code = main(["--data", str(adventure_data), "--tenant", "t1", *args])
         out, err = capsys.readouterr()
         return code, out, err
 
@@ -206,6 +209,31 @@ def test_drawn_nodes_match_the_graph(browser: Browser, adventure: dict[str, Any]
 
 
 @pytest.mark.browser
+def test_packed_layout_keeps_nesting_without_overlaps(browser: Browser, adventure: dict[str, Any],
+                                                     tmp_path: Path) -> None:
+    """The layout big graphs get (forced here on the small one): same nodes, same nesting, and no
+    two siblings (boxes or leaves) overlap."""
+    browser.open(_page(tmp_path, adventure), fragment="layout=pack")
+    assert _dataset(browser)["layout"] == "packed boxes"
+    assert int(_dataset(browser)["nodeCount"]) == len(_drawn_by_default(adventure))
+    overlaps = browser.eval("""(() => {
+        const cy = worldgraphView.cy, bad = [];
+        const groups = [cy.nodes().orphans(), ...cy.nodes().filter(n => n.isParent()).map(n => n.children())];
+        for (const g of groups) {
+          const boxes = g.map(n => [n.id(), n.boundingBox({includeLabels: false})]);
+          for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+            const [a, b] = [boxes[i][1], boxes[j][1]];
+            if (a.x1 < b.x2 && b.x1 < a.x2 && a.y1 < b.y2 && b.y1 < a.y2) bad.push([boxes[i][0], boxes[j][0]]);
+          }
+        }
+        return bad; })()""")
+    assert overlaps == []
+    key = next(n["id"] for n in adventure["nodes"] if n["name"] == "brass key")
+    assert browser.eval(f"worldgraphView.cy.getElementById('{key}').ancestors().map(n => n.data('label'))") \
+        == ["workbench", "shed", "garden"]
+
+
+@pytest.mark.browser
 def test_hovering_a_node_shows_its_rules(browser: Browser, adventure: dict[str, Any], tmp_path: Path) -> None:
     browser.open(_page(tmp_path, adventure))
     lamp = next(n["id"] for n in adventure["nodes"] if n["name"] == "lamp")
@@ -250,3 +278,19 @@ def test_hostile_names_do_not_run(browser: Browser, adventure: dict[str, Any], t
     browser.mouse_move(*_screen_position(browser, key))
     assert browser.eval("document.getElementById('tip').textContent").startswith(HOSTILE_NAME)
     assert browser.eval("document.body.dataset.pwned === undefined")
+
+
+@pytest.mark.browser
+def test_empty_and_unknown_shapes_still_draw(browser: Browser, tmp_path: Path) -> None:
+    browser.open(_page(tmp_path, {"nodes": [], "edges": [], "rules": [], "scenes": [], "meta": None}))
+    assert _dataset(browser)["nodeCount"] == "0"
+    # an edge to a node the graph does not hold, a containment cycle, a rule linked to nothing
+    nodes = [{"id": i, "kind": "entity", "type": "box", "name": i, "valid_to": None} for i in ("a", "b")]
+    edges = [{"id": "e1", "relation": "containment", "src_id": "a", "dst_id": "b", "valid_to": None},
+             {"id": "e2", "relation": "containment", "src_id": "b", "dst_id": "a", "valid_to": None},
+             {"id": "e3", "relation": "transition", "src_id": "a", "dst_id": "ghost", "valid_to": None}]
+    rules = [{"id": "r1", "condition": "c", "outcome": "o", "linked_node_ids": ["ghost"]}]
+    browser.open(_page(tmp_path, {"nodes": nodes, "edges": edges, "rules": rules, "scenes": [], "meta": None}))
+    assert _dataset(browser)["nodeCount"] == "2"
+    assert browser.eval("worldgraphView.cy.nodes().filter(n => n.isParent()).length") == 1
+    assert not [c for c in browser.console if c.startswith("exception")], browser.console

@@ -4,7 +4,7 @@
 The page inlines cytoscape.js and the fCoSE layout (vendored unchanged from npm in
 ``view_assets/``; see its NOTICE.md and ``scripts/vendor_view_js.sh``), its own script and style,
 and the graph as JSON, so it opens from a file with no network. What it draws is described in
-``view_assets/view.js``.
+``view_assets/view.js`` (the layout of big graphs is in ``view_pack.js``).
 
 Names, rules and evidence are text an LLM extracted from an environment someone else may
 control. Three layers keep that text text: the JSON is escaped so nothing in it can end its
@@ -27,7 +27,7 @@ from typing import Any
 # Load order matters: fCoSE needs coseBase, which needs layoutBase; fCoSE registers itself
 # with the global cytoscape it finds.
 VENDORED = ("cytoscape.min.js", "layout-base.js", "cose-base.js", "cytoscape-fcose.js")
-APP_SCRIPT = "view.js"
+APP_SCRIPTS = ("view_pack.js", "view.js")
 APP_STYLE = "view.css"
 
 EVIDENCE_SHOWN = 3  # evidence quotes kept per record (the page shows the count of all of them)
@@ -104,8 +104,9 @@ def _asset(name: str) -> str:
 @lru_cache(maxsize=1)
 def _scripts() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The inline scripts in page order, and their CSP hashes."""
-    texts = tuple(_asset(name) for name in (*VENDORED, APP_SCRIPT))
-    for name, text in zip((*VENDORED, APP_SCRIPT), texts):
+    names = (*VENDORED, *APP_SCRIPTS)
+    texts = tuple(_asset(name) for name in names)
+    for name, text in zip(names, texts):
         lowered = text.lower()
         if "</script" in lowered or "<!--" in lowered:  # would end or confuse the <script> element
             raise RuntimeError(f"view_assets/{name} cannot be inlined: it contains '</script' or '<!--'")
