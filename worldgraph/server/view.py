@@ -86,7 +86,7 @@ def page_data(graph: dict[str, Any]) -> dict[str, Any]:
 def script_json(data: Any) -> str:
     """JSON that is safe as the content of a ``<script>`` element: no ``<``, ``>`` or ``&``
     anywhere (so no ``</script>`` or ``<!--``), and no U+2028 / U+2029."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
     for raw, escaped in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e"),
                          ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
         text = text.replace(raw, escaped)
