@@ -50,7 +50,8 @@ def create_app(wm: WorldModel | None, *, max_request_bytes: int | None = None, t
         async with mcp.session_manager.run():
             yield
 
-    app = FastAPI(title="worldgraph", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(title="worldgraph", version=__version__, description=DESCRIPTION, lifespan=lifespan,
+                  generate_unique_id_function=lambda route: route.name)  # operationId = the function's name
     app.state.wm = wm
     app.state.keys = ApiKeys(wm.store) if wm is not None else None
     errors.install(app)
