@@ -35,7 +35,7 @@ def server(tmp_path: Path) -> Iterator[LiveServer]:
         yield srv
 
 
-def _raw(port: int, head: bytes, body_chunks: list[bytes] = ()) -> tuple[int, dict[str, str], bytes]:  # type: ignore[assignment]
+def _raw(port: int, head: bytes, body_chunks: tuple[bytes, ...] = ()) -> tuple[int, dict[str, str], bytes]:
     """Send a request on a plain socket; the status, headers and body of the answer."""
     with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
         s.sendall(head)
@@ -68,7 +68,7 @@ def test_size_limit_on_the_wire(server: LiveServer) -> None:
     assert json.loads(body)["error"]["type"] == "payload_too_large"
     # Chunked (no length): counted as it arrives, refused once past the limit (1 MiB by default).
     chunk = b"a" * 65536
-    chunks = [f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"] * 40 + [b"0\r\n\r\n"]
+    chunks = (f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n",) * 40 + (b"0\r\n\r\n",)
     status, _, body = _raw(server.port, b"POST /v1/recall HTTP/1.1\r\nHost: x\r\n" + auth +
                            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n", chunks)
     assert status == 413 and json.loads(body)["error"]["field"] == "body"
