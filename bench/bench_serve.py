@@ -87,16 +87,31 @@ def ms(values: list[float]) -> dict[str, float]:
     return {"p50_ms": round(pct(values, 50) * 1000, 2), "p99_ms": round(pct(values, 99) * 1000, 2)}
 
 
-# ---------------------------------------------------------------------------- in-process
-def in_process(wm: WorldModel, queries: list[str], clients: int, seconds: float) -> dict[str, Any]:
-    for q in queries[:10]:
-        wm.recall_experiences(TENANT, None, q, 5)
-    seq = []
-    for q in queries:
-        t = time.perf_counter()
-        wm.recall_experiences(TENANT, None, q, 5)
-        seq.append(time.perf_counter() - t)
+# ---------------------------------------------------------------------------- recall, both ways
+def sequential_pair(wm: WorldModel, url: str, key: str, queries: list[str]) -> dict[str, Any]:
+    """One recall at a time, in-process and over HTTP alternately (query by query), so both
+    see the same machine: on a shared box, phases run one after the other do not."""
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as client:
+        def http(q: str) -> None:
+            client.post("/v1/recall", json={"query": q, "limit": 5}).raise_for_status()
 
+        def local(q: str) -> None:
+            wm.recall_experiences(TENANT, None, q, 5)
+
+        for q in queries[:10]:
+            local(q), http(q)
+        lat: dict[str, list[float]] = {"in_process": [], "http": []}
+        for i, q in enumerate(queries):
+            for name, fn in (("in_process", local), ("http", http)) if i % 2 else (("http", http),
+                                                                                ("in_process", local)):
+                t = time.perf_counter()
+                fn(q)
+                lat[name].append(time.perf_counter() - t)
+    return {name: {"n": len(v), **ms(v)} for name, v in lat.items()}
+
+
+def in_process_concurrent(wm: WorldModel, queries: list[str], clients: int, seconds: float) -> dict[str, Any]:
+    """``clients`` threads calling ``wm.recall_experiences`` for ``seconds``."""
     def worker(k: int) -> list[float]:
         rng, out, end = random.Random(k), [], time.perf_counter() + seconds
         while time.perf_counter() < end:
@@ -108,32 +123,19 @@ def in_process(wm: WorldModel, queries: list[str], clients: int, seconds: float)
     start, cpu = time.perf_counter(), time.process_time()
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
         lat = [x for part in pool.map(worker, range(clients)) for x in part]
-    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
-    return {"sequential": {"n": len(seq), **ms(seq)},
-            "concurrent": {"clients": clients, "n": len(lat), "per_s": round(len(lat) / elapsed, 1), **ms(lat),
-                           "cpu_ms_per_call": round(cpu / max(1, len(lat)) * 1000, 2)}}
+    return {"latencies": {"recall": lat}, "errors": {"recall": []}, "acked": [],
+            "elapsed": time.perf_counter() - start, "server_cpu": time.process_time() - cpu, "client_cpu": 0.0}
 
 
 # ---------------------------------------------------------------------------- HTTP
-async def http_sequential(url: str, key: str, queries: list[str]) -> dict[str, Any]:
-    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as client:
-        for q in queries[:10]:
-            (await client.post("/v1/recall", json={"query": q, "limit": 5})).raise_for_status()
-        lat = []
-        for q in queries:
-            t = time.perf_counter()
-            (await client.post("/v1/recall", json={"query": q, "limit": 5})).raise_for_status()
-            lat.append(time.perf_counter() - t)
-    return {"n": len(lat), **ms(lat)}
-
-
 Request = tuple[str, str, str, Any]  # kind, method, path, JSON body
 
 
 async def http_phase(url: str, key: str, clients: int, seconds: float, pick: Any,
                      server_pid: int) -> dict[str, Any]:
     """``clients`` keep-alive clients sending ``pick(rng, client, n)`` requests for ``seconds``;
-    with the CPU time the server process and this client process spent per request."""
+    raw latencies, errors, acknowledged episode ids, and the CPU time the server process and
+    this (client) process spent."""
     lat: dict[str, list[float]] = {}
     errors: dict[str, list[str]] = {}
     acked: list[str] = []
@@ -143,7 +145,7 @@ async def http_phase(url: str, key: str, clients: int, seconds: float, pick: Any
         end = time.perf_counter() + seconds
 
         async def one(k: int) -> None:
-            rng, n = random.Random(1000 + k), 0
+            rng, n = random.Random(1000 + k + int(end)), 0
             while time.perf_counter() < end:
                 kind, method, path, body = pick(rng, k, n)
                 n += 1
@@ -163,15 +165,32 @@ async def http_phase(url: str, key: str, clients: int, seconds: float, pick: Any
 
         start, server_cpu, client_cpu = time.perf_counter(), cpu_seconds(server_pid), time.process_time()
         await asyncio.gather(*(one(k) for k in range(clients)))
-        elapsed = time.perf_counter() - start
-        server_cpu, client_cpu = cpu_seconds(server_pid) - server_cpu, time.process_time() - client_cpu
-    total = max(1, sum(len(v) for v in lat.values()))
-    out: dict[str, Any] = {"clients": clients, "seconds": round(elapsed, 1), "acked": acked,
-                           "server_cpu_ms_per_request": round(server_cpu / total * 1000, 2),
-                           "client_cpu_ms_per_request": round(client_cpu / total * 1000, 2)}
-    for kind in lat:
-        out[kind] = {"n": len(lat[kind]), "per_s": round(len(lat[kind]) / elapsed, 1), "errors": len(errors[kind]),
-                     "error_samples": errors[kind][:5], **ms(lat[kind])}
+        return {"latencies": lat, "errors": errors, "acked": acked, "elapsed": time.perf_counter() - start,
+                "server_cpu": cpu_seconds(server_pid) - server_cpu, "client_cpu": time.process_time() - client_cpu}
+
+
+def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"latencies": {}, "errors": {}, "acked": [], "elapsed": 0.0, "server_cpu": 0.0,
+                           "client_cpu": 0.0}
+    for run in runs:
+        for part in ("latencies", "errors"):
+            for kind, values in run[part].items():
+                out[part].setdefault(kind, []).extend(values)
+        out["acked"] += run["acked"]
+        for k in ("elapsed", "server_cpu", "client_cpu"):
+            out[k] += run[k]
+    return out
+
+
+def summary(run: dict[str, Any], clients: int) -> dict[str, Any]:
+    total = max(1, sum(len(v) for v in run["latencies"].values()))
+    out: dict[str, Any] = {"clients": clients, "seconds": round(run["elapsed"], 1),
+                           "cpu_ms_per_request": round(run["server_cpu"] / total * 1000, 2),
+                           "client_cpu_ms_per_request": round(run["client_cpu"] / total * 1000, 2)}
+    for kind, values in run["latencies"].items():
+        errs = run["errors"].get(kind, [])
+        out[kind] = {"n": len(values), "per_s": round(len(values) / run["elapsed"], 1), "errors": len(errs),
+                     "error_samples": errs[:5], **ms(values)}
     return out
 
 
@@ -229,6 +248,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--clients", type=int, default=16)
     p.add_argument("--seconds", type=float, default=30.0, help="length of each concurrent phase")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="the in-process and HTTP recall phases alternate this many times (same machine load)")
     p.add_argument("--episodes", type=int, default=2000, help="episodes stored before the run")
     p.add_argument("--queries", type=int, default=200, help="sequential recalls timed (in-process and HTTP)")
     p.add_argument("--record-share", type=float, default=0.2, help="share of records in the HTTP load")
@@ -254,20 +275,23 @@ def main() -> int:
             for i in range(0, len(exps), 500):
                 wm.record_experiences(TENANT, exps[i:i + 500])
             key, _ = ApiKeys(wm.store).create(TENANT, "bench_serve")
-            print(f"seeded {args.episodes} episodes; in-process recall ...", file=sys.stderr)
-            inproc = in_process(wm, queries, args.clients, args.seconds)
-        print("starting worldgraph serve ...", file=sys.stderr)
-        with Server(data, args.graph, env) as srv:
-            http_seq = asyncio.run(http_sequential(srv.url, key, queries))
-            print(f"HTTP: {args.clients} clients, three phases of {args.seconds:.0f} s ...", file=sys.stderr)
-            pid = srv.proc.pid  # type: ignore[union-attr]
-            only = asyncio.run(http_phase(srv.url, key, args.clients, args.seconds, recalls(queries), pid))
-            load = asyncio.run(http_phase(srv.url, key, args.clients, args.seconds,
-                                          mixed(queries, args.record_share), pid))
-            layer = asyncio.run(http_phase(srv.url, key, args.clients, args.seconds, light, pid))
-        acked = load.pop("acked")
-        only.pop("acked"), layer.pop("acked")
+            print(f"seeded {args.episodes} episodes; starting worldgraph serve ...", file=sys.stderr)
+            with Server(data, args.graph, env) as srv:
+                pid = srv.proc.pid  # type: ignore[union-attr]
+                seq = sequential_pair(wm, srv.url, key, queries)
+                print(f"{args.clients} concurrent: in-process and HTTP recall, {args.rounds} rounds each ...",
+                      file=sys.stderr)
+                part = args.seconds / args.rounds
+                local_runs, http_runs = [], []
+                for _ in range(args.rounds):
+                    local_runs.append(in_process_concurrent(wm, queries, args.clients, part))
+                    http_runs.append(asyncio.run(http_phase(srv.url, key, args.clients, part, recalls(queries), pid)))
+                print("mixed record + recall, then the layer alone ...", file=sys.stderr)
+                load = asyncio.run(http_phase(srv.url, key, args.clients, args.seconds,
+                                              mixed(queries, args.record_share), pid))
+                layer = asyncio.run(http_phase(srv.url, key, args.clients, args.seconds, light, pid))
         with WorldModel.open(data, graph=args.graph) as wm:
+            acked = load["acked"]
             stored = wm.store.get_episodes(TENANT, acked)
             indexed = sum(1 for e in stored.values() if e.get("index_status") == "indexed")
         check = {"acknowledged": len(acked), "stored": len(stored), "lost": len(set(acked) - set(stored)),
@@ -278,8 +302,10 @@ def main() -> int:
     result = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "graph": args.graph,
               "embedder": args.embedder, "episodes": args.episodes, "load_average": os.getloadavg(),
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-              "in_process": inproc, "http_sequential": http_seq, "http_recall_only": only, "http_mixed": load,
-              "http_layer": layer, "record_share": args.record_share, "check": check}
+              "sequential": seq, "in_process_concurrent": summary(merge(local_runs), args.clients),
+              "http_recall_only": summary(merge(http_runs), args.clients),
+              "http_mixed": summary(load, args.clients), "http_layer": summary(layer, args.clients),
+              "record_share": args.record_share, "check": check}
     print(report(result))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -288,31 +314,27 @@ def main() -> int:
 
 
 def report(r: dict[str, Any]) -> str:
-    ip, hs, c = r["in_process"], r["http_sequential"], r["check"]
-    rows = [("recall in-process, 1 thread", ip["sequential"], None),
-            ("recall HTTP, 1 client", hs, 0),
-            (f"recall in-process, {ip['concurrent']['clients']} threads", ip["concurrent"], None),
-            (f"recall HTTP, {r['http_recall_only']['clients']} clients", r["http_recall_only"]["recall"], None),
-            (f"recall HTTP, mixed ({1 - r['record_share']:.0%})", r["http_mixed"]["recall"], None),
-            (f"record HTTP, mixed ({r['record_share']:.0%})", r["http_mixed"].get("record", {}), None),
-            ("episodes?limit=1 HTTP (the layer)", r["http_layer"]["episodes"], None)]
-    lines = [f"{r['graph']} store, {r['embedder']} embedder, {r['episodes']} episodes, load average "
-             f"{', '.join(f'{x:.1f}' for x in r['load_average'])}", "",
-             f"{'phase':36}| {'n':>6} | {'per s':>6} | {'p50 ms':>7} | {'p99 ms':>7} | errors",
-             f"{'-' * 36}+{'-' * 8}+{'-' * 8}+{'-' * 9}+{'-' * 9}+-------"]
-    for name, m, err in rows:
-        errs = m.get("errors", err)
+    seq, ipc, only, c = r["sequential"], r["in_process_concurrent"], r["http_recall_only"], r["check"]
+    n = only["clients"]
+    rows = [("recall in-process, 1 at a time", seq["in_process"], ""),
+            ("recall HTTP, 1 client", seq["http"], ""),
+            (f"recall in-process, {n} threads", ipc["recall"], ipc["cpu_ms_per_request"]),
+            (f"recall HTTP, {n} clients", only["recall"], only["cpu_ms_per_request"]),
+            (f"recall HTTP, {n} clients, mixed", r["http_mixed"]["recall"], r["http_mixed"]["cpu_ms_per_request"]),
+            (f"record HTTP, {n} clients, mixed", r["http_mixed"].get("record", {}), ""),
+            (f"GET episodes?limit=1, {n} clients", r["http_layer"]["episodes"], r["http_layer"]["cpu_ms_per_request"])]
+    lines = [f"{r['graph']} store, {r['embedder']} embedder, {r['episodes']} episodes, {r['record_share']:.0%} records "
+             f"in the mixed phase, load average {', '.join(f'{x:.1f}' for x in r['load_average'])}", "",
+             f"{'phase':36}| {'n':>6} | {'per s':>6} | {'p50 ms':>7} | {'p99 ms':>7} | errors | server CPU ms/req",
+             f"{'-' * 36}+{'-' * 8}+{'-' * 8}+{'-' * 9}+{'-' * 9}+--------+------------------"]
+    for name, m, cpu in rows:
         lines.append(f"{name:36}| {m.get('n', 0):6} | {m.get('per_s', ''):>6} | {m.get('p50_ms', ''):>7} | "
-                     f"{m.get('p99_ms', ''):>7} | {'' if errs is None else errs}")
-    lines += ["", f"acknowledged {c['acknowledged']}, stored {c['stored']}, lost {c['lost']}, indexed {c['indexed']}; "
-                  f"server exit code {c['server_exit_code']}",
-              f"HTTP recall p50 - in-process recall p50, 1 client: {hs['p50_ms'] - ip['sequential']['p50_ms']:+.2f} ms; "
-              f"{ip['concurrent']['clients']} clients: "
-              f"{r['http_recall_only']['recall']['p50_ms'] - ip['concurrent']['p50_ms']:+.2f} ms",
-              f"CPU ms per recall: in-process {ip['concurrent']['cpu_ms_per_call']}, HTTP server "
-              f"{r['http_recall_only']['server_cpu_ms_per_request']} (+ client {r['http_recall_only']['client_cpu_ms_per_request']}); "
-              f"per light request: server {r['http_layer']['server_cpu_ms_per_request']}, client "
-              f"{r['http_layer']['client_cpu_ms_per_request']}"]
+                     f"{m.get('p99_ms', ''):>7} | {m.get('errors', ''):>6} | {cpu}")
+    lines += ["", f"acknowledged {c['acknowledged']} records, stored {c['stored']}, lost {c['lost']}, "
+                  f"indexed {c['indexed']}; server exit code {c['server_exit_code']}",
+              f"HTTP - in-process recall p50: 1 at a time {seq['http']['p50_ms'] - seq['in_process']['p50_ms']:+.2f} ms, "
+              f"{n} concurrent {only['recall']['p50_ms'] - ipc['recall']['p50_ms']:+.2f} ms; "
+              f"client CPU ms/req (httpx): {only['client_cpu_ms_per_request']}"]
     return "\n".join(lines)
 
 

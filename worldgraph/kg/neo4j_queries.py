@@ -89,6 +89,7 @@ def _set(var: str, keys: tuple[str, ...]) -> str:
     return ", ".join(f"{var}.{k} = row.props.{k}" for k in keys)
 
 # ---------------------------------------------------------------------------------- schema
+API_KEY_CONSTRAINT = "CREATE CONSTRAINT wg_api_key_id IF NOT EXISTS FOR (k:ApiKey) REQUIRE k.id IS UNIQUE"
 # Uniqueness constraints first (MERGE then seeks their backing index), then plain indexes.
 # Community edition has uniqueness constraints (composite ones too, also on relationships),
 # but no node-key or property-existence constraints.
@@ -106,9 +107,8 @@ CONSTRAINTS: tuple[str, ...] = (
     "CREATE CONSTRAINT wg_transition_ukey IF NOT EXISTS FOR ()-[r:TRANSITION]-() REQUIRE r.key IS UNIQUE",
     "CREATE CONSTRAINT wg_contains_ukey IF NOT EXISTS FOR ()-[r:CONTAINS]-() REQUIRE r.key IS UNIQUE",
     "CREATE CONSTRAINT wg_episodic_ukey IF NOT EXISTS FOR ()-[r:EPISODIC]-() REQUIRE r.key IS UNIQUE",
-    "CREATE CONSTRAINT wg_api_key_id IF NOT EXISTS FOR (k:ApiKey) REQUIRE k.id IS UNIQUE",
+    API_KEY_CONSTRAINT,
 )
-API_KEY_CONSTRAINT = CONSTRAINTS[-1]
 
 # Schema 1 -> 2: give the world records of an older database their `key`, then drop the
 # composite constraints it replaced (each would still cost an index update per write).
