@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 Add = Callable[..., argparse.ArgumentParser]
+# How long an idle keep-alive connection stays open. Longer than clients keep idle pooled
+# connections (httpx 5 s, Node's fetch 4 s), so the client always closes first: with equal
+# timeouts a request sent just as the server closes fails with "server disconnected".
+KEEP_ALIVE_SECONDS = 30
 
 
 def add_server_commands(sub: Any, add: Add) -> None:
@@ -50,7 +54,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
               file=sys.stderr)
     print(f"worldgraph {wm.store.name} store at {wm.path}; REST /v1, docs /docs, MCP /mcp", file=sys.stderr)
     config = uvicorn.Config(create_app(wm, host=args.host), host=args.host, port=args.port,
-                            access_log=args.access_log, log_level="info",
+                            access_log=args.access_log, log_level="info", timeout_keep_alive=KEEP_ALIVE_SECONDS,
                             timeout_graceful_shutdown=int(wm.config.shutdown_timeout_seconds) or None)
     _serve_then_close(uvicorn.Server(config), wm)
     return 0
