@@ -13,16 +13,8 @@ import pytest
 from worldgraph.errors import InvalidInputError, NotFoundError
 from worldgraph.kg.embedded import EmbeddedGraphStore
 from worldgraph.kg.store import GraphStore
+from tests.test_store_contract import _open
 from worldgraph.server.keys import ApiKeys, hash_key
-
-
-def _open(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> GraphStore:
-    if kind == "embedded":
-        return EmbeddedGraphStore(tmp_path / "worldgraph.db")
-    from worldgraph.kg.neo4j_store import Neo4jGraphStore
-
-    server = request.getfixturevalue("neo4j_server")
-    return Neo4jGraphStore(server["uri"], server["user"], server["password"])
 
 
 @pytest.fixture(params=["embedded", pytest.param("neo4j", marks=pytest.mark.neo4j)])

@@ -8,10 +8,10 @@ from typing import Annotated, Any
 import anyio.to_thread
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from worldgraph.server.errors import ApiError, unauthorized
 from worldgraph.server.keys import ApiKeys
-from worldgraph.server.limits import ASGIApp, Receive, Scope, Send
 
 TENANT_STATE = "worldgraph_tenant"  # where BearerTenant leaves the tenant in scope["state"]
 NO_KEY = ("send the header Authorization: Bearer <key>; create a key with "

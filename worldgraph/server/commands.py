@@ -10,8 +10,9 @@ import argparse
 import os
 import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 Add = Callable[..., argparse.ArgumentParser]
 # How long an idle keep-alive connection stays open. Longer than clients keep idle pooled
@@ -101,23 +102,25 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- keys
-def _keys(args: argparse.Namespace) -> Any:
+@contextmanager
+def _keys(args: argparse.Namespace) -> Iterator[Any]:
     """The key registry of the data folder's store (no index or embedder is opened)."""
     from worldgraph.config import WorldGraphConfig
     from worldgraph.server.keys import ApiKeys
     from worldgraph.service import open_store
 
-    return ApiKeys(open_store(Path(args.data), args.graph, WorldGraphConfig.from_env()))
+    store = open_store(Path(args.data), args.graph, WorldGraphConfig.from_env())
+    try:
+        yield ApiKeys(store)
+    finally:
+        store.close()
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
     from worldgraph.cli import emit
 
-    keys = _keys(args)
-    try:
+    with _keys(args) as keys:
         key, record = keys.create(args.key_tenant, args.name)
-    finally:
-        keys.store.close()
     emit(args, {"key": key, **record}, lambda: print(
         f"{key}\n\nAPI key {record['id']} for tenant {record['tenant_id']!r}. It is shown only now: store it "
         f"safely.\nUse it as: Authorization: Bearer {key[:12]}..."))
@@ -127,11 +130,8 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 def cmd_keys_list(args: argparse.Namespace) -> int:
     from worldgraph.cli import _table, emit
 
-    keys = _keys(args)
-    try:
+    with _keys(args) as keys:
         records = keys.list(args.key_tenant)
-    finally:
-        keys.store.close()
     emit(args, records, lambda: _table(
         [[r["id"], r["tenant_id"], r["name"] or "-", r["created_at"][:19], (r["revoked_at"] or "-")[:19]]
          for r in records], ["id", "tenant", "name", "created", "revoked"]) if records else print("(no keys)"))
@@ -141,11 +141,8 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
     from worldgraph.cli import emit
 
-    keys = _keys(args)
-    try:
+    with _keys(args) as keys:
         record = keys.revoke(args.key_id)
-    finally:
-        keys.store.close()
     emit(args, record, lambda: print(f"revoked key {record['id']} of tenant {record['tenant_id']!r} "
                                      f"(at {record['revoked_at']})"))
     return 0

@@ -124,7 +124,7 @@ def field_path(loc: Sequence[Any]) -> str | None:
 
 def validation_error(errors: Sequence[Any]) -> ApiError:
     """FastAPI's request validation errors as one 422 naming the first field at fault."""
-    err = dict(errors[0]) if errors else {"loc": ("body",), "msg": "invalid request", "type": ""}
+    err: dict[str, Any] = dict(errors[0]) if errors else {"loc": ("body",), "msg": "invalid request", "type": ""}
     if err.get("type") == "json_invalid":
         pos = err["loc"][1] if len(err["loc"]) > 1 else "?"
         reason = (err.get("ctx") or {}).get("error", "")
@@ -148,7 +148,7 @@ def install(app: FastAPI) -> None:
         assert isinstance(exc, StarletteHTTPException)
         type_ = _HTTP_TYPES.get(exc.status_code, "error")
         message = exc.detail if isinstance(exc.detail, str) else type_
-        return ApiError(exc.status_code, type_, message, headers=exc.headers).response()
+        return ApiError(exc.status_code, type_, message, headers=dict(exc.headers or {})).response()
 
     async def on_error(_: Request, exc: Exception) -> JSONResponse:
         err = describe(exc)

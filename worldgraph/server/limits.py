@@ -8,15 +8,9 @@ moment the running total passes the limit, so a client cannot make the server ho
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from worldgraph.server.errors import ApiError
-
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class BodySizeLimit:

@@ -71,7 +71,8 @@ async def health(wm: WM) -> dict[str, Any]:
                          "`{\"experiences\": [...], \"canvases\": [...]}` stored in one transaction.")
 async def record_experiences(body: Annotated[ExperiencesBody, Body()], tenant: Tenant, wm: WM) -> dict[str, Any]:
     if isinstance(body, ExperienceBatch):
-        ids = await in_thread(wm.record_experiences, tenant, body.experiences, body.canvases)
+        canvases: list[Any] | None = body.canvases
+        ids = await in_thread(wm.record_experiences, tenant, body.experiences, canvases)
     else:
         ids = await in_thread(wm.record_experiences, tenant, [body])
     return {"episode_ids": ids}
