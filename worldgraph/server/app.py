@@ -41,6 +41,8 @@ def create_app(wm: WorldModel | None, *, max_request_bytes: int | None = None, t
     limit = max_request_bytes or (cfg.max_request_bytes if cfg else 1 << 20)
     workers = threads or (cfg.server_threads if cfg else 8)
     mcp = build_mcp(lambda: app.state.wm)
+    # Stateless: no MCP session lives in this process, so several servers behind one address need
+    # no affinity, and a restart loses nothing. JSON answers: a tool call is one request, one reply.
     mcp.streamable_http_app(stateless_http=True, json_response=True, host=host, max_request_body_size=limit)
 
     @asynccontextmanager
