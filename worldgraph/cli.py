@@ -481,6 +481,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("action", choices=["start", "stop", "status"])
     sp.add_argument("--port", type=int, default=7687)
     sp.add_argument("--neo4j-data", default=None, help="database directory")
+
+    from worldgraph.server.commands import add_server_commands  # serve, mcp, keys
+
+    add_server_commands(sub, add)
     return p
 
 

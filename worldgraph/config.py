@@ -82,6 +82,11 @@ class WorldGraphConfig(BaseModel):
     max_delta_items: int = Field(500, gt=0)
     summary_max_items: int = Field(40, gt=0)
 
+    # Service (worldgraph serve)
+    max_request_bytes: int = Field(1 << 20, gt=0)  # a larger request body is refused (413) before parsing
+    server_threads: int = Field(8, gt=0)  # threads running the blocking facade calls of HTTP requests
+    shutdown_timeout_seconds: float = Field(30.0, ge=0)  # in-flight requests get this long on SIGTERM
+
     # Neo4j
     neo4j_uri: str = "bolt://127.0.0.1:7687"
     neo4j_user: str = "neo4j"

@@ -47,5 +47,10 @@ class DeltaValidationError(WorldGraphError, ValueError):
         super().__init__("invalid graph delta: " + "; ".join(errors[:10]))
 
 
+class NotSupportedError(WorldGraphError):
+    """This store or configuration cannot do what was asked (e.g. Cypher on the embedded store);
+    the message names what to use instead."""
+
+
 class ExtractionError(WorldGraphError):
     """The LLM could not produce a valid delta (after the repair round), or could not be reached."""

@@ -68,6 +68,8 @@ CREATE INDEX IF NOT EXISTS scenes_status ON scenes (status, created_at);
 CREATE INDEX IF NOT EXISTS scenes_episode ON scenes (tenant_id, episode_id);
 CREATE TABLE IF NOT EXISTS env_meta (
   tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, env_name));
+CREATE TABLE IF NOT EXISTS api_keys (
+  id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, created_at TEXT NOT NULL, data TEXT NOT NULL);
 """
 
 
@@ -460,6 +462,32 @@ class EmbeddedGraphStore(GraphStore):
                         "feedback": self.feedback_for(tenant_id, eid), "scenes": scenes,
                         "nodes": _unique_by_id(nodes), "rules": _unique_by_id(rules)}
         return out
+
+    # ---------------------------------------------------------------- API keys
+    def add_api_key(self, key: Record) -> None:
+        with self._tx() as cur:
+            cur.execute("INSERT INTO api_keys(id, tenant_id, created_at, data) VALUES (?,?,?,?)",
+                        (key["id"], key["tenant_id"], key["created_at"], _dumps(key)))
+
+    def get_api_key(self, key_id: str) -> Record | None:
+        rows = self._query("SELECT data FROM api_keys WHERE id = ?", (key_id,))
+        return _loads(rows[0][0]) if rows else None
+
+    def list_api_keys(self, tenant_id: str | None = None) -> list[Record]:
+        rows = self._query("SELECT data FROM api_keys WHERE ? IS NULL OR tenant_id = ? ORDER BY created_at, id",
+                           (tenant_id, tenant_id))
+        return [_loads(d) for (d,) in rows]
+
+    def revoke_api_key(self, key_id: str, revoked_at: str) -> Record:
+        with self._tx() as cur:
+            row = cur.execute("SELECT data FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+            if row is None:
+                raise NotFoundError("api key", key_id, "`worldgraph keys list` shows the key ids")
+            key: Record = _loads(row[0])
+            if key.get("revoked_at") is None:
+                key["revoked_at"] = revoked_at
+                cur.execute("UPDATE api_keys SET data = ? WHERE id = ?", (_dumps(key), key_id))
+        return key
 
     def close(self) -> None:
         with self._lock:

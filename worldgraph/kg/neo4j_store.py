@@ -374,6 +374,29 @@ class Neo4jGraphStore(GraphStore):
         except Neo4jError as exc:
             raise ReadOnlyQueryError(f"Neo4j refused the query: {exc.message or exc}") from exc
 
+    # ---------------------------------------------------------------- API keys
+    def add_api_key(self, key: Record) -> None:
+        try:
+            with self._driver.session(database=self.database) as session:
+                session.run(q.API_KEY_CONSTRAINT).consume()
+        except (ServiceUnavailable, SessionExpired) as exc:
+            raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
+        params = {k: key.get(k) for k in ("id", "tenant_id", "name", "key_hash", "created_at", "revoked_at")}
+        self._write(lambda tx: tx.run(q.CREATE_API_KEY, params).consume())
+
+    def get_api_key(self, key_id: str) -> Record | None:
+        rows = self._read(lambda tx: [_api_key(r) for r in tx.run(q.GET_API_KEY, id=key_id)])
+        return rows[0] if rows else None
+
+    def list_api_keys(self, tenant_id: str | None = None) -> list[Record]:
+        return self._read(lambda tx: [_api_key(r) for r in tx.run(q.LIST_API_KEYS, tenant_id=tenant_id)])
+
+    def revoke_api_key(self, key_id: str, revoked_at: str) -> Record:
+        rows = self._write(lambda tx: [_api_key(r) for r in tx.run(q.REVOKE_API_KEY, id=key_id, revoked_at=revoked_at)])
+        if not rows:
+            raise NotFoundError("api key", key_id, "`worldgraph keys list` shows the key ids")
+        return rows[0]
+
     def close(self) -> None:
         self._driver.close()
 
@@ -536,6 +559,12 @@ def _copy_index_errors(tx: ManagedTransaction) -> None:
         if error is not None:
             rows.append({"tenant_id": r["tenant_id"], "id": r["id"], "error": error})
     _run_batched(tx, q.SET_INDEX_ERRORS, rows)
+
+
+def _api_key(row: Any) -> Record:
+    """Neo4j drops null properties: every field of a key record is put back."""
+    props = dict(row["key"])
+    return {k: props.get(k) for k in ("id", "tenant_id", "name", "key_hash", "created_at", "revoked_at")}
 
 
 def _episode(row: Any) -> Record:
