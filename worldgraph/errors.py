@@ -73,6 +73,6 @@ class PartialWriteError(WorldGraphError):
     """A call made of two writes whose first committed and second failed. ``committed`` says
     exactly what is stored (e.g. ``{"episode_ids": [...]}``), so a retry does not duplicate it."""
 
-    def __init__(self, message: str, committed: dict[str, object]) -> None:
+    def __init__(self, message: str, committed: dict[str, list[str]]) -> None:
         self.committed = committed
         super().__init__(f"{message}; already committed: {committed}")

@@ -305,7 +305,7 @@ class EpisodeIndex:
         self._absent = read_only and self._is_local and not Path(self.path).is_dir()
         if self._is_local and not read_only:
             Path(self.path).mkdir(parents=True, exist_ok=True)
-        self._db = None if self._absent else lancedb.connect(self.path,
+        self._db: Any = None if self._absent else lancedb.connect(self.path,
                                                              read_consistency_interval=read_consistency_interval)
         self._lock = threading.RLock()  # serialises this object's writes
         self._index_lock = threading.RLock()  # serialises index creation / optimize
