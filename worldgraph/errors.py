@@ -65,8 +65,8 @@ class ReadOnlyError(WorldGraphError, PermissionError):
 
 
 class StorageError(WorldGraphError, OSError):
-    """The disk refused a write (full, read-only, I/O error). The call's transaction was rolled
-    back: nothing of it was written."""
+    """The disk refused a write (full, read-only, I/O error). That transaction was rolled back:
+    nothing of it is stored."""
 
 
 class PartialWriteError(WorldGraphError):

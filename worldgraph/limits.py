@@ -67,39 +67,59 @@ def check_value(value: Any, field: str, cfg: WorldGraphConfig, total_limit: int,
     most ``max_text_bytes``, every list at most ``max_list_items`` long, nesting at most
     ``max_nesting_depth`` containers, numbers finite, and the whole at most ``total_limit`` bytes
     (its text plus one byte a value: a lower bound of its JSON size, which also bounds the walk of
-    a value that shares sub-objects). Returns that size."""
+    a value that shares sub-objects). Returns that size. Paths are only spelled out for an error
+    (each value carries a link to its parent instead): the walk is on every write's path."""
     if isinstance(value, BaseModel):
         value = value.model_dump()
     total = 0
-    stack: list[tuple[Any, str, int]] = [(value, field, 0)]
+    stack: list[tuple[Any, _Ref, int]] = [(value, (None, field), 0)]
     while stack:
-        v, path, depth = stack.pop()
+        v, ref, depth = stack.pop()
         total += 1
         if isinstance(v, str):
-            n = utf8_size(v, path)
+            n = len(v) if v.isascii() else utf8_size(v, _spell(ref))
             if n > cfg.max_text_bytes:
-                raise InvalidInputError(path, limit_rule("is UTF-8 bytes:", n, cfg.max_text_bytes, "max_text_bytes"))
+                raise InvalidInputError(_spell(ref), limit_rule("is UTF-8 bytes:", n, cfg.max_text_bytes,
+                                                                "max_text_bytes"))
             total += n
         elif isinstance(v, float):
             if not math.isfinite(v):
-                raise InvalidInputError(path, f"must be a finite number, got {v!r}")
+                raise InvalidInputError(_spell(ref), f"must be a finite number, got {v!r}")
         elif isinstance(v, (dict, list, tuple)):
             if depth >= cfg.max_nesting_depth:
-                raise InvalidInputError(path, f"nests containers deeper than {cfg.max_nesting_depth} levels "
+                raise InvalidInputError(_spell(ref), f"nests containers deeper than {cfg.max_nesting_depth} levels "
                                         f"({raise_hint('max_nesting_depth')})")
             if len(v) > cfg.max_list_items:
-                raise InvalidInputError(path, limit_rule("has items:", len(v), cfg.max_list_items, "max_list_items"))
+                raise InvalidInputError(_spell(ref), limit_rule("has items:", len(v), cfg.max_list_items,
+                                                                "max_list_items"))
             if isinstance(v, dict):
                 for k, x in v.items():
                     key = k if isinstance(k, str) else str(k)
-                    sub = f"{path}.{key.encode('utf-8', 'backslashreplace').decode('utf-8')}"
-                    total += utf8_size(key, sub)
+                    sub: _Ref = (ref, key)
+                    total += len(key) if key.isascii() else utf8_size(key, _spell(sub))
                     stack.append((x, sub, depth + 1))
             else:
-                stack.extend((x, f"{path}[{i}]", depth + 1) for i, x in enumerate(v))
+                stack.extend((x, (ref, i), depth + 1) for i, x in enumerate(v))
         if total > total_limit:
             raise InvalidInputError(field, f"is more than {total_limit} bytes ({raise_hint(total_setting)})")
     return total
+
+
+_Ref = tuple[Any, "str | int"]  # (parent's ref or None, key, list index, or the root field's name)
+
+
+def _spell(ref: _Ref) -> str:
+    """The path of a value, e.g. ``experience.learnings[2]`` (lone surrogates in keys escaped)."""
+    keys: list[str | int] = []
+    node: Any = ref
+    while node is not None:
+        node, key = node
+        keys.append(key)
+    keys.reverse()
+    out = str(keys[0])
+    for key in keys[1:]:
+        out += f"[{key}]" if isinstance(key, int) else "." + key.encode("utf-8", "backslashreplace").decode("utf-8")
+    return out
 
 
 def check_delta_size(delta: Any, cfg: WorldGraphConfig) -> None:

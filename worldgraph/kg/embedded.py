@@ -147,7 +147,7 @@ class EmbeddedGraphStore(GraphStore):
                         pass
                 if isinstance(exc, sqlite3.OperationalError):
                     raise StorageError(f"the graph store {self.path} refused a write ({exc}); "
-                                       "nothing of this call was written") from exc
+                                       "the transaction was rolled back, nothing of it is stored") from exc
                 raise
 
     def _query(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[tuple[Any, ...]]:
