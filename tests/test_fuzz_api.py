@@ -184,3 +184,20 @@ def test_the_issue_examples_name_their_field(tmp_path: Path) -> None:
             wm.record_experience(T, {**base, "confidence_score": float("nan")})
         assert info.value.field == "experience.confidence_score" and "finite" in info.value.rule
         assert wm.store.stats(T)["episodes"] == 0
+
+
+@pytest.mark.parametrize("call, field", [
+    (lambda wm: wm.record_experiences(T, None), "experiences"),
+    (lambda wm: wm.record_experiences(T, 5), "experiences"),
+    (lambda wm: wm.record_experiences(T, [{}], canvases={"a": 1}), "canvases"),
+    (lambda wm: wm.get_agent_episodes(T, "a", limit=10**30), "limit"),
+    (lambda wm: wm.readiness(T, "a", window="30"), "window"),
+    (lambda wm: wm.update_world({"tenant_id": T, "id": "not-stored"}), "packet.env_name"),
+    (lambda wm: wm.update_world({"tenant_id": T, "id": "x", "env_name": "../up", "created_at": "now"}), "env_name"),
+])
+def test_odd_arguments_name_their_field(wm: WorldModel, call: Callable[[WorldModel], Any], field: str) -> None:
+    before = _snapshot(wm)
+    with pytest.raises(InvalidInputError) as info:
+        call(wm)
+    assert info.value.field == field
+    assert _snapshot(wm) == before

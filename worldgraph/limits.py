@@ -19,8 +19,11 @@ from pydantic import BaseModel
 from worldgraph.config import ENV_PREFIX, WorldGraphConfig
 from worldgraph.errors import DeltaValidationError, InvalidInputError
 
-__all__ = ["check_batch", "check_delta_size", "check_query", "check_text", "check_value", "limit_rule",
+__all__ = ["MAX_PAGE", "check_batch", "check_delta_size", "check_query", "check_text", "check_value", "limit_rule",
            "utf8_size"]
+
+
+MAX_PAGE = 1_000_000  # episodes one get_agent_episodes / readiness call may ask for
 
 
 def limit_rule(what: str, size: int, limit: int, setting: str) -> str:

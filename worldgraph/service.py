@@ -17,7 +17,7 @@ from worldgraph.access import open_storage, open_store  # noqa: F401 - open_stor
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError, NotFoundError, ReadOnlyError
 from worldgraph.kg.store import GraphStore
-from worldgraph.limits import check_batch, check_delta_size, check_query, check_text, check_value
+from worldgraph.limits import MAX_PAGE, check_batch, check_delta_size, check_query, check_text, check_value
 from worldgraph.memory.embeddings import Embedder, check_embeddings, embedder_name, make_embedder
 from worldgraph.memory.index import EpisodeIndex
 from worldgraph.memory.models import AgentExperience, CanvasContext, EpisodeFeedback, RecallOptions, iso, utcnow
@@ -116,10 +116,13 @@ class WorldModel:
         check_tenant(tenant_id)
         self._writable("record_experiences")
         cfg = self.config
-        if isinstance(experiences, (str, bytes, dict)):
+        if isinstance(experiences, (str, bytes, dict)) or not hasattr(experiences, "__iter__"):
             raise InvalidInputError("experiences", f"must be a list of experiences, got {type(experiences).__name__}")
         items = list(itertools.islice(experiences, cfg.max_batch_experiences + 1))
         check_batch(len(items), cfg)
+        if canvases is not None and not isinstance(canvases, (list, tuple)):
+            raise InvalidInputError("canvases", f"must be a list (a canvas or None per experience), got "
+                                    f"{type(canvases).__name__}")
         if canvases is not None and len(canvases) != len(items):
             raise InvalidInputError("canvases", f"has {len(canvases)} items for {len(items)} experiences")
         now = utcnow()
@@ -312,8 +315,8 @@ class WorldModel:
         if not isinstance(agent_id, str) or not agent_id:
             raise InvalidInputError("agent_id", "must be a non-empty string", agent_id)
         check_text(agent_id, "agent_id", self.config.max_text_bytes, "max_text_bytes")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
-            raise InvalidInputError("limit", "must be a positive integer", limit)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_PAGE:
+            raise InvalidInputError("limit", f"must be an integer in [1, {MAX_PAGE}]", limit)
         return [RecallResult(e) for e in self.store.agent_episodes(tenant_id, agent_id, limit)]
 
     def get_episode(self, tenant_id: str, episode_id: str) -> RecallResult:
@@ -328,6 +331,8 @@ class WorldModel:
 
     def readiness(self, tenant_id: str, agent_id: str, window: int = 30) -> dict[str, Any]:
         """Graduation exam over the agent's last ``window`` episodes."""
+        if isinstance(window, bool) or not isinstance(window, int) or not 0 < window <= MAX_PAGE:
+            raise InvalidInputError("window", f"must be an integer in [1, {MAX_PAGE}]", window)
         episodes = self.get_agent_episodes(tenant_id, agent_id, window)
         cfg = self.config
         n = len(episodes)
@@ -375,6 +380,12 @@ class WorldModel:
         """Extract a delta from a scene packet with the LLM, validate and merge it now."""
         self._writable("update_world")
         check_value(packet, "packet", self.config, self.config.max_experience_bytes, "max_experience_bytes")
+        if isinstance(packet, dict):  # a packet not stored yet is stored from these fields first
+            for key in ("tenant_id", "id", "env_name", "created_at"):
+                if not isinstance(packet.get(key), str) or not packet[key]:
+                    raise InvalidInputError(f"packet.{key}", "is required (give the packet returned by observe_round)")
+            check_tenant(packet["tenant_id"], "packet.tenant_id")
+            self.world.check_env(packet["env_name"])
         return self.world.update(packet)
 
     def apply_delta(self, tenant_id: str, env_name: str, delta: Any, scene: Any = None) -> Any:
