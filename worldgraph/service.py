@@ -316,7 +316,7 @@ class WorldModel:
             raise InvalidInputError("agent_id", "must be a non-empty string", agent_id)
         check_text(agent_id, "agent_id", self.config.max_text_bytes, "max_text_bytes")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_PAGE:
-            raise InvalidInputError("limit", f"must be an integer in [1, {MAX_PAGE}]", limit)
+            raise InvalidInputError("limit", f"must be a positive integer (at most {MAX_PAGE})", limit)
         return [RecallResult(e) for e in self.store.agent_episodes(tenant_id, agent_id, limit)]
 
     def get_episode(self, tenant_id: str, episode_id: str) -> RecallResult:
@@ -332,7 +332,7 @@ class WorldModel:
     def readiness(self, tenant_id: str, agent_id: str, window: int = 30) -> dict[str, Any]:
         """Graduation exam over the agent's last ``window`` episodes."""
         if isinstance(window, bool) or not isinstance(window, int) or not 0 < window <= MAX_PAGE:
-            raise InvalidInputError("window", f"must be an integer in [1, {MAX_PAGE}]", window)
+            raise InvalidInputError("window", f"must be a positive integer (at most {MAX_PAGE})", window)
         episodes = self.get_agent_episodes(tenant_id, agent_id, window)
         cfg = self.config
         n = len(episodes)
