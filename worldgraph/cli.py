@@ -44,6 +44,8 @@ def _error(args: argparse.Namespace, exc: Exception) -> None:
 def open_wm(args: argparse.Namespace, **kw: Any) -> Any:
     from worldgraph.service import WorldModel
 
+    if getattr(args, "read_only", False):
+        kw["read_only"] = True
     return WorldModel.open(args.data, graph=args.graph, **kw)
 
 
@@ -387,6 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--graph", default=os.environ.get("WORLDGRAPH_GRAPH", "embedded"), choices=["embedded", "neo4j"],
                    help="graph store: embedded (no server) or neo4j (NEO4J_URI)")
     p.add_argument("--tenant", default=os.environ.get("WORLDGRAPH_TENANT", "default"))
+    p.add_argument("--read-only", dest="read_only", action="store_true",
+                   help="open the data directory without writing anything (a backup, a snapshot); writes fail")
     json_parent = argparse.ArgumentParser(add_help=False)
     json_parent.add_argument("--json", action="store_true", help="machine-readable output")
     sub = p.add_subparsers(title="commands")

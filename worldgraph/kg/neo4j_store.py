@@ -18,7 +18,8 @@ from neo4j import Driver, GraphDatabase, ManagedTransaction, Result, unit_of_wor
 from neo4j.exceptions import AuthError, DriverError, Neo4jError, ServiceUnavailable, SessionExpired
 from neo4j.graph import Node, Path, Relationship
 
-from worldgraph.errors import InvalidInputError, NotFoundError, ReadOnlyQueryError, StoreUnavailableError
+from worldgraph.errors import (InvalidInputError, NotFoundError, ReadOnlyError, ReadOnlyQueryError,
+                               StoreUnavailableError)
 from worldgraph.kg import neo4j_queries as q
 from worldgraph.kg.records import EdgeRecord, GraphView, MergePlan, MetaRecord, NodeRecord, RuleRecord, SceneRecord
 from worldgraph.kg.store import GraphStore, Record
@@ -33,9 +34,10 @@ class Neo4jGraphStore(GraphStore):
     name = "neo4j"
 
     def __init__(self, uri: str, user: str, password: str, database: str = "neo4j",
-                 connection_timeout: float = 5.0) -> None:
+                 connection_timeout: float = 5.0, read_only: bool = False) -> None:
         self.uri = uri
         self.database = database
+        self.read_only = read_only
         driver: Driver | None = None
         try:
             driver = GraphDatabase.driver(
@@ -54,6 +56,8 @@ class Neo4jGraphStore(GraphStore):
             _close(driver)
             raise StoreUnavailableError(_unreachable(uri, exc)) from exc
         self._driver: Driver = driver
+        if read_only:
+            return  # no constraints, indexes or migrations: reads need none of them to be correct
         try:
             self._ensure_schema()
         except BaseException:
@@ -62,6 +66,8 @@ class Neo4jGraphStore(GraphStore):
 
     # ---------------------------------------------------------------- plumbing
     def _write(self, work: Callable[..., T], *args: Any) -> T:
+        if self.read_only:
+            raise ReadOnlyError("writing to the graph store", "the Neo4j store was opened read-only")
         try:
             with self._driver.session(database=self.database) as session:
                 return session.execute_write(work, *args)

@@ -24,6 +24,7 @@ class GraphStore(ABC):
     """Abstract store. Writes of one call are atomic: all of it lands, or none of it."""
 
     name: str = "abstract"
+    read_only: bool = False  # opened for reading only: every write raises ReadOnlyError
 
     # ---------------------------------------------------------------- episodes
     @abstractmethod
@@ -51,6 +52,22 @@ class GraphStore(ABC):
     @abstractmethod
     def set_index_status(self, tenant_id: str, episode_ids: list[str], status: str, error: str | None = None) -> None:
         """Mark episodes "indexed" / "failed" / "pending" in the LanceDB sidecar."""
+
+    def mark_pending(self, tenant_id: str | None = None) -> int:
+        """Mark every episode (of one tenant, or all) "pending" before its index rows are
+        rewritten, so that an interrupted reindex is finished by the next ``retry_indexing``.
+        Returns how many changed. Pages may commit separately: marking is idempotent, and no index
+        row is touched before it is done. Stores override it with one statement."""
+        changed = 0
+        for page in self.iter_episodes(tenant_id, batch_size=1000):
+            by_tenant: dict[str, list[str]] = {}
+            for e in page:
+                if e.get("index_status") != "pending":
+                    by_tenant.setdefault(e["tenant_id"], []).append(e["id"])
+            for tenant, ids in by_tenant.items():
+                self.set_index_status(tenant, ids, "pending")
+                changed += len(ids)
+        return changed
 
     @abstractmethod
     def unindexed_episodes(self, limit: int = 1000) -> list[Record]:

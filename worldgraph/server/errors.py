@@ -13,6 +13,9 @@ that maps worldgraph's exceptions to HTTP status codes. The MCP tools report the
 | NotSupportedError (Cypher on the embedded store) | 501 | not_supported      |
 | StoreUnavailableError (Neo4j down)          | 503    | store_unavailable  |
 | ExtractionError (the LLM failed)            | 502    | extraction_failed  |
+| ReadOnlyError (served with --read-only, or a read-only / full data folder) | 403 | read_only |
+| StorageError (the disk refused the write; nothing of it is stored) | 507 | storage_full_or_failed |
+| PartialWriteError (first write stored, second failed; the message says what is stored) | 500 | partial_write |
 | EmbeddingDimensionError (the server's embedder is misconfigured) | 500 | embedder_error |
 | any other WorldGraphError                   | 400    | bad_request        |
 | anything else                               | 500    | internal (details only in the server log) |
@@ -38,7 +41,10 @@ from worldgraph.errors import (
     InvalidInputError,
     NotFoundError,
     NotSupportedError,
+    PartialWriteError,
+    ReadOnlyError,
     ReadOnlyQueryError,
+    StorageError,
     StoreUnavailableError,
     WorldGraphError,
 )
@@ -56,6 +62,9 @@ _STATUS: tuple[tuple[type[BaseException], int, str], ...] = (
     (NotSupportedError, 501, "not_supported"),
     (StoreUnavailableError, 503, "store_unavailable"),
     (ExtractionError, 502, "extraction_failed"),
+    (ReadOnlyError, 403, "read_only"),
+    (StorageError, 507, "storage_full_or_failed"),
+    (PartialWriteError, 500, "partial_write"),
     (WorldGraphError, 400, "bad_request"),
 )
 _HTTP_TYPES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
