@@ -99,10 +99,12 @@ def test_apply_delta_reports_every_dropped_edge(wm: WorldModel) -> None:
 def test_bad_delta_writes_nothing(wm: WorldModel) -> None:
     wm.apply_delta("t1", ENV, DELTA)
     before = wm.world_graph("t1", ENV)
-    for bad in ("not json", [], {"entities": []}, {"entities": "x", "states": [], "edges": [], "rules": []},
-                {"entities": [1], "states": [], "edges": [], "rules": []}):
+    for bad in ("not json", [], {"entities": []}, {"entities": "x", "states": [], "edges": [], "rules": []}):
         with pytest.raises(DeltaValidationError):
             wm.apply_delta("t1", ENV, bad)
+    # an item that is not an object is dropped on its own; with nothing left, nothing is written
+    report = wm.apply_delta("t1", ENV, {"entities": [1], "states": [], "edges": [], "rules": []}, scene="x")
+    assert [d.reason for d in report.dropped] == ["must be an object, got number"] and report.skipped
     assert wm.world_graph("t1", ENV) == before
     with pytest.raises(InvalidInputError, match="env_name"):
         wm.apply_delta("t1", "../etc", DELTA)

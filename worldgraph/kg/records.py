@@ -50,6 +50,7 @@ class NodeRecord(TypedDict, total=False):
     entity_id: str | None  # for a state: the entity it is a state of
     valid_from: str
     valid_to: str | None  # a state superseded by a newer state of the same entity and type
+    last_seen: str  # the latest update time that asserted it (merges place facts by update time)
     created_at: str
     updated_at: str
 
@@ -68,6 +69,7 @@ class EdgeRecord(TypedDict, total=False):
     source_scenes: list[str]
     valid_from: str
     valid_to: str | None  # null while current
+    last_seen: str  # the latest update time that asserted it
     created_at: str
     updated_at: str
 
@@ -131,6 +133,10 @@ class GraphView:
     To close the older state of an entity when a new state of the same type arrives, the merge
     looks for state nodes whose ``entity_id`` is among the loaded nodes: a store that also loads
     those states (``entity_id IN node_ids``) lets that work for states the delta does not name.
+    The view also holds the current containment edges above the loaded nodes (their ancestors),
+    so that the merge can refuse a containment cycle. Refs by name alone need the nodes of those
+    names: ``load_view(..., names=[...])`` adds the nodes whose ``norm_name`` is among them (and their
+    edges and states, as if their ids had been asked for).
     ``scenes`` is not used by the merge; ``merge.apply_plan_to_view`` keeps the plan's scenes there.
     """
 
@@ -199,8 +205,10 @@ class MergePlan:
     nodes: list[NodeRecord] = field(default_factory=list)
     edges: list[EdgeRecord] = field(default_factory=list)
     rules: list[RuleRecord] = field(default_factory=list)
-    scene: SceneRecord | None = None  # upserted with status "merged"
-    meta: MetaRecord | None = None  # counts are recomputed by the store when it applies the plan
+    scene: SceneRecord | None = None  # upserted with status "merged" (or "failed": every item dropped)
+    meta: MetaRecord | None = None  # None: the graph did not change (no graph_version bump); else
+    # counts are recomputed by the store when it applies the plan
+    report: dict[str, Any] | None = None  # the scene's MergeReport, kept beside it (get_scene_report)
 
     def size(self) -> int:
         return len(self.nodes) + len(self.edges) + len(self.rules)
