@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from worldgraph.errors import DeltaValidationError
 from worldgraph.kg.ids import edge_id, node_id, rule_id
-from worldgraph.kg.merge import apply_plan_to_view, plan_merge, referenced_node_ids
+from worldgraph.kg.merge import apply_plan_to_view, plan_merge, referenced, referenced_node_ids
 from worldgraph.kg.records import EDGE_KEYS, NODE_KEYS, RELATIONS, RULE_KEYS, GraphView
 
 T, ENV = "acme", "JerichoEnv905"
@@ -47,14 +47,23 @@ def nid(kind, typ, name):
     return node_id(T, ENV, kind, typ, name)
 
 
-def load_view(full: GraphView, node_ids: list[str]) -> GraphView:
-    """What a store's load_view returns: the named nodes, edges touching them, all rules, meta."""
-    ids = set(node_ids)
+def load_view(full: GraphView, node_ids: list[str], names: list[str] = ()) -> GraphView:
+    """What a store's load_view returns: the named nodes (by id or norm_name), their states, edges
+    touching them, the current containment edges above them, all rules, meta."""
+    ids = set(node_ids) | {k for k, v in full.nodes.items() if v.get("norm_name") in set(names)}
+    edges = {k: v for k, v in full.edges.items() if v["src_id"] in ids or v["dst_id"] in ids}
+    parent = {e["dst_id"]: (k, e) for k, e in full.edges.items()
+              if e["relation"] == "containment" and e["valid_to"] is None}
+    for start in list(ids):
+        node, hops = start, 0
+        while node in parent and hops < 64:
+            k, e = parent[node]
+            edges[k] = e
+            node, hops = e["src_id"], hops + 1
     return GraphView(
         tenant_id=full.tenant_id, env_name=full.env_name,
-        nodes={k: v for k, v in full.nodes.items() if k in ids},
-        edges={k: v for k, v in full.edges.items() if v["src_id"] in ids or v["dst_id"] in ids},
-        rules=dict(full.rules), meta=full.meta,
+        nodes={k: v for k, v in full.nodes.items() if k in ids or v.get("entity_id") in ids},
+        edges=edges, rules=dict(full.rules), meta=full.meta,
     )
 
 
@@ -67,7 +76,7 @@ class World:
 
     def merge(self, d: dict, with_scene: bool = True, reason: str = "curious"):
         self.n += 1
-        part = load_view(self.view, referenced_node_ids(T, ENV, d))
+        part = load_view(self.view, *referenced(T, ENV, d))
         plan, report = plan_merge(part, d, scene(self.n, reason) if with_scene else None, now(self.n))
         self.view = apply_plan_to_view(self.view, plan)
         return plan, report
@@ -131,7 +140,7 @@ def test_merging_the_same_delta_and_scene_twice_changes_only_evidence_counts():
     assert r2.created == r2.closed == r2.reopened == {"nodes": [], "edges": [], "rules": []}
 
     def strip(records):
-        return {k: {f: v for f, v in r.items() if f not in ("evidence_count", "updated_at", "last_seen")}
+        return {k: {f: v for f, v in r.items() if f not in ("evidence_count", "updated_at", "last_seen", "seen")}
                 for k, r in records.items()}
 
     for part in ("nodes", "edges", "rules"):

@@ -147,6 +147,7 @@ class _Merge(StatesMixin, RulesMixin):
     def run(self, delta: ParsedDelta) -> tuple[MergePlan, MergeReport]:
         state_refs = self._nodes(delta)
         self._entity_refs(state_refs)
+        self._entity_runs()
         self._edges(delta.edges)
         self._settle_states()
         self._retract_nodes()

@@ -72,11 +72,16 @@ class MergeBase:
         rec["updated_at"] = self.now
         return rec
 
-    def _new_record(self, rid: str, confidence: float, **fields: Any) -> dict[str, Any]:
-        return {"id": rid, "tenant_id": self.t, "env_name": self.env, **fields,
-                "confidence": round(confidence, 6), "evidence": [], "evidence_count": 0, "source_scenes": [],
-                "valid_from": self.at, "valid_to": None, "last_seen": self.at,
-                "created_at": self.now, "updated_at": self.now}
+    def _new_record(self, rid: str, confidence: float, timeline: bool = True, **fields: Any) -> dict[str, Any]:
+        """A new record holding from the update time. ``timeline``: it keeps the events its runs
+        are computed from (``merge_timeline``)."""
+        rec = {"id": rid, "tenant_id": self.t, "env_name": self.env, **fields,
+               "confidence": round(confidence, 6), "evidence": [], "evidence_count": 0, "source_scenes": [],
+               "valid_from": self.at, "valid_to": None, "last_seen": self.at,
+               "created_at": self.now, "updated_at": self.now}
+        if timeline:
+            rec["seen"], rec["ends"] = [], []
+        return rec
 
     # ------------------------------------------------------------ shared steps
     def _add_evidence(self, rec: Any, evidence: list[str], confidence: float, new: bool = False) -> None:
@@ -93,7 +98,8 @@ class MergeBase:
         rec["evidence_count"] = int(rec.get("evidence_count", len(rec.get("evidence", [])))) + len(evidence)
         if self.scene_id is not None and self.scene_id not in scenes:
             scenes.append(self.scene_id)
-        rec["last_seen"] = max(last_seen(rec), self.at)
+        if "seen" not in rec:  # records on the timeline get last_seen from their events
+            rec["last_seen"] = max(last_seen(rec), self.at)
 
     def _close(self, rec: Any, kind: str, at: str | None = None) -> None:
         rec["valid_to"] = at or self.at
@@ -109,6 +115,26 @@ class MergeBase:
             self.report.closed[kind].remove(rec["id"])
         elif rec["id"] not in self.report.created[kind]:
             _mark(self.report.reopened[kind], rec["id"])
+
+    def _lay(self, rec: Any, kind: str, start: str, end: str | None, seen: list[str], ends: list[str]) -> Any:
+        """Give a record the run [start, end) and its events (touched only when something moved);
+        the report says what closed and reopened."""
+        if (rec.get("valid_from"), rec.get("valid_to"), rec.get("seen"), rec.get("ends")) == (start, end, seen, ends):
+            return rec
+        was_current = rec.get("valid_to") is None
+        rec = self._touch_node(rec["id"]) if kind == "nodes" else self._touch_edge(rec["id"])
+        rec["valid_from"], rec["valid_to"], rec["seen"], rec["ends"] = start, end, seen, ends
+        if seen:
+            rec["last_seen"] = seen[-1]
+        created = rec["id"] in self.report.created[kind]
+        if was_current and end is not None and not created:
+            _mark(self.report.closed[kind], rec["id"])
+        elif not was_current and end is None and not created:
+            if rec["id"] in self.report.closed[kind]:
+                self.report.closed[kind].remove(rec["id"])
+            else:
+                _mark(self.report.reopened[kind], rec["id"])
+        return rec
 
     def _drop(self, kind: str, index: int, reason: str, item: Any) -> None:
         self.report.dropped.append(DroppedItem(kind=kind, index=index, reason=reason, item=item))

@@ -1,24 +1,21 @@
 """Merge steps for edges: check and resolve, containment on the timeline, cycles, retraction.
 
-Containment is single-parent at every moment. The containment edges into one child are
-intervals [valid_from, valid_to) that do not overlap; a new fact "P contains C" at the update
-time ``at``:
-- falls inside an interval with the same parent: more evidence for that edge;
-- falls inside another parent's interval: that edge is closed at ``at``, and P holds C from
-  ``at`` until that edge's old end (a late fact that a newer update already contradicted enters
-  as closed history); when the interval after it is P's too, that edge is extended back instead;
-- falls in no interval: a new edge from ``at`` until the next interval starts (or current), or
-  the next interval is extended back when it is P's.
-Re-asserting a closed fact later gives a new record (occurrence + 1), so every interval of
-"key on table" stays in the history.
+Containment is single-parent at every moment. The containment records into one child are the
+runs of its parents on the timeline (``merge_timeline``): a new fact "P contains C" at the update
+time is one more event, and the child's runs are recomputed from all of them. So a late fact that
+a newer update already contradicted enters as closed history (P held C from its time until the
+next parent's), a fact that fills a gap extends a run, and re-asserting an older fact later gives
+a new record (occurrence + 1): every interval of "key on table" stays in the history. A retracted
+node holds nothing and is held by nothing from its retraction on.
 
 No containment cycles: when a current containment edge would close a cycle (the box holds the
 bag, the bag now holds the box), the newest edge on the cycle wins: the cycle's edge out of that
-edge's child is closed at the newest edge's time (the box left the bag), and a note says so.
+edge's child ends at the newest edge's time (the box left the bag), and a note says so.
 
-Retraction: an edge item with ``retract: true`` closes the edge of that relation between those
-ends (and action) that holds at the update time; when none does, the item is dropped with the
-reason.
+Retraction: an edge item with ``retract: true`` ends the edge of that relation between those ends
+(and action) that holds at the update time; when none does, the item is dropped with the reason.
+Transition and episodic edges do not contradict each other: an assertion adds evidence to the
+record of that fact (its valid_from is the earliest time it was seen).
 """
 
 from __future__ import annotations
@@ -27,8 +24,9 @@ from typing import Any
 
 from worldgraph.kg.delta import Entry
 from worldgraph.kg.ids import edge_id
-from worldgraph.kg.merge_base import SCENE_REF, covers, last_seen
+from worldgraph.kg.merge_base import SCENE_REF, covers
 from worldgraph.kg.merge_refs import RefsMixin, norm_ref
+from worldgraph.kg.merge_timeline import Event, record_events, segments, within
 from worldgraph.kg.records import EdgeRecord
 
 MAX_DEPTH = 64  # containment chains are short; a longer walk is a corrupt graph, not a cycle
@@ -111,7 +109,8 @@ class EdgesMixin(RefsMixin):
             occurrence += 1
         eid = edge_id(self.t, self.env, item.relation, src, dst, action, occurrence)
         rec: EdgeRecord = self._new_record(  # type: ignore[assignment]
-            eid, item.confidence, relation=item.relation, src_id=src, dst_id=dst, action=action, occurrence=occurrence)
+            eid, item.confidence, timeline=item.relation == "containment", relation=item.relation, src_id=src,
+            dst_id=dst, action=action, occurrence=occurrence)
         rec["valid_to"] = valid_to
         self._add_evidence(rec, item.evidence, item.confidence, new=True)
         self.edges[eid] = rec
@@ -134,7 +133,8 @@ class EdgesMixin(RefsMixin):
         same = [e for e in self._records_between(item.relation, src, dst, action)]
         holding = [e for e in same if covers(e, self.at)] or [e for e in same if e.get("valid_to") is None]
         if holding:
-            self._confirm(holding[0]["id"], item)
+            rec = self._confirm(holding[0]["id"], item)
+            rec["valid_from"] = min(rec.get("valid_from") or self.at, self.at)  # seen earlier than known
         else:
             self._new_edge(item, src, dst)
         if item.relation == "transition":
@@ -150,30 +150,53 @@ class EdgesMixin(RefsMixin):
 
     # ------------------------------------------------------------ containment
     def _contain(self, index: int, item: Any, parent: str, child: str) -> None:
-        timeline = sorted((e for eid in self._containment_edges_into(child) if (e := self._edge(eid)) is not None),
-                          key=lambda e: (e.get("valid_from") or "", e["id"]))
-        at = self.at
-        holding = [e for e in timeline if covers(e, at)]
-        if holding:
-            e = holding[-1]
-            if e["src_id"] == parent:
-                self._confirm(e["id"], item)
-                return
-            old_end = e.get("valid_to")
-            self._close(self._touch_edge(e["id"]), "edges")
-            after = [x for x in timeline if old_end is not None and x.get("valid_from") == old_end]
-        else:
-            old_end = None
-            after = [x for x in timeline if (x.get("valid_from") or "") > at][:1]
-            if after:
-                old_end = after[0].get("valid_from")
-        if after and after[0]["src_id"] == parent:  # the next interval is this parent's: it starts earlier
-            rec = self._confirm(after[0]["id"], item)
-            rec["valid_from"] = at
-        else:
-            rec = self._new_edge(item, parent, child, valid_to=old_end)
-        if rec.get("valid_to") is None:
+        rec = self._relayout_child(child, [(self.at, 0, parent)], item)
+        if rec is not None and rec.get("valid_to") is None:
             self._break_cycle(index, rec)
+
+    def _relayout_child(self, child: str, extra: list[Event], item: Any = None) -> EdgeRecord | None:
+        """Recompute the containment runs into ``child`` from its records' events and ``extra``
+        (``merge_timeline``): each parent's runs go to its records in time order, a run without a
+        record gets a new one. ``item`` (asserted now) gives its evidence to the record whose run
+        holds the update time, which is returned."""
+        recs = sorted((e for eid in self._containment_edges_into(child) if (e := self._edge(eid)) is not None),
+                      key=lambda e: (e.get("valid_from") or "", e["id"]))
+        events = [ev for r in recs for ev in record_events(r, r["src_id"])] + extra
+        # a retracted node holds nothing and is held by nothing from then on (until asserted again)
+        parents = {r["src_id"] for r in recs} | {m for _, _, m in extra}
+        child_ends = (self._node(child) or {}).get("ends") or []
+        events += [(t, 1, p) for t in child_ends for p in parents]
+        events += [(t, 1, p) for p in parents for t in (self._node(p) or {}).get("ends") or []]
+        times: dict[str, list[str]] = {}
+        ended: dict[str, set[str]] = {}
+        for t, kind, member in events:
+            if kind == 0:
+                times.setdefault(member, []).append(t)
+            else:
+                ended.setdefault(member, set()).add(t)
+        have: dict[str, list[EdgeRecord]] = {}
+        for r in recs:
+            have.setdefault(r["src_id"], []).append(r)
+        runs: dict[str, list[tuple[str, str | None]]] = {}
+        for member, start, end in segments(events):
+            runs.setdefault(member, []).append((start, end))
+        target: EdgeRecord | None = None
+        for parent in sorted(runs):
+            for k, (start, end) in enumerate(runs[parent]):
+                seen = within(times[parent], start, end)
+                ends = [end] if end is not None and end in ended.get(parent, ()) else []
+                holds_now = item is not None and start <= self.at and (end is None or self.at < end)
+                if k < len(have.get(parent, [])):
+                    rec = self._lay(have[parent][k], "edges", start, end, seen, ends)
+                    if holds_now:
+                        rec = self._confirm(rec["id"], item)
+                else:  # a run without a record: a new interval of this parent
+                    source = item if holds_now else _Like(have[parent][-1] if have.get(parent) else None)
+                    rec = self._new_edge(source, parent, child)
+                    self._lay(rec, "edges", start, end, seen, ends)
+                if holds_now:
+                    target = rec
+        return target
 
     def _containment_edges_into(self, dst: str) -> set[str]:
         """Ids of the containment edges (current or closed) into ``dst``, view and touched."""
@@ -211,23 +234,35 @@ class EdgesMixin(RefsMixin):
         newest = max(cycle, key=lambda e: (e.get("valid_from") or "", e is new))
         victim = next(e for e in cycle if e["src_id"] == newest["dst_id"])
         at = newest.get("valid_from") or self.at
-        self._close(self._touch_edge(victim["id"]), "edges", at=at)
+        self._relayout_child(victim["dst_id"], [(at, 1, victim["src_id"])])
         self._note("edge", index, f"containment cycle: {victim['src_id']} -> {victim['dst_id']} closed at {at}, "
                                f"the newer fact {newest['src_id']} -> {newest['dst_id']} wins")
 
     # ------------------------------------------------------------ retraction
     def _retract_edge(self, e: Entry, item: Any, src: str, dst: str) -> None:
         action = item.action if item.relation == "transition" else None
-        same = self._records_between(item.relation, src, dst, action)
-        holding = [x for x in same if covers(x, self.at)]
+        holding = [x for x in self._records_between(item.relation, src, dst, action) if covers(x, self.at)]
         if not holding:
             self._drop("edge", e.index, f"retract: no {item.relation} edge {item.src_ref!r} -> {item.dst_ref!r} "
                                         f"holds at {self.at}", e.raw)
             return
-        rec = holding[-1]
-        if last_seen(rec) > self.at:
-            self._drop("edge", e.index, f"retract: the {item.relation} edge {item.src_ref!r} -> {item.dst_ref!r} "
-                                        f"was asserted again later ({last_seen(rec)})", e.raw)
-            return
-        rec = self._touch_edge(rec["id"])
-        self._close(rec, "edges")
+        self._end_edge(holding[-1])
+
+    def _end_edge(self, rec: EdgeRecord) -> None:
+        """End the edge at the update time: a containment edge through its child's timeline (an
+        assertion of the same parent after that time starts a new interval), others directly."""
+        if rec.get("relation") == "containment":
+            self._relayout_child(rec["dst_id"], [(self.at, 1, rec["src_id"])])
+        else:
+            self._close(self._touch_edge(rec["id"]), "edges")
+
+
+class _Like:
+    """A stand-in item for a new interval split off an existing record: its confidence, no evidence."""
+
+    relation = "containment"
+    action = None
+    evidence: list[str] = []
+
+    def __init__(self, rec: Any) -> None:
+        self.confidence = float((rec or {}).get("confidence", 0.5))

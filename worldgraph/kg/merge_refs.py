@@ -18,6 +18,7 @@ from typing import Any
 from worldgraph.kg.delta import Entry, ParsedDelta
 from worldgraph.kg.ids import is_uuid, node_id, normalise_name, normalise_type
 from worldgraph.kg.merge_base import SCENE_REF, MergeBase, covers, last_seen
+from worldgraph.kg.merge_timeline import SEEN_KEEP, Event, record_events, segments
 from worldgraph.kg.records import NodeKind, NodeRecord
 
 NODE_KINDS: tuple[tuple[str, NodeKind], ...] = (("entities", "entity"), ("states", "state"))
@@ -61,12 +62,13 @@ class RefsMixin(MergeBase):
     dropped_refs: dict[str, str]  # normalised ref of a dropped item -> "entities[2]"
     local_names: dict[str, list[str]]  # normalised name -> ids of this delta's nodes
     asserted_states: list[str]
+    asserted_entities: list[str]
     node_retractions: list[tuple[NodeKind, Entry]]
     _by_name: dict[str, list[str]] | None
 
     def _init_refs(self) -> None:
         self.refs, self.ref_owner, self.dropped_refs, self.local_names = {}, {}, {}, {}
-        self.asserted_states, self.node_retractions = [], []
+        self.asserted_states, self.asserted_entities, self.node_retractions = [], [], []
         self._by_name = None
 
     # ------------------------------------------------------------ nodes
@@ -103,6 +105,8 @@ class RefsMixin(MergeBase):
                 if kind == "state":
                     self.asserted_states.append(nid)
                     state_refs.append((e.index, nid, item.entity_ref))
+                elif nid not in self.asserted_entities:
+                    self.asserted_entities.append(nid)
         return state_refs
 
     def _upsert_node(self, nid: str, kind: NodeKind, item: Any) -> None:
@@ -126,8 +130,25 @@ class RefsMixin(MergeBase):
         self._add_evidence(rec, item.evidence, item.confidence)
         if nid not in self.report.created["nodes"] and nid not in self.report.merged["nodes"]:
             self.report.merged["nodes"].append(nid)
-        if kind == "entity" and rec.get("valid_to") is not None and self.at >= rec["valid_to"]:
-            self._reopen(rec, "nodes")  # asserted again after it was retracted
+
+    def _entity_runs(self) -> None:
+        """An entity is there from its first assertion until a retraction (and again after it)."""
+        for nid in self.asserted_entities:
+            self._relayout_nodes([nid], [(self.at, 0, nid)])
+
+    def _relayout_nodes(self, members: list[str], extra: list[Event]) -> None:
+        """Recompute which of ``members`` holds when (a node's latest run becomes its valid_from /
+        valid_to) from their events and ``extra`` (``merge_timeline``)."""
+        recs = {m: r for m in dict.fromkeys(members) if (r := self._node(m)) is not None}
+        events = [ev for m, r in recs.items() for ev in record_events(r, m)] + extra
+        latest = {member: (start, end) for member, start, end in segments(events)}
+        for m, rec in recs.items():
+            if m not in latest:
+                continue  # no run: a state that lost its group at the only time it was named
+            start, end = latest[m]
+            seen = sorted({t for t, kind, who in events if who == m and kind == 0})[-SEEN_KEEP:]
+            ends = sorted({t for t, kind, who in events if who == m and kind == 1})[-SEEN_KEEP:]
+            self._lay(rec, "nodes", start, end, seen, ends)
 
     def _entity_refs(self, state_refs: list[tuple[int, str, str | None]]) -> None:
         for i, nid, ref in state_refs:
@@ -153,22 +174,31 @@ class RefsMixin(MergeBase):
                 nid = self._resolve(item.name, kind) or nid
             rec = self._node(nid)
             if rec is None or rec.get("kind") != kind:
-                self._drop(kind, e.index, f"retract: no {kind} {item.name!r} in the graph", e.raw)
+                # Not known yet (the rounds that saw it may merge later): recorded as ended now,
+                # so that those facts, when they come, end here too.
+                rec = self._new_record(nid, item.confidence, kind=kind, type=normalise_type(item.type),  # type: ignore[assignment]
+                                       name=display_name(item.name), norm_name=normalise_name(item.name),
+                                       attributes={}, entity_id=None)
+                rec.update(valid_to=self.at, ends=[self.at])
+                self._add_evidence(rec, item.evidence, item.confidence, new=True)
+                self.nodes[nid] = rec
+                self.report.created["nodes"].append(nid)
+                self._note(kind, e.index, f"retract: {kind} {item.name!r} is not in the graph yet; recorded as "
+                                          f"ended at {self.at}, so earlier facts about it that merge later end there")
                 continue
             if not covers(rec, self.at):
                 self._drop(kind, e.index, f"retract: {kind} {rec.get('name')!r} is not current "
                                           f"(valid {rec.get('valid_from')} to {rec.get('valid_to')})", e.raw)
                 continue
-            if last_seen(rec) > self.at:
-                self._drop(kind, e.index, f"retract: {kind} {rec.get('name')!r} was asserted again later "
-                                          f"({last_seen(rec)})", e.raw)
-                continue
-            self._close(self._touch_node(nid), "nodes")
-            self._add_evidence(self.nodes[nid], item.evidence, item.confidence)
-            self.nodes[nid]["last_seen"] = last_seen(rec)
-            for eid, edge in list({**self.view.edges, **self.edges}.items()):
-                if nid in (edge.get("src_id"), edge.get("dst_id")) and covers(edge, self.at):
-                    self._close(self._touch_edge(eid), "edges")
+            members = self._group_members(nid) if kind == "state" else [nid]
+            self._relayout_nodes(members, [(self.at, 1, nid)])
+            self._add_evidence(self._touch_node(nid), item.evidence, item.confidence)
+            for edge in [x for x in {**self.view.edges, **self.edges}.values()
+                         if nid in (x.get("src_id"), x.get("dst_id")) and covers(x, self.at)]:
+                self._end_edge(edge)  # type: ignore[attr-defined]
+
+    def _group_members(self, nid: str) -> list[str]:  # merge_states' (a state's group)
+        return [nid]
 
     # ------------------------------------------------------------ refs
     def _resolve(self, ref: str, want_kind: str | None) -> str | None:

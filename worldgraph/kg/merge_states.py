@@ -1,22 +1,17 @@
 """Merge step for states: which state of an entity holds when.
 
 The states of one entity and state type (a group: "front door" x door_state) take turns: at any
-moment at most one holds. Each state node keeps its latest run [valid_from, valid_to). A state
-asserted at the update time ``at`` (in the states array, or as a transition's dst) wins its
-group at ``at``; within one delta the last one asserted for a group wins (transition dsts after
-the states array). The winner W:
-- if W's run holds at ``at``: nothing moves (more evidence);
-- if W's run starts later and no other run starts in between: it starts at ``at`` instead;
-- else W runs from ``at`` until the next run of the group starts (current when none does): a
-  late fact that a newer update already contradicted enters as closed history.
-The run of another state that holds at ``at`` ends there. A transition's src that is in another
-group (or none) is closed at ``at`` when it holds then. Node runs are single intervals, so a
-state that held, stopped and held again keeps only its latest run; edges keep the full history.
+moment at most one holds. A state asserted at the update time (in the states array, or as a
+transition's dst) holds from then until another state of its group is asserted (or it is
+retracted); within one delta the last one asserted for a group wins (transition dsts after the
+states array), and the others named with it do not hold. The runs are recomputed from the states'
+events (``merge_timeline``), so a late update lands where its time says: a late state a newer one
+already replaced enters as closed history. A state node keeps its latest run as valid_from /
+valid_to. A transition's src outside the dst's group (or in none) ends at the update time.
 """
 
 from __future__ import annotations
 
-from worldgraph.kg.merge_base import covers, last_seen
 from worldgraph.kg.merge_edges import EdgesMixin
 
 
@@ -31,22 +26,29 @@ class StatesMixin(EdgesMixin):
                 winners[key] = nid
             elif nid not in alone:
                 alone.append(nid)
+        held = set(winners.values()) | set(alone)
+        for nid in self.asserted_states:  # named with the winner but not holding: a new one never held
+            if nid not in held and nid in self.report.created["nodes"]:
+                self.nodes[nid]["valid_to"] = self.at
         groups = self._members(set(winners))
         for key, nid in winners.items():
-            self._win(nid, [m for m in groups.get(key, []) if m != nid])
+            self._relayout_nodes([*groups.get(key, []), nid], [(self.at, 0, nid)])
         for nid in alone:
-            self._win(nid, [])
-        done = set(winners.values()) | set(alone)
+            self._relayout_nodes([nid], [(self.at, 0, nid)])
         for src, dst in self.transitions:
-            rec = self._node(src)
-            if src in done or rec is None or self._group(src) == self._group(dst) and self._group(src)[0]:
+            if src in held or src == dst or self._node(src) is None:
                 continue
-            if covers(rec, self.at) and last_seen(rec) <= self.at:
-                self._close(self._touch_node(src), "nodes")
+            if self._group(src)[0] and self._group(src) == self._group(dst):
+                continue  # the dst's run ends the src's
+            self._relayout_nodes(self._group_members(src), [(self.at, 1, src)])
 
     def _group(self, nid: str) -> tuple[str, str]:
         rec = self._node(nid) or {}
         return (rec.get("entity_id") or "", rec.get("type", ""))
+
+    def _group_members(self, nid: str) -> list[str]:
+        key = self._group(nid)
+        return [*self._members({key}).get(key, []), nid] if key[0] else [nid]
 
     def _members(self, needed: set[tuple[str, str]]) -> dict[tuple[str, str], list[str]]:
         """The state ids of each needed group, in one pass over the view and the touched records."""
@@ -62,34 +64,3 @@ class StatesMixin(EdgesMixin):
                     if key in needed:
                         groups.setdefault(key, []).append(nid)
         return groups
-
-    def _win(self, nid: str, others: list[str]) -> None:
-        at = self.at
-        starts: list[str] = []
-        for other in sorted(others):
-            rec = self._node(other)
-            if rec is None:
-                continue
-            if covers(rec, at):
-                if last_seen(rec) > at:  # asserted again after ``at``: its run resumes then
-                    self._touch_node(other)["valid_from"] = last_seen(rec)
-                    starts.append(last_seen(rec))
-                else:
-                    self._close(self._touch_node(other), "nodes")
-            elif (rec.get("valid_from") or "") > at:
-                starts.append(rec["valid_from"])
-        nxt = min(starts) if starts else None
-        rec = self._node(nid)
-        if rec is None:
-            return
-        if covers(rec, at):
-            if rec.get("valid_to") is None and nxt is not None:
-                self._close(self._touch_node(nid), "nodes", at=nxt)
-        elif (rec.get("valid_from") or "") > at:
-            if nxt is None or rec["valid_from"] <= nxt:
-                self._touch_node(nid)["valid_from"] = at
-        else:
-            w = self._touch_node(nid)
-            self._reopen(w, "nodes")
-            if nxt is not None:
-                w["valid_to"] = nxt
