@@ -177,3 +177,20 @@ def test_containment_never_forms_a_cycle_the_newer_edge_wins() -> None:
             assert node not in seen
             seen.add(node)
             node = parent.get(node)
+
+
+def test_a_cycle_within_one_delta_keeps_the_later_edge() -> None:
+    w = World()
+    _, report = w.merge(delta(entities=[ent("box", "box", "container"), ent("bag", "bag", "container")],
+                              edges=[edge("containment", "box", "bag"), edge("containment", "bag", "box")]))
+    assert [(d.index, d.reason) for d in report.dropped] == [
+        (0, "would close a containment cycle with edges[1] of this delta; the later edge wins")]
+    assert [(w.view.nodes[e["src_id"]]["name"], w.view.nodes[e["dst_id"]]["name"]) for e in w.current("containment")] \
+        == [("bag", "box")]
+
+
+def test_repeated_items_merge_once_with_a_note() -> None:
+    w = World()
+    _, report = w.merge(delta(entities=[ent("k", "key", evidence="a"), ent("k", "key", evidence="a")]))
+    assert report.dropped == [] and [n.reason for n in report.notes] == ["repeats entities[0]; merged once"]
+    assert w.node("entity", "item", "key")["evidence_count"] == 1

@@ -50,12 +50,16 @@ class EdgesMixin(RefsMixin):
         for e, item, src, dst in accepted:
             if item.relation == "containment" and not item.retract:
                 last_parent[dst] = (e.index, src)
+        in_cycle = _delta_cycles(last_parent)
         for e, item, src, dst in accepted:
             if item.retract:
                 self._retract_edge(e, item, src, dst)
             elif item.relation == "containment" and last_parent[dst][1] != src:
                 self._drop("edge", e.index, f"superseded by edges[{last_parent[dst][0]}]: containment is "
                            "single-parent, the last parent given for a child wins", e.raw)
+            elif item.relation == "containment" and e.index in in_cycle:
+                self._drop("edge", e.index, f"would close a containment cycle with edges[{in_cycle[e.index]}] of "
+                           "this delta; the later edge wins", e.raw)
             elif item.relation == "containment":
                 self._contain(e.index, item, src, dst)
             else:
@@ -255,6 +259,31 @@ class EdgesMixin(RefsMixin):
             self._relayout_child(rec["dst_id"], [(self.at, 1, rec["src_id"])])
         else:
             self._close(self._touch_edge(rec["id"]), "edges")
+
+
+def _delta_cycles(last_parent: dict[str, tuple[int, str]]) -> dict[int, int]:
+    """Containment cycles among one delta's own edges (child -> (index, parent)): the earliest edge
+    of each cycle is dropped, until none is left. Returns dropped index -> the cycle's latest index."""
+    parent = dict(last_parent)
+    dropped: dict[int, int] = {}
+    while True:
+        for child in sorted(parent):
+            path, node = [], child
+            while node in parent and len(path) <= len(parent):
+                index, up = parent[node]
+                path.append((index, node))
+                if up == child:
+                    break
+                node = up
+            else:
+                continue
+            if path and parent[path[-1][1]][1] == child:
+                first = min(path)
+                dropped[first[0]] = max(path)[0]
+                del parent[first[1]]
+                break
+        else:
+            return dropped
 
 
 class _Like:

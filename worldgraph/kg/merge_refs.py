@@ -90,10 +90,14 @@ class RefsMixin(MergeBase):
                 if item.retract:
                     self.node_retractions.append((kind, e))
                     continue
-                if ref is not None and ref in self.refs:
-                    self._drop(kind, e.index, f"duplicate ref {item.ref!r}: first used by {self.ref_owner[ref]}", e.raw)
-                    continue
                 nid = node_id(self.t, self.env, kind, item.type, item.name)
+                if ref is not None and ref in self.refs:
+                    if self.refs[ref] == nid:  # the same item again (a repeated fact): merged once
+                        self._note(kind, e.index, f"repeats {self.ref_owner[ref]}; merged once")
+                    else:
+                        self._drop(kind, e.index, f"duplicate ref {item.ref!r}: first used by {self.ref_owner[ref]}",
+                                   e.raw)
+                    continue
                 for problem in item.attribute_problems:
                     self._note(kind, e.index, problem)
                 self._upsert_node(nid, kind, item)
