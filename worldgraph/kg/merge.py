@@ -123,17 +123,6 @@ def view_as_graph(view: GraphView) -> dict[str, Any]:
     }
 
 
-def view_as_graph(view: GraphView) -> dict[str, Any]:
-    """The ``GraphStore.world_graph()`` shape of a (whole-environment) view."""
-    return {
-        "nodes": [view.nodes[k] for k in sorted(view.nodes)],
-        "edges": [view.edges[k] for k in sorted(view.edges)],
-        "rules": [view.rules[k] for k in sorted(view.rules)],
-        "scenes": [view.scenes[k] for k in sorted(view.scenes)],
-        "meta": view.meta,
-    }
-
-
 # ---------------------------------------------------------------------------- the engine
 
 

@@ -168,9 +168,8 @@ class EdgesMixin(RefsMixin):
         events = [ev for r in recs for ev in record_events(r, r["src_id"])] + extra
         # a retracted node holds nothing and is held by nothing from then on (until asserted again)
         parents = {r["src_id"] for r in recs} | {m for _, _, m in extra}
-        child_ends = (self._node(child) or {}).get("ends") or []
-        events += [(t, 1, p) for t in child_ends for p in parents]
-        events += [(t, 1, p) for p in parents for t in (self._node(p) or {}).get("ends") or []]
+        events += [(t, 1, p) for t in self._node_ends(child) for p in parents]
+        events += [(t, 1, p) for p in parents for t in self._node_ends(p)]
         times: dict[str, list[str]] = {}
         ended: dict[str, set[str]] = {}
         for t, kind, member in events:
@@ -201,6 +200,10 @@ class EdgesMixin(RefsMixin):
                 if holds_now:
                     target = rec
         return target
+
+    def _node_ends(self, nid: str) -> list[str]:
+        rec: Any = self._node(nid) or {}
+        return list(rec.get("ends") or [])
 
     def _containment_edges_into(self, dst: str) -> set[str]:
         """Ids of the containment edges (current or closed) into ``dst``, view and touched."""
@@ -268,7 +271,8 @@ def _delta_cycles(last_parent: dict[str, tuple[int, str]]) -> dict[int, int]:
     dropped: dict[int, int] = {}
     while True:
         for child in sorted(parent):
-            path, node = [], child
+            path: list[tuple[int, str]] = []
+            node = child
             while node in parent and len(path) <= len(parent):
                 index, up = parent[node]
                 path.append((index, node))

@@ -94,6 +94,8 @@ class RefsMixin(MergeBase):
                 if ref is not None and ref in self.refs:
                     if self.refs[ref] == nid:  # the same item again (a repeated fact): merged once
                         self._note(kind, e.index, f"repeats {self.ref_owner[ref]}; merged once")
+                        if kind == "state" and item.entity_ref:  # a repaired entity_ref still counts
+                            state_refs.append((e.index, nid, item.entity_ref))
                     else:
                         self._drop(kind, e.index, f"duplicate ref {item.ref!r}: first used by {self.ref_owner[ref]}",
                                    e.raw)
@@ -160,8 +162,9 @@ class RefsMixin(MergeBase):
                 continue
             eid = self._resolve(ref, "entity")
             if eid is None:
-                self._note("state", i, f"entity_ref {ref!r} {self._unresolved(ref, 'entity')}; "
-                                       "state kept without that entity")
+                if not self.nodes[nid].get("entity_id"):  # (an earlier item or merge may have given it)
+                    self._note("state", i, f"entity_ref {ref!r} {self._unresolved(ref, 'entity')}; "
+                                           "state kept without that entity")
             elif self._node(eid)["kind"] != "entity":  # type: ignore[index]
                 self._note("state", i, f"entity_ref {ref!r} names a state, not an entity; state kept without it")
             else:
@@ -180,12 +183,12 @@ class RefsMixin(MergeBase):
             if rec is None or rec.get("kind") != kind:
                 # Not known yet (the rounds that saw it may merge later): recorded as ended now,
                 # so that those facts, when they come, end here too.
-                rec = self._new_record(nid, item.confidence, kind=kind, type=normalise_type(item.type),  # type: ignore[assignment]
-                                       name=display_name(item.name), norm_name=normalise_name(item.name),
-                                       attributes={}, entity_id=None)
-                rec.update(valid_to=self.at, ends=[self.at])
-                self._add_evidence(rec, item.evidence, item.confidence, new=True)
-                self.nodes[nid] = rec
+                ended = self._new_record(nid, item.confidence, kind=kind, type=normalise_type(item.type),
+                                         name=display_name(item.name), norm_name=normalise_name(item.name),
+                                         attributes={}, entity_id=None)
+                ended.update(valid_to=self.at, ends=[self.at])
+                self._add_evidence(ended, item.evidence, item.confidence, new=True)
+                self.nodes[nid] = ended  # type: ignore[assignment]
                 self.report.created["nodes"].append(nid)
                 self._note(kind, e.index, f"retract: {kind} {item.name!r} is not in the graph yet; recorded as "
                                           f"ended at {self.at}, so earlier facts about it that merge later end there")

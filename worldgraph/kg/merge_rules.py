@@ -86,7 +86,7 @@ class RulesMixin(MergeBase):
             self._add_evidence(rec, item.evidence, item.confidence)
             if rid not in self.report.created["rules"] and rid not in self.report.merged["rules"]:
                 self.report.merged["rules"].append(rid)
-            if rec.get("valid_to") is not None and self.at >= rec["valid_to"]:
+            if (ended := rec.get("valid_to")) is not None and self.at >= ended:
                 self._reopen(rec, "rules")
         self._index_rule(rid, rec)
         newer: list[str] = []
@@ -158,24 +158,6 @@ def _contradicts(item: Any, other: Any) -> bool:
     cond = other.condition if hasattr(other, "condition") else other.get("condition", "")
     out = other.outcome if hasattr(other, "outcome") else other.get("outcome", "")
     return jaccard(item.condition, cond) >= SIMILAR and jaccard(item.outcome, out) < SIMILAR
-
-
-_TOKEN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]|[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
-
-
-_ARTICLES = frozenset({"a", "an", "the"})
-
-
-def _tokens(text: str) -> frozenset[str]:
-    """The token set of a rule text (cached: the same rule texts are compared on every merge)."""
-    if isinstance(text, str):
-        return _cached_tokens(text)
-    return frozenset(_TOKEN.findall(normalise_name(text))) - _ARTICLES
-
-
-@lru_cache(maxsize=1 << 16)
-def _cached_tokens(text: str) -> frozenset[str]:
-    return frozenset(_TOKEN.findall(normalise_name(text))) - _ARTICLES
 
 
 _TOKEN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]|[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")

@@ -185,7 +185,10 @@ class WorldUpdater:
         ids, names = referenced(tenant_id, env, delta, self.wm.config.max_delta_items)
         view = self.wm.store.load_view(tenant_id, env, ids, names)
         _, report = plan_merge(view, delta, scene, now_iso(), app_name=self.wm.config.app_name)
-        return report.dropped
+        # a state whose entity_ref resolves to nothing is kept without its entity: worth asking too
+        loose = [DroppedItem("state", n.index, n.reason, delta.states[n.index].raw) for n in report.notes
+                 if n.kind == "state" and n.reason.startswith("entity_ref") and n.index < len(delta.states)]
+        return report.dropped + loose
 
     def _fail(self, scene: SceneRecord, status: str, error: str) -> None:
         scene = dict(scene)  # type: ignore[assignment]
