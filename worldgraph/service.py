@@ -309,7 +309,9 @@ class WorldModel:
         return self.world.observe_round(tenant_id, env_name, round)
 
     def update_world(self, packet: Any) -> Any:
-        """Extract a delta from a scene packet with the LLM, validate and merge it now."""
+        """Extract a delta from a scene packet with the LLM, validate and merge it now; returns the
+        MergeReport. A packet another worker holds is waited for (``update_wait_seconds``) and its
+        merge's report returned; a packet merged before returns that merge's report."""
         return self.world.update(packet)
 
     def apply_delta(self, tenant_id: str, env_name: str, delta: Any, scene: Any = None) -> Any:

@@ -52,23 +52,19 @@ class MergeBase:
         return self.rules.get(rid) or self.view.rules.get(rid)
 
     def _touch_node(self, nid: str) -> NodeRecord:
-        if nid not in self.nodes:
-            self.nodes[nid] = copy.deepcopy(self.view.nodes[nid])
-        rec = self.nodes[nid]
-        rec["updated_at"] = self.now
-        return rec
+        return self._touch(self.nodes, self.view.nodes, nid)  # type: ignore[return-value]
 
     def _touch_edge(self, eid: str) -> EdgeRecord:
-        if eid not in self.edges:
-            self.edges[eid] = copy.deepcopy(self.view.edges[eid])
-        rec = self.edges[eid]
-        rec["updated_at"] = self.now
-        return rec
+        return self._touch(self.edges, self.view.edges, eid)  # type: ignore[return-value]
 
     def _touch_rule(self, rid: str) -> RuleRecord:
-        if rid not in self.rules:
-            self.rules[rid] = copy.deepcopy(self.view.rules[rid])
-        rec = self.rules[rid]
+        return self._touch(self.rules, self.view.rules, rid)  # type: ignore[return-value]
+
+    def _touch(self, touched: Any, view: Any, rid: str) -> dict[str, Any]:
+        """The record this merge changes: a copy of the view's the first time (views are shared)."""
+        if rid not in touched:
+            touched[rid] = copy.deepcopy(view[rid])
+        rec: dict[str, Any] = touched[rid]
         rec["updated_at"] = self.now
         return rec
 
