@@ -304,14 +304,15 @@ class EmbeddedGraphStore(GraphStore):
             # the nodes asked for, and the states of those that are entities (a new state closes them)
             either("world_nodes", "id", "json_extract(data, '$.entity_id')", chunk, view.nodes)
             either("world_edges", "src_id", "dst_id", chunk, view.edges)
-            # the current containment chain above them (the merge refuses containment cycles)
+            # the current containment chain above them (the merge refuses containment cycles); CROSS
+            # JOIN keeps SQLite driving from the chain (else it scans the env's edges, ~60 ms at 6k)
             ph = _placeholders(len(chunk))
             for rid, d in self._query(
                 f"WITH RECURSIVE up(id, depth) AS (SELECT id, 0 FROM world_nodes WHERE tenant_id = ? AND env_name = ? "
                 f"AND id IN ({ph}) UNION SELECT e.src_id, up.depth + 1 FROM world_edges e JOIN up ON e.dst_id = up.id "
                 f"WHERE e.tenant_id = ? AND e.env_name = ? AND json_extract(e.data, '$.relation') = 'containment' "
                 f"AND json_extract(e.data, '$.valid_to') IS NULL AND up.depth < 64) "
-                f"SELECT e.id, e.data FROM world_edges e JOIN up ON e.dst_id = up.id WHERE e.tenant_id = ? "
+                f"SELECT e.id, e.data FROM up CROSS JOIN world_edges e ON e.dst_id = up.id WHERE e.tenant_id = ? "
                 f"AND e.env_name = ? AND json_extract(e.data, '$.relation') = 'containment' "
                 f"AND json_extract(e.data, '$.valid_to') IS NULL",
                 [tenant_id, env_name, *chunk, tenant_id, env_name, tenant_id, env_name],
