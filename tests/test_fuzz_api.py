@@ -5,6 +5,8 @@ writes nothing."""
 
 from __future__ import annotations
 
+import json
+
 import math
 import os
 from pathlib import Path
@@ -177,9 +179,13 @@ def test_the_issue_examples_name_their_field(tmp_path: Path) -> None:
         with pytest.raises(InvalidInputError) as info:
             wm.record_experience(T, base, canvas={"id": "c", "state": deep(10_000)})
         assert info.value.field.startswith("canvas.state") and "max_nesting_depth" in info.value.rule
-        with pytest.raises(DeltaValidationError, match=r"entities\[0\]\.name: not valid Unicode"):
-            wm.apply_delta(T, "env", {"entities": [{"name": "door\udc80", "type": "x"}], "states": [], "edges": [],
-                                      "rules": []})
+        # item-level salvage (ARCHITECTURE.md): the item is dropped with its reason, nothing merges
+        report = wm.apply_delta(T, "env", {"entities": [{"name": "door\udc80", "type": "x"}], "states": [],
+                                           "edges": [], "rules": []})
+        assert [d.reason for d in report.dropped] == [
+            "entities[0].name: not valid Unicode text (a lone surrogate); send UTF-8 text"]
+        json.dumps(report.to_dict(), ensure_ascii=False).encode("utf-8")  # the report itself is sendable
+        assert wm.world_graph(T, "env")["nodes"] == []
         with pytest.raises(InvalidInputError) as info:
             wm.record_experience(T, {**base, "confidence_score": float("nan")})
         assert info.value.field == "experience.confidence_score" and "finite" in info.value.rule

@@ -80,6 +80,11 @@ class WorldGraphConfig(BaseModel):
     llm_timeout_seconds: float = Field(60.0, gt=0)
     llm_max_retries: int = Field(0, ge=0)
     max_delta_items: int = Field(500, gt=0)
+    # background threads extracting scene packets (merges place facts by round time, so the
+    # graph does not depend on which answer arrives first)
+    world_workers: int = Field(1, ge=1, le=64)
+    # how long update_world waits for a packet another worker holds before it gives up
+    update_wait_seconds: float = Field(600.0, ge=0)
     summary_max_items: int = Field(40, gt=0)
 
     # Service (worldgraph serve)

@@ -377,7 +377,9 @@ class WorldModel:
         return self.world.observe_round(tenant_id, env_name, round)
 
     def update_world(self, packet: Any) -> Any:
-        """Extract a delta from a scene packet with the LLM, validate and merge it now."""
+        """Extract a delta from a scene packet with the LLM, validate and merge it now; returns the
+        MergeReport. A packet another worker holds is waited for (``update_wait_seconds``) and its
+        merge's report returned; a packet merged before returns that merge's report."""
         self._writable("update_world")
         check_value(packet, "packet", self.config, self.config.max_experience_bytes, "max_experience_bytes")
         if isinstance(packet, dict):  # a packet not stored yet is stored from these fields first

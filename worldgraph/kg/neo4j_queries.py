@@ -62,8 +62,8 @@ NODE_LABELS: dict[str, str] = {"entity": "Entity", "state": "State"}
 # a property write per element, so fields the graph already says are not copied: an edge's
 # relation is its type and src_id / dst_id its ends, a record's source_scenes are its
 # (:Scene)-[:PRODUCED]-> links, and norm_name is derived from name.
-NODE_PROPS: tuple[str, ...] = ("kind", "type", "name", "entity_id", "confidence", "evidence_count", "valid_from",
-                               "valid_to")
+NODE_PROPS: tuple[str, ...] = ("kind", "type", "name", "norm_name", "entity_id", "confidence", "evidence_count",
+                               "valid_from", "valid_to")
 # Edges (half of every plan) copy only what exploration reads: a transition's action and the
 # validity interval (the README's Cypher examples); confidence and evidence stay in `record`.
 EDGE_PROPS: tuple[str, ...] = ("action", "valid_from", "valid_to")
@@ -140,6 +140,8 @@ INDEXES: tuple[str, ...] = (
     "CREATE INDEX wg_scene_episode IF NOT EXISTS FOR (n:Scene) ON (n.tenant_id, n.episode_id)",
     "CREATE INDEX wg_scene_status IF NOT EXISTS FOR (n:Scene) ON (n.status)",
     "CREATE INDEX wg_node_entity IF NOT EXISTS FOR (n:WorldNode) ON (n.tenant_id, n.env_name, n.entity_id)",
+    # refs by name alone (merge); nodes written before it have no norm_name until merged again
+    "CREATE INDEX wg_node_name IF NOT EXISTS FOR (n:WorldNode) ON (n.tenant_id, n.env_name, n.norm_name)",
     "CREATE FULLTEXT INDEX wg_episode_text IF NOT EXISTS FOR (n:Episode) ON EACH [n.task_description]",
 )
 
@@ -427,6 +429,30 @@ MATCH (n)-[r:TRANSITION|CONTAINS|EPISODIC]-()
 WHERE r.key STARTS WITH $prefix
 RETURN DISTINCT r.record AS record
 """
+
+# The merge transaction takes the environment's write lock first (the documented way to avoid
+# lost updates in Neo4j: a write before the reads), so concurrent merges of one env serialise.
+LOCK_ENV = """
+MERGE (m:Environment {tenant_id: $tenant_id, env_name: $env_name})
+SET m.merges = coalesce(m.merges, 0) + 1
+"""
+
+VIEW_IDS_BY_NAME = """
+MATCH (n:WorldNode) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.norm_name IN $names
+RETURN n.id AS id
+"""
+
+# the current containment chain above the view's nodes (the merge refuses containment cycles)
+VIEW_ANCESTOR_EDGES = """
+MATCH (n:WorldNode) WHERE n.key IN $keys
+MATCH (:WorldNode) (()-[r:CONTAINS WHERE r.valid_to IS NULL]->()){1,64} (n)
+UNWIND r AS edge
+RETURN DISTINCT edge.record AS record
+"""
+
+SET_SCENE_REPORT = "MATCH (s:Scene {tenant_id: $tenant_id, id: $id}) SET s.report = $report"
+
+GET_SCENE_REPORT = "MATCH (s:Scene {tenant_id: $tenant_id, id: $id}) RETURN s.report AS record"
 
 ENV_RULES = """
 MATCH (r:Rule) WHERE r.key STARTS WITH $prefix

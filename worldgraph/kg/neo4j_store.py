@@ -219,37 +219,47 @@ class Neo4jGraphStore(GraphStore):
         return self._records(q.CANVAS_AUDITS, tenant_id=tenant_id, episode_id=episode_id)
 
     # ---------------------------------------------------------------- world graph
-    def load_view(self, tenant_id: str, env_name: str, node_ids: list[str]) -> GraphView:
-        ids = list(dict.fromkeys(node_ids))
-        params = {"tenant_id": tenant_id, "env_name": env_name, "ids": ids,
-                  "keys": [q.world_key(tenant_id, env_name, i) for i in ids], "prefix": q.env_prefix(tenant_id, env_name)}
+    def load_view(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str] = ()) -> GraphView:  # type: ignore[assignment]
+        return self._read(lambda tx: _view(tx, tenant_id, env_name, node_ids, names))
 
-        def work(tx: ManagedTransaction) -> GraphView:
-            view = GraphView(tenant_id=tenant_id, env_name=env_name)
-            view.nodes = {r["id"]: cast(NodeRecord, r) for r in _decode(tx.run(q.VIEW_NODES, params))}
-            view.edges = {r["id"]: cast(EdgeRecord, r) for r in _decode(tx.run(q.VIEW_EDGES, params))}
-            view.rules = {r["id"]: cast(RuleRecord, r) for r in _decode(tx.run(q.ENV_RULES, params))}
-            meta = _decode(tx.run(q.GET_META, params))
-            view.meta = cast(MetaRecord, meta[0]) if meta else None
-            return view
-        return self._read(work)
+    def merge(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str],
+              planner: Callable[[GraphView], MergePlan | None]) -> MetaRecord | None:
+        def work(tx: ManagedTransaction) -> MetaRecord | None:
+            tx.run(q.LOCK_ENV, tenant_id=tenant_id, env_name=env_name).consume()
+            view = _view(tx, tenant_id, env_name, node_ids, names)
+            plan = planner(view)
+            return view.meta if plan is None else self._apply_plan(tx, plan, view.meta)
+        return self._write(work)
+
+    def get_scene_report(self, tenant_id: str, scene_id: str) -> dict[str, Any] | None:
+        recs = self._records(q.GET_SCENE_REPORT, tenant_id=tenant_id, id=scene_id)
+        return recs[0] if recs else None
 
     def apply_plan(self, plan: MergePlan) -> MetaRecord:
+        def work(tx: ManagedTransaction) -> MetaRecord | None:
+            old = _decode(tx.run(q.GET_META, tenant_id=plan.tenant_id, env_name=plan.env_name))
+            return self._apply_plan(tx, plan, cast(MetaRecord, old[0]) if old else None)
+        return self._write(work)  # type: ignore[return-value]
+
+    def _apply_plan(self, tx: ManagedTransaction, plan: MergePlan, old_meta: MetaRecord | None) -> MetaRecord | None:
         t, env = plan.tenant_id, plan.env_name
         scenes = [plan.scene] if plan.scene is not None else []
-
-        def work(tx: ManagedTransaction) -> MetaRecord:
+        if plan.meta is None and plan.size() == 0:  # nothing merged: only the scene's status moves
+            _upsert_scenes(tx, t, scenes)
+            meta: MetaRecord | None = old_meta
+        else:
             # records go to the store as plain JSON dicts
             self._write_world(tx, t, env, scenes, cast(list[Record], plan.nodes),
                               cast(list[Record], plan.rules), cast(list[Record], plan.edges))
-            meta: MetaRecord = dict(plan.meta or {})  # type: ignore[assignment]
-            meta.update({"tenant_id": t, "env_name": env})
+            meta = dict(plan.meta or {})  # type: ignore[assignment]
+            meta.update({"tenant_id": t, "env_name": env})  # type: ignore[union-attr]
             counts = tx.run(q.ENV_COUNTS, tenant_id=t, env_name=env, prefix=q.env_prefix(t, env)).single()
             assert counts is not None
-            meta["counts"] = {k: int(counts[k]) for k in ("nodes", "edges", "rules", "scenes")}
-            _set_meta(tx, t, env, meta)
-            return meta
-        return self._write(work)
+            meta["counts"] = {k: int(counts[k]) for k in ("nodes", "edges", "rules", "scenes")}  # type: ignore[index]
+            _set_meta(tx, t, env, meta)  # type: ignore[arg-type]
+        if plan.scene is not None and plan.report is not None:
+            tx.run(q.SET_SCENE_REPORT, tenant_id=t, id=plan.scene["id"], report=_dumps(plan.report)).consume()
+        return meta
 
     @staticmethod
     def _write_world(tx: ManagedTransaction, t: str, env: str, scenes: list[SceneRecord],
@@ -578,6 +588,25 @@ def _episode(row: Any) -> Record:
     rec: Record = json.loads(row["record"])
     rec["index_status"], rec["index_error"] = row["index_status"], row["index_error"]
     return rec
+
+
+def _view(tx: ManagedTransaction, tenant_id: str, env_name: str, node_ids: list[str], names: Any) -> GraphView:
+    """``load_view`` inside a transaction (the merge's write transaction, or a read)."""
+    ids = list(dict.fromkeys(node_ids))
+    if names:
+        found = tx.run(q.VIEW_IDS_BY_NAME, tenant_id=tenant_id, env_name=env_name, names=list(dict.fromkeys(names)))
+        ids = list(dict.fromkeys([*ids, *(r["id"] for r in found)]))
+    params = {"tenant_id": tenant_id, "env_name": env_name, "ids": ids,
+              "keys": [q.world_key(tenant_id, env_name, i) for i in ids], "prefix": q.env_prefix(tenant_id, env_name)}
+    view = GraphView(tenant_id=tenant_id, env_name=env_name)
+    view.nodes = {r["id"]: cast(NodeRecord, r) for r in _decode(tx.run(q.VIEW_NODES, params))}
+    view.edges = {r["id"]: cast(EdgeRecord, r) for r in _decode(tx.run(q.VIEW_EDGES, params))}
+    for r in _decode(tx.run(q.VIEW_ANCESTOR_EDGES, params)):
+        view.edges.setdefault(r["id"], cast(EdgeRecord, r))
+    view.rules = {r["id"]: cast(RuleRecord, r) for r in _decode(tx.run(q.ENV_RULES, params))}
+    meta = _decode(tx.run(q.GET_META, params))
+    view.meta = cast(MetaRecord, meta[0]) if meta else None
+    return view
 
 
 def _decode(result: Iterable[Any]) -> list[Record]:

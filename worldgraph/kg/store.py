@@ -13,7 +13,7 @@ Episode records (dict) carry every AgentExperience field plus: ``id``, ``tenant_
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
 
@@ -115,14 +115,29 @@ class GraphStore(ABC):
 
     # ---------------------------------------------------------------- world graph
     @abstractmethod
-    def load_view(self, tenant_id: str, env_name: str, node_ids: list[str]) -> GraphView:
-        """Nodes with these ids, the states whose entity_id is among them, every edge touching the
-        ids, every rule of the env, and the meta."""
+    def load_view(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str] = ()) -> GraphView:  # type: ignore[assignment]
+        """Nodes with these ids or whose ``norm_name`` is among ``names``, the states whose
+        entity_id is among them, every edge touching them, the current containment edges above
+        them (their ancestors), every rule of the env, and the meta."""
+
+    @abstractmethod
+    def merge(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str],
+              planner: Callable[[GraphView], MergePlan | None]) -> MetaRecord | None:
+        """Read the view (as ``load_view``), call ``planner(view)`` and apply the plan it returns
+        (as ``apply_plan``), all in ONE write transaction that holds the environment's write lock
+        from the start: two processes merging one environment never plan from the same view, so
+        no update is lost. ``planner`` is pure and may be called again if the store retries the
+        transaction. Returns the stored meta (the old one when the plan changed nothing)."""
+
+    @abstractmethod
+    def get_scene_report(self, tenant_id: str, scene_id: str) -> dict[str, Any] | None:
+        """The MergeReport (``to_dict()``) kept with the scene when it was merged, if any."""
 
     @abstractmethod
     def apply_plan(self, plan: MergePlan) -> MetaRecord:
-        """Upsert the plan's records by id, the scene and the meta, recompute the meta's counts;
-        one transaction. Returns the stored meta."""
+        """Upsert the plan's records by id, the scene (and its report) and the meta, recompute the
+        meta's counts; one transaction. A plan without records and meta writes only its scene.
+        Returns the stored meta."""
 
     @abstractmethod
     def upsert_scene(self, scene: SceneRecord) -> None: ...
