@@ -1,7 +1,7 @@
 """What sealing cypher() costs: the per-label tenant_id indexes on writes, the plan check on reads.
 
-Writes: the same work with the tenant_id indexes of ``neo4j_queries.TENANT_LABELS`` present and
-dropped, alternating (on, off, on, off, ...) so drift on a busy machine hits both alike:
+Writes: the same work with the indexes schema 4 added for cypher() (a tenant_id index per label of
+``neo4j_queries.TENANT_LABELS``, WorldNode (tenant_id, env_name, name)) present and dropped, alternating (on, off, on, off, ...) so drift on a busy machine hits both alike:
 ``apply_plan`` of a fresh ~10k-element plan (bench_neo4j.make_plan) and ``add_episodes`` of
 1,000-episode batches. Median per variant.
 
@@ -63,13 +63,16 @@ def episodes(tenant: str, n: int) -> list[dict[str, Any]]:
              "task_description": f"task {i}", "outcome": "success", "canvas_id": None} for i in range(n)]
 
 
+# The indexes schema 4 added for cypher(): one tenant_id index per label, WorldNode (tenant, env, name).
+NEW_INDEXES = {f"wg_{label.lower()}_tenant" for label in q.TENANT_LABELS} | {"wg_node_name"}
+
+
 def set_tenant_indexes(store: Neo4jGraphStore, on: bool) -> None:
     with store._driver.session(database=store.database) as session:
-        for label in q.TENANT_LABELS:
-            name = f"wg_{label.lower()}_tenant"
-            stmt = (f"CREATE INDEX {name} IF NOT EXISTS FOR (n:{label}) ON (n.tenant_id)" if on
-                    else f"DROP INDEX {name} IF EXISTS")
-            session.run(stmt).consume()
+        for stmt in q.INDEXES:
+            name = stmt.split()[2]  # CREATE INDEX <name> IF NOT EXISTS ...
+            if name in NEW_INDEXES:
+                session.run(stmt if on else f"DROP INDEX {name} IF EXISTS").consume()
         session.run(q.AWAIT_INDEXES, seconds=300).consume()
 
 

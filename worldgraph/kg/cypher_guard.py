@@ -63,7 +63,8 @@ from worldgraph.errors import ReadOnlyQueryError, TenantScopeError
 from worldgraph.kg import neo4j_queries as q
 
 TENANT_PARAM = "tenant_id"
-HOW = "start every MATCH from a node with {tenant_id: $tenant_id}, e.g. MATCH (e:Episode {tenant_id: $tenant_id})"
+HOW = ("give every labelled node of a pattern {tenant_id: $tenant_id}, e.g. "
+       "MATCH (e:Episode {tenant_id: $tenant_id})-[:PERFORMED_BY]->(a:Agent {tenant_id: $tenant_id})")
 
 
 # ----------------------------------------------------------------------------- parameters
