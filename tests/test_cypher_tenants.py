@@ -23,6 +23,7 @@ from worldgraph import ReadOnlyQueryError, WorldModel
 from worldgraph.cli import main as cli_main
 from worldgraph.errors import InvalidInputError, TenantScopeError
 from worldgraph.kg import cypher_guard
+from worldgraph.kg import neo4j_queries as q
 from worldgraph.kg.neo4j_store import Neo4jGraphStore
 from worldgraph.kg.world import replay_log
 from worldgraph.memory.embeddings import HashingEmbedder
@@ -330,19 +331,22 @@ def test_without_the_plan_check_the_attacks_leak(sealed: Sealed, monkeypatch: py
 def test_no_relationship_joins_two_tenants(sealed: Sealed) -> None:
     """What the guard relies on, checked on everything the stores wrote for both tenants (replayed
     world graph, episodes, canvases, audits, feedback, scenes, rules, PRODUCED links)."""
+    total, crossing, foreign_edges, types = 0, 0, 0, set()
     with sealed.store._driver.session(database=sealed.store.database) as session:
-        row = session.run(
-            "MATCH (a)-[r]-(b) WHERE a.tenant_id IN $tenants "
-            "RETURN count(r) AS all, "
-            "  count(CASE WHEN b.tenant_id IS NULL OR b.tenant_id <> a.tenant_id THEN 1 END) AS crossing, "
-            "  count(CASE WHEN r.tenant_id IS NOT NULL AND r.tenant_id <> a.tenant_id THEN 1 END) AS foreign_edges, "
-            "  collect(DISTINCT type(r)) AS types",
-            tenants=[sealed.victim, sealed.attacker]).single()
-    assert row is not None
-    assert row["crossing"] == 0 and row["foreign_edges"] == 0
-    assert row["all"] > 200
-    assert set(row["types"]) == {"PERFORMED_BY", "ON_CANVAS", "DURING", "RATES", "FROM_EPISODE", "IN_ENV",
-                                 "TRANSITION", "CONTAINS", "EPISODIC", "CONCERNS", "PRODUCED"}
+        for label in q.TENANT_LABELS:  # a fixed set: each query seeks that label's tenant_id index
+            row = session.run(
+                f"MATCH (a:{label}) WHERE a.tenant_id IN $tenants MATCH (a)-[r]-(b) "
+                "RETURN count(r) AS all, "
+                "  count(CASE WHEN b.tenant_id IS NULL OR b.tenant_id <> a.tenant_id THEN 1 END) AS crossing, "
+                "  count(CASE WHEN r.tenant_id IS NOT NULL AND r.tenant_id <> a.tenant_id THEN 1 END) AS foreign, "
+                "  collect(DISTINCT type(r)) AS types", tenants=[sealed.victim, sealed.attacker]).single()
+            assert row is not None
+            total, crossing, foreign_edges = total + row["all"], crossing + row["crossing"], foreign_edges + row["foreign"]
+            types |= set(row["types"])
+    assert crossing == 0 and foreign_edges == 0
+    assert total > 200
+    assert types == {"PERFORMED_BY", "ON_CANVAS", "DURING", "RATES", "FROM_EPISODE", "IN_ENV",
+                     "TRANSITION", "CONTAINS", "EPISODIC", "CONCERNS", "PRODUCED"}
 
 
 # ----------------------------------------------------------------------------- what keeps working
