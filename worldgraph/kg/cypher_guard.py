@@ -215,6 +215,12 @@ def _why(name: str) -> str:
 
 def _fix(name: str, details: str) -> str:
     """What to write instead; for a scanned node, that node scoped."""
+    if "IdSeek" in name:
+        return "look nodes up by their id property instead: (e:Episode {tenant_id: $tenant_id, id: $id})"
+    if "CountFromCountStore" in name:
+        return "count the rows of a scoped pattern: MATCH (e:Episode {tenant_id: $tenant_id}) RETURN count(e)"
+    if name in ("ProcedureCall", "LoadCSV") or name.startswith(("Show", "Terminate")) or name == "AdministrationCommand":
+        return "cypher() only reads the caller's graph with MATCH (the graph model is in the README)"
     m = _SCANNED_RE.match(details) if name in ("NodeByLabelScan", "AllNodesScan") else None
     if m is None:
         return HOW
