@@ -13,7 +13,10 @@ from worldgraph.errors import (
     ExtractionError,
     InvalidInputError,
     NotFoundError,
+    PartialWriteError,
+    ReadOnlyError,
     ReadOnlyQueryError,
+    StorageError,
     StoreUnavailableError,
     WorldGraphError,
 )
@@ -37,6 +40,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AgentExperience", "CanvasAction", "CanvasAudit", "CanvasContext", "DateRange", "DeltaValidationError",
     "EmbeddingDimensionError", "EpisodeFeedback", "ExtractionError", "InvalidInputError", "MergeReport",
-    "MetacognitiveInsights", "NotFoundError", "ReadOnlyQueryError", "ReasoningChain", "RecallOptions",
-    "RecallResult", "StoreUnavailableError", "WorldGraphConfig", "WorldGraphError", "WorldModel", "__version__",
+    "MetacognitiveInsights", "NotFoundError", "PartialWriteError", "ReadOnlyError", "ReadOnlyQueryError",
+    "ReasoningChain", "RecallOptions", "RecallResult", "StorageError", "StoreUnavailableError", "WorldGraphConfig",
+    "WorldGraphError", "WorldModel", "__version__",
 ]

@@ -333,6 +333,8 @@ def _abuse_errors(root: dict[str, Any], max_depth: int, max_string: int) -> list
         if isinstance(value, str):
             if len(value) > max_string:
                 errors.append(f"{path}: string of {len(value)} characters, longer than the limit of {max_string}")
+            elif not _is_unicode(value):
+                errors.append(f"{path}: not valid Unicode text (a lone surrogate); send UTF-8 text")
             continue
         if not isinstance(value, (dict, list, tuple)):
             continue
@@ -347,11 +349,25 @@ def _abuse_errors(root: dict[str, Any], max_depth: int, max_string: int) -> list
             for k, v in reversed(list(value.items())):
                 if isinstance(k, str) and len(k) > max_string:
                     errors.append(f"{path}: key of {len(k)} characters, longer than the limit of {max_string}")
+                elif isinstance(k, str) and not _is_unicode(k):
+                    errors.append(f"{path}: key {k.encode('utf-8', 'backslashreplace').decode()!r} is not valid "
+                                  "Unicode text (a lone surrogate)")
                 stack.append((v, str(k) if path == "$" else f"{path}.{k}", depth + 1))
         else:
             for i in reversed(range(len(value))):
                 stack.append((value[i], f"{path}[{i}]", depth + 1))
     return errors
+
+
+def _is_unicode(text: str) -> bool:
+    """False for text holding a lone surrogate, which no store can encode."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _describe(err: Any) -> str:

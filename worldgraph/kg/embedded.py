@@ -18,9 +18,10 @@ from typing import Any, Iterator
 
 import orjson
 
-from worldgraph.errors import NotFoundError
+from worldgraph.errors import NotFoundError, ReadOnlyError, StorageError
 from worldgraph.gcpause import gc_paused
 from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
+from worldgraph.kg.sqlite_open import ReadOnlyConnection, connect_read_only
 from worldgraph.kg.store import GraphStore, Record
 
 SCHEMA_VERSION = 1
@@ -68,6 +69,8 @@ CREATE INDEX IF NOT EXISTS scenes_status ON scenes (status, created_at);
 CREATE INDEX IF NOT EXISTS scenes_episode ON scenes (tenant_id, episode_id);
 CREATE TABLE IF NOT EXISTS env_meta (
   tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, env_name));
+CREATE TABLE IF NOT EXISTS api_keys (
+  id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, created_at TEXT NOT NULL, data TEXT NOT NULL);
 """
 
 
@@ -100,10 +103,17 @@ class EmbeddedGraphStore(GraphStore):
 
     name = "embedded"
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, read_only: bool = False) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
         self._lock = threading.RLock()
+        self._ro: ReadOnlyConnection | None = None
+        if read_only:
+            # No mkdir, no schema script, no pragma that writes: see sqlite_open for how WAL is read.
+            self._ro = connect_read_only(self.path)
+            self._conn = self._ro.conn
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False, isolation_level=None)
         self._conn.execute("PRAGMA journal_mode=WAL")
         # FULL: a transaction that returned is on disk, even if the machine loses power next.
@@ -119,17 +129,28 @@ class EmbeddedGraphStore(GraphStore):
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Cursor]:
-        """One IMMEDIATE transaction: the write lock is taken up front, so no deadlock upgrade."""
+        """One IMMEDIATE transaction: the write lock is taken up front, so no deadlock upgrade.
+
+        A failure anywhere, COMMIT included (a full disk fails there), rolls back: the call
+        raises and nothing of it is stored. SQLite's own errors become StorageError."""
+        if self.read_only:
+            raise ReadOnlyError("writing to the graph store", "the store was opened read-only")
         with self._lock:
             cur = self._conn.cursor()
-            cur.execute("BEGIN IMMEDIATE")
             try:
+                cur.execute("BEGIN IMMEDIATE")
                 yield cur
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
-            else:
                 cur.execute("COMMIT")
+            except BaseException as exc:
+                if self._conn.in_transaction:  # SQLite may have rolled back itself (SQLITE_FULL)
+                    try:
+                        cur.execute("ROLLBACK")
+                    except sqlite3.Error:  # pragma: no cover - the connection is gone; nothing committed
+                        pass
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise StorageError(f"the graph store {self.path} refused a write ({exc}); "
+                                       "the transaction was rolled back, nothing of it is stored") from exc
+                raise
 
     def _query(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -203,6 +224,16 @@ class EmbeddedGraphStore(GraphStore):
                 cur.execute(
                     f"UPDATE episodes SET index_status = ?, index_error = ? WHERE tenant_id = ? "
                     f"AND id IN ({_placeholders(len(chunk))})", [status, error, tenant_id, *chunk])
+
+    def mark_pending(self, tenant_id: str | None = None) -> int:
+        with self._tx() as cur:
+            if tenant_id is None:
+                cur.execute("UPDATE episodes SET index_status = 'pending', index_error = NULL "
+                            "WHERE index_status != 'pending'")
+            else:
+                cur.execute("UPDATE episodes SET index_status = 'pending', index_error = NULL "
+                            "WHERE tenant_id = ? AND index_status != 'pending'", (tenant_id,))
+            return int(cur.rowcount)
 
     def unindexed_episodes(self, limit: int = 1000) -> list[Record]:
         rows = self._query(
@@ -461,9 +492,38 @@ class EmbeddedGraphStore(GraphStore):
                         "nodes": _unique_by_id(nodes), "rules": _unique_by_id(rules)}
         return out
 
+    # ---------------------------------------------------------------- API keys
+    def add_api_key(self, key: Record) -> None:
+        with self._tx() as cur:
+            cur.execute("INSERT INTO api_keys(id, tenant_id, created_at, data) VALUES (?,?,?,?)",
+                        (key["id"], key["tenant_id"], key["created_at"], _dumps(key)))
+
+    def get_api_key(self, key_id: str) -> Record | None:
+        rows = self._query("SELECT data FROM api_keys WHERE id = ?", (key_id,))
+        return _loads(rows[0][0]) if rows else None
+
+    def list_api_keys(self, tenant_id: str | None = None) -> list[Record]:
+        rows = self._query("SELECT data FROM api_keys WHERE ? IS NULL OR tenant_id = ? ORDER BY created_at, id",
+                           (tenant_id, tenant_id))
+        return [_loads(d) for (d,) in rows]
+
+    def revoke_api_key(self, key_id: str, revoked_at: str) -> Record:
+        with self._tx() as cur:
+            row = cur.execute("SELECT data FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+            if row is None:
+                raise NotFoundError("api key", key_id, "`worldgraph keys list` shows the key ids")
+            key: Record = _loads(row[0])
+            if key.get("revoked_at") is None:
+                key["revoked_at"] = revoked_at
+                cur.execute("UPDATE api_keys SET data = ? WHERE id = ?", (_dumps(key), key_id))
+        return key
+
     def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            if self._ro is not None:
+                self._ro.close()
+            else:
+                self._conn.close()
 
 
 def _episode(row: tuple[Any, ...]) -> Record:

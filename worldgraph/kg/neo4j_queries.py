@@ -95,6 +95,7 @@ def _set(var: str, keys: tuple[str, ...]) -> str:
     return ", ".join(f"{var}.{k} = row.props.{k}" for k in keys)
 
 # ---------------------------------------------------------------------------------- schema
+API_KEY_CONSTRAINT = "CREATE CONSTRAINT wg_api_key_id IF NOT EXISTS FOR (k:ApiKey) REQUIRE k.id IS UNIQUE"
 # Uniqueness constraints first (MERGE then seeks their backing index), then plain indexes.
 # Community edition has uniqueness constraints (composite ones too, also on relationships),
 # but no node-key or property-existence constraints.
@@ -112,6 +113,7 @@ CONSTRAINTS: tuple[str, ...] = (
     "CREATE CONSTRAINT wg_transition_ukey IF NOT EXISTS FOR ()-[r:TRANSITION]-() REQUIRE r.key IS UNIQUE",
     "CREATE CONSTRAINT wg_contains_ukey IF NOT EXISTS FOR ()-[r:CONTAINS]-() REQUIRE r.key IS UNIQUE",
     "CREATE CONSTRAINT wg_episodic_ukey IF NOT EXISTS FOR ()-[r:EPISODIC]-() REQUIRE r.key IS UNIQUE",
+    API_KEY_CONSTRAINT,
 )
 
 # Schema 1 -> 2: give the world records of an older database their `key`, then drop the
@@ -557,4 +559,27 @@ RETURN e.id AS id, c.record AS canvas,
             WHERE n.env_name = s.env_name RETURN DISTINCT n.record } AS nodes,
   COLLECT { UNWIND scenes AS s MATCH (s)-[:PRODUCED]->(r:Rule)
             WHERE r.env_name = s.env_name RETURN DISTINCT r.record } AS rules
+"""
+
+# ---------------------------------------------------------------------------------- API keys
+# (:ApiKey {id, tenant_id, name, key_hash, created_at, revoked_at}): the keys of `worldgraph
+# serve`, shared by every server process on this database. Looked up by id (the key carries it);
+# only the SHA-256 of the secret is kept. add_api_key also runs API_KEY_CONSTRAINT first, so a
+# database whose schema predates keys gets the constraint without a schema-version bump.
+CREATE_API_KEY = """
+CREATE (k:ApiKey {id: $id, tenant_id: $tenant_id, name: $name, key_hash: $key_hash,
+                  created_at: $created_at, revoked_at: $revoked_at})
+"""
+
+GET_API_KEY = "MATCH (k:ApiKey {id: $id}) RETURN properties(k) AS key"
+
+LIST_API_KEYS = """
+MATCH (k:ApiKey) WHERE $tenant_id IS NULL OR k.tenant_id = $tenant_id
+RETURN properties(k) AS key ORDER BY k.created_at, k.id
+"""
+
+REVOKE_API_KEY = """
+MATCH (k:ApiKey {id: $id})
+SET k.revoked_at = coalesce(k.revoked_at, $revoked_at)
+RETURN properties(k) AS key
 """

@@ -16,7 +16,8 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar, cast
 from neo4j import Driver, GraphDatabase, ManagedTransaction, Result, unit_of_work
 from neo4j.exceptions import AuthError, DriverError, Neo4jError, ServiceUnavailable, SessionExpired
 
-from worldgraph.errors import InvalidInputError, NotFoundError, ReadOnlyQueryError, StoreUnavailableError
+from worldgraph.errors import (InvalidInputError, NotFoundError, ReadOnlyError, ReadOnlyQueryError,
+                               StoreUnavailableError)
 from worldgraph.kg import cypher_guard as guard
 from worldgraph.kg import neo4j_queries as q
 from worldgraph.kg.records import EdgeRecord, GraphView, MergePlan, MetaRecord, NodeRecord, RuleRecord, SceneRecord
@@ -32,9 +33,11 @@ class Neo4jGraphStore(GraphStore):
     name = "neo4j"
 
     def __init__(self, uri: str, user: str, password: str, database: str = "neo4j",
-                 connection_timeout: float = 5.0, cypher_timeout: float = 30.0, cypher_max_rows: int = 10_000) -> None:
+                 connection_timeout: float = 5.0, read_only: bool = False, cypher_timeout: float = 30.0,
+                 cypher_max_rows: int = 10_000) -> None:
         self.uri = uri
         self.database = database
+        self.read_only = read_only
         self.cypher_timeout, self.cypher_max_rows = cypher_timeout, cypher_max_rows
         driver: Driver | None = None
         try:
@@ -54,6 +57,8 @@ class Neo4jGraphStore(GraphStore):
             _close(driver)
             raise StoreUnavailableError(_unreachable(uri, exc)) from exc
         self._driver: Driver = driver
+        if read_only:
+            return  # no constraints, indexes or migrations: reads need none of them to be correct
         try:
             self._ensure_schema()
         except BaseException:
@@ -62,6 +67,8 @@ class Neo4jGraphStore(GraphStore):
 
     # ---------------------------------------------------------------- plumbing
     def _write(self, work: Callable[..., T], *args: Any) -> T:
+        if self.read_only:
+            raise ReadOnlyError("writing to the graph store", "the Neo4j store was opened read-only")
         try:
             with self._driver.session(database=self.database) as session:
                 return session.execute_write(work, *args)
@@ -380,6 +387,29 @@ class Neo4jGraphStore(GraphStore):
                                          "narrow it or add LIMIT") from exc
             raise ReadOnlyQueryError(f"Neo4j refused the query: {exc.message or exc}") from exc
 
+    # ---------------------------------------------------------------- API keys
+    def add_api_key(self, key: Record) -> None:
+        try:
+            with self._driver.session(database=self.database) as session:
+                session.run(q.API_KEY_CONSTRAINT).consume()
+        except (ServiceUnavailable, SessionExpired) as exc:
+            raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
+        params = {k: key.get(k) for k in ("id", "tenant_id", "name", "key_hash", "created_at", "revoked_at")}
+        self._write(lambda tx: tx.run(q.CREATE_API_KEY, params).consume())
+
+    def get_api_key(self, key_id: str) -> Record | None:
+        rows = self._read(lambda tx: [_api_key(r) for r in tx.run(q.GET_API_KEY, id=key_id)])
+        return rows[0] if rows else None
+
+    def list_api_keys(self, tenant_id: str | None = None) -> list[Record]:
+        return self._read(lambda tx: [_api_key(r) for r in tx.run(q.LIST_API_KEYS, tenant_id=tenant_id)])
+
+    def revoke_api_key(self, key_id: str, revoked_at: str) -> Record:
+        rows = self._write(lambda tx: [_api_key(r) for r in tx.run(q.REVOKE_API_KEY, id=key_id, revoked_at=revoked_at)])
+        if not rows:
+            raise NotFoundError("api key", key_id, "`worldgraph keys list` shows the key ids")
+        return rows[0]
+
     def close(self) -> None:
         self._driver.close()
 
@@ -469,6 +499,12 @@ def _copy_index_errors(tx: ManagedTransaction) -> None:
         if error is not None:
             rows.append({"tenant_id": r["tenant_id"], "id": r["id"], "error": error})
     _run_batched(tx, q.SET_INDEX_ERRORS, rows)
+
+
+def _api_key(row: Any) -> Record:
+    """Neo4j drops null properties: every field of a key record is put back."""
+    props = dict(row["key"])
+    return {k: props.get(k) for k in ("id", "tenant_id", "name", "key_hash", "created_at", "revoked_at")}
 
 
 def _episode(row: Any) -> Record:

@@ -24,6 +24,7 @@ class GraphStore(ABC):
     """Abstract store. Writes of one call are atomic: all of it lands, or none of it."""
 
     name: str = "abstract"
+    read_only: bool = False  # opened for reading only: every write raises ReadOnlyError
 
     # ---------------------------------------------------------------- episodes
     @abstractmethod
@@ -51,6 +52,22 @@ class GraphStore(ABC):
     @abstractmethod
     def set_index_status(self, tenant_id: str, episode_ids: list[str], status: str, error: str | None = None) -> None:
         """Mark episodes "indexed" / "failed" / "pending" in the LanceDB sidecar."""
+
+    def mark_pending(self, tenant_id: str | None = None) -> int:
+        """Mark every episode (of one tenant, or all) "pending" before its index rows are
+        rewritten, so that an interrupted reindex is finished by the next ``retry_indexing``.
+        Returns how many changed. Pages may commit separately: marking is idempotent, and no index
+        row is touched before it is done. Stores override it with one statement."""
+        changed = 0
+        for page in self.iter_episodes(tenant_id, batch_size=1000):
+            by_tenant: dict[str, list[str]] = {}
+            for e in page:
+                if e.get("index_status") != "pending":
+                    by_tenant.setdefault(e["tenant_id"], []).append(e["id"])
+            for tenant, ids in by_tenant.items():
+                self.set_index_status(tenant, ids, "pending")
+                changed += len(ids)
+        return changed
 
     @abstractmethod
     def unindexed_episodes(self, limit: int = 1000) -> list[Record]:
@@ -143,13 +160,40 @@ class GraphStore(ABC):
         "scenes": [...], "nodes": [...], "rules": [...]} (nodes and rules learned from its scenes)."""
 
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[Record]:
-        from worldgraph.errors import WorldGraphError
+        from worldgraph.errors import NotSupportedError
 
-        raise WorldGraphError(
+        raise NotSupportedError(
             f"Cypher needs the Neo4j store; this one is {self.name!r}. Open with "
             "WorldModel.open(path, graph='neo4j') (or `worldgraph --graph neo4j ...`) and start a "
             "server with `worldgraph neo4j start`."
         )
+
+    # ---------------------------------------------------------------- API keys (worldgraph serve)
+    # Records: {"id", "tenant_id", "name", "key_hash", "created_at", "revoked_at"}. Only the hash
+    # of a key is stored (see worldgraph.server.keys). Keys live in the store, so every server
+    # process sharing one Neo4j (or one data folder) sees a key created or revoked by any of them.
+    # Not abstract: a store without them still serves the Python API and the CLI.
+    def add_api_key(self, key: Record) -> None:
+        """Insert one API key record (its id is new)."""
+        raise self._no_keys()
+
+    def get_api_key(self, key_id: str) -> Record | None:
+        """The key record with this id, revoked or not; None when there is none."""
+        raise self._no_keys()
+
+    def list_api_keys(self, tenant_id: str | None = None) -> list[Record]:
+        """Key records (of one tenant, or all), oldest first."""
+        raise self._no_keys()
+
+    def revoke_api_key(self, key_id: str, revoked_at: str) -> Record:
+        """Mark a key revoked (a key revoked earlier keeps its first time); returns the record.
+        Raises NotFoundError for an unknown id."""
+        raise self._no_keys()
+
+    def _no_keys(self) -> Exception:
+        from worldgraph.errors import NotSupportedError
+
+        return NotSupportedError(f"the {self.name!r} store does not keep API keys; use the embedded or Neo4j store")
 
     @abstractmethod
     def close(self) -> None: ...

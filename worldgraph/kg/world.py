@@ -19,7 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from worldgraph.errors import DeltaValidationError, ExtractionError, InvalidInputError, NotFoundError
+from worldgraph.errors import (DeltaValidationError, ExtractionError, InvalidInputError, NotFoundError,
+                               PartialWriteError)
 from worldgraph.kg.curiosity import AgentRound, RoundHistory, build_scene_packet, parse_curiosity
 from worldgraph.kg.delta import validate_delta
 from worldgraph.kg.merge import plan_merge, referenced_node_ids
@@ -88,7 +89,11 @@ class WorldUpdater:
             return None
         scene = build_scene_packet(tenant_id, env_name, rnd, reason, excerpt, str(uuid.uuid4()), now_iso(),
                                    episode_id=episode_id)
-        self.wm.store.upsert_scene(scene)  # durable before any LLM call
+        try:
+            self.wm.store.upsert_scene(scene)  # durable before any LLM call
+        except Exception as exc:  # the episode is committed: say so, so that a retry does not record it twice
+            raise PartialWriteError(f"round {rnd.round} was recorded, but its scene packet could not be stored "
+                                    f"({exc})", {"episode_ids": [episode_id]}) from exc
         if not self.auto_update:
             pass  # the caller merges it (replay of a log that carries its deltas)
         elif llm_configured():
