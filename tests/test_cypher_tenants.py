@@ -1,8 +1,8 @@
 """Sealed tenants on a real Neo4j: cypher() as an attacker.
 
 Two tenants hold the same kinds of data (episodes, canvases and their audits, feedback, scenes, a
-world graph replayed from examples/text_adventure.jsonl); the victim's also carries a secret
-string in every kind of record. Every attack runs as the attacker and must be refused, or return
+world graph replayed from examples/text_adventure.jsonl, an API key); the victim's also carries a
+secret string in every kind of record. Every attack runs as the attacker and must be refused, or return
 rows that hold nothing of the victim: no secret, no victim tenant id, no ``tenant_id`` but the
 attacker's. Then the victim's data changes and every attack runs again: its outcome must not
 change (what the attacker sees does not depend on the victim's data at all).
@@ -83,6 +83,10 @@ def sealed(neo4j_server: dict[str, str], tmp_path_factory: pytest.TempPathFactor
         _seed(wm, tenant, mark)
     store = wm.store
     assert isinstance(store, Neo4jGraphStore)
+    for tenant in (victim, attacker):  # keys of `worldgraph serve` live in the graph too: (:ApiKey {tenant_id})
+        mark = secret if tenant == victim else f"own-{tag}"
+        store.add_api_key({"id": f"key-{tenant}", "tenant_id": tenant, "name": mark, "key_hash": mark,
+                           "created_at": "2026-01-05T12:00:00+00:00", "revoked_at": None})
     s = Sealed(wm, store, victim, attacker, secret)
     with store._driver.session(database=store.database) as session:  # the operator's view, not cypher()
         rows = session.run("MATCH (n) WHERE n.tenant_id = $t RETURN elementId(n) AS e, id(n) AS i", t=victim).data()
@@ -218,6 +222,9 @@ ATTACKS: list[tuple[str, str, dict[str, Any]]] = [
     ("label wildcard", "MATCH (e:% {tenant_id: $tenant_id}) WHERE e.tenant_id <> $tenant_id RETURN e.record", {}),
     ("dynamic label", "MATCH (e:$($label)) RETURN e.record, $tenant_id", {"label": "Feedback"}),
     ("label conjunction with a foreign label", "MATCH (e:Episode&Feedback {tenant_id: $tenant_id}) RETURN e", {}),
+    ("API keys of every tenant", "MATCH (k:ApiKey) RETURN k.key_hash, k.tenant_id, $tenant_id", {}),
+    ("API keys by tenant", "MATCH (k:ApiKey {tenant_id: '{victim}'}) RETURN k.key_hash", {}),
+    ("own API keys", "MATCH (k:ApiKey {tenant_id: $tenant_id}) RETURN k.key_hash", {}),
     ("expansions from own nodes", "MATCH (n:WorldNode {tenant_id: $tenant_id})-[*1..3]-(x) "
                                   "RETURN collect(DISTINCT x.tenant_id) AS owners, count(*) AS n", {}),
 ]
@@ -270,7 +277,8 @@ def test_attacks_are_refused_or_see_only_the_attacker(sealed: Sealed) -> None:
     for name in ("issue: tenant param mentioned", "issue: not-equal tenant", "issue: count all nodes",
                  "issue: db.labels", "elementId() seek", "id() seek", "count store", "literal tenant string",
                  "params override tenant_id", "IN list", "OR another tenant", "UNION with all episodes",
-                 "COUNT {} hidden in CASE", "pattern comprehension hidden in coalesce", "write the victim's tenant"):
+                 "COUNT {} hidden in CASE", "pattern comprehension hidden in coalesce", "write the victim's tenant",
+                 "API keys of every tenant", "own API keys"):
         assert before[name][0] == "refused", f"{name}: {before[name][1][:300]}"
     refused = [n for n, (kind, _) in before.items() if kind == "refused"]
     answered = [n for n, (kind, _) in before.items() if kind == "rows"]
