@@ -110,6 +110,9 @@ class WorldGraphConfig(BaseModel):
     neo4j_user: str = "neo4j"
     neo4j_password: str = "worldgraph-dev"
     neo4j_database: str = "neo4j"
+    # cypher(): each query runs in one READ transaction with this timeout; more rows is an error
+    cypher_timeout_seconds: float = Field(30.0, gt=0)
+    cypher_max_rows: int = Field(10_000, gt=0)
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> "WorldGraphConfig":

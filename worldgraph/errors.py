@@ -39,6 +39,11 @@ class ReadOnlyQueryError(WorldGraphError, PermissionError):
     """A Cypher query that would write, or reach outside the caller's tenant."""
 
 
+class TenantScopeError(ReadOnlyQueryError):
+    """A Cypher query ``cypher()`` cannot prove stays inside the caller's tenant (see
+    ``worldgraph.kg.cypher_guard``); the message names the part and how to scope it."""
+
+
 class DeltaValidationError(WorldGraphError, ValueError):
     """A graph delta that is not an object with four arrays of objects; nothing was written."""
 
