@@ -9,7 +9,7 @@ from typing import Iterator
 
 import pytest
 
-from worldgraph.errors import InvalidInputError, ReadOnlyQueryError, StoreUnavailableError, TenantScopeError
+from worldgraph.errors import CypherQueryError, InvalidInputError, ReadOnlyQueryError, StoreUnavailableError, TenantScopeError
 from worldgraph.kg import cypher_guard
 from worldgraph.kg import neo4j_queries as q
 from worldgraph.kg.cypher_guard import check_text
@@ -141,7 +141,7 @@ def test_server_refuses_writes_the_guard_would_miss(store: Neo4jGraphStore, tena
 
 @pytest.mark.neo4j
 def test_bad_cypher_is_a_clear_error(store: Neo4jGraphStore, tenant: str) -> None:
-    with pytest.raises(ReadOnlyQueryError, match="Neo4j refused the query"):
+    with pytest.raises(CypherQueryError, match="Neo4j could not run the query"):
         store.cypher(tenant, "MATCH (e:Episode {tenant_id: $tenant_id) RETURN e")
 
 

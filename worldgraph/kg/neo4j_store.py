@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar, cast
 from neo4j import Driver, GraphDatabase, ManagedTransaction, Result, unit_of_work
 from neo4j.exceptions import AuthError, DriverError, Neo4jError, ServiceUnavailable, SessionExpired
 
-from worldgraph.errors import (InvalidInputError, NotFoundError, ReadOnlyError, ReadOnlyQueryError,
+from worldgraph.errors import (CypherQueryError, InvalidInputError, NotFoundError, ReadOnlyError, ReadOnlyQueryError,
                                StoreUnavailableError)
 from worldgraph.kg import cypher_guard as guard
 from worldgraph.kg import neo4j_queries as q
@@ -392,10 +392,13 @@ class Neo4jGraphStore(GraphStore):
         try:
             return self._read(work)
         except Neo4jError as exc:
-            if "TransactionTimedOut" in (exc.code or ""):
-                raise ReadOnlyQueryError(f"the query ran longer than {self.cypher_timeout} s (cypher_timeout_seconds); "
-                                         "narrow it or add LIMIT") from exc
-            raise ReadOnlyQueryError(f"Neo4j refused the query: {exc.message or exc}") from exc
+            code = exc.code or ""
+            if "TransactionTimedOut" in code:
+                raise CypherQueryError(f"the query ran longer than {self.cypher_timeout} s (cypher_timeout_seconds); "
+                                       "narrow it or add LIMIT") from exc
+            if "AccessMode" in code or ".Security." in code:  # the READ transaction refused a write
+                raise ReadOnlyQueryError(f"Neo4j refused the query: {exc.message or exc}") from exc
+            raise CypherQueryError(f"Neo4j could not run the query: {exc.message or exc}") from exc
 
     # ---------------------------------------------------------------- API keys
     def add_api_key(self, key: Record) -> None:
