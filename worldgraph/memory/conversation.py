@@ -8,8 +8,9 @@ AgentExperience field may ride along (``agent_role``, ``episode_id``, ``learning
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -43,11 +44,16 @@ def check_session(session_id: Any) -> str:
         raise InvalidInputError("session_id", str(exc), session_id) from None
 
 
-def parse_turns(turns: Any) -> list[ConversationTurn]:
+def parse_turns(turns: Any, max_items: int | None = None,
+                check: Callable[[int, Any], object] | None = None) -> list[ConversationTurn]:
+    """The turns, validated in order (at most ``max_items`` are read; ``check(i, raw)`` runs on
+    each raw turn first, e.g. the service's input limits)."""
     if isinstance(turns, (str, bytes, dict)) or not hasattr(turns, "__iter__"):
         raise InvalidInputError("turns", "must be a list of turns like {'speaker': ..., 'text': ..., 'timestamp': ...}")
     out = []
-    for i, raw in enumerate(turns):
+    for i, raw in enumerate(itertools.islice(turns, max_items)):
+        if check is not None:
+            check(i, raw)
         if isinstance(raw, ConversationTurn):
             out.append(raw)
             continue

@@ -134,20 +134,32 @@ _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augu
            "November", "December")  # not strftime("%B"): that follows the locale
 
 
-def searchable_text(episode: dict[str, Any]) -> str:
+def searchable_text(episode: dict[str, Any], max_bytes: int | None = None) -> str:
     """Seed step 4: task type, description, input summary, outcome and learnings (what is embedded).
 
     A conversation turn is embedded as what was said and by whom (``"Caroline: I went to the
     support group"``): the fixed words "conversation" and "success" would only blur it, and so
     would the turn before it (measured on LoCoMo: the vector of the turn alone ranks better);
-    that context goes to the full-text column instead (``index_text``)."""
+    that context goes to the full-text column instead (``index_text``).
+
+    ``max_bytes`` cuts the text to that many UTF-8 bytes (config ``max_search_text_bytes``), so
+    a huge record (one stored before the input limits, or imported) costs an embedding and a
+    full-text scan no more than any other."""
     learnings = " ".join(episode.get("learnings") or [])
     if episode.get("task_type") == CONVERSATION_TASK_TYPE:
         parts = [f"{episode.get('agent_id') or ''}: {episode.get('task_description') or ''}", learnings]
     else:
         parts = [episode.get("task_type") or "", episode.get("task_description") or "",
                  episode.get("input_summary") or "", episode.get("outcome") or "", learnings]
-    return "\n".join(p for p in parts if p).strip()
+    return _cut("\n".join(p for p in parts if p).strip(), max_bytes)
+
+
+def _cut(text: str, max_bytes: int | None) -> str:
+    if max_bytes is not None and len(text) > max_bytes // 4:
+        raw = text.encode("utf-8", "replace")  # a lone surrogate of a legacy record becomes "?"
+        if len(raw) > max_bytes:
+            text = raw[:max_bytes].decode("utf-8", "ignore")  # cut on a character boundary
+    return text
 
 
 def date_text(ts: float) -> str:
@@ -156,19 +168,19 @@ def date_text(ts: float) -> str:
     return f"{d.day} {_MONTHS[d.month - 1]} {d.year} {d.date().isoformat()}"
 
 
-def index_text(episode: dict[str, Any]) -> str:
+def index_text(episode: dict[str, Any], max_bytes: int | None = None) -> str:
     """The full-text (BM25) column: the searchable text, a conversation turn's context (the turn
     it answers, its input summary) and the episode's date, so a question that names the day
-    ("on 8 May 2023") or words of the question a turn answers finds it."""
-    parts = [searchable_text(episode)]
+    ("on 8 May 2023") or words of the question a turn answers finds it. Cut like searchable_text."""
+    parts = [searchable_text(episode, max_bytes)]
     if episode.get("task_type") == CONVERSATION_TASK_TYPE and episode.get("input_summary"):
         parts.append(episode["input_summary"])
     parts.append(date_text(float(episode["ts"])))
-    return "\n".join(parts)
+    return _cut("\n".join(parts), max_bytes)
 
 
-def index_row(episode: dict[str, Any], vector: Any) -> dict[str, Any]:
-    """Seed step 5: the lance_record."""
+def index_row(episode: dict[str, Any], vector: Any, max_text_bytes: int | None = None) -> dict[str, Any]:
+    """Seed step 5: the lance_record (its text cut at ``max_text_bytes``, see searchable_text)."""
     return {
         "episode_id": episode["id"],
         "tenant_id": episode["tenant_id"],
@@ -181,6 +193,6 @@ def index_row(episode: dict[str, Any], vector: Any) -> dict[str, Any]:
         "timestamp": float(episode["ts"]),
         "canvas_id": episode.get("canvas_id"),
         "canvas_action_ids": list(episode.get("canvas_action_ids") or []),
-        "text": index_text(episode),
+        "text": index_text(episode, max_text_bytes),
         "vector": vector,
     }
