@@ -107,3 +107,21 @@ def test_cli_record_conversation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert code == 1 and "--session" in out["message"]
     code, out = run("recall", "glacier lake", "--neighborhood", "--min-similarity", "0", "--limit", "1")
     assert code == 0 and out[0]["neighborhood"]["previous"]["agent_id"] == "Melanie"
+
+
+@pytest.mark.neo4j
+def test_session_order_in_cypher(tmp_path: Path, neo4j_server: dict[str, str], tenant: str) -> None:  # noqa: F811
+    from worldgraph.memory.embeddings import HashingEmbedder
+
+    wm = WorldModel.open(tmp_path / "data", embedder=HashingEmbedder(64), graph="neo4j",
+                         neo4j_uri=neo4j_server["uri"], neo4j_user=neo4j_server["user"],
+                         neo4j_password=neo4j_server["password"])
+    try:
+        wm.record_conversation(tenant, "chat-1", TURNS)
+        rows = wm.cypher(tenant, "MATCH (a:Episode {tenant_id: $tenant_id})-[:NEXT]->(b:Episode) "
+                                 "RETURN a.agent_id AS a, b.agent_id AS b")
+        assert sorted((r["a"], r["b"]) for r in rows) == [("Caroline", "Melanie"), ("Melanie", "Caroline")]
+        rows = wm.cypher(tenant, "MATCH (s:Session {tenant_id: $tenant_id}) RETURN s.id AS id, s.last_seq AS n")
+        assert rows == [{"id": "chat-1", "n": 2}]
+    finally:
+        wm.close()

@@ -88,7 +88,7 @@ def run_demo(args: argparse.Namespace) -> int:
              "Finance", "Reconcile inventory discrepancies", dict(loose, min_feedback_score=0.7)),
             ("Developer on one canvas, with its canvas context",
              "Developer", "Create a data visualization on canvas-123", dict(loose, include_canvas_context=True)),
-            ("Anything from the last week that failed? (the date phrase becomes a filter)",
+            ("Anything from the last week that failed? (the date phrase ranks last week first, never filters)",
              None, "incidents and failures last week", dict(loose)),
         ]
         for n, (title, role, query, opts) in enumerate(recalls, 1):

@@ -140,7 +140,7 @@ MIGRATIONS: tuple[str, ...] = (
 # for the label written in the pattern. tenant_id is set once when a node is created, so each
 # index costs one entry per node created, nothing on updates.
 TENANT_LABELS: tuple[str, ...] = ("Episode", "Agent", "Canvas", "CanvasAudit", "Feedback", "Scene", "Environment",
-                                  "WorldNode", "Entity", "State", "Rule")
+                                  "WorldNode", "Entity", "State", "Rule", "Session")
 
 # The composite uniqueness constraints' indexes also serve lookups on a prefix of their keys
 # (tenant_id) when the remaining keys are asked to be non-null, so the queries below say
@@ -259,6 +259,7 @@ RETURN {EPISODE_COLUMNS} ORDER BY e.ts, e.id LIMIT $limit
 SESSION_SCHEMA: tuple[str, ...] = (
     "CREATE CONSTRAINT wg_session_key IF NOT EXISTS FOR (n:Session) REQUIRE (n.tenant_id, n.id) IS UNIQUE",
     "CREATE INDEX wg_episode_session IF NOT EXISTS FOR (n:Episode) ON (n.tenant_id, n.session_id)",
+    "CREATE INDEX wg_session_tenant IF NOT EXISTS FOR (n:Session) ON (n.tenant_id)",  # cypher() seeks it
 )
 
 # Linking a batch of a session's new episodes (see kg.sessions): take the session's lock and

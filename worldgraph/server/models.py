@@ -191,7 +191,14 @@ class EpisodeIds(BaseModel):
 
 
 class ScoreBreakdown(_Open):
-    semantic_weighted: float
+    semantic_weighted: float = Field(description="text_relevance x semantic_weight.")
+    text_relevance: float = Field(0.0, description="The seed formula's semantic term, 0 to 1: the cosine "
+                                  "(relevance_signal vector) or vector_part + bm25_part + neighbor_part (hybrid).")
+    vector_part: float = Field(0.0, description="The cosine's share of text_relevance.")
+    bm25_part: float = Field(0.0, description="The full-text (BM25) share of text_relevance, relative to the "
+                             "query's best full-text hit.")
+    neighbor_part: float = Field(0.0, description="The lift from the best session neighbour (neighbor_weight).")
+    date_match: float = Field(0.0, description="The boost for falling inside the dates the query names.")
     recency_boost: float
     feedback_adjustment: float
     confidence_factor: float
@@ -219,6 +226,7 @@ class RecallResultOut(_Open):
     canvas_actions: list[str] = Field(default_factory=list)
     feedback_score: float | None = Field(None, description="Normalised average feedback, 0 to 1; null if unrated.")
     feedback_count: int = 0
+    session_id: str | None = Field(None, description="The chat, thread or run the episode belongs to.")
     score_breakdown: ScoreBreakdown | None = None
 
 
