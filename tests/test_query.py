@@ -157,7 +157,8 @@ def test_query_dates_are_soft_signals(wm: WorldModel) -> None:
         _exp(GATEWAY, 1), _exp(GATEWAY, 6.5), _exp(GATEWAY, 8), _exp(GATEWAY, 40)])
     res = wm.recall_experiences("t1", None, f"{GATEWAY} last week", limit=10, options={"min_similarity": 0.0})
     # nothing is filtered out; what falls inside the window gets the date boost and ranks first
-    assert [r["episode_id"] for r in res] == ids
+    order = [r["episode_id"] for r in res]
+    assert set(order[:2]) == {ids[0], ids[1]} and order[2:] == [ids[2], ids[3]]
     boost = wm.config.date_match_boost
     assert _dates(res) == {ids[0]: boost, ids[1]: boost, ids[2]: 0.0, ids[3]: 0.0}
     res = wm.recall_experiences("t1", None, f"{GATEWAY} in the last 2 days", limit=10, options={"min_similarity": 0.0})

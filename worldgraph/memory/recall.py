@@ -1,11 +1,14 @@
 """Seed "Semantic Memory Recall", all five steps, plus the feedback-aware variant.
 
 Order of work (ARCHITECTURE.md): candidates (top ``candidate_pool`` by vector, plus BM25 hits in
-hybrid mode), metadata filters, feedback filter, relevance score, diversity penalty, top-k.
-The tenant and the metadata filters are also pushed down into the LanceDB search, so a narrow
-filter (one canvas, one week) still gets its full pool of candidates instead of whatever of the
-global top 100 survives; they are checked again on the episode records from the graph store,
-which is the system of record: an episode the store does not hold is never returned.
+hybrid mode), metadata filters and the cosine floor (min_similarity), feedback filter, relevance
+score, diversity penalty, top-k. The relevance score's semantic term is the text relevance of
+relevance.py (the cosine, or vector and BM25 evidence fused); the dates a query names add a soft
+boost (``_date_boosts``), never a filter. The tenant and the metadata filters are also pushed
+down into the LanceDB search, so a narrow filter (one canvas, one week) still gets its full pool
+of candidates instead of whatever of the global top 100 survives; they are checked again on the
+episode records from the graph store, which is the system of record: an episode the store does
+not hold is never returned.
 """
 
 from __future__ import annotations
@@ -93,8 +96,10 @@ def parse_options(options: RecallOptions | dict[str, Any] | None) -> RecallOptio
 def recall(store: GraphStore, index: EpisodeIndex, embedder: Embedder, cfg: WorldGraphConfig, tenant_id: str,
            agent_role: str | None, query: str, limit: int | None = None,
            options: RecallOptions | dict[str, Any] | None = None, now: float | None = None) -> list[RecallResult]:
-    """Past experiences relevant to ``query`` (the service's recall_experiences), BLAS held at one
-    thread while it runs (memory/threads.py: small products, and no stalls on a busy machine)."""
+    """Past experiences relevant to ``query`` (the service's recall_experiences). While it runs,
+    BLAS is held at one thread (memory/threads.py: its products are small, and spin-waiting
+    threads stall on a busy machine) and the cyclic GC is paused (the candidates' records are
+    acyclic; a full collection of a process that loaded LanceDB and a model took 230 ms)."""
     with one_blas_thread(), gc_paused():
         return _recall(store, index, embedder, cfg, tenant_id, agent_role, query, limit, options, now)
 
