@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterable
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError, NotFoundError
 from worldgraph.kg.store import GraphStore
-from worldgraph.memory.embeddings import Embedder, check_embeddings, make_embedder
-from worldgraph.memory.index import EpisodeIndex
+from worldgraph.memory.embeddings import Embedder, check_embeddings, index_name, make_embedder
+from worldgraph.memory.index import EpisodeIndex, stored_embedder_name
 from worldgraph.memory.models import AgentExperience, CanvasContext, EpisodeFeedback, RecallOptions, iso, utcnow
 from worldgraph.memory.recall import RecallResult, recall
 from worldgraph.memory.record import build_episode, check_tenant, index_row, parse_canvas, parse_experience, searchable_text
@@ -67,14 +67,16 @@ class WorldModel:
         cfg = config or WorldGraphConfig.from_env(**overrides)
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
-        emb = embedder or make_embedder(cfg)
+        # A folder keeps the local model that built its index (see memory/embedders/factory.py).
+        built_by = None if rebuild_index else stored_embedder_name(root / cfg.lancedb_path)
+        emb = embedder or make_embedder(cfg, built_by)
         for attr in ("dimensions", "embed"):
             if not hasattr(emb, attr):
                 raise InvalidInputError("embedder", f"has no {attr!r}: give an object with .dimensions and .embed(texts)")
         store = open_store(root, graph, cfg)
         try:
-            index = EpisodeIndex(root / cfg.lancedb_path, int(emb.dimensions), _embedder_name(emb), cfg,
-                                 rebuild=rebuild_index)
+            index = EpisodeIndex(root / cfg.lancedb_path, int(emb.dimensions),
+                                 index_name(_embedder_name(emb), built_by), cfg, rebuild=rebuild_index)
         except Exception:
             store.close()
             raise
