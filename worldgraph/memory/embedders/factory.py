@@ -45,7 +45,7 @@ def make_embedder(config: "WorldGraphConfig", built_by: str | None = None) -> Em
     model = _pick_local(config, built_by)
     if model is not None:
         return model.build(workers)  # type: ignore[no-any-return]
-    hint = " or ".join(m.install for m in LOCAL_MODELS[:1])
+    hint = LOCAL_MODELS[0].install
     if provider == "local":
         raise InvalidInputError("embedding_provider", f"'local' needs an installed local model: {hint}")
     hashed = _HASHING_NAME.match(built_by or "")

@@ -7,9 +7,12 @@ take it as ``query_prefix`` / ``document_prefix``: ``embed`` adds the document p
 ``embed_query`` the query prefix.
 
 Threads: one onnxruntime session per (model, threads) per process, shared by every embedder
-object, with ``intra_op_num_threads`` from :func:`default_threads` and spinning off: on a small,
-shared machine spinning workers steal the cores other work (and the other worker) needs, which
-is what turns a 5 ms query embedding into a 100 ms one under load (see bench/README.md).
+object. A run uses ``threads`` intra-op threads (1 by default) that never spin; a call with
+several batches runs them side by side on ``workers`` Python threads (one per core by default;
+onnxruntime releases the GIL). So a single query (what recall embeds) runs on one core without
+waking or spinning a thread pool, and recording still uses every core: on a small, shared
+machine spinning pool threads steal the cores that other work needs (bench/README.md measures
+the variants with and without two CPU-burning processes beside them).
 """
 
 from __future__ import annotations
@@ -27,9 +30,8 @@ from worldgraph.memory.embedders.base import check_batch_size, check_embeddings,
 
 ONNX_INSTALL_HINT = "pip install onnxruntime tokenizers"
 
-_SESSIONS: dict[tuple[str, int, bool], Any] = {}
-_TOKENIZERS: dict[tuple[str, int], Any] = {}
-_CACHE_LOCK = threading.Lock()
+_LOADED: dict[tuple[Any, ...], Any] = {}  # sessions and tokenizers, shared by every embedder
+_LOADED_LOCK = threading.Lock()
 
 
 def default_workers() -> int:
@@ -40,45 +42,51 @@ def default_workers() -> int:
 def load_session(model_path: str | Path, threads: int, spinning: bool = False) -> Any:
     """The process-wide onnxruntime session for ``model_path`` with ``threads`` intra-op threads
     (``spinning``: let idle workers busy-wait, onnxruntime's default; off here, see above)."""
-    key = (str(Path(model_path).resolve()), int(threads), bool(spinning))
-    with _CACHE_LOCK:
-        sess = _SESSIONS.get(key)
-        if sess is None:
-            try:
-                import onnxruntime as ort
-            except ImportError as exc:
-                raise InvalidInputError("embedding_provider", f"onnxruntime is not installed: {ONNX_INSTALL_HINT}") from exc
-            opts = ort.SessionOptions()
-            opts.intra_op_num_threads = int(threads)
-            opts.inter_op_num_threads = 1
-            opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-            opts.log_severity_level = 3  # warnings about unused initializers are noise here
-            sess = ort.InferenceSession(key[0], opts, providers=["CPUExecutionProvider"])
-            _SESSIONS[key] = sess
-        return sess
+    path = str(Path(model_path).resolve())
+
+    def make() -> Any:
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:
+            raise InvalidInputError("embedding_provider", f"onnxruntime is not installed: {ONNX_INSTALL_HINT}") from exc
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = int(threads)
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+        opts.log_severity_level = 3  # warnings about unused initializers are noise here
+        return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+
+    return _shared(("session", path, int(threads), bool(spinning)), make)
 
 
 def load_tokenizer(path: str | Path, max_seq_length: int) -> Any:
     """A ``tokenizers`` tokenizer from ``tokenizer.json`` or a BERT ``vocab.txt`` (uncased)."""
-    key = (str(Path(path).resolve()), int(max_seq_length))
-    with _CACHE_LOCK:
-        tok = _TOKENIZERS.get(key)
-        if tok is None:
-            try:
-                from tokenizers import BertWordPieceTokenizer, Tokenizer
-            except ImportError as exc:
-                raise InvalidInputError("embedding_provider", f"tokenizers is not installed: {ONNX_INSTALL_HINT}") from exc
-            if key[0].endswith(".json"):
-                tok = Tokenizer.from_file(key[0])
-            else:  # the uncased BERT normaliser and WordPiece, as all-MiniLM-L6-v2's tokenizer.json
-                tok = BertWordPieceTokenizer(key[0], lowercase=True, strip_accents=None, clean_text=True,
-                                             handle_chinese_chars=True)
-            tok.no_padding()  # padded per batch below, to the batch's longest text
-            tok.enable_truncation(max_length=int(max_seq_length))
-            _TOKENIZERS[key] = tok
+    file = str(Path(path).resolve())
+
+    def make() -> Any:
+        try:
+            from tokenizers import BertWordPieceTokenizer, Tokenizer
+        except ImportError as exc:
+            raise InvalidInputError("embedding_provider", f"tokenizers is not installed: {ONNX_INSTALL_HINT}") from exc
+        if file.endswith(".json"):
+            tok = Tokenizer.from_file(file)
+        else:  # the uncased BERT normaliser and WordPiece, as all-MiniLM-L6-v2's tokenizer.json
+            tok = BertWordPieceTokenizer(file, lowercase=True, strip_accents=None, clean_text=True,
+                                         handle_chinese_chars=True)
+        tok.no_padding()  # padded per batch, to the batch's longest text
+        tok.enable_truncation(max_length=int(max_seq_length))
         return tok
+
+    return _shared(("tokenizer", file, int(max_seq_length)), make)
+
+
+def _shared(key: tuple[Any, ...], make: Any) -> Any:
+    with _LOADED_LOCK:
+        if key not in _LOADED:
+            _LOADED[key] = make()
+        return _LOADED[key]
 
 
 class OnnxEmbedder:
