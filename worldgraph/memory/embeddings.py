@@ -15,6 +15,7 @@ from worldgraph.memory.embedders.base import (
     check_embeddings,
     embed_query,
     embedder_name,
+    same_fallback_label,
 )
 from worldgraph.memory.embedders.catalog import LOCAL_MODELS, LocalModel
 from worldgraph.memory.embedders.factory import index_name, make_embedder
@@ -39,4 +40,5 @@ __all__ = [
     "index_name",
     "make_embedder",
     "minilm_available",
+    "same_fallback_label",
 ]
