@@ -158,10 +158,20 @@ class CachedEmbedder:
     def _key(self, text: str) -> str:
         return hashlib.sha256(f"{self.name}\x00{self.dimensions}\x00{text}".encode()).hexdigest()
 
+    def embed_query(self, texts: list[str]) -> np.ndarray:
+        """Query vectors (a model with a query prefix embeds queries apart; cached apart)."""
+        fn = getattr(self.inner, "embed_query", None)
+        if not callable(fn):
+            return self.embed(texts)
+        return self._cached(list(texts), fn, "query\x00")
+
     def embed(self, texts: list[str]) -> np.ndarray:
+        return self._cached(list(texts), self.inner.embed, "")
+
+    def _cached(self, texts: list[str], fn: Any, kind: str) -> np.ndarray:
         if not self.caching:
-            return np.asarray(self.inner.embed(list(texts)), dtype=np.float32)
-        keys = [self._key(t) for t in texts]
+            return np.asarray(fn(texts), dtype=np.float32)
+        keys = [self._key(kind + t) for t in texts]
         found: dict[str, np.ndarray] = {}
         for start in range(0, len(keys), 500):
             chunk = keys[start:start + 500]
@@ -169,8 +179,8 @@ class CachedEmbedder:
             found.update((k, np.frombuffer(v, dtype=np.float32)) for k, v in rows)
         missing = list(dict.fromkeys(t for t, k in zip(texts, keys) if k not in found))
         if missing:
-            vecs = np.asarray(self.inner.embed(missing), dtype=np.float32)
-            rows = [(self._key(t), v.tobytes()) for t, v in zip(missing, vecs)]
+            vecs = np.asarray(fn(missing), dtype=np.float32)
+            rows = [(self._key(kind + t), v.tobytes()) for t, v in zip(missing, vecs)]
             self._db.executemany("INSERT OR REPLACE INTO vec VALUES (?, ?)", rows)
             self._db.commit()
             found.update((k, np.frombuffer(v, dtype=np.float32)) for k, v in rows)

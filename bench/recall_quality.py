@@ -41,7 +41,7 @@ from locomo import BM25, CATEGORIES, CachedEmbedder, Conversation, load, recall_
 
 from worldgraph import WorldModel  # noqa: E402
 from worldgraph.config import WorldGraphConfig  # noqa: E402
-from worldgraph.memory.embeddings import make_embedder  # noqa: E402
+from worldgraph.memory.embeddings import LOCAL_MODELS, make_embedder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = ROOT.parent.parent / "shared" / "datasets" / "locomo-dev.json"
@@ -49,10 +49,13 @@ KS = (5, 10)
 
 
 def make(spec: str) -> Any:
-    """``default`` (the config's choice), ``local``, ``hashing``, ``openai`` or ``module:callable``."""
+    """``default`` (the config's choice), ``local``, ``hashing``, ``openai``, a local model key
+    (``LOCAL_MODELS``) or ``module:callable``."""
     if ":" in spec:
         mod, attr = spec.split(":", 1)
         return getattr(importlib.import_module(mod), attr)()
+    if spec in {m.key for m in LOCAL_MODELS}:
+        return make_embedder(WorldGraphConfig(embedding_provider="local", embedding_local_model=spec))
     provider = "auto" if spec == "default" else spec
     return make_embedder(WorldGraphConfig(embedding_provider=provider))
 
@@ -84,7 +87,7 @@ def baselines(emb: CachedEmbedder, conv: Conversation) -> dict[str, list[list[st
     turns = conv.turns
     dia = [t.dia_id for t in turns]
     vecs = emb.embed([said(t) for t in turns])
-    qvecs = emb.embed([q.question for q in conv.questions])
+    qvecs = emb.embed_query([q.question for q in conv.questions])
     bm25 = BM25([said(t) for t in turns])
     out: dict[str, list[list[str]]] = {"dense": [], "bm25": [], "rrf": []}
     for q, qv in zip(conv.questions, qvecs):
@@ -158,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--conversations", default="all", help="comma-separated sample ids (default: all)")
-    ap.add_argument("--embedder", default="default", help="default | local | hashing | openai | module:callable")
+    ap.add_argument("--embedder", default="default",
+                    help="default | local | hashing | openai | a LOCAL_MODELS key | module:callable")
     ap.add_argument("--cache", default=str(ROOT / "bench" / ".cache" / "embeddings.sqlite"))
     ap.add_argument("--options", default=None, help="recall options as JSON (default: none, i.e. defaults)")
     ap.add_argument("--config", default="{}", help="WorldModel.open keyword overrides as JSON")

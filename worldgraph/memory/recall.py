@@ -25,7 +25,7 @@ from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import InvalidInputError
 from worldgraph.gcpause import gc_paused
 from worldgraph.kg.store import GraphStore
-from worldgraph.memory.embeddings import Embedder, check_embeddings
+from worldgraph.memory.embeddings import Embedder, check_embeddings, embed_query
 from worldgraph.memory.index import EpisodeIndex
 from worldgraph.memory.models import DateRange, RecallOptions
 from worldgraph.memory.query import ParsedQuery, parse_query
@@ -142,7 +142,7 @@ def _recall(
         canvas_ids=opts.canvas_ids or (parsed.canvas_ids if opts.extract_filters and parsed.canvas_ids else None),
         start=dr.start if dr else None, end=dr.end if dr else None, success_only=opts.success_only,
     )
-    qvec = check_embeddings(embedder.embed([text]), 1, embedder.dimensions)[0]
+    qvec = check_embeddings(embed_query(embedder, [text]), 1, embedder.dimensions)[0]
 
     # 2a. candidates: vector top-N plus full-text hits
     where = filters.where()
