@@ -1,13 +1,14 @@
 """Bounded threading on the recall path.
 
-A recall multiplies small matrices: the query's embedding (a numpy MiniLM forward pass over a
-dozen tokens) and the candidates' cosines. OpenBLAS runs each product on one thread per core
-and its threads spin-wait for each other; on a loaded machine a thread that lost its core
-stalls every product until it is scheduled again. Measured on the 2-core dev machine beside
-other work (bench/README.md, "Latency under load"): recall p50 251 ms / p99 1,247 ms with
-OpenBLAS's 2 threads, 72 / 320 ms with one. ``one_blas_thread()`` holds the BLAS pools of the
-process at one thread while any recall runs (threadpoolctl; without it, nothing changes).
-Large batch work (recording thousands of episodes) keeps the pools as they were.
+A recall multiplies small matrices: the candidates' cosines and, with the numpy MiniLM runner,
+the query's embedding (~40 products over a dozen tokens; the default onnxruntime runner sets
+its own threads). OpenBLAS runs each product on one thread per core and its threads spin-wait
+for each other; on a loaded machine a thread that lost its core stalls every product until it
+is scheduled again. Measured on the 2-core dev machine beside other work (bench/README.md,
+recall on LoCoMo, latency): recall p50 251 ms / p99 1,247 ms with OpenBLAS's 2 threads, 72 /
+320 ms with one. ``one_blas_thread()`` holds the BLAS pools of the process at one thread while
+any recall runs (threadpoolctl; without it, nothing changes). Large batch work (recording
+thousands of episodes) keeps the pools as they were.
 """
 
 from __future__ import annotations
