@@ -20,6 +20,7 @@ from worldgraph.kg.store import GraphStore
 from worldgraph.limits import MAX_PAGE, check_batch, check_delta_size, check_query, check_text, check_value
 from worldgraph.memory.embeddings import Embedder, check_embeddings, embedder_name, make_embedder
 from worldgraph.memory.index import EpisodeIndex
+from worldgraph.memory.objectstore import index_location
 from worldgraph.memory.models import AgentExperience, CanvasContext, EpisodeFeedback, RecallOptions, iso, utcnow
 from worldgraph.memory.recall import RecallResult, recall
 from worldgraph.memory.record import build_episode, check_tenant, index_row, parse_canvas, parse_experience, searchable_text
@@ -42,8 +43,12 @@ class WorldModel:
         self.embedder = embedder
         self.config = config
         from worldgraph.kg.world import WorldUpdater
+        from worldgraph.memory.retrier import IndexRetrier
 
         self.world = WorldUpdater(self)
+        # after an index failure (an unreachable object store), re-index in the background
+        self._index_retrier = IndexRetrier(self.retry_indexing, lambda: bool(self.store.unindexed_episodes(limit=1)),
+                                           config.index_retry_seconds)
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -71,7 +76,7 @@ class WorldModel:
                 raise ReadOnlyError("rebuild_index", reason)
             if rebuild_index:
                 store.mark_pending()  # before the tables are dropped (see reindex)
-            index = EpisodeIndex(root / cfg.lancedb_path, int(emb.dimensions), embedder_name(emb), cfg,
+            index = EpisodeIndex(index_location(root, cfg.lancedb_path), int(emb.dimensions), embedder_name(emb), cfg,
                                  rebuild=rebuild_index, read_only=reason is not None)
         except Exception:
             store.close()
@@ -92,6 +97,7 @@ class WorldModel:
 
     def close(self) -> None:
         """Waits for background world updates, then closes the store."""
+        self._index_retrier.stop()
         self.world.shutdown()
         self.store.close()
 
@@ -172,6 +178,7 @@ class WorldModel:
         ids = [e["id"] for e in episodes]
         if vectors is None:
             self._mark(tenant_id, ids, "failed", embed_error)
+            self._index_retrier.kick()
             return ids
         self._index(tenant_id, episodes, vectors)
         return ids
@@ -211,6 +218,7 @@ class WorldModel:
         except Exception as exc:  # noqa: BLE001 - the store holds them; retry_indexing re-runs them
             log.warning("indexing %d episodes failed (%s); marked for retry", len(ids), exc)
             self._mark(tenant_id, ids, "failed", f"indexing failed: {exc}")
+            self._index_retrier.kick()
             return False
         return self._mark(tenant_id, ids, "indexed")
 
