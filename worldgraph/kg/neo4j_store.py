@@ -21,6 +21,7 @@ from neo4j.graph import Node, Path, Relationship
 from worldgraph.errors import (InvalidInputError, NotFoundError, ReadOnlyError, ReadOnlyQueryError,
                                StoreUnavailableError)
 from worldgraph.kg import neo4j_queries as q
+from worldgraph.kg.neo4j_leases import Neo4jSceneLeases, check_fence
 from worldgraph.kg.records import EdgeRecord, GraphView, MergePlan, MetaRecord, NodeRecord, RuleRecord, SceneRecord
 from worldgraph.kg.store import GraphStore, Record
 
@@ -28,7 +29,7 @@ T = TypeVar("T")
 BATCH = 5000  # rows per UNWIND statement; one public call still writes in one transaction
 
 
-class Neo4jGraphStore(GraphStore):
+class Neo4jGraphStore(Neo4jSceneLeases, GraphStore):
     """GraphStore on a Neo4j 5 server (Community is enough). Thread-safe: the driver pools."""
 
     name = "neo4j"
@@ -223,9 +224,11 @@ class Neo4jGraphStore(GraphStore):
         return self._read(lambda tx: _view(tx, tenant_id, env_name, node_ids, names))
 
     def merge(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str],
-              planner: Callable[[GraphView], MergePlan | None]) -> MetaRecord | None:
+              planner: Callable[[GraphView], MergePlan | None],
+              fence: tuple[str, str] | None = None) -> MetaRecord | None:
         def work(tx: ManagedTransaction) -> MetaRecord | None:
             tx.run(q.LOCK_ENV, tenant_id=tenant_id, env_name=env_name).consume()
+            check_fence(tx, tenant_id, fence)
             view = _view(tx, tenant_id, env_name, node_ids, names)
             plan = planner(view)
             return view.meta if plan is None else self._apply_plan(tx, plan, view.meta)
