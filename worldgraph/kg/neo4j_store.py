@@ -47,6 +47,11 @@ class Neo4jGraphStore(Neo4jSceneLeases, GraphStore):
                 # the server's hints ("label does not exist yet", ...) are noise for a library
                 notifications_min_severity="OFF")
             driver.verify_connectivity()
+            # one round trip in the database itself: a name the server does not have fails here,
+            # with a message naming the setting, not in the first real query (a routing URI,
+            # neo4j://, fetches that database's routing table for it)
+            with driver.session(database=database) as session:
+                session.run("RETURN 1").consume()
         except AuthError as exc:
             _close(driver)
             raise StoreUnavailableError(
@@ -55,6 +60,8 @@ class Neo4jGraphStore(Neo4jSceneLeases, GraphStore):
             ) from exc
         except (DriverError, Neo4jError, OSError, ValueError) as exc:
             _close(driver)
+            if isinstance(exc, Neo4jError) and exc.code == "Neo.ClientError.Database.DatabaseNotFound":
+                raise InvalidInputError("neo4j_database", _no_database(uri, database), database) from exc
             raise StoreUnavailableError(_unreachable(uri, exc)) from exc
         self._driver: Driver = driver
         if read_only:
@@ -498,6 +505,12 @@ def _unreachable(uri: str, exc: BaseException) -> str:
     return (f"cannot reach Neo4j at {uri} ({type(exc).__name__}: {exc}). Start a server with "
             "`worldgraph neo4j start` (no Docker needed), or `docker compose up -d neo4j`, or point "
             "NEO4J_URI (and NEO4J_USER / NEO4J_PASSWORD) at a running one.")
+
+
+def _no_database(uri: str, database: str) -> str:
+    return (f"Neo4j at {uri} has no database {database!r}. Set NEO4J_DATABASE (or WORLDGRAPH_NEO4J_DATABASE, "
+            "config neo4j_database) to one it has (`SHOW DATABASES` lists them); Neo4j Community Edition has "
+            "one user database, 'neo4j' (the default)")
 
 
 def _close(driver: Driver | None) -> None:
