@@ -56,6 +56,13 @@ def test_index_on_s3_writes_searches_labels_and_maintains(s3_env: dict[str, Any]
     assert idx.vector_search("B", HASH.embed(["crater"])[0], k=5)[0]["episode_id"] == "b1"
     idx.delete(["e7"])
     assert idx.count("A") == 62
+    # compaction, index folding and old-version cleanup through the pylance dataset, on S3
+    idx.upsert([_row("late", "a late crater")])
+    idx.optimize("A")
+    table = idx.table_for("A")
+    assert all((table.index_stats(ix.name).num_unindexed_rows or 0) == 0 for ix in table.list_indices())
+    assert idx.vector_search("A", HASH.embed(["a late crater"])[0], k=1)[0]["episode_id"] == "late"
+    idx.delete(["late"])
     # the embedder label lives beside the tables, as on a local disk
     meta = json.loads(objectstore.read_meta(uri, META_FILE) or "{}")
     assert meta["embedder"] == HASH.name and meta["dimensions"] == D
