@@ -145,14 +145,14 @@ class WorldWorker:
             return
         current = self.wm.store.get_scene(scene["tenant_id"], sid) or {}
         with self._lock:
-            if report.ok and not (report.skipped or "").startswith(f"scene {sid} was taken over"):
+            if (report.skipped or "").startswith(f"scene {sid} was taken over"):
+                self.stats.lost.append(sid)
+            elif report.ok:
                 self.stats.merged.append(sid)
                 if report.graph_version is not None and not report.skipped:
                     self.stats.graph_versions.append(int(report.graph_version))
                 log.info("merged scene %s of %s/%s (graph_version %s)", sid, scene["tenant_id"], scene["env_name"],
                          report.graph_version)
-            elif report.skipped:
-                self.stats.lost.append(sid)
             elif current.get("status") == "pending":  # the LLM is unreachable: back off
                 self.stats.deferred.append(sid)
                 self._not_before[sid] = time.monotonic() + (float("inf") if self._once else
