@@ -11,23 +11,13 @@ from worldgraph.errors import (
     InvalidInputError,
     NotFoundError,
     NotSupportedError,
+    CypherQueryError,
     ReadOnlyQueryError,
     StoreUnavailableError,
     WorldGraphError,
 )
 from worldgraph.server.errors import describe, field_path
 
-
-class _Neo4jRefusal(Exception):
-    def __init__(self, code: str) -> None:
-        self.code = code
-
-
-def _cypher_error(code: str) -> ReadOnlyQueryError:
-    try:
-        raise ReadOnlyQueryError("Neo4j refused the query") from _Neo4jRefusal(code)
-    except ReadOnlyQueryError as exc:
-        return exc
 
 
 @pytest.mark.parametrize("exc, status, type_, field", [
@@ -38,8 +28,7 @@ def _cypher_error(code: str) -> ReadOnlyQueryError:
     (NotFoundError("episode", "e1"), 404, "not_found", "episode_id"),
     (NotFoundError("api key", "k1"), 404, "not_found", "api_key_id"),
     (ReadOnlyQueryError("cypher() is read-only: DELETE is not allowed"), 403, "query_refused", "query"),
-    (_cypher_error("Neo.ClientError.Statement.SyntaxError"), 400, "invalid_query", "query"),
-    (_cypher_error("Neo.ClientError.Statement.AccessMode"), 403, "query_refused", "query"),
+    (CypherQueryError("Neo4j could not run the query: Invalid input ')'"), 400, "invalid_query", "query"),
     (NotSupportedError("Cypher needs the Neo4j store"), 501, "not_supported", None),
     (StoreUnavailableError("cannot reach Neo4j"), 503, "store_unavailable", None),
     (ExtractionError("the LLM failed"), 502, "extraction_failed", None),

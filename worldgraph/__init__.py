@@ -8,6 +8,7 @@
 
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import (
+    CypherQueryError,
     DeltaValidationError,
     EmbeddingDimensionError,
     ExtractionError,
@@ -18,6 +19,7 @@ from worldgraph.errors import (
     ReadOnlyQueryError,
     StorageError,
     StoreUnavailableError,
+    TenantScopeError,
     WorldGraphError,
 )
 from worldgraph.kg.records import MergeReport
@@ -38,9 +40,11 @@ from worldgraph.service import WorldModel
 __version__ = "0.1.0"
 
 __all__ = [
-    "AgentExperience", "CanvasAction", "CanvasAudit", "CanvasContext", "DateRange", "DeltaValidationError",
+    "AgentExperience", "CanvasAction", "CanvasAudit", "CanvasContext", "CypherQueryError", "DateRange",
+    "DeltaValidationError",
     "EmbeddingDimensionError", "EpisodeFeedback", "ExtractionError", "InvalidInputError", "MergeReport",
     "MetacognitiveInsights", "NotFoundError", "PartialWriteError", "ReadOnlyError", "ReadOnlyQueryError",
-    "ReasoningChain", "RecallOptions", "RecallResult", "StorageError", "StoreUnavailableError", "WorldGraphConfig",
+    "ReasoningChain", "RecallOptions", "RecallResult", "StorageError", "StoreUnavailableError", "TenantScopeError",
+    "WorldGraphConfig",
     "WorldGraphError", "WorldModel", "__version__",
 ]

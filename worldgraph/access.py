@@ -36,7 +36,8 @@ def open_store(path: Path, graph: str | GraphStore, cfg: WorldGraphConfig, read_
         from worldgraph.kg.neo4j_store import Neo4jGraphStore
 
         return Neo4jGraphStore(cfg.neo4j_uri, cfg.neo4j_user, cfg.neo4j_password, database=cfg.neo4j_database,
-                               read_only=read_only)
+                               read_only=read_only, cypher_timeout=cfg.cypher_timeout_seconds,
+                               cypher_max_rows=cfg.cypher_max_rows)
     raise InvalidInputError("graph", f"must be 'embedded' or 'neo4j', got {graph!r}")
 
 

@@ -26,8 +26,11 @@ class WorldGraphConfig(BaseModel):
     # Embedding (seed)
     embedding_model: str = "text-embedding-3-small"
     embedding_dimensions: int = Field(1536, gt=0)
-    # auto: the local MiniLM model when its package is installed, else the hashing fallback
+    # auto: the best installed local model (a folder keeps the model that built its index), else
+    # the hashing fallback; local: the same without the fallback
     embedding_provider: Literal["auto", "openai", "local", "hashing"] = "auto"
+    embedding_local_model: str = "auto"  # or a key of worldgraph.memory.embeddings.LOCAL_MODELS
+    embedding_threads: int = Field(0, ge=0)  # local batches embedded side by side; 0 = one per core
 
     # Recall (seed)
     default_recall_limit: int = Field(5, gt=0)
@@ -122,6 +125,9 @@ class WorldGraphConfig(BaseModel):
     neo4j_user: str = "neo4j"
     neo4j_password: str = "worldgraph-dev"
     neo4j_database: str = "neo4j"
+    # cypher(): each query runs in one READ transaction with this timeout; more rows is an error
+    cypher_timeout_seconds: float = Field(30.0, gt=0)
+    cypher_max_rows: int = Field(10_000, gt=0)
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> "WorldGraphConfig":

@@ -39,6 +39,16 @@ class ReadOnlyQueryError(WorldGraphError, PermissionError):
     """A Cypher query that would write, or reach outside the caller's tenant."""
 
 
+class CypherQueryError(WorldGraphError, ValueError):
+    """A Cypher query the guard allowed but Neo4j could not run: a syntax or type error, or it ran
+    past ``cypher_timeout_seconds``. The message carries Neo4j's reason."""
+
+
+class TenantScopeError(ReadOnlyQueryError):
+    """A Cypher query ``cypher()`` cannot prove stays inside the caller's tenant (see
+    ``worldgraph.kg.cypher_guard``); the message names the part and how to scope it."""
+
+
 class DeltaValidationError(WorldGraphError, ValueError):
     """A graph delta that is not an object with four arrays of objects; nothing was written."""
 

@@ -10,6 +10,11 @@ The graph model (Neo4j 5.26, Community edition):
     (:Scene)-[:PRODUCED]->(:WorldNode | :Rule)   (the scenes a node or rule was learned from)
     (:WorldgraphSchema {name: "worldgraph", version: N})
 
+No relationship joins two tenants: every statement below that links two nodes finds both ends
+by ``$tenant_id`` or by a ``key`` that starts with the tenant's prefix (tests/test_cypher_tenants.py
+checks it on stored data). ``cypher()`` relies on it (``worldgraph.kg.cypher_guard``): an
+expansion from a node of the caller's tenant stays inside the tenant.
+
 Every node (and world-graph relationship) carries ``tenant_id``; world records also carry
 ``env_name``. Keys are (tenant_id, id) or (tenant_id, env_name, id), exactly like the embedded
 store's primary keys, so a snapshot imported into a second tenant keeps its ids. World nodes,
@@ -31,7 +36,8 @@ episode) use indexed properties (``episode_id``); the relationships exist for ex
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3  # 2: world nodes, rules and edges keyed on `key`; 3: episode index_error property
+SCHEMA_VERSION = 4  # 2: world nodes, rules and edges keyed on `key`; 3: episode index_error property;
+#                     4: a tenant_id index per label (TENANT_LABELS), what cypher() seeks from
 
 KEY_SEP, KEY_ESC = "\u001f", "\u001e"
 
@@ -126,11 +132,21 @@ MIGRATIONS: tuple[str, ...] = (
       for name in ("wg_node_key", "wg_rule_key", "wg_transition_key", "wg_contains_key", "wg_episodic_key")),
 )
 
+# The labels a tenant explores with cypher(), each with a plain (tenant_id) index: the planner seeks
+# it for any ``(n:Label {tenant_id: $tenant_id})``, which is the only way cypher() lets a query
+# start (see cypher_guard). Entity and State need their own: the planner uses an index only
+# for the label written in the pattern. tenant_id is set once when a node is created, so each
+# index costs one entry per node created, nothing on updates.
+TENANT_LABELS: tuple[str, ...] = ("Episode", "Agent", "Canvas", "CanvasAudit", "Feedback", "Scene", "Environment",
+                                  "WorldNode", "Entity", "State", "Rule")
+
 # The composite uniqueness constraints' indexes also serve lookups on a prefix of their keys
 # (tenant_id) when the remaining keys are asked to be non-null, so the queries below say
 # "AND n.id IS NOT NULL" instead of keeping a second index to update on every write; world
 # records are found by env or tenant through their `key` prefix.
 INDEXES: tuple[str, ...] = (
+    *(f"CREATE INDEX wg_{label.lower()}_tenant IF NOT EXISTS FOR (n:{label}) ON (n.tenant_id)"
+      for label in TENANT_LABELS),
     "CREATE INDEX wg_episode_agent IF NOT EXISTS FOR (n:Episode) ON (n.tenant_id, n.agent_id)",
     "CREATE INDEX wg_episode_ts IF NOT EXISTS FOR (n:Episode) ON (n.ts)",
     "CREATE INDEX wg_episode_status IF NOT EXISTS FOR (n:Episode) ON (n.index_status)",
@@ -141,7 +157,10 @@ INDEXES: tuple[str, ...] = (
     "CREATE INDEX wg_scene_status IF NOT EXISTS FOR (n:Scene) ON (n.status)",
     "CREATE INDEX wg_node_entity IF NOT EXISTS FOR (n:WorldNode) ON (n.tenant_id, n.env_name, n.entity_id)",
     # refs by name alone (merge); nodes written before it have no norm_name until merged again
-    "CREATE INDEX wg_node_name IF NOT EXISTS FOR (n:WorldNode) ON (n.tenant_id, n.env_name, n.norm_name)",
+    "CREATE INDEX wg_node_norm_name IF NOT EXISTS FOR (n:WorldNode) ON (n.tenant_id, n.env_name, n.norm_name)",
+    # cypher() looks world nodes up by name (the README's queries): this seek is so selective that
+    # the planner starts there, not from a scan of a smaller label (Scene, Episode) the guard refuses.
+    "CREATE INDEX wg_node_name IF NOT EXISTS FOR (n:WorldNode) ON (n.tenant_id, n.env_name, n.name)",
     "CREATE FULLTEXT INDEX wg_episode_text IF NOT EXISTS FOR (n:Episode) ON EACH [n.task_description]",
 )
 

@@ -11,15 +11,14 @@ dicts and export identical bytes.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Callable, Iterable, Iterator, TypeVar, cast
 
 from neo4j import Driver, GraphDatabase, ManagedTransaction, Result, unit_of_work
 from neo4j.exceptions import AuthError, DriverError, Neo4jError, ServiceUnavailable, SessionExpired
-from neo4j.graph import Node, Path, Relationship
 
-from worldgraph.errors import (InvalidInputError, NotFoundError, ReadOnlyError, ReadOnlyQueryError,
+from worldgraph.errors import (CypherQueryError, InvalidInputError, NotFoundError, ReadOnlyError, ReadOnlyQueryError,
                                StoreUnavailableError)
+from worldgraph.kg import cypher_guard as guard
 from worldgraph.kg import neo4j_queries as q
 from worldgraph.kg.neo4j_leases import Neo4jSceneLeases, check_fence
 from worldgraph.kg.records import EdgeRecord, GraphView, MergePlan, MetaRecord, NodeRecord, RuleRecord, SceneRecord
@@ -35,10 +34,12 @@ class Neo4jGraphStore(Neo4jSceneLeases, GraphStore):
     name = "neo4j"
 
     def __init__(self, uri: str, user: str, password: str, database: str = "neo4j",
-                 connection_timeout: float = 5.0, read_only: bool = False) -> None:
+                 connection_timeout: float = 5.0, read_only: bool = False, cypher_timeout: float = 30.0,
+                 cypher_max_rows: int = 10_000) -> None:
         self.uri = uri
         self.database = database
         self.read_only = read_only
+        self.cypher_timeout, self.cypher_max_rows = cypher_timeout, cypher_max_rows
         driver: Driver | None = None
         try:
             driver = GraphDatabase.driver(
@@ -381,24 +382,33 @@ class Neo4jGraphStore(Neo4jSceneLeases, GraphStore):
         return {eid: found[eid] for eid in episode_ids if eid in found}
 
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[Record]:
-        """Run a read-only, tenant-scoped query; see ``check_read_only`` for what is refused."""
-        params = dict(params or {})
-        if "tenant_id" in params and params["tenant_id"] != tenant_id:
-            raise ReadOnlyQueryError(
-                "params may not set tenant_id: it is always the caller's tenant "
-                f"({tenant_id!r}), passed as $tenant_id")
-        check_read_only(query)
-        params["tenant_id"] = tenant_id
+        """Run a read-only query that provably stays in the caller's tenant (``cypher_guard``): its
+        EXPLAIN plan is checked, then it runs, in one READ transaction with a timeout."""
+        params = guard.bind_params(tenant_id, params)
+        guard.check_text(query)
+        limit = self.cypher_max_rows
 
-        @unit_of_work(timeout=60)
+        @unit_of_work(timeout=self.cypher_timeout)
         def work(tx: ManagedTransaction) -> list[Record]:
-            return [{k: _plain(v, tenant_id) for k, v in rec.items()} for rec in tx.run(cast(Any, query), params)]
+            summary = tx.run(cast(Any, "EXPLAIN " + query), params).consume()
+            guard.check_plan(summary.plan, self.database, summary.query_type)
+            rows: list[Record] = []
+            for rec in tx.run(cast(Any, query), params):
+                if len(rows) == limit:
+                    raise InvalidInputError("query", f"returns more than {limit} rows (cypher_max_rows); add LIMIT "
+                                                     "or aggregate")
+                rows.append({k: guard.plain(v, tenant_id) for k, v in rec.items()})
+            return rows
         try:
             return self._read(work)
-        except ReadOnlyQueryError:
-            raise
         except Neo4jError as exc:
-            raise ReadOnlyQueryError(f"Neo4j refused the query: {exc.message or exc}") from exc
+            code = exc.code or ""
+            if "TransactionTimedOut" in code:
+                raise CypherQueryError(f"the query ran longer than {self.cypher_timeout} s (cypher_timeout_seconds); "
+                                       "narrow it or add LIMIT") from exc
+            if "AccessMode" in code or ".Security." in code:  # the READ transaction refused a write
+                raise ReadOnlyQueryError(f"Neo4j refused the query: {exc.message or exc}") from exc
+            raise CypherQueryError(f"Neo4j could not run the query: {exc.message or exc}") from exc
 
     # ---------------------------------------------------------------- API keys
     def add_api_key(self, key: Record) -> None:
@@ -425,79 +435,6 @@ class Neo4jGraphStore(Neo4jSceneLeases, GraphStore):
 
     def close(self) -> None:
         self._driver.close()
-
-
-# -------------------------------------------------------------------- read-only guard
-_WRITE_WORDS = ("CREATE", "MERGE", "DELETE", "DETACH", "SET", "REMOVE", "DROP", "FOREACH", "LOAD",
-                "TRANSACTIONS", "ALTER", "RENAME", "GRANT", "DENY", "REVOKE", "TERMINATE", "SHOW", "USE")
-_ALLOWED_PROCEDURES = frozenset({"db.labels", "db.relationshiptypes", "db.propertykeys"})
-_LITERAL_RE = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`|//[^\n]*|/\*.*?\*/", re.S)
-_WRITE_RE = re.compile(r"(?<![.$:\w])(" + "|".join(_WRITE_WORDS) + r")\b(?!\s*:)", re.I)
-_CALL_RE = re.compile(r"(?<![.$:\w])CALL\b\s*(?P<target>[A-Za-z_][\w.]*|\{|\()?", re.I)
-_TENANT_PARAM_RE = re.compile(r"\$tenant_id\b")
-
-
-def check_read_only(query: str) -> None:
-    """Refuse, before anything is sent, a query that could write or is not tenant-scoped.
-
-    String literals, quoted identifiers and comments are blanked first, so a write keyword inside
-    a string ("... WHERE n.name = 'CREATE'") is fine; keywords are matched as whole words in any
-    case. The query still runs in a READ transaction, so the server refuses what this misses."""
-    code = _LITERAL_RE.sub(lambda m: "``" if m.group(0).startswith("`") else "''", query)
-    found = _WRITE_RE.search(code)
-    if found:
-        word = found.group(1).upper()
-        what = "LOAD CSV" if word == "LOAD" else ("CALL ... IN TRANSACTIONS" if word == "TRANSACTIONS" else word)
-        raise ReadOnlyQueryError(
-            f"cypher() is read-only: {what} is not allowed (clauses that write, load files or administer "
-            "the database are refused). Use the WorldModel API to change data.")
-    for call in _CALL_RE.finditer(code):
-        target = call.group("target")
-        if target in ("{", "("):
-            continue  # a subquery: its body was checked like the rest
-        if target is None or target.lower() not in _ALLOWED_PROCEDURES:
-            raise ReadOnlyQueryError(
-                f"cypher() may call only the procedures {sorted(_ALLOWED_PROCEDURES)}; got CALL {target or '?'}")
-    if not _TENANT_PARAM_RE.search(code):
-        raise ReadOnlyQueryError(
-            "cypher() queries must be scoped to the caller's tenant: reference $tenant_id, e.g. "
-            "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e LIMIT 10")
-
-
-def _plain(value: Any, tenant_id: str) -> Any:
-    """A driver value as plain JSON-able data; a node or relationship of another tenant refuses."""
-    if isinstance(value, (Node, Relationship)):
-        props = dict(value.items())
-        owner = props.get("tenant_id")
-        if owner is not None and owner != tenant_id:
-            raise ReadOnlyQueryError(
-                "cypher() result reaches outside the caller's tenant: filter every MATCH on $tenant_id")
-        if isinstance(props.get("record"), str):
-            try:
-                props["record"] = json.loads(props["record"])
-            except ValueError:
-                pass
-            if isinstance(value, Node) and "Episode" in value.labels and isinstance(props["record"], dict):
-                props["record"].update({k: props.get(k) for k in q.EPISODE_STATE})
-        return {k: _plain(v, tenant_id) for k, v in props.items()}
-    if isinstance(value, Path):
-        out: list[Any] = [_plain(value.start_node, tenant_id)]
-        for rel in value.relationships:
-            out += [_plain(rel, tenant_id), _plain(rel.end_node, tenant_id)]
-        return out
-    if isinstance(value, dict):
-        return {k: _plain(v, tenant_id) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v, tenant_id) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    if hasattr(value, "iso_format"):  # neo4j.time Date / Time / DateTime / Duration
-        return value.iso_format()
-    if hasattr(value, "to_native") and not hasattr(value, "srid"):  # e.g. neo4j.vector.Vector
-        return _plain(value.to_native(), tenant_id)
-    if hasattr(value, "srid"):  # neo4j.spatial points
-        return {"srid": value.srid, "coordinates": list(value)}
-    return str(value)
 
 
 # -------------------------------------------------------------------- helpers

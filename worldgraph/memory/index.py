@@ -54,6 +54,20 @@ META_FORMAT = 2  # 2: one table per tenant
 # distinct on case-insensitive file systems); "eph-<hex of the utf-8 bytes>" for any other tenant
 # id; "eps-<sha256>" for very long ones. The three prefixes differ at their third character, so
 # two tenants never share a table.
+def stored_embedder_name(path: str | Path) -> str | None:
+    """The embedder name recorded beside the index at ``path`` (None: new, unlabelled, or an object
+    store that does not answer: opening the index then says why)."""
+    try:
+        if objectstore.is_remote(path):
+            text = objectstore.read_meta(str(path), META_FILE)
+            name = json.loads(text).get("embedder") if text is not None else None
+        else:
+            name = json.loads((Path(path) / META_FILE).read_text()).get("embedder")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) and name else None
+
+
 _PLAIN_TENANT = re.compile(r"[a-z0-9][a-z0-9_.-]{0,127}")
 TABLE_PREFIXES = ("ep-", "eph-", "eps-")
 VECTOR_INDEX_NAME = "vector_idx"

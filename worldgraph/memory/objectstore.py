@@ -143,7 +143,10 @@ def _filesystem(path: str) -> tuple[Any, str]:
 
 
 def read_meta(path: str, name: str) -> str | None:
-    """The text of the object ``name`` under the index URI ``path``; None when there is none."""
+    """The text of the object ``name`` under the index URI ``path``; None when there is none (and
+    for ``memory://``, which lives and dies with its process: nothing to label)."""
+    if path.startswith("memory://"):
+        return None
     filesystem, inner = _filesystem(path)
     target = f"{inner.rstrip('/')}/{name}"
     with object_store_errors(path, f"reading {name}"):
@@ -161,6 +164,8 @@ def read_meta(path: str, name: str) -> str | None:
 
 def write_meta(path: str, name: str, text: str) -> None:
     """Write the object ``name`` under the index URI ``path`` (one PUT: readers see all or nothing)."""
+    if path.startswith("memory://"):
+        return
     filesystem, inner = _filesystem(path)
     target = f"{inner.rstrip('/')}/{name}"
     with object_store_errors(path, f"writing {name}"):

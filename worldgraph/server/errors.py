@@ -9,7 +9,7 @@ that maps worldgraph's exceptions to HTTP status codes. The MCP tools report the
 | DeltaValidationError (delta refused whole)  | 422    | invalid_delta      |
 | NotFoundError (also another tenant's id)    | 404    | not_found          |
 | ReadOnlyQueryError: a query that writes, calls procedures or is not tenant-scoped | 403 | query_refused |
-| ReadOnlyQueryError from a query Neo4j could not run (syntax, types) | 400 | invalid_query |
+| CypherQueryError: a query Neo4j could not run (syntax, types, timeout) | 400 | invalid_query |
 | NotSupportedError (Cypher on the embedded store) | 501 | not_supported      |
 | StoreUnavailableError (Neo4j down)          | 503    | store_unavailable  |
 | ExtractionError (the LLM failed)            | 502    | extraction_failed  |
@@ -35,6 +35,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from worldgraph.errors import (
+    CypherQueryError,
     DeltaValidationError,
     EmbeddingDimensionError,
     ExtractionError,
@@ -59,6 +60,7 @@ _STATUS: tuple[tuple[type[BaseException], int, str], ...] = (
     (DeltaValidationError, 422, "invalid_delta"),
     (NotFoundError, 404, "not_found"),
     (ReadOnlyQueryError, 403, "query_refused"),
+    (CypherQueryError, 400, "invalid_query"),
     (NotSupportedError, 501, "not_supported"),
     (StoreUnavailableError, 503, "store_unavailable"),
     (ExtractionError, 502, "extraction_failed"),
@@ -110,11 +112,8 @@ def describe(exc: BaseException) -> ApiError:
         field = None if path in ("", "$") else path
     elif isinstance(exc, NotFoundError):
         field = f"{exc.kind.replace(' ', '_')}_id"
-    elif isinstance(exc, ReadOnlyQueryError):
+    elif isinstance(exc, (ReadOnlyQueryError, CypherQueryError)):
         field = "query"
-        code = getattr(exc.__cause__, "code", None) or ""
-        if ".Statement." in code and "AccessMode" not in code:
-            status, type_ = 400, "invalid_query"
     return ApiError(status, type_, str(exc), field)
 
 

@@ -162,7 +162,8 @@ class FeedbackRequest(BaseModel):
 
 class CypherRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    query: str = Field(min_length=1, description="Read-only Cypher that filters on $tenant_id (bound for you), "
+    query: str = Field(min_length=1, description="Read-only Cypher in which every labelled node it starts from is "
+                                                 "scoped with {tenant_id: $tenant_id} ($tenant_id is bound for you), "
                                                  "e.g. MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e.id LIMIT 5.")
     params: dict[str, Any] | None = Field(None, description="More query parameters (tenant_id is not allowed).")
 
