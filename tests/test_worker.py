@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.fake_openai import FakeOpenAI, Reply
-from tests.test_world_race import _canonical, _timeline_delta
+from tests.test_world_race import _by_round, _timeline_delta
 from worldgraph import WorldModel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,15 +105,6 @@ def _stats(proc: subprocess.Popen[str], timeout: float = 180) -> dict[str, Any]:
     out, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, err[-3000:]
     return json.loads(out.strip().splitlines()[-1])
-
-
-def _by_round(g: dict[str, Any]) -> dict[str, Any]:
-    times = sorted({s["created_at"] for s in g["scenes"]})
-    rank = {t: f"r{i}" for i, t in enumerate(times)}
-    c = _canonical(g)
-    c["runs"] = [(n, rank.get(a, a), rank.get(b, b)) for n, a, b in c["runs"]]
-    c["edges"] = [(rel, s, d, rank.get(a, a), rank.get(b, b)) for rel, s, d, a, b in c["edges"]]
-    return c
 
 
 @pytest.mark.parametrize("graph", STORES)

@@ -14,7 +14,7 @@ from worldgraph.kg.records import SceneRecord
 __all__ = ["SqliteSceneLeases"]
 
 
-class SqliteSceneLeases:
+class SqliteSceneLeases(lease.HeldLeases):
     """Mixin of EmbeddedGraphStore: needs ``_tx`` and ``_upsert_scene``."""
 
     _tx: Callable[[], ContextManager[sqlite3.Cursor]]
@@ -30,23 +30,14 @@ class SqliteSceneLeases:
             self._upsert_scene(cur, taken)
             return taken
 
-    def renew_scene_lease(self, tenant_id: str, scene_id: str, owner: str, until: str, now: str) -> bool:
+    def _if_held(self, tenant_id: str, scene_id: str, owner: str,
+                 change: Callable[[SceneRecord], SceneRecord]) -> bool:
+        """Write ``change(scene)`` if ``owner`` holds the scene's lease, in one transaction."""
         with self._tx() as cur:
             scene = _scene(cur, tenant_id, scene_id)
-            if not lease.holds(scene, owner):
+            if scene is None or not lease.holds(scene, owner):
                 return False
-            assert scene is not None
-            self._upsert_scene(cur, lease.leased(scene, owner, until, now))
-            return True
-
-    def release_scene_lease(self, tenant_id: str, scene_id: str, owner: str, status: str, error: str | None,
-                            now: str) -> bool:
-        with self._tx() as cur:
-            scene = _scene(cur, tenant_id, scene_id)
-            if not lease.holds(scene, owner):
-                return False
-            assert scene is not None
-            self._upsert_scene(cur, lease.released(scene, status, error, now))
+            self._upsert_scene(cur, change(scene))
             return True
 
 

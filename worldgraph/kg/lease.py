@@ -20,10 +20,11 @@ import os
 import socket
 import uuid
 from datetime import datetime, timedelta, timezone
+from typing import Callable
 
 from worldgraph.kg.records import SceneRecord
 
-__all__ = ["CLAIMABLE", "claimable", "holds", "leased", "released", "new_owner", "iso_after", "LEASE_KEYS"]
+__all__ = ["HeldLeases", "CLAIMABLE", "claimable", "holds", "leased", "released", "new_owner", "iso_after", "LEASE_KEYS"]
 
 CLAIMABLE = ("pending", "failed")
 LEASE_KEYS = ("lease_owner", "lease_until")
@@ -64,6 +65,21 @@ def leased(scene: SceneRecord, owner: str, until: str, now: str) -> SceneRecord:
     out["lease_until"] = until  # type: ignore[typeddict-unknown-key]
     out["updated_at"] = now
     return out
+
+
+class HeldLeases:
+    """Renewal and release, for a store that writes ``change(scene)`` while ``owner`` holds it."""
+
+    def _if_held(self, tenant_id: str, scene_id: str, owner: str,
+                 change: Callable[[SceneRecord], SceneRecord]) -> bool:
+        raise NotImplementedError
+
+    def renew_scene_lease(self, tenant_id: str, scene_id: str, owner: str, until: str, now: str) -> bool:
+        return self._if_held(tenant_id, scene_id, owner, lambda s: leased(s, owner, until, now))
+
+    def release_scene_lease(self, tenant_id: str, scene_id: str, owner: str, status: str, error: str | None,
+                            now: str) -> bool:
+        return self._if_held(tenant_id, scene_id, owner, lambda s: released(s, status, error, now))
 
 
 def released(scene: SceneRecord, status: str, error: str | None, now: str) -> SceneRecord:

@@ -18,7 +18,7 @@ from worldgraph.kg.records import SceneRecord
 __all__ = ["Neo4jSceneLeases", "check_fence"]
 
 
-class Neo4jSceneLeases:
+class Neo4jSceneLeases(lease.HeldLeases):
     """Mixin of Neo4jGraphStore: needs ``_write``."""
 
     _write: Callable[..., Any]
@@ -33,24 +33,15 @@ class Neo4jSceneLeases:
             return _store(tx, tenant_id, lease.leased(scene, owner, until, now))
         return self._write(work)  # type: ignore[no-any-return]
 
-    def renew_scene_lease(self, tenant_id: str, scene_id: str, owner: str, until: str, now: str) -> bool:
+    def _if_held(self, tenant_id: str, scene_id: str, owner: str,
+                 change: Callable[[SceneRecord], SceneRecord]) -> bool:
+        """Write ``change(scene)`` if ``owner`` holds the scene's lease, in one transaction."""
         def work(tx: ManagedTransaction) -> bool:
             scene = _locked(tx, tenant_id, scene_id)
             if scene is None or not lease.holds(scene, owner):
                 _unlock(tx, tenant_id, scene_id, scene)
                 return False
-            _store(tx, tenant_id, lease.leased(scene, owner, until, now))
-            return True
-        return bool(self._write(work))
-
-    def release_scene_lease(self, tenant_id: str, scene_id: str, owner: str, status: str, error: str | None,
-                            now: str) -> bool:
-        def work(tx: ManagedTransaction) -> bool:
-            scene = _locked(tx, tenant_id, scene_id)
-            if scene is None or not lease.holds(scene, owner):
-                _unlock(tx, tenant_id, scene_id, scene)
-                return False
-            _store(tx, tenant_id, lease.released(scene, status, error, now))
+            _store(tx, tenant_id, change(scene))
             return True
         return bool(self._write(work))
 
