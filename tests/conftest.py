@@ -17,6 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from tests.fake_openai import fake_openai  # noqa: E402,F401
+from tests.s3_fixture import s3_env, s3_server  # noqa: E402,F401
 try:
     from tests.neo4j_fixture import neo4j_server  # noqa: E402,F401
 except ImportError:  # pragma: no cover - while the launcher is being written
@@ -30,5 +31,5 @@ def _no_real_llm(monkeypatch: pytest.MonkeyPatch) -> None:
                 "OPENAI_CUSTOM_HEADERS"):
         monkeypatch.delenv(var, raising=False)
     for var in list(os.environ):
-        if var.startswith("WORLDGRAPH_"):
+        if var.startswith("WORLDGRAPH_") or var.startswith("AWS_"):  # s3_env sets the AWS_* of its server
             monkeypatch.delenv(var, raising=False)

@@ -83,6 +83,16 @@ def _canonical(g: dict) -> dict:
     }
 
 
+def _by_round(g: dict) -> dict:
+    """``_canonical`` with each time replaced by the rank of its scene's round (r0, r1, ...)."""
+    times = sorted({s["created_at"] for s in g["scenes"]})
+    rank = {t: f"r{i}" for i, t in enumerate(times)}
+    c = _canonical(g)
+    c["runs"] = [(n, rank.get(a, a), rank.get(b, b)) for n, a, b in c["runs"]]
+    c["edges"] = [(rel, s, d, rank.get(a, a), rank.get(b, b)) for rel, s, d, a, b in c["edges"]]
+    return c
+
+
 def test_answers_arriving_late_and_out_of_order_end_in_the_in_order_graph(tmp_path: Path) -> None:
     rounds = 9
     # the answer for round r arrives after (rounds - r) * 0.15 s: the last round's first
@@ -122,13 +132,7 @@ def test_answers_arriving_late_and_out_of_order_end_in_the_in_order_graph(tmp_pa
     merged_at = {s["current_round"]: s["updated_at"] for s in shuffled["scenes"]}
     assert merged_at[rounds - 1] < merged_at[0], "the answers did arrive out of order"
     # the scenes' times differ between the two runs: compare the runs by round order instead
-    def by_round(g: dict) -> dict:
-        times = sorted({s["created_at"] for s in g["scenes"]})
-        rank = {t: f"r{i}" for i, t in enumerate(times)}
-        c = _canonical(g)
-        c["runs"] = [(n, rank.get(a, a), rank.get(b, b)) for n, a, b in c["runs"]]
-        c["edges"] = [(rel, s, d, rank.get(a, a), rank.get(b, b)) for rel, s, d, a, b in c["edges"]]
-        return c
+    by_round = _by_round
     assert by_round(shuffled) == by_round(in_order)
     key_now = [e for e in by_round(shuffled)["edges"] if e[2] == "brass key" and e[4] == ""]
     assert [e[1] for e in key_now] == ["table"]  # round 8's holder

@@ -47,9 +47,10 @@ def open_storage(root: Path, graph: str | GraphStore, cfg: WorldGraphConfig,
 
     Writable needs ``root`` made (it is, here) and every file writable; a writable open that
     fails while the disk is full falls back to reading, with a warning in the log."""
-    lance_dir = root / cfg.lancedb_path
+    # an index on an object store (s3://...) has no folder here to check
+    lance_dirs = [] if "://" in cfg.lancedb_path else [root / cfg.lancedb_path]
     reason = "the WorldModel was opened with read_only=True" if read_only else unwritable_reason(
-        root, [root / "worldgraph.db", lance_dir] if graph == "embedded" else [lance_dir])
+        root, [root / "worldgraph.db", *lance_dirs] if graph == "embedded" else lance_dirs)
     if reason is None:
         root.mkdir(parents=True, exist_ok=True)
         try:

@@ -521,6 +521,9 @@ def build_parser() -> argparse.ArgumentParser:
     from worldgraph.server.commands import add_server_commands  # serve, mcp, keys
 
     add_server_commands(sub, add)
+    from worldgraph.worker_cli import add_worker_command  # worker
+
+    add_worker_command(add)
     return p
 
 

@@ -87,7 +87,10 @@ class WorldGraphConfig(BaseModel):
     readiness_min_success_rate: float = Field(0.8, ge=0.0, le=1.0)
 
     # Storage (seed)
-    lancedb_path: str = "lancedb"  # relative to the data directory given to WorldModel.open
+    # relative to the data directory given to WorldModel.open, or an object store URI such as
+    # "s3://bucket/prefix" (credentials and endpoint from the standard AWS_* variables: see
+    # object_store_options)
+    lancedb_path: str = "lancedb"
     postgres_connection_pool: int = 20  # kept for parity with the seed; the graph store pools itself
 
     # LanceDB maintenance
@@ -110,6 +113,15 @@ class WorldGraphConfig(BaseModel):
     # how long update_world waits for a packet another worker holds before it gives up
     update_wait_seconds: float = Field(600.0, ge=0)
     summary_max_items: int = Field(40, gt=0)
+    # False: flagged packets stay pending in the store for `worldgraph worker` processes instead of
+    # this process's background threads (update_world and retry still merge on demand)
+    world_background_updates: bool = True
+    # A packet being extracted is leased to its worker, which renews the lease every third of this;
+    # another worker takes a packet whose lease ran out (its worker died), never a live one's.
+    worker_lease_seconds: float = Field(30.0, ge=1)
+    # After an index write failed (object store unreachable), a long-running process re-indexes the
+    # pending episodes this often until none is left.
+    index_retry_seconds: float = Field(30.0, gt=0)
 
     # Service (worldgraph serve)
     max_request_bytes: int = Field(1 << 20, gt=0)  # a larger request body is refused (413) before parsing
@@ -163,6 +175,32 @@ class WorldGraphConfig(BaseModel):
             raise InvalidInputError(
                 f"config.{field}", f"{err['msg']} (set it with {env_name} or a keyword argument)"
             ) from exc
+
+
+# The standard variables of AWS SDKs, as LanceDB storage options (object stores: lancedb_path
+# "s3://..."). AWS_ENDPOINT_URL points at any S3-compatible server (MinIO, Ceph, moto, R2).
+AWS_VARIABLES: dict[str, str] = {
+    "AWS_ENDPOINT_URL_S3": "aws_endpoint",  # the service-specific one wins, as in the AWS SDKs
+    "AWS_ENDPOINT_URL": "aws_endpoint",
+    "AWS_ACCESS_KEY_ID": "aws_access_key_id",
+    "AWS_SECRET_ACCESS_KEY": "aws_secret_access_key",
+    "AWS_SESSION_TOKEN": "aws_session_token",
+    "AWS_REGION": "aws_region",
+    "AWS_DEFAULT_REGION": "aws_region",
+    "AWS_ALLOW_HTTP": "allow_http",
+}
+
+
+def object_store_options(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """LanceDB storage options from the standard ``AWS_*`` variables that are set. Kept out of
+    WorldGraphConfig on purpose: secrets never enter a config dump (the index maintenance child
+    process gets its config on the command line and these from its environment)."""
+    environ = dict(os.environ if environ is None else environ)
+    options: dict[str, str] = {}
+    for var, key in AWS_VARIABLES.items():  # the first variable of a key wins (AWS_REGION before AWS_DEFAULT_REGION)
+        if environ.get(var) and key not in options:
+            options[key] = environ[var]
+    return options
 
 
 def _parse_env(raw: str) -> Any:

@@ -84,6 +84,11 @@ class StorageError(WorldGraphError, OSError):
     nothing of it is stored."""
 
 
+class LeaseLostError(WorldGraphError):
+    """A world-update worker's lease on a scene packet ran out and another worker took the packet
+    over (or it was released): this worker's merge of it was refused, nothing was written."""
+
+
 class PartialWriteError(WorldGraphError):
     """A call made of two writes whose first committed and second failed. ``committed`` says
     exactly what is stored (e.g. ``{"episode_ids": [...]}``), so a retry does not duplicate it."""

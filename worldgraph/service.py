@@ -21,6 +21,7 @@ from worldgraph.limits import MAX_PAGE, check_batch, check_delta_size, check_que
 from worldgraph.memory.conversation import check_session, parse_turns, quoted, turn_experiences
 from worldgraph.memory.embeddings import Embedder, check_embeddings, embedder_name, index_name, make_embedder
 from worldgraph.memory.index import EpisodeIndex, stored_embedder_name
+from worldgraph.memory.objectstore import index_location
 from worldgraph.memory.models import AgentExperience, CanvasContext, EpisodeFeedback, RecallOptions, iso, utcnow
 from worldgraph.memory.recall import RecallResult, recall
 from worldgraph.memory.record import build_episode, check_tenant, index_row, parse_canvas, parse_experience, searchable_text
@@ -43,8 +44,12 @@ class WorldModel:
         self.embedder = embedder
         self.config = config
         from worldgraph.kg.world import WorldUpdater
+        from worldgraph.memory.retrier import IndexRetrier
 
         self.world = WorldUpdater(self)
+        # after an index failure (an unreachable object store), re-index in the background
+        self._index_retrier = IndexRetrier(self.retry_indexing, lambda: bool(self.store.unindexed_episodes(limit=1)),
+                                           config.index_retry_seconds)
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -63,7 +68,7 @@ class WorldModel:
         cfg = config or WorldGraphConfig.from_env(**overrides)
         root = Path(path)
         # A folder keeps the local model that built its index (see memory/embedders/factory.py).
-        built_by = None if rebuild_index else stored_embedder_name(root / cfg.lancedb_path)
+        built_by = None if rebuild_index else stored_embedder_name(index_location(root, cfg.lancedb_path))
         emb = embedder or make_embedder(cfg, built_by)
         for attr in ("dimensions", "embed"):
             if not hasattr(emb, attr):
@@ -74,7 +79,7 @@ class WorldModel:
                 raise ReadOnlyError("rebuild_index", reason)
             if rebuild_index:
                 store.mark_pending()  # before the tables are dropped (see reindex)
-            index = EpisodeIndex(root / cfg.lancedb_path, int(emb.dimensions),
+            index = EpisodeIndex(index_location(root, cfg.lancedb_path), int(emb.dimensions),
                                  index_name(embedder_name(emb), built_by), cfg,
                                  rebuild=rebuild_index, read_only=reason is not None)
         except Exception:
@@ -96,6 +101,7 @@ class WorldModel:
 
     def close(self) -> None:
         """Waits for background world updates, then closes the store."""
+        self._index_retrier.stop()
         self.world.shutdown()
         self.store.close()
 
@@ -176,6 +182,7 @@ class WorldModel:
         ids = [e["id"] for e in episodes]
         if vectors is None:
             self._mark(tenant_id, ids, "failed", embed_error)
+            self._index_retrier.kick()
             return ids
         self._index(tenant_id, episodes, vectors)
         return ids
@@ -233,6 +240,7 @@ class WorldModel:
         except Exception as exc:  # noqa: BLE001 - the store holds them; retry_indexing re-runs them
             log.warning("indexing %d episodes failed (%s); marked for retry", len(ids), exc)
             self._mark(tenant_id, ids, "failed", f"indexing failed: {exc}")
+            self._index_retrier.kick()
             return False
         return self._mark(tenant_id, ids, "indexed")
 

@@ -20,6 +20,7 @@ import orjson
 
 from worldgraph.errors import NotFoundError, ReadOnlyError, StorageError
 from worldgraph.gcpause import gc_paused
+from worldgraph.kg.embedded_leases import SqliteSceneLeases, check_fence
 from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
 from worldgraph.kg.sessions import Link, by_session, new_links, relink
 from worldgraph.kg.sqlite_open import ReadOnlyConnection, connect_read_only
@@ -108,7 +109,7 @@ def _chunks(items: list[str], size: int = 500) -> Iterator[list[str]]:
         yield items[i : i + size]
 
 
-class EmbeddedGraphStore(GraphStore):
+class EmbeddedGraphStore(SqliteSceneLeases, GraphStore):
     """SQLite-backed GraphStore; safe across threads (one lock) and processes (SQLite locks)."""
 
     name = "embedded"
@@ -383,10 +384,12 @@ class EmbeddedGraphStore(GraphStore):
         return view
 
     def merge(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str],
-              planner: Callable[[GraphView], MergePlan | None]) -> MetaRecord | None:
+              planner: Callable[[GraphView], MergePlan | None],
+              fence: tuple[str, str] | None = None) -> MetaRecord | None:
         # BEGIN IMMEDIATE takes the database's write lock first: the view is read, planned and
         # written while no other process or thread can write, so no update is lost.
         with self._tx() as cur:
+            check_fence(cur, tenant_id, fence)
             view = self.load_view(tenant_id, env_name, node_ids, names)
             plan = planner(view)
             return view.meta if plan is None else self._apply_plan(cur, plan, view.meta)

@@ -615,6 +615,13 @@ REMOVE s._lock
 
 UNLOCK_SCENE = "MATCH (s:Scene {tenant_id: $tenant_id, id: $id}) REMOVE s._lock"
 
+# Leases (worldgraph.kg.lease), step 2 after LOCK_SCENE: the scene's new status and record.
+WRITE_SCENE_STATE = """
+MATCH (s:Scene {tenant_id: $tenant_id, id: $id})
+SET s.status = $status, s.record = $record
+REMOVE s._lock
+"""
+
 LIST_SCENES = """
 MATCH (s:Scene)
 WHERE ($tenant_id IS NULL OR s.tenant_id = $tenant_id)

@@ -20,6 +20,7 @@ from worldgraph.errors import (CypherQueryError, InvalidInputError, NotFoundErro
                                StoreUnavailableError)
 from worldgraph.kg import cypher_guard as guard
 from worldgraph.kg import neo4j_queries as q
+from worldgraph.kg.neo4j_leases import Neo4jSceneLeases, check_fence
 from worldgraph.kg.records import EdgeRecord, GraphView, MergePlan, MetaRecord, NodeRecord, RuleRecord, SceneRecord
 from worldgraph.kg.sessions import Link, by_session, new_links, relink
 from worldgraph.kg.store import GraphStore, Record
@@ -28,7 +29,7 @@ T = TypeVar("T")
 BATCH = 5000  # rows per UNWIND statement; one public call still writes in one transaction
 
 
-class Neo4jGraphStore(GraphStore):
+class Neo4jGraphStore(Neo4jSceneLeases, GraphStore):
     """GraphStore on a Neo4j 5 server (Community is enough). Thread-safe: the driver pools."""
 
     name = "neo4j"
@@ -48,6 +49,11 @@ class Neo4jGraphStore(GraphStore):
                 # the server's hints ("label does not exist yet", ...) are noise for a library
                 notifications_min_severity="OFF")
             driver.verify_connectivity()
+            # one round trip in the database itself: a name the server does not have fails here,
+            # with a message naming the setting, not in the first real query (a routing URI,
+            # neo4j://, fetches that database's routing table for it)
+            with driver.session(database=database) as session:
+                session.run("RETURN 1").consume()
         except AuthError as exc:
             _close(driver)
             raise StoreUnavailableError(
@@ -56,6 +62,8 @@ class Neo4jGraphStore(GraphStore):
             ) from exc
         except (DriverError, Neo4jError, OSError, ValueError) as exc:
             _close(driver)
+            if isinstance(exc, Neo4jError) and exc.code == "Neo.ClientError.Database.DatabaseNotFound":
+                raise InvalidInputError("neo4j_database", _no_database(uri, database), database) from exc
             raise StoreUnavailableError(_unreachable(uri, exc)) from exc
         self._driver: Driver = driver
         self._sessions_ready = False  # q.SESSION_SCHEMA ensured (on the first session write)
@@ -255,9 +263,11 @@ class Neo4jGraphStore(GraphStore):
         return self._read(lambda tx: _view(tx, tenant_id, env_name, node_ids, names))
 
     def merge(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str],
-              planner: Callable[[GraphView], MergePlan | None]) -> MetaRecord | None:
+              planner: Callable[[GraphView], MergePlan | None],
+              fence: tuple[str, str] | None = None) -> MetaRecord | None:
         def work(tx: ManagedTransaction) -> MetaRecord | None:
             tx.run(q.LOCK_ENV, tenant_id=tenant_id, env_name=env_name).consume()
+            check_fence(tx, tenant_id, fence)
             view = _view(tx, tenant_id, env_name, node_ids, names)
             plan = planner(view)
             return view.meta if plan is None else self._apply_plan(tx, plan, view.meta)
@@ -463,6 +473,12 @@ def _unreachable(uri: str, exc: BaseException) -> str:
     return (f"cannot reach Neo4j at {uri} ({type(exc).__name__}: {exc}). Start a server with "
             "`worldgraph neo4j start` (no Docker needed), or `docker compose up -d neo4j`, or point "
             "NEO4J_URI (and NEO4J_USER / NEO4J_PASSWORD) at a running one.")
+
+
+def _no_database(uri: str, database: str) -> str:
+    return (f"Neo4j at {uri} has no database {database!r}. Set NEO4J_DATABASE (or WORLDGRAPH_NEO4J_DATABASE, "
+            "config neo4j_database) to one it has (`SHOW DATABASES` lists them); Neo4j Community Edition has "
+            "one user database, 'neo4j' (the default)")
 
 
 def _close(driver: Driver | None) -> None:

@@ -133,12 +133,17 @@ class GraphStore(ABC):
 
     @abstractmethod
     def merge(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str],
-              planner: Callable[[GraphView], MergePlan | None]) -> MetaRecord | None:
+              planner: Callable[[GraphView], MergePlan | None],
+              fence: tuple[str, str] | None = None) -> MetaRecord | None:
         """Read the view (as ``load_view``), call ``planner(view)`` and apply the plan it returns
         (as ``apply_plan``), all in ONE write transaction that holds the environment's write lock
         from the start: two processes merging one environment never plan from the same view, so
         no update is lost. ``planner`` is pure and may be called again if the store retries the
-        transaction. Returns the stored meta (the old one when the plan changed nothing)."""
+        transaction. Returns the stored meta (the old one when the plan changed nothing).
+
+        ``fence=(scene_id, owner)``: first check, in the same transaction, that the scene is still
+        running under ``owner``'s lease (``worldgraph.kg.lease``); raise LeaseLostError, writing
+        nothing, if it is not."""
 
     @abstractmethod
     def get_scene_report(self, tenant_id: str, scene_id: str) -> dict[str, Any] | None:
@@ -160,6 +165,31 @@ class GraphStore(ABC):
     def claim_scene(self, tenant_id: str, scene_id: str) -> bool:
         """Atomically move a scene from pending/failed to running. False if it is already
         running or merged (so a packet is never merged twice)."""
+
+    # Leases (worldgraph.kg.lease): each call is one transaction that locks the scene first, so
+    # claims, renewals, releases and fenced merges of one scene never interleave. Not abstract: a
+    # store without them still serves everything but update workers.
+    def claim_scene_lease(self, tenant_id: str, scene_id: str, owner: str, until: str,
+                          now: str) -> SceneRecord | None:
+        """Take the scene if ``lease.claimable(scene, now)``: it becomes running under ``owner``'s
+        lease until ``until``; returns the stored record. None when it is absent or not claimable."""
+        raise self._no_leases()
+
+    def renew_scene_lease(self, tenant_id: str, scene_id: str, owner: str, until: str, now: str) -> bool:
+        """Extend ``owner``'s lease to ``until`` (and ``updated_at`` to ``now``); False if the scene is
+        no longer running under that lease (it was taken over, merged or released)."""
+        raise self._no_leases()
+
+    def release_scene_lease(self, tenant_id: str, scene_id: str, owner: str, status: str, error: str | None,
+                            now: str) -> bool:
+        """Let go of ``owner``'s lease, leaving the scene ``status`` (pending: another worker takes
+        it; failed) with ``error``; False (nothing written) if ``owner`` no longer holds it."""
+        raise self._no_leases()
+
+    def _no_leases(self) -> Exception:
+        from worldgraph.errors import NotSupportedError
+
+        return NotSupportedError(f"the {self.name!r} store has no scene leases; use the embedded or Neo4j store")
 
     @abstractmethod
     def list_scenes(

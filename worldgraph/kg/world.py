@@ -27,10 +27,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from worldgraph.errors import (DeltaValidationError, ExtractionError, InvalidInputError, NotFoundError,
-                               PartialWriteError)
+from worldgraph.errors import (DeltaValidationError, ExtractionError, InvalidInputError, LeaseLostError,
+                               NotFoundError, PartialWriteError)
+from worldgraph.kg import lease
 from worldgraph.kg.curiosity import AgentRound, RoundHistory, build_scene_packet, parse_curiosity
 from worldgraph.kg.delta import ParsedDelta, parse_delta
+from worldgraph.kg.lease_keeper import LeaseKeeper
 from worldgraph.kg.merge import plan_merge, referenced
 from worldgraph.kg.records import DroppedItem, MergePlan, MergeReport, SceneRecord
 from worldgraph.memory.record import check_tenant
@@ -60,6 +62,7 @@ class WorldUpdater:
         self._extractor: Any = None
         self._warned_no_llm = False
         self.auto_update = True  # hand flagged packets to the background worker
+        self.leases = LeaseKeeper(wm.store, wm.config.worker_lease_seconds)
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
@@ -99,6 +102,8 @@ class WorldUpdater:
                                     f"({exc})", {"episode_ids": [episode_id]}) from exc
         if not self.auto_update:
             pass  # the caller merges it (replay of a log that carries its deltas)
+        elif not self.wm.config.world_background_updates:
+            pass  # left pending for `worldgraph worker` processes
         elif llm_configured():
             self._enqueue(tenant_id, scene["id"])
         elif not self._warned_no_llm:
@@ -146,11 +151,13 @@ class WorldUpdater:
             self._queue.put(None)
         for thread in alive:
             thread.join(timeout=10)
+        self.leases.stop()
 
     # ------------------------------------------------------------------ updates
-    def update(self, packet: Any) -> MergeReport:
+    def update(self, packet: Any, wait: bool = True) -> MergeReport:
         """Extract (LLM) and merge one scene packet now, and return its MergeReport. A packet
-        another worker holds is not run twice: this waits for that merge and returns its report."""
+        another worker holds is not run twice: this waits for that merge and returns its report
+        (``wait=False``: returns at once, the report saying it is running elsewhere)."""
         tenant_id, scene_id = _packet_ids(packet)
         stored = self.wm.store.get_scene(tenant_id, scene_id)
         if stored is None:
@@ -158,31 +165,46 @@ class WorldUpdater:
                 raise NotFoundError("scene", scene_id, "give the packet returned by observe_round")
             stored = cast(SceneRecord, {"status": "pending", **packet})
             self.wm.store.upsert_scene(stored)
-        scene: SceneRecord = stored
-        env = scene["env_name"]
-        report = MergeReport(tenant_id=tenant_id, env_name=env, scene_id=scene_id)
-        skipped = self._claim(scene)
-        if skipped is not None:
-            return skipped
-        try:
-            summary = self._summary(tenant_id, env, scene)
-            delta = self.extractor.extract(scene, summary, check=lambda d: self._dry_run(tenant_id, env, d, scene))
-            return self._merge(tenant_id, env, delta, scene)
-        except ExtractionError as exc:
-            from worldgraph.kg.extractor import LLMUnavailableError
+        claimed = self._claim(stored, wait)
+        if isinstance(claimed, MergeReport):
+            return claimed
+        return self.run_claimed(*claimed)
 
-            # Unreachable / not configured: nothing is wrong with the packet, it waits for retry.
-            status = "pending" if isinstance(exc, LLMUnavailableError) or not llm_configured() else "failed"
-            self._fail(scene, status, str(exc))
-            report.ok, report.error = False, str(exc)
-            return report
-        except DeltaValidationError as exc:
-            self._fail(scene, "failed", str(exc))
-            report.ok, report.error = False, str(exc)
-            return report
-        except BaseException as exc:
-            self._fail(scene, "failed", f"{type(exc).__name__}: {exc}")
-            raise
+    def run_claimed(self, scene: SceneRecord, owner: str) -> MergeReport:
+        """Extract and merge a scene taken with ``claim_scene_lease`` by ``owner``, renewing the
+        lease meanwhile; the merge is fenced by the lease, so a holder that lost it writes nothing."""
+        tenant_id, scene_id, env = scene["tenant_id"], scene["id"], scene["env_name"]
+        report = MergeReport(tenant_id=tenant_id, env_name=env, scene_id=scene_id)
+        with self.leases.hold(tenant_id, scene_id, owner):
+            try:
+                summary = self._summary(tenant_id, env, scene)
+                delta = self.extractor.extract(scene, summary,
+                                               check=lambda d: self._dry_run(tenant_id, env, d, scene))
+                return self._merge(tenant_id, env, delta, scene, fence=(scene_id, owner))
+            except LeaseLostError as exc:
+                report.ok, report.error = False, str(exc)
+                report.skipped = f"scene {scene_id} was taken over by another worker; it is not merged twice"
+                return report
+            except ExtractionError as exc:
+                from worldgraph.kg.extractor import LLMUnavailableError
+
+                # Unreachable / not configured: nothing is wrong with the packet, it waits for retry.
+                status = "pending" if isinstance(exc, LLMUnavailableError) or not llm_configured() else "failed"
+                self.release(scene, owner, status, str(exc))
+                report.ok, report.error = False, str(exc)
+                return report
+            except DeltaValidationError as exc:
+                self.release(scene, owner, "failed", str(exc))
+                report.ok, report.error = False, str(exc)
+                return report
+            except BaseException as exc:
+                self.release(scene, owner, "failed", f"{type(exc).__name__}: {exc}")
+                raise
+
+    def release(self, scene: SceneRecord, owner: str, status: str, error: str | None) -> bool:
+        """Let go of ``owner``'s lease on the scene, leaving it ``status``; False if it was lost."""
+        return bool(self.wm.store.release_scene_lease(scene["tenant_id"], scene["id"], owner, status, error,
+                                                      now_iso()))
 
     def _dry_run(self, tenant_id: str, env: str, delta: ParsedDelta, scene: SceneRecord) -> list[DroppedItem]:
         """What the merge would drop, beyond what parsing dropped (unresolved refs, ...): asked
@@ -214,8 +236,15 @@ class WorldUpdater:
         stored = self._stored_scene(tenant_id, scene)
         if stored is not None:
             # A packet from observe_round: merge this delta as its update (claimed, so never twice).
-            skipped = self._claim(stored)
-            return skipped if skipped is not None else self._merge(tenant_id, env_name, parsed, stored)
+            claimed = self._claim(stored)
+            if isinstance(claimed, MergeReport):
+                return claimed
+            taken, owner = claimed
+            try:
+                return self._merge(tenant_id, env_name, parsed, taken, fence=(taken["id"], owner))
+            except BaseException as exc:
+                self.release(taken, owner, "failed", f"{type(exc).__name__}: {exc}")
+                raise
         if scene is not None:
             if isinstance(scene, str):
                 scene = {"trigger_reason": scene}
@@ -237,8 +266,11 @@ class WorldUpdater:
             return self.wm.store.get_scene(tenant_id, scene["id"])
         return None
 
-    def _merge(self, tenant_id: str, env: str, delta: ParsedDelta, scene: SceneRecord | None) -> MergeReport:
+    def _merge(self, tenant_id: str, env: str, delta: ParsedDelta, scene: SceneRecord | None,
+               fence: tuple[str, str] | None = None) -> MergeReport:
         cfg = self.wm.config
+        if scene is not None and any(k in scene for k in lease.LEASE_KEYS):  # the merged scene keeps no lease
+            scene = cast(SceneRecord, {k: v for k, v in scene.items() if k not in lease.LEASE_KEYS})
         ids, names = referenced(tenant_id, env, delta, cfg.max_delta_items)
         made: list[MergeReport] = []
 
@@ -248,23 +280,29 @@ class WorldUpdater:
             made[:] = [report]
             return plan
 
-        meta = self.wm.store.merge(tenant_id, env, ids, names, planner)
+        meta = self.wm.store.merge(tenant_id, env, ids, names, planner, fence=fence)
         report = made[-1]
         report.graph_version = (meta or {}).get("graph_version")
         return report
 
-    def _claim(self, scene: SceneRecord) -> MergeReport | None:
-        """Take the scene for this update (None), or the report of its merge by another worker
-        (waited for while it runs), or a report saying why it is not merged again.
-
-        The claim is stamped (``updated_at``) so that a process that dies mid-update leaves a
-        scene that ``retry(stale_after=...)`` can recognise as interrupted and run again."""
+    def _claim(self, scene: SceneRecord, wait: bool = True) -> tuple[SceneRecord, str] | MergeReport:
+        """Take the scene under a new lease: (the stored scene, the lease owner); or else the
+        report of its merge by another worker (waited for while that one holds a live lease, up to
+        ``update_wait_seconds``; a lease that runs out meanwhile is taken over here), or a report
+        saying why it is not merged again."""
         tenant_id, scene_id = scene["tenant_id"], scene["id"]
-        if self.wm.store.claim_scene(tenant_id, scene_id):
-            scene["status"], scene["updated_at"] = "running", now_iso()
-            self.wm.store.upsert_scene(scene)
-            return None
-        current = self._wait_while_running(tenant_id, scene_id) or scene
+        deadline = time.monotonic() + (self.wm.config.update_wait_seconds if wait else 0)
+        delay = 0.01
+        while True:
+            owner = lease.new_owner()
+            taken = self.wm.store.claim_scene_lease(tenant_id, scene_id, owner, self.leases.until(), now_iso())
+            if taken is not None:
+                return taken, owner
+            current = self.wm.store.get_scene(tenant_id, scene_id) or scene
+            if current.get("status") != "running" or time.monotonic() >= deadline:
+                break
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
         stored = self.wm.store.get_scene_report(tenant_id, scene_id)
         if stored is not None and current.get("status") == "merged":
             done = _report_from_dict(stored)
@@ -276,28 +314,20 @@ class WorldUpdater:
         report.skipped = f"scene {scene_id} is {current.get('status')}; it is not merged twice"
         return report
 
-    def _wait_while_running(self, tenant_id: str, scene_id: str) -> SceneRecord | None:
-        deadline = time.monotonic() + self.wm.config.update_wait_seconds
-        delay = 0.01
-        while True:
-            current = self.wm.store.get_scene(tenant_id, scene_id)
-            if current is None or current.get("status") != "running" or time.monotonic() >= deadline:
-                return current
-            time.sleep(delay)
-            delay = min(delay * 2, 0.5)
-
     def retry(self, tenant_id: str | None = None, env_name: str | None = None,
               stale_after: float | None = 600.0) -> list[MergeReport]:
-        """Re-run pending and failed packets; with ``stale_after`` (seconds), also packets left
-        "running" longer than that by a process that died mid-update."""
+        """Re-run pending and failed packets, and running ones whose lease ran out (their worker
+        died); with ``stale_after`` (seconds), also packets left "running" without a lease longer
+        than that (by a version without leases)."""
         if stale_after is not None:
             cutoff = datetime.fromtimestamp(time.time() - stale_after, timezone.utc).isoformat(timespec="microseconds")
             for scene in self.wm.store.list_scenes(tenant_id, env_name, statuses=["running"]):
-                if scene.get("updated_at", "") < cutoff:
+                if "lease_until" not in scene and scene.get("updated_at", "") < cutoff:
                     self._fail(scene, "pending", f"interrupted while running (no progress since "
                                                  f"{scene.get('updated_at')}); queued again by retry")
-        scenes = self.wm.store.list_scenes(tenant_id, env_name, statuses=["pending", "failed"])
-        return [self.update(s) for s in scenes]
+        now = now_iso()
+        scenes = self.wm.store.list_scenes(tenant_id, env_name, statuses=["pending", "failed", "running"])
+        return [self.update(s, wait=False) for s in scenes if lease.claimable(s, now)]
 
     # ------------------------------------------------------------------ snapshots
     def export(self, tenant_id: str, env_name: str, out_dir: Path) -> Path:
@@ -337,51 +367,10 @@ def llm_configured() -> bool:
 
 def replay_log(wm: "WorldModel", tenant_id: str, env_name: str, log_path: str | Path,
                use_shipped_deltas: bool | None = None, progress: Any = None) -> dict[str, Any]:
-    """Feed an agent log (JSONL, one round per line) through observe_round.
+    """Feed an agent log through observe_round: see ``worldgraph.kg.replay.replay_log``."""
+    from worldgraph.kg.replay import replay_log as replay
 
-    Flagged rounds are extracted by the LLM when one is configured; otherwise (or with
-    ``use_shipped_deltas``) a line's own ``delta`` (what a model returned for it) is merged.
-    """
-    import json
-
-    lines = Path(log_path).read_text(encoding="utf-8").splitlines()
-    rounds = []
-    for n, line in enumerate(lines, 1):
-        if line.strip():
-            try:
-                rounds.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise InvalidInputError(f"{log_path}:{n}", f"not valid JSON ({exc.msg})") from None
-    offline = (not llm_configured()) if use_shipped_deltas is None else use_shipped_deltas
-    summary: dict[str, Any] = {"rounds": 0, "flagged": 0, "merged": 0, "pending": 0, "failed": 0, "reports": []}
-    scene_ids: list[str] = []
-    auto_update, wm.world.auto_update = wm.world.auto_update, not offline
-    try:
-        _replay(wm, tenant_id, env_name, str(log_path), rounds, offline, summary, scene_ids, progress)
-    finally:
-        wm.world.auto_update = auto_update
-    wm.wait_for_updates()
-    for sid in scene_ids:
-        scene = wm.store.get_scene(tenant_id, sid) or {}
-        status = scene.get("status")
-        summary["merged" if status == "merged" else "failed" if status == "failed" else "pending"] += 1
-    return summary
-
-
-def _replay(wm: "WorldModel", tenant_id: str, env_name: str, log_path: str, rounds: list[Any], offline: bool,
-            summary: dict[str, Any], scene_ids: list[str], progress: Any) -> None:
-    for i, rnd in enumerate(rounds, 1):
-        if not isinstance(rnd, dict):
-            raise InvalidInputError(f"{log_path} round {i}", "must be a JSON object")
-        packet = wm.observe_round(tenant_id, env_name, {k: v for k, v in rnd.items() if k != "delta"})
-        summary["rounds"] += 1
-        if packet is not None:
-            summary["flagged"] += 1
-            scene_ids.append(packet["id"])
-            if offline and rnd.get("delta") is not None:
-                summary["reports"].append(wm.apply_delta(tenant_id, env_name, rnd["delta"], scene=packet).to_dict())
-        if progress:
-            progress(i, len(rounds))
+    return replay(wm, tenant_id, env_name, log_path, use_shipped_deltas, progress)
 
 
 def round_experience(env_name: str, rnd: AgentRound, reason: str | None, agent_id: str | None) -> dict[str, Any]:

@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError, ReadOnlyError
+from worldgraph.memory import objectstore
 from worldgraph.memory.embeddings import same_fallback_label
 
 log = logging.getLogger(__name__)
@@ -54,11 +55,14 @@ META_FORMAT = 2  # 2: one table per tenant
 # id; "eps-<sha256>" for very long ones. The three prefixes differ at their third character, so
 # two tenants never share a table.
 def stored_embedder_name(path: str | Path) -> str | None:
-    """The embedder name recorded beside the index at ``path`` (None: new, unlabelled or remote)."""
-    if "://" in str(path):
-        return None
+    """The embedder name recorded beside the index at ``path`` (None: new, unlabelled, or an object
+    store that does not answer: opening the index then says why)."""
     try:
-        name = json.loads((Path(path) / META_FILE).read_text()).get("embedder")
+        if objectstore.is_remote(path):
+            text = objectstore.read_meta(str(path), META_FILE)
+            name = json.loads(text).get("embedder") if text is not None else None
+        else:
+            name = json.loads((Path(path) / META_FILE).read_text()).get("embedder")
     except (OSError, ValueError, AttributeError):
         return None
     return name if isinstance(name, str) and name else None
@@ -316,8 +320,10 @@ class EpisodeIndex:
         self._absent = read_only and self._is_local and not Path(self.path).is_dir()
         if self._is_local and not read_only:
             Path(self.path).mkdir(parents=True, exist_ok=True)
-        self._db: Any = None if self._absent else lancedb.connect(self.path,
-                                                             read_consistency_interval=read_consistency_interval)
+        with objectstore.object_store_errors(self.path, "opening the index"):
+            self._db: Any = None if self._absent else lancedb.connect(
+                self.path, read_consistency_interval=read_consistency_interval,
+                storage_options=objectstore.storage_options(self.path))
         self._lock = threading.RLock()  # serialises this object's writes
         self._index_lock = threading.RLock()  # serialises index creation / optimize
         self._parts_lock = threading.Lock()  # guards opening / creating tables
@@ -325,7 +331,8 @@ class EpisodeIndex:
         self._maint_lock = threading.Lock()
         self._maint_thread: threading.Thread | None = None
         self._maint_pending: set[tuple[str, str]] = set()  # (task, table name)
-        self._open(rebuild)
+        with objectstore.object_store_errors(self.path, "opening the index"):
+            self._open(rebuild)
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -334,9 +341,10 @@ class EpisodeIndex:
         return Path(self.path) / META_FILE
 
     def _read_meta(self) -> dict[str, Any] | None:
-        if not self._is_local:
-            return None
         try:
+            if not self._is_local:  # an object store: one GET beside the tables
+                text = objectstore.read_meta(self.path, META_FILE) if self._db is not None else None
+                return None if text is None else json.loads(text)
             return json.loads(self.meta_path.read_text())
         except FileNotFoundError:
             return None
@@ -345,10 +353,13 @@ class EpisodeIndex:
             return None
 
     def _write_meta(self) -> None:
-        if not self._is_local or self.read_only:
+        if self.read_only:
             return
         meta = {"format": META_FORMAT, "layout": "table-per-tenant", "embedder": self.embedder_name,
                 "dimensions": self.dimensions}
+        if not self._is_local:  # one PUT replaces the object whole, as os.replace does the file
+            objectstore.write_meta(self.path, META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+            return
         tmp = self.meta_path.with_name(f".{META_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         os.replace(tmp, self.meta_path)
@@ -569,6 +580,7 @@ class EpisodeIndex:
             table = table.take(pa.array([i for i in keep if i >= 0]))
         return table
 
+    @objectstore.guarded("writing episode rows")
     def upsert(self, rows: list[dict[str, Any]]) -> None:
         """Insert or replace rows by ``episode_id`` within their tenant (every column is overwritten)."""
         self._writable("writing episode index rows")
@@ -597,6 +609,7 @@ class EpisodeIndex:
             written.append((part, sub.num_rows))
         return written
 
+    @objectstore.guarded("deleting episode rows")
     def delete(self, episode_ids: Iterable[str]) -> None:
         """Remove rows by episode id, whatever their tenant (ids that are not there are ignored)."""
         self._writable("deleting episode index rows")
@@ -657,6 +670,7 @@ class EpisodeIndex:
                     self._after_write(part, 0)
         return removed
 
+    @objectstore.guarded("counting episode rows")
     def count(self, tenant_id: str | None = None) -> int:
         """Rows in the index, of one tenant or of all."""
         if tenant_id is None:
@@ -795,9 +809,10 @@ class EpisodeIndex:
         (measured: a 2k-row upsert waited 115 s behind an HNSW build). A child process keeps
         this process's recalls and writes flowing.
         """
-        if not self._is_local:  # object stores: same work, in this process
+        if self.path.startswith("memory://"):  # another process cannot see this one's memory
             _run_tasks(self, tasks)
             return
+        # An object store too: the child opens the same URI with the AWS_* variables it inherits.
         pkg_root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -974,6 +989,7 @@ class EpisodeIndex:
             out = [r for r in out if r["tenant_id"] == tenant_id]
         return out
 
+    @objectstore.guarded("searching episodes by vector")
     def vector_search(
         self,
         tenant_id: str,
@@ -1042,6 +1058,7 @@ class EpisodeIndex:
         results.sort(key=lambda r: r["similarity"], reverse=True)
         return _unique(results)[:k]
 
+    @objectstore.guarded("searching episodes by text")
     def text_search(
         self,
         tenant_id: str,
