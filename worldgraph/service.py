@@ -144,12 +144,15 @@ class WorldModel:
         except Exception as exc:  # noqa: BLE001 - any embedder failure: keep the data, index later
             log.warning("embedding failed (%s); %d episodes stored and marked for re-indexing", exc, len(episodes))
             embed_error = f"embedding failed: {exc}"
-        self.store.add_episodes(tenant_id, episodes, list(canvas_recs.values()), audits)
         ids = [e["id"] for e in episodes]
         if vectors is None:
+            self.store.add_episodes(tenant_id, episodes, list(canvas_recs.values()), audits)
             self.store.set_index_status(tenant_id, ids, "failed", embed_error)
             return ids
-        self._index(tenant_id, episodes, vectors)
+        # New episodes are appended to the index, not merged (see EpisodeIndex.adding).
+        with self.index.adding(tenant_id) as add:
+            self.store.add_episodes(tenant_id, episodes, list(canvas_recs.values()), audits)
+            self._index(tenant_id, episodes, vectors, add)
         return ids
 
     def _embed(self, texts: list[str], progress: Progress | None = None, batch: int = 256) -> Any:
@@ -163,11 +166,13 @@ class WorldModel:
                 progress(min(start + batch, len(texts)), len(texts))
         return np.concatenate(out) if out else np.zeros((0, int(self.embedder.dimensions)), dtype=np.float32)
 
-    def _index(self, tenant_id: str, episodes: list[dict[str, Any]], vectors: Any) -> bool:
-        """Write the episodes' index rows and record the outcome in the store; True if indexed."""
+    def _index(self, tenant_id: str, episodes: list[dict[str, Any]], vectors: Any,
+               write: Callable[[list[dict[str, Any]]], None] | None = None) -> bool:
+        """Write the episodes' index rows (``write``, default ``index.upsert``) and record the
+        outcome in the store; True if indexed."""
         ids = [e["id"] for e in episodes]
         try:
-            self.index.upsert([index_row(e, v) for e, v in zip(episodes, vectors)])
+            (write or self.index.upsert)([index_row(e, v) for e, v in zip(episodes, vectors)])
         except Exception as exc:  # noqa: BLE001 - the store holds them; retry_indexing re-runs them
             log.warning("indexing %d episodes failed (%s); marked for retry", len(ids), exc)
             self.store.set_index_status(tenant_id, ids, "failed", f"indexing failed: {exc}")
