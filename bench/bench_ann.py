@@ -31,7 +31,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from worldgraph.config import WorldGraphConfig  # noqa: E402
-from worldgraph.memory.index import EpisodeIndex, ann_partitions_for  # noqa: E402
+from worldgraph.memory.index import EpisodeIndex  # noqa: E402
+from worldgraph.memory.index_policy import ann_partitions_for  # noqa: E402
 
 import measure  # noqa: E402
 from corpus import Corpus, PrecomputedEmbedder  # noqa: E402
@@ -45,9 +46,11 @@ def load_base(path: Path, corpus: Corpus, log: Any) -> None:
     cfg = WorldGraphConfig(ann_index_min_rows=10**9, optimize_every_rows=10**9, compact_every_writes=10**6)
     idx = EpisodeIndex(path, corpus.centroids.shape[1], NAME, cfg)
     for first, vectors in corpus.vector_chunks():
-        idx.upsert([{"episode_id": corpus.episode_id(first + j), "tenant_id": TENANT, "vector": v,
-                     "text": f"episode {first + j}"} for j, v in enumerate(vectors)])
-        log(f"  wrote {first + len(vectors):,}")
+        with idx.adding(TENANT) as add:  # new ids: appended
+            add([{"episode_id": corpus.episode_id(first + j), "tenant_id": TENANT, "vector": v,
+                  "text": f"episode {first + j}"} for j, v in enumerate(vectors)])
+        if (first + len(vectors)) % 100_000 == 0 or first + len(vectors) == corpus.n:
+            log(f"  wrote {first + len(vectors):,}")
     idx.optimize()
     idx.close()
 

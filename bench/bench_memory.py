@@ -17,11 +17,12 @@ import platform
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -65,23 +66,28 @@ def bench_record(wm: WorldModel, emb: PrecomputedEmbedder, corpus: Corpus, batch
     """record_experiences of the whole corpus in batches; only the calls are timed (the batches are
     generated between them, a chunk at a time, so the corpus is never all in memory)."""
     per_batch: list[float] = []
+    per_cpu: list[float] = []
     times: list[float] = []
     done = 0
     t_all = time.perf_counter()
     for exps, vectors in corpus.batches(batch):
         texts = emb.register(exps, vectors)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         wm.record_experiences(TENANT, exps)
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         emb.forget(texts)
         times.append(dt)
         per_batch.append(len(exps) / dt)
+        per_cpu.append(len(exps) / max(cpu, 1e-6))
         done += len(exps)
         if done % max(batch * 10, 1) == 0 or done == corpus.n:
             log(f"    recorded {done:>7}/{corpus.n}  last batch {len(exps) / dt:8.0f} eps/s")
     total = sum(times)
     return {"episodes": corpus.n, "batch": batch, "batches": len(per_batch),
             "median_eps": round(statistics.median(per_batch), 1),
+            # episodes per CPU-second of this process (all its threads): what the machine's load
+            # does not change much; background maintenance runs in child processes, not counted
+            "median_eps_per_cpu_s": round(statistics.median(per_cpu), 1),
             "overall_eps": round(corpus.n / total, 1),
             "min_batch_eps": round(min(per_batch), 1), "max_batch_eps": round(max(per_batch), 1),
             "slowest_batch_s": round(max(times), 3), "total_s": round(total, 3),
@@ -178,6 +184,19 @@ def ann_recall(wm: WorldModel, corpus: Corpus, queries: list[tuple[str, np.ndarr
             "exact_search_s": round(exact_s, 2)}
 
 
+def memory_probe(data: Path, corpus: Corpus, queries: list[tuple[str, np.ndarray, int]]) -> dict[str, Any]:
+    """recall_memory.py on the data directory: RSS of each read path in a fresh process."""
+    qfile = data.parent / f"{data.name}-queries.npz"
+    np.savez(qfile, texts=np.array([t for t, _, _ in queries]), vectors=np.stack([v for _, v, _ in queries]),
+             roles=np.array([ROLES[int(corpus.topic_role[t])] for _, _, t in queries]), anchor=corpus.anchor)
+    try:
+        proc = subprocess.run([sys.executable, str(Path(__file__).with_name("recall_memory.py")), str(data), str(qfile)],
+                              capture_output=True, text=True, check=True)
+    finally:
+        qfile.unlink(missing_ok=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def run_size(n: int, args: argparse.Namespace, log: Any) -> dict[str, Any]:
     log(f"== N = {n:,}  (load average {measure.load_average()})")
     corpus = Corpus(n, seed=args.seed)
@@ -212,11 +231,14 @@ def run_size(n: int, args: argparse.Namespace, log: Any) -> dict[str, Any]:
             wm.index.wait_for_maintenance()  # nothing runs beside the timed recalls
             result["optimize_s"] = round(time.perf_counter() - t1, 3)
             result["maintenance_runs"] = list(wm.index.maintenance_runs)
-            if args.time_ann_build and n >= wm.config.ann_index_min_rows:
-                log("  ANN index build at full size, timed")
-                t1 = time.perf_counter()
-                wm.index.rebuild_vector_index(TENANT)
-                result["ann_build_s"] = round(time.perf_counter() - t1, 3)
+            result["children_peak_rss_mb"] = measure.children_peak_rss_mb()  # background maintenance
+            queries = corpus.queries(args.queries, seed=args.seed + 2)
+            if args.memory_probe:
+                log("  memory of each read path, in a fresh process (then an ANN build at full size, timed)")
+                wm.close()
+                result["memory_probe"] = memory_probe(tmp, corpus, queries)
+                wm = WorldModel.open(tmp, embedder=emb)
+                result["ann_build_s"] = result["memory_probe"]["ann_build"]["seconds"]
             result["ann_index"] = wm.index.has_vector_index(TENANT)
             result["index_type"] = (f"{wm.config.ann_index_type} + exact re-rank" if result["ann_index"]
                                     else "exact (flat scan)")
@@ -224,7 +246,6 @@ def run_size(n: int, args: argparse.Namespace, log: Any) -> dict[str, Any]:
             result["indexed_rows"] = wm.index.count(TENANT)
             result["stored"] = wm.store.stats(TENANT)["episodes"]
             result["disk"] = measure.disk_breakdown(tmp)
-            queries = corpus.queries(args.queries, seed=args.seed + 2)
             log(f"  ANN recall@10 against exact search ({len(queries)} queries)")
             result["ann_recall"] = ann_recall(wm, corpus, queries)
             gc.collect()
@@ -236,8 +257,11 @@ def run_size(n: int, args: argparse.Namespace, log: Any) -> dict[str, Any]:
             result["recall_filtered"] = bench_recall(wm, emb, queries, corpus, filtered=True)
             result["recall_parts"] = bench_parts(wm, queries)
             result["rss_during_recall"] = measure.rss_mb()  # peak_rss_mb: the peak since the reset
-            result["children_peak_rss_mb"] = measure.children_peak_rss_mb()
             result["load_after"] = measure.load_average()
+            # what is left once versions older than the retention are gone (the background
+            # does this itself index_version_retention_seconds after each optimize)
+            wm.index.table_for(TENANT).to_lance().cleanup_old_versions(older_than=timedelta(0))
+            result["disk_after_cleanup"] = measure.disk_breakdown(tmp)
         finally:
             wm.close()
     finally:
@@ -291,20 +315,27 @@ def parts_table(results: list[dict[str, Any]]) -> str:
 
 def scale_table(results: list[dict[str, Any]]) -> str:
     """ANN quality, build time, disk and memory of each size."""
-    lines = ["size      | ANN recall@10 (k=10 / of pool) | ANN build s | LanceDB MB (data / indexes) | SQLite MB | "
-             "RSS MB: peak record / during recall (peak) / maintenance child | load during recall"]
+    lines = ["size      | ANN recall@10 (k=10 / of pool) | ANN build s | LanceDB MB: now / after cleanup (data, indexes) "
+             "| SQLite MB | peak RSS MB: recording / maintenance child | load during recall"]
     for r in results:
-        a, d = r["ann_recall"], r["disk"]
-        tables = list(d["lancedb"].values())
+        a, d, c = r["ann_recall"], r["disk"], r.get("disk_after_cleanup", r["disk"])
+        tables = list(c["lancedb"].values())
         data = sum(t.get("data", 0) for t in tables)
         idx = sum(t.get("indices", 0) for t in tables)
         build = r.get("ann_build_s")
-        rec, during = r["rss_after_record"], r["rss_during_recall"]
         lines.append(
-            f"{r['size']:<9,} | {a['recall_at_k']:.3f} / {a['recall_at_k_of_pool']:.3f}{'':<14} | "
-            f"{'n/a' if build is None else f'{build:.0f}':>11} | {d['lancedb_mb']:>8,.0f} ({data:,.0f} / {idx:,.0f}){'':<4} | "
-            f"{d['sqlite_mb']:>9,.0f} | {rec['peak_rss_mb']} / {during['rss_mb']} ({during['peak_rss_mb']}) / "
+            f"{r['size']:<9,} | {a['recall_at_k']:.3f} / {a['recall_at_k_of_pool']:.3f}{'':<16} | "
+            f"{'n/a' if build is None else f'{build:.0f}':>11} | {d['lancedb_mb']:,.0f} / {c['lancedb_mb']:,.0f} "
+            f"({data:,.0f}, {idx:,.0f}) | {c['sqlite_mb']:>9,.0f} | {r['rss_after_record']['peak_rss_mb']} / "
             f"{r['children_peak_rss_mb']} | {r['load_recall']}")
+    probes = [(r["size"], r["memory_probe"]) for r in results if r.get("memory_probe")]
+    if probes:
+        steps = ("open", "recall", "recall_filtered", "vector_search", "vector_search_filtered", "text_search",
+                 "ann_build")
+        lines += ["", "RSS MB in a fresh process, after each path (peak during it): " + ", ".join(steps)]
+        for size, p in probes:
+            lines.append(f"{size:<9,} | " + " | ".join(
+                f"{p[s]['rss_mb']} ({p[s]['peak_rss_mb']})" for s in steps if s in p))
     return "\n".join(lines)
 
 
@@ -318,8 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=20260101)
     ap.add_argument("--tmp", default=None, help="where the temporary stores go (default: system temp)")
     ap.add_argument("--out", default="bench/results/memory.json")
-    ap.add_argument("--time-ann-build", action="store_true",
-                    help="after loading, rebuild the ANN index once at full size and time it")
+    ap.add_argument("--memory-probe", action="store_true",
+                    help="after loading, measure each read path's RSS in a fresh process, then time an "
+                         "ANN index build at full size there")
     args = ap.parse_args(argv)
     sizes = [int(s.replace("_", "")) for s in re.split(r"[,\s]+", args.sizes) if s]
 

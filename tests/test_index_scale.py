@@ -219,3 +219,32 @@ def test_segment_merging_is_size_tiered():
     assert segments_to_merge([100, 30, 5, 5, 5, 5, 5, 5, 5], 8) == 8  # 30 <= 35: taken in
     assert segments_to_merge([100, 10, 5], 2) == 2  # always at least the two newest
     assert segments_to_merge([10, 10, 10], 2) == 3  # equal sizes: everything
+
+
+def test_background_compaction_waits_for_a_full_fragment(tmp_path: Path):
+    cfg = WorldGraphConfig(ann_index_min_rows=10**6, compact_every_writes=10**6, optimize_every_rows=10**6,
+                           compact_target_rows=300)
+    idx = EpisodeIndex(tmp_path / "db", 16, "synthetic", cfg)
+    rng = np.random.default_rng(5)
+    for b in range(5):
+        with idx.adding("A") as add:
+            add(rows(50 * b, 50 * (b + 1), rng))
+    part = idx._part("A")
+
+    def fragments() -> list[tuple[int, bool]]:
+        return [(f.metadata.physical_rows, f.metadata.deletion_file is not None)
+                for f in idx.table_for("A").to_lance().get_fragments()]
+
+    assert len(fragments()) == 5
+    idx._optimize_part(part)  # what the background runs: 250 small rows < 300, nothing rewritten
+    assert len(fragments()) == 5
+    with idx.adding("A") as add:
+        add(rows(250, 300, rng))
+    idx._optimize_part(part)  # 300 rows in small fragments: compacted (lance keeps fragments
+    assert len(fragments()) <= 3  # covered by an index apart from the ones that are not)
+    idx.upsert([dict(r, text="again") for r in rows(0, 1, rng)])  # an update leaves a deleted row
+    assert any(deleted for _, deleted in fragments())
+    idx._optimize_part(part)
+    assert not any(deleted for _, deleted in fragments())
+    assert idx.count("A") == 300 and idx.get("A", ["e0"])[0]["text"] == "again"
+    idx.close()

@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
 from worldgraph.memory.index_policy import (
-    ann_due_rows, ann_search_params, fold_new_rows, index_partitions, vector_index_config,
+    ann_due_rows, ann_search_params, compaction_due, fold_new_rows, index_partitions, vector_index_config,
 )
 
 log = logging.getLogger(__name__)
@@ -952,10 +952,12 @@ class EpisodeIndex:
                 self._retry(part, lambda: table.optimize(), "optimize")
             else:
                 # Fragments reaching compact_target_rows are left alone: with lance's default
-                # (1M rows) the growing fragment was rewritten by every compaction.
+                # (1M rows) the growing fragment was rewritten by every compaction. The background
+                # compacts only once the small fragments fill one (index_policy.compaction_due).
                 target = self.config.compact_target_rows
-                self._retry(part, lambda: table.to_lance().optimize.compact_files(target_rows_per_fragment=target),
-                            "compact")
+                if full or compaction_due(table.to_lance(), target):
+                    self._retry(part, lambda: table.to_lance().optimize.compact_files(target_rows_per_fragment=target),
+                                "compact")
                 self._retry(part, lambda: fold_new_rows(table.to_lance(), self.config, full), "optimize indexes",
                             lock=False)
                 try:

@@ -85,6 +85,26 @@ def index_partitions(dataset: Any, name: str) -> int | None:
     return max(found) if found else 1
 
 
+def compaction_due(dataset: Any, target_rows: int) -> bool:
+    """Whether compacting is worth a rewrite: the fragments smaller than ``target_rows`` add up to
+    a full one, or a fragment carries deleted rows (left by an update or a delete).
+
+    Each write adds a small fragment. Compacting at every optimize rewrote the growing merged
+    fragment again and again (and held the table's write lock meanwhile); waiting until the
+    small ones fill a fragment writes each row about once more.
+    """
+    small = 0
+    count = 0
+    for frag in dataset.get_fragments():
+        meta = frag.metadata
+        if meta.deletion_file is not None:
+            return True
+        if meta.physical_rows < target_rows:
+            small += meta.physical_rows
+            count += 1
+    return count >= 2 and small >= target_rows
+
+
 def segments_to_merge(sizes: list[int], max_segments: int) -> int:
     """How many of an index's newest segments to merge into one (0: none).
 
