@@ -58,7 +58,7 @@ def load_base(path: Path, corpus: Corpus, log: Any) -> None:
 def variants(args: argparse.Namespace) -> list[dict[str, Any]]:
     out = []
     for kind in args.types.split(","):
-        for nprobes in ([0] if kind == "IVF_HNSW_SQ" and args.hnsw_partition_rows >= args.size
+        for nprobes in ([0] if kind.startswith("IVF_HNSW_SQ") and args.hnsw_partition_rows >= args.size
                         else [int(x) for x in args.nprobes.split(",")]):
             for cand in (int(x) for x in args.candidates.split(",")):
                 out.append({"type": kind, "nprobes": nprobes, "candidates": cand})
@@ -66,17 +66,20 @@ def variants(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def config_for(kind: str, args: argparse.Namespace, nprobes: int = 20, candidates: int = 500) -> WorldGraphConfig:
-    rows = args.hnsw_partition_rows if kind == "IVF_HNSW_SQ" else args.partition_rows
-    return WorldGraphConfig(ann_index_type=kind, ann_partition_rows=rows, ann_nprobes=max(1, nprobes),
-                            ann_candidates=candidates, ann_index_min_rows=1, optimize_every_rows=10**9,
-                            compact_every_writes=10**6)
+    """``kind`` is an index type, IVF_RQ with ``:bits`` for RaBitQ codes of more than one bit."""
+    base, _, bits = kind.partition(":")
+    rows = args.hnsw_partition_rows if base == "IVF_HNSW_SQ" else args.partition_rows
+    return WorldGraphConfig(ann_index_type=base, ann_rq_bits=int(bits or 1), ann_partition_rows=rows,
+                            ann_nprobes=max(1, nprobes), ann_candidates=candidates, ann_index_min_rows=1,
+                            optimize_every_rows=10**9, compact_every_writes=10**6)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", type=int, default=200_000)
     ap.add_argument("--queries", type=int, default=100)
-    ap.add_argument("--types", default="IVF_PQ,IVF_RQ,IVF_SQ,IVF_HNSW_SQ")
+    ap.add_argument("--types", default="IVF_PQ,IVF_RQ,IVF_SQ,IVF_HNSW_SQ",
+                    help="index types; IVF_RQ:4 is IVF_RQ with 4-bit codes")
     ap.add_argument("--nprobes", default="10,20")
     ap.add_argument("--candidates", default="100,300,500,1000", help="ann_candidates values (re-ranked hits)")
     ap.add_argument("--partition-rows", type=int, default=8192, help="ann_partition_rows of the IVF types")
@@ -100,10 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         log(f"== {args.size:,} vectors, load {measure.load_average()}")
         load_base(tmp / "base", corpus, log)
         for kind in args.types.split(","):
-            shutil.copytree(tmp / "base", tmp / kind)
-            indices = next((tmp / kind).glob("*.lance")) / "_indices"
+            shutil.copytree(tmp / "base", tmp / kind.replace(":", "-"))
+            indices = next((tmp / kind.replace(":", "-")).glob("*.lance")) / "_indices"
             before = measure.du(indices)
-            idx = EpisodeIndex(tmp / kind, qvecs.shape[1], NAME, config_for(kind, args))
+            idx = EpisodeIndex(tmp / kind.replace(":", "-"), qvecs.shape[1], NAME, config_for(kind, args))
             t0 = time.perf_counter()
             idx.rebuild_vector_index(TENANT)
             build_s = time.perf_counter() - t0
@@ -114,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"  {kind}: built in {build_s:.1f}s, {size / 1e6:.1f} MB of indexes (load {measure.load_average()})")
         rows = variants(args)
         for v in rows:
-            v["index"] = EpisodeIndex(tmp / v["type"], qvecs.shape[1], NAME,
+            v["index"] = EpisodeIndex(tmp / v["type"].replace(":", "-"), qvecs.shape[1], NAME,
                                       config_for(v["type"], args, v["nprobes"], v["candidates"]))
             v["lat"], v["at10"], v["pool"] = [], [], []
         for vec in qvecs[:10]:  # warm-up: index files into the page cache and lance's index cache

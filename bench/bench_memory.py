@@ -141,24 +141,34 @@ def bench_recall(wm: WorldModel, emb: PrecomputedEmbedder, queries: list[tuple[s
     return out
 
 
-def bench_parts(wm: WorldModel, queries: list[tuple[str, np.ndarray, int]], n: int = 50) -> dict[str, Any]:
-    """Where a recall's time goes: the LanceDB vector and BM25 searches (the columns recall reads)
-    and the store reads."""
-    vs, ts, ge, fs = [], [], [], []
-    for text, vec, _ in queries[:n]:
+def bench_parts(wm: WorldModel, queries: list[tuple[str, np.ndarray, int]], corpus: Corpus,
+                n: int = 50) -> dict[str, Any]:
+    """Where a recall's time goes: the LanceDB vector and BM25 searches (the columns recall reads;
+    also with the filtered variant's role and 30-day window) and the store reads."""
+    parts: dict[str, list[float]] = {k: [] for k in ("vector_search", "text_search", "get_episodes",
+                                                     "feedback_stats", "vector_search_filtered",
+                                                     "text_search_filtered")}
+    cols = ["episode_id"]
+    for text, vec, t in queries[:n]:
+        where = {"agent_role": ROLES[int(corpus.topic_role[t])], "start": corpus.anchor - 30 * DAY,
+                 "end": corpus.anchor}
         t0 = time.perf_counter()
-        hits = wm.index.vector_search(TENANT, vec, k=wm.config.candidate_pool, columns=["episode_id"])
+        hits = wm.index.vector_search(TENANT, vec, k=wm.config.candidate_pool, columns=cols)
         t1 = time.perf_counter()
-        wm.index.text_search(TENANT, text, k=wm.config.fulltext_pool, columns=["episode_id"])
+        wm.index.text_search(TENANT, text, k=wm.config.fulltext_pool, columns=cols)
         t2 = time.perf_counter()
         ids = [h["episode_id"] for h in hits]
         wm.store.get_episodes(TENANT, ids)
         t3 = time.perf_counter()
         wm.store.feedback_stats(TENANT, ids)
         t4 = time.perf_counter()
-        vs.append(t1 - t0), ts.append(t2 - t1), ge.append(t3 - t2), fs.append(t4 - t3)
-    return {"vector_search": summary_ms(vs), "text_search": summary_ms(ts), "get_episodes": summary_ms(ge),
-            "feedback_stats": summary_ms(fs)}
+        wm.index.vector_search(TENANT, vec, k=wm.config.candidate_pool, columns=cols, where=where)
+        t5 = time.perf_counter()
+        wm.index.text_search(TENANT, text, k=wm.config.fulltext_pool, columns=cols, where=where)
+        t6 = time.perf_counter()
+        for key, dt in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)):
+            parts[key].append(dt)
+    return {k: summary_ms(v) for k, v in parts.items()}
 
 
 def ann_recall(wm: WorldModel, corpus: Corpus, queries: list[tuple[str, np.ndarray, int]],
@@ -255,7 +265,7 @@ def run_size(n: int, args: argparse.Namespace, log: Any) -> dict[str, Any]:
             log(f"  recall x{args.queries} (index: {result['index_type']}, load {result['load_recall']})")
             result["recall"] = bench_recall(wm, emb, queries, corpus, filtered=False)
             result["recall_filtered"] = bench_recall(wm, emb, queries, corpus, filtered=True)
-            result["recall_parts"] = bench_parts(wm, queries)
+            result["recall_parts"] = bench_parts(wm, queries, corpus)
             result["rss_during_recall"] = measure.rss_mb()  # peak_rss_mb: the peak since the reset
             result["load_after"] = measure.load_average()
             # what is left once versions older than the retention are gone (the background
@@ -305,11 +315,13 @@ def table(results: list[dict[str, Any]]) -> str:
 
 
 def parts_table(results: list[dict[str, Any]]) -> str:
-    lines = ["size      | vector_search p50 | text_search p50 | get_episodes p50 | feedback_stats p50  (ms)"]
+    lines = ["size      | vector_search p50 | text_search p50 | get_episodes p50 | feedback_stats p50 | "
+             "filtered: vector / text p50  (ms)"]
     for r in results:
         p = r["recall_parts"]
         lines.append(f"{r['size']:<9,} | {p['vector_search']['p50_ms']:>17.2f} | {p['text_search']['p50_ms']:>15.2f} | "
-                     f"{p['get_episodes']['p50_ms']:>16.2f} | {p['feedback_stats']['p50_ms']:>18.2f}")
+                     f"{p['get_episodes']['p50_ms']:>16.2f} | {p['feedback_stats']['p50_ms']:>18.2f} | "
+                     f"{p['vector_search_filtered']['p50_ms']:.2f} / {p['text_search_filtered']['p50_ms']:.2f}")
     return "\n".join(lines)
 
 

@@ -38,9 +38,10 @@ def episode_ids(idx: EpisodeIndex, tenant: str = "A") -> list[str]:
 
 def test_index_config_follows_the_settings():
     cfg = WorldGraphConfig()
-    assert cfg.ann_index_type == "IVF_RQ" and cfg.ann_partition_rows == 8192
+    assert (cfg.ann_index_type, cfg.ann_rq_bits, cfg.ann_partition_rows) == ("IVF_RQ", 4, 8192)
     ix = vector_index_config(cfg, 1_000_000, 384)
-    assert isinstance(ix, IvfRq) and ix.num_partitions == 122 and ix.distance_type == "cosine"
+    assert isinstance(ix, IvfRq) and ix.num_partitions == 122 and ix.distance_type == "cosine" and ix.num_bits == 4
+    assert vector_index_config(WorldGraphConfig(ann_rq_bits=1), 1_000_000, 384).num_bits == 1
     pq = vector_index_config(WorldGraphConfig(ann_index_type="IVF_PQ"), 100_000, 384)
     assert isinstance(pq, IvfPq) and pq.num_partitions == 12 and pq.num_sub_vectors == 48
     assert vector_index_config(WorldGraphConfig(ann_index_type="IVF_PQ"), 100_000, 20).num_sub_vectors is None
@@ -60,6 +61,8 @@ def test_search_params_rerank_at_least_the_candidates():
     assert ann_search_params(cfg, 300)["refine_factor"] == 2  # rounded up: 600 >= 500
     hnsw = WorldGraphConfig(ann_index_type="IVF_HNSW_SQ", ann_candidates=150)
     assert ann_search_params(hnsw, 100) == {"minimum_nprobes": 20, "refine_factor": 2, "ef": 200}
+    default = WorldGraphConfig()  # re-rank the top 100 (recall's pool) exactly; 10 candidates per hit for k=10
+    assert ann_search_params(default, 100)["refine_factor"] == 1 and ann_search_params(default, 10)["refine_factor"] == 10
 
 
 def test_retraining_is_geometric():
@@ -242,8 +245,12 @@ def test_background_compaction_waits_for_a_full_fragment(tmp_path: Path):
         add(rows(250, 300, rng))
     idx._optimize_part(part)  # 300 rows in small fragments: compacted (lance keeps fragments
     assert len(fragments()) <= 3  # covered by an index apart from the ones that are not)
+    before = fragments()
     idx.upsert([dict(r, text="again") for r in rows(0, 1, rng)])  # an update leaves a deleted row
     assert any(deleted for _, deleted in fragments())
+    idx._optimize_part(part)  # 1 of 50 rows deleted: below lance's 10 %, not worth a rewrite
+    assert len(fragments()) == len(before) + 1
+    idx.upsert([dict(r, text="again") for r in rows(0, 10, rng)])  # 10 of 50: now it is
     idx._optimize_part(part)
     assert not any(deleted for _, deleted in fragments())
     assert idx.count("A") == 300 and idx.get("A", ["e0"])[0]["text"] == "again"
