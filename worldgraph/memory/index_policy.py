@@ -60,7 +60,11 @@ def ann_search_params(config: WorldGraphConfig, k: int, overfetch: int = 0) -> d
     """
     candidates = max(k + min(k, max(0, overfetch)), config.ann_candidates)
     refine = -(-candidates // k)
-    params: dict[str, Any] = {"minimum_nprobes": config.ann_nprobes, "refine_factor": refine}
+    params: dict[str, Any] = {"minimum_nprobes": config.ann_nprobes}
+    if refine > 1:
+        # With refine 1 lance would re-read the k vectors to re-order them: vector_search
+        # re-scores the k rows it returns with exact cosine anyway (~1.5 ms saved at 1M).
+        params["refine_factor"] = refine
     if config.ann_index_type == "IVF_HNSW_SQ":
         params["ef"] = refine * k  # the graph search must yield every candidate
     return params
