@@ -112,3 +112,12 @@ def test_reindex_recovers_from_a_changed_embedder(cli, tmp_path: Path, monkeypat
     assert cli("reindex")["indexed"] == 3
     res = cli("recall", "reconcile inventory", "--role", "Finance", "--min-similarity", "0")
     assert res and res[0]["agent_role"] == "Finance"
+
+
+def test_read_only_flag(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cli("record", str(_experiences(tmp_path)))
+    res = cli("--read-only", "recall", "revenue chart", "--min-similarity", "0")
+    assert res[0]["task_description"] == "Create revenue chart"
+    out = cli("--read-only", "record", str(_experiences(tmp_path)), ok=False)
+    assert out["error"] == "ReadOnlyError" and "--read-only" in out["message"]
+    assert cli("stats")["episodes"] == 3

@@ -15,6 +15,7 @@ from worldgraph.kg.delta import (
     StateItem,
     clamp_confidence,
     load_delta_schema,
+    parse_delta,
     parse_item,
     validate_delta,
 )
@@ -83,50 +84,75 @@ def test_missing_and_non_array_keys_are_each_named():
     ]
 
 
-def test_every_non_object_item_is_named_with_its_index():
-    errs = errors_of(empty(edges=[{}, {}, {}, "src -> dst"], rules=[[1], None]))
-    assert errs == [
-        "edges[3]: must be an object, got string",
-        "rules[0]: must be an object, got array",
-        "rules[1]: must be an object, got null",
+def drops(obj, **kw) -> list[tuple[str, int, str]]:
+    return [(d.kind, d.index, d.reason) for d in parse_delta(obj, **kw).dropped()]
+
+
+def test_every_non_object_item_is_dropped_on_its_own_with_its_reason():
+    parsed = parse_delta(empty(edges=[{}, {"relation": "episodic", "src_ref": "a", "dst_ref": "scene"}, "src -> dst"],
+                               rules=[[1], None]))
+    assert [(d.kind, d.index, d.reason) for d in parsed.dropped()] == [
+        ("edge", 0, "relation: missing (required); src_ref: missing (required); dst_ref: missing (required)"),
+        ("edge", 2, "must be an object, got string"),
+        ("rule", 0, "must be an object, got array"),
+        ("rule", 1, "must be an object, got null"),
     ]
+    assert parsed.edges[1].item is not None and parsed.size() == 5
+
+
+def test_a_string_holding_a_json_object_is_parsed():
+    item = {"ref": "e1", "name": "key", "type": "item"}
+    parsed = parse_delta(empty(entities=[json.dumps(item), " " + json.dumps(item)[:-1]]))
+    assert parsed.entities[0].raw == item and parsed.entities[0].item.name == "key"
+    assert parsed.entities[1].item is None and parsed.entities[1].reason.startswith("a string that is not a JSON object")
+    assert parsed.to_dict()["entities"][0] == item
 
 
 def test_too_many_items_rejects_the_whole_delta():
     delta = empty(entities=[{"name": f"n{i}", "type": "item"} for i in range(300)],
                   rules=[{"condition": "c", "outcome": "o"}] * 201)
-    assert errors_of(delta) == ["$: 501 items in entities/states/edges/rules, more than the limit of 500"]
+    assert errors_of(delta) == ["$: 501 items in entities/states/edges/rules, more than the limit of 500 "
+                                "(config max_delta_items)"]
     assert validate_delta(delta, max_items=501) is delta
+    assert parse_delta(delta, max_items=501).size() == 501
 
 
-def test_deep_nesting_is_rejected_with_its_path():
+def test_deep_nesting_drops_the_item_with_its_path():
     deep: object = "leaf"
     for _ in range(9):
         deep = {"x": deep}
-    errs = errors_of(empty(entities=[{"name": "a", "type": "b", "attributes": deep}]))
-    assert errs == ["entities[0].attributes.x.x.x.x.x.x.x.x: nested deeper than 8 levels"]
+    assert drops(empty(entities=[{"name": "a", "type": "b", "attributes": deep}, {"name": "c", "type": "d"}])) == [
+        ("entity", 0, "entities[0].attributes.x.x.x.x.x.x.x.x: nested deeper than 8 levels")]
     shallow: object = "leaf"
     for _ in range(8):
         shallow = [shallow]
-    validate_delta(empty(entities=[{"name": "a", "type": "b", "attributes": shallow}]))
+    assert drops(empty(entities=[{"name": "a", "type": "b", "attributes": shallow}])) == []
 
 
-def test_long_strings_are_rejected_with_their_path():
-    errs = errors_of(empty(edges=[{}, {"evidence": "x" * 4001}]))
-    assert errs == ["edges[1].evidence: string of 4001 characters, longer than the limit of 4000"]
-    validate_delta(empty(edges=[{"evidence": "x" * 4000}]))
+def test_long_strings_drop_the_item_with_their_path():
+    assert drops(empty(edges=[{"relation": "episodic", "src_ref": "a", "dst_ref": "scene", "evidence": "x" * 4001}])) == [
+        ("edge", 0, "edges[0].evidence: string of 4001 characters, longer than the limit of 4000")]
+    assert drops(empty(edges=[{"relation": "episodic", "src_ref": "a", "dst_ref": "scene", "evidence": "x" * 4000}])) == []
 
 
-def test_a_cyclic_python_value_is_rejected_not_looped_on():
+def test_a_cyclic_python_value_is_dropped_not_looped_on():
     a: list = []
     a.append(a)
-    errs = errors_of(empty(entities=[{"name": "x", "type": "y", "attributes": {"a": a}}]))
-    assert errs and all("nested deeper than 8 levels" in e for e in errs)
+    [(kind, index, reason)] = drops(empty(entities=[{"name": "x", "type": "y", "attributes": {"a": a}}]))
+    assert (kind, index) == ("entity", 0) and "nested deeper than 8 levels" in reason
 
 
 def test_item_level_problems_are_not_structural():
     delta = empty(edges=[{"relation": "friendship", "src_ref": 1}], entities=[{"name": 7}])
     assert validate_delta(delta) is delta
+    assert [d[2] for d in drops(delta)] == ["name: must be a string, got number; type: missing (required)",
+                                            "unknown relation 'friendship'; allowed: transition, containment, episodic"]
+
+
+def test_retract_is_a_lenient_flag():
+    assert EdgeItem.model_validate({"relation": "containment", "src_ref": "a", "dst_ref": "b", "retract": "true"}).retract
+    assert not EntityItem.model_validate({"name": "a", "type": "b", "retract": None}).retract
+    assert StateItem.model_validate({"name": "a", "type": "b", "retract": "yes"}).retract
 
 
 # ---------------------------------------------------------------- schema
@@ -159,7 +185,7 @@ def test_strict_schema_requires_every_property_and_forbids_free_objects():
 
     walk(schema)
     strict_item = {"ref": "e1", "name": "key", "type": "item", "attributes": [{"key": "color", "value": "red"}],
-                   "evidence": None, "confidence": None}
+                   "retract": None, "evidence": None, "confidence": None}
     jsonschema.validate(empty(entities=[strict_item]), schema)
     item, _ = parse_item("entities", strict_item)
     assert item.attributes == {"color": "red"} and item.confidence == 0.5 and item.evidence == []

@@ -11,6 +11,7 @@ import pytest
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import ExtractionError
 from worldgraph.kg.curiosity import AgentRound, build_scene_packet
+from worldgraph.kg.records import DroppedItem
 from worldgraph.kg.extractor import DeltaExtractor, InvalidDeltaError, LLMUnavailableError, strip_fences
 
 try:  # the lead's conftest may import the fixture too; both ways work
@@ -54,7 +55,7 @@ def _extractor(server: FakeOpenAI | None = None, base_url: str | None = None, ti
 def test_valid_delta_through_the_real_client(fake_openai: FakeOpenAI) -> None:
     fake_openai.queue(json.dumps(DELTA))
     extractor = DeltaExtractor(WorldGraphConfig(llm_model="fake-model", llm_max_retries=0))  # client from env
-    delta = extractor.extract(_scene(), "The graph holds 0 nodes.")
+    delta = extractor.extract(_scene(), "The graph holds 0 nodes.").to_dict()
     assert delta == DELTA
     assert extractor.base_url == fake_openai.base_url
     [body] = fake_openai.chat_requests
@@ -70,18 +71,17 @@ def test_valid_delta_through_the_real_client(fake_openai: FakeOpenAI) -> None:
     assert fake_openai.requests[0]["headers"]["authorization"] == "Bearer test-key"
 
 
-def test_invalid_then_repaired(fake_openai: FakeOpenAI) -> None:
-    bad = {"entities": [{"ref": "e1", "name": "brass key"}], "states": [], "edges": []}  # no type, no rules
+def test_not_a_delta_then_repaired(fake_openai: FakeOpenAI) -> None:
+    bad = {"entities": [{"ref": "e1", "name": "brass key"}], "states": [], "edges": []}  # no rules array
     fake_openai.queue(json.dumps(bad), json.dumps(DELTA))
-    delta = _extractor(fake_openai).extract(_scene(), "")
+    delta = _extractor(fake_openai).extract(_scene(), "").to_dict()
     assert delta == DELTA
     first, second = fake_openai.chat_requests
     assert second["messages"][:2] == first["messages"]
     assert second["messages"][2] == {"role": "assistant", "content": json.dumps(bad)}
     repair = second["messages"][3]["content"]
     assert second["messages"][3]["role"] == "user"
-    assert "'rules' is a required property" in repair
-    assert "entities/0: 'type' is a required property" in repair
+    assert "rules: missing (required array)" in repair
 
 
 def test_invalid_twice_raises_with_the_errors(fake_openai: FakeOpenAI) -> None:
@@ -97,16 +97,33 @@ def test_invalid_twice_raises_with_the_errors(fake_openai: FakeOpenAI) -> None:
     assert "not valid JSON" in fake_openai.chat_requests[1]["messages"][3]["content"]
 
 
-def test_bad_items_after_repair_are_left_to_the_merge(fake_openai: FakeOpenAI) -> None:
-    # Well-formed (four arrays of objects) but one edge has an unknown relation: the model gets
-    # one repair round; when it answers the same, the delta is returned and the merge drops
-    # that edge with its reason instead of failing the whole update.
+def test_the_repair_round_asks_only_about_the_dropped_items(fake_openai: FakeOpenAI) -> None:
+    # One edge has an unknown relation, one entity is a string holding a JSON object (parsed, not
+    # asked about), and the caller's check says one edge's ref resolves to nothing: the repair
+    # round lists exactly those two edges with their reasons; the corrected items are added.
     odd = json.loads(json.dumps(DELTA))
+    odd["entities"][1] = json.dumps(odd["entities"][1])
     odd["edges"].append({"relation": "near", "src_ref": "e1", "dst_ref": "e2"})
-    fake_openai.queue(json.dumps(odd), json.dumps(odd))
-    assert _extractor(fake_openai).extract(_scene(), "") == odd
+    odd["edges"].append({"relation": "containment", "src_ref": "ghost", "dst_ref": "e1"})
+    fixed = {"entities": [], "states": [], "edges": [{"relation": "containment", "src_ref": "e2", "dst_ref": "e1"}],
+             "rules": []}
+    fake_openai.queue(json.dumps(odd), json.dumps(fixed))
+
+    def check(delta):  # what the merge would drop beyond parsing
+        return [DroppedItem("edge", 3, "src_ref 'ghost' does not resolve", delta.edges[3].raw)]
+
+    delta = _extractor(fake_openai).extract(_scene(), "", check=check)
+    assert [e.raw for e in delta.edges] == [*odd["edges"], fixed["edges"][0]]
+    assert delta.entities[1].item is not None and delta.entities[1].item.name == "wooden table"
+    assert [(d.kind, d.index) for d in delta.dropped()] == [("edge", 2)]
     repair = fake_openai.chat_requests[1]["messages"][3]["content"]
-    assert "edges/2/relation: 'near' is not one of ['transition', 'containment', 'episodic']" in repair
+    assert "- edges[2]: unknown relation 'near'; allowed: transition, containment, episodic" in repair
+    assert "- edges[3]: src_ref 'ghost' does not resolve" in repair
+    assert "edges[0]" not in repair and "entities[" not in repair
+    # an answer with nothing dropped makes no repair round
+    fake_openai.queue(json.dumps(DELTA))
+    _extractor(fake_openai).extract(_scene(), "", check=lambda d: [])
+    assert len(fake_openai.chat_requests) == 3
 
 
 def test_structural_limits_of_validate_delta_apply(fake_openai: FakeOpenAI) -> None:
@@ -115,7 +132,7 @@ def test_structural_limits_of_validate_delta_apply(fake_openai: FakeOpenAI) -> N
     fake_openai.queue(json.dumps(too_many), json.dumps(DELTA))
     config = WorldGraphConfig(llm_model="m", llm_max_retries=0, max_delta_items=5)
     extractor = DeltaExtractor(config, openai.OpenAI(base_url=fake_openai.base_url, api_key="x", max_retries=0))
-    assert extractor.extract(_scene(), "") == DELTA
+    assert extractor.extract(_scene(), "").to_dict() == DELTA
     assert "more than the limit of 5" in fake_openai.chat_requests[1]["messages"][3]["content"]
 
 
@@ -124,7 +141,7 @@ def test_null_optional_fields_need_no_repair(fake_openai: FakeOpenAI) -> None:
     with_nulls["edges"][0]["action"] = None
     with_nulls["entities"][1]["attributes"] = None
     fake_openai.queue(json.dumps(with_nulls))
-    delta = _extractor(fake_openai).extract(_scene(), "")
+    delta = _extractor(fake_openai).extract(_scene(), "").to_dict()
     assert "action" not in delta["edges"][0]
     assert len(fake_openai.chat_requests) == 1
 
@@ -172,9 +189,9 @@ def test_json_schema_rejected_falls_back_to_json_object_and_remembers(fake_opena
     fake_openai.supports_json_schema = False
     fake_openai.queue(json.dumps(DELTA), json.dumps(DELTA))
     extractor = _extractor(fake_openai)
-    assert extractor.extract(_scene(), "") == DELTA
+    assert extractor.extract(_scene(), "").to_dict() == DELTA
     assert extractor.mode == "json_object"
-    assert extractor.extract(_scene(), "") == DELTA
+    assert extractor.extract(_scene(), "").to_dict() == DELTA
     formats = [b["response_format"]["type"] for b in fake_openai.chat_requests]
     assert formats == ["json_schema", "json_object", "json_object"]
     statuses_ok = fake_openai.pending == 0
@@ -186,7 +203,7 @@ def test_no_response_format_when_json_object_is_rejected_too(fake_openai: FakeOp
     fake_openai.supports_json_object = False
     fake_openai.queue(json.dumps(DELTA))
     extractor = _extractor(fake_openai)
-    assert extractor.extract(_scene(), "") == DELTA
+    assert extractor.extract(_scene(), "").to_dict() == DELTA
     assert extractor.mode == "none"
     assert "response_format" not in fake_openai.chat_requests[-1]
 
@@ -210,7 +227,7 @@ def test_other_400_is_not_a_fallback(fake_openai: FakeOpenAI) -> None:
 ])
 def test_fenced_or_wrapped_json_is_accepted(fake_openai: FakeOpenAI, wrap: str) -> None:
     fake_openai.queue(wrap.replace("{}", json.dumps(DELTA, indent=2)))
-    assert _extractor(fake_openai).extract(_scene(), "") == DELTA
+    assert _extractor(fake_openai).extract(_scene(), "").to_dict() == DELTA
     assert len(fake_openai.chat_requests) == 1
 
 
@@ -258,7 +275,7 @@ def test_base_url_without_key_uses_a_placeholder(monkeypatch: pytest.MonkeyPatch
     fake_openai.queue(json.dumps(DELTA))
     config = WorldGraphConfig(llm_timeout_seconds=7, llm_max_retries=1)
     extractor = DeltaExtractor(config)
-    assert extractor.extract(_scene(), "") == DELTA
+    assert extractor.extract(_scene(), "").to_dict() == DELTA
     assert fake_openai.requests[0]["headers"]["authorization"] == "Bearer not-needed"
     assert extractor.client.timeout == 7 and extractor.client.max_retries == 1
 

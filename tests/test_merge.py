@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from worldgraph.errors import DeltaValidationError
 from worldgraph.kg.ids import edge_id, node_id, rule_id
-from worldgraph.kg.merge import apply_plan_to_view, plan_merge, referenced_node_ids
+from worldgraph.kg.merge import apply_plan_to_view, plan_merge, referenced, referenced_node_ids
 from worldgraph.kg.records import EDGE_KEYS, NODE_KEYS, RELATIONS, RULE_KEYS, GraphView
 
 T, ENV = "acme", "JerichoEnv905"
@@ -47,14 +47,23 @@ def nid(kind, typ, name):
     return node_id(T, ENV, kind, typ, name)
 
 
-def load_view(full: GraphView, node_ids: list[str]) -> GraphView:
-    """What a store's load_view returns: the named nodes, edges touching them, all rules, meta."""
-    ids = set(node_ids)
+def load_view(full: GraphView, node_ids: list[str], names: list[str] = ()) -> GraphView:
+    """What a store's load_view returns: the named nodes (by id or norm_name), their states, edges
+    touching them, the current containment edges above them, all rules, meta."""
+    ids = set(node_ids) | {k for k, v in full.nodes.items() if v.get("norm_name") in set(names)}
+    edges = {k: v for k, v in full.edges.items() if v["src_id"] in ids or v["dst_id"] in ids}
+    parent = {e["dst_id"]: (k, e) for k, e in full.edges.items()
+              if e["relation"] == "containment" and e["valid_to"] is None}
+    for start in list(ids):
+        node, hops = start, 0
+        while node in parent and hops < 64:
+            k, e = parent[node]
+            edges[k] = e
+            node, hops = e["src_id"], hops + 1
     return GraphView(
         tenant_id=full.tenant_id, env_name=full.env_name,
-        nodes={k: v for k, v in full.nodes.items() if k in ids},
-        edges={k: v for k, v in full.edges.items() if v["src_id"] in ids or v["dst_id"] in ids},
-        rules=dict(full.rules), meta=full.meta,
+        nodes={k: v for k, v in full.nodes.items() if k in ids or v.get("entity_id") in ids},
+        edges=edges, rules=dict(full.rules), meta=full.meta,
     )
 
 
@@ -67,7 +76,7 @@ class World:
 
     def merge(self, d: dict, with_scene: bool = True, reason: str = "curious"):
         self.n += 1
-        part = load_view(self.view, referenced_node_ids(T, ENV, d))
+        part = load_view(self.view, *referenced(T, ENV, d))
         plan, report = plan_merge(part, d, scene(self.n, reason) if with_scene else None, now(self.n))
         self.view = apply_plan_to_view(self.view, plan)
         return plan, report
@@ -94,7 +103,7 @@ def test_same_node_by_type_and_normalised_name():
     key = nid("entity", "item", "brass key")
     assert r1.created["nodes"] == [key] and r2.merged["nodes"] == [key] and r2.created["nodes"] == []
     rec = w.view.nodes[key]
-    assert rec["name"] == "The Brass Key." and rec["type"] == "item" and rec["norm_name"] == "brass key"
+    assert rec["name"] == "Brass Key" and rec["type"] == "item" and rec["norm_name"] == "brass key"
     assert rec["attributes"] == {"color": "gold", "weight": 1}  # new values win
     assert rec["source_scenes"] == ["scene-1", "scene-2"]
 
@@ -131,7 +140,8 @@ def test_merging_the_same_delta_and_scene_twice_changes_only_evidence_counts():
     assert r2.created == r2.closed == r2.reopened == {"nodes": [], "edges": [], "rules": []}
 
     def strip(records):
-        return {k: {f: v for f, v in r.items() if f not in ("evidence_count", "updated_at")} for k, r in records.items()}
+        return {k: {f: v for f, v in r.items() if f not in ("evidence_count", "updated_at", "last_seen", "seen")}
+                for k, r in records.items()}
 
     for part in ("nodes", "edges", "rules"):
         assert strip(getattr(v2, part)) == strip(getattr(v1, part)), part
@@ -145,10 +155,24 @@ def test_merge_is_deterministic():
     assert runs[0][0] == runs[1][0] and runs[0][1].to_dict() == runs[1][1].to_dict()
 
 
-def test_structural_errors_plan_nothing():
+def test_structural_errors_plan_nothing_item_errors_drop_the_item():
     with pytest.raises(DeltaValidationError) as exc:
-        plan_merge(GraphView(T, ENV), {"entities": [], "states": [], "edges": ["x"], "rules": []}, None, now(1))
-    assert exc.value.errors == ["edges[0]: must be an object, got string"]
+        plan_merge(GraphView(T, ENV), {"entities": [], "states": [], "edges": "x", "rules": []}, None, now(1))
+    assert exc.value.errors == ["edges: must be an array, got string"]
+    plan, report = plan_merge(GraphView(T, ENV), delta(entities=[ent("k", "key")], edges=["x", 3]), None, now(1))
+    assert [(d.kind, d.index, d.reason) for d in report.dropped] == [
+        ("edge", 0, "must be an object, got string"), ("edge", 1, "must be an object, got number")]
+    assert len(plan.nodes) == 1
+
+
+def test_a_string_holding_a_json_object_is_parsed():
+    d = delta(entities=[json.dumps(ent("k", "key")), '{"ref": "t", "name": "table"'],
+              edges=[json.dumps(edge("containment", "t", "k"))])
+    plan, report = plan_merge(GraphView(T, ENV), d, None, now(1))
+    assert [n["name"] for n in plan.nodes] == ["key"]
+    assert [(d.kind, d.index) for d in report.dropped] == [("entity", 1), ("edge", 0)]
+    assert report.dropped[0].reason.startswith("a string that is not a JSON object")
+    assert report.dropped[1].reason == "src_ref 't' does not resolve to a node in this delta or the graph"
 
 
 def test_meta_and_scene():
@@ -159,8 +183,22 @@ def test_meta_and_scene():
                          "updated_at": now(1), "last_trigger_reason": "found a lamp",
                          "counts": {"nodes": 1, "edges": 0, "rules": 0, "scenes": 0}}
     assert report.graph_version == 1
-    plan, _ = w.merge(delta(), with_scene=False)
+    plan, report = w.merge(delta(entities=[ent("e", "lamp")]), with_scene=False)
     assert plan.meta["graph_version"] == 2 and plan.meta["last_trigger_reason"] == "found a lamp"
+
+
+def test_a_delta_that_merges_nothing_changes_nothing():
+    w = World()
+    w.merge(delta(entities=[ent("e", "lamp")]))
+    before = copy.deepcopy(w.view)
+    fresh = {k: v for k, v in scene(9).items() if k != "status"}  # not stored: nothing is written
+    for d, sc, status in ((delta(), None, None), (delta(), fresh, None),
+                          (delta(), dict(scene(9), status="running"), "merged"),
+                          (delta(edges=[edge("containment", "x", "y")]), dict(scene(9), status="pending"), "failed")):
+        plan, report = plan_merge(w.view, d, sc, now(9))
+        assert plan.meta is None and plan.size() == 0 and report.graph_version == 1 and report.skipped
+        assert (plan.scene or {}).get("status") == status
+    assert w.view.meta == before.meta
 
 
 # ---------------------------------------------------------------- drops and notes

@@ -9,10 +9,11 @@ from typing import Iterator
 
 import pytest
 
-from worldgraph.errors import InvalidInputError, ReadOnlyQueryError, StoreUnavailableError
+from worldgraph.errors import CypherQueryError, InvalidInputError, ReadOnlyQueryError, StoreUnavailableError, TenantScopeError
+from worldgraph.kg import cypher_guard
 from worldgraph.kg import neo4j_queries as q
-from worldgraph.kg import neo4j_store
-from worldgraph.kg.neo4j_store import Neo4jGraphStore, check_read_only
+from worldgraph.kg.cypher_guard import check_text
+from worldgraph.kg.neo4j_store import Neo4jGraphStore
 from worldgraph.kg.records import MergePlan
 from tests.test_store_contract import ENV, add, edge, episode, first_plan, node
 
@@ -50,7 +51,7 @@ def tenant() -> str:
 ])
 def test_writes_are_refused_before_sending(query: str, word: str) -> None:
     with pytest.raises(ReadOnlyQueryError, match=word.replace("(", r"\(")):
-        check_read_only(query)
+        check_text(query)
 
 
 @pytest.mark.parametrize("query", [
@@ -58,10 +59,11 @@ def test_writes_are_refused_before_sending(query: str, word: str) -> None:
     "CALL apoc.cypher.runWrite('CREATE (n)', {}) YIELD value RETURN value, $tenant_id",
     "call `db`.`createLabel`('X') RETURN $tenant_id",
     "CALL db.index.fulltext.queryNodes('wg_episode_text', 'x') YIELD node RETURN node, $tenant_id",
+    "CALL db.labels() YIELD label WHERE $tenant_id IS NOT NULL RETURN label",  # labels of every tenant
 ])
 def test_procedures_outside_the_allow_list_are_refused(query: str) -> None:
     with pytest.raises(ReadOnlyQueryError, match="procedures"):
-        check_read_only(query)
+        check_text(query)
 
 
 @pytest.mark.parametrize("query", [
@@ -69,19 +71,19 @@ def test_procedures_outside_the_allow_list_are_refused(query: str) -> None:
     'MATCH (e:Episode {tenant_id: $tenant_id}) WHERE e.outcome = "merge; DETACH DELETE" RETURN e.id',
     "MATCH (e:Episode {tenant_id: $tenant_id}) // set nothing, delete nothing\nRETURN e.created_at, e.`set`",
     "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e {.id, set: e.outcome} AS m, $tenant_id AS t",
-    "CALL db.labels() YIELD label WHERE $tenant_id IS NOT NULL RETURN label",
     "MATCH (e:Episode {tenant_id: $tenant_id}) CALL (e) { MATCH (e)-[:PERFORMED_BY]->(a) RETURN a } RETURN a",
     "MATCH p = (start:Episode {tenant_id: $tenant_id})-[*1..2]-(stop) RETURN p",
 ])
 def test_read_queries_pass_the_guard(query: str) -> None:
-    check_read_only(query)
+    check_text(query)
 
 
-def test_queries_must_reference_the_tenant() -> None:
-    with pytest.raises(ReadOnlyQueryError, match=r"\$tenant_id"):
-        check_read_only("MATCH (e:Episode) RETURN e LIMIT 5")
-    with pytest.raises(ReadOnlyQueryError, match=r"\$tenant_id"):
-        check_read_only("MATCH (e:Episode) WHERE e.note = '$tenant_id' RETURN e")  # inside a string: no
+@pytest.mark.neo4j
+def test_queries_must_start_from_the_tenant(store: Neo4jGraphStore, tenant: str) -> None:
+    with pytest.raises(TenantScopeError, match=r"\{tenant_id: \$tenant_id\}"):
+        store.cypher(tenant, "MATCH (e:Episode) RETURN e LIMIT 5")
+    with pytest.raises(TenantScopeError, match=r"\{tenant_id: \$tenant_id\}"):
+        store.cypher(tenant, "MATCH (e:Episode) WHERE e.note = '$tenant_id' RETURN e")  # inside a string: no
 
 
 # ------------------------------------------------------------------------- cypher on the server
@@ -114,7 +116,7 @@ def test_cross_tenant_results_are_refused(store: Neo4jGraphStore, tenant: str) -
     other = tenant + "-other"
     add(store, other, episode(other))
     leaky = "MATCH (e:Episode) WHERE e.tenant_id STARTS WITH left($tenant_id, 14) RETURN e"
-    with pytest.raises(ReadOnlyQueryError, match="outside the caller's tenant"):
+    with pytest.raises(TenantScopeError, match=r"not by exactly \$tenant_id"):
         store.cypher(tenant, leaky)
     assert len(store.cypher(other, "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e")) == 1
 
@@ -130,7 +132,8 @@ def test_tenant_id_cannot_be_overridden(store: Neo4jGraphStore, tenant: str) -> 
 def test_server_refuses_writes_the_guard_would_miss(store: Neo4jGraphStore, tenant: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Defence in depth: the query runs in a READ transaction, so the server refuses writes too."""
-    monkeypatch.setattr(neo4j_store, "check_read_only", lambda query: None)
+    monkeypatch.setattr(cypher_guard, "check_text", lambda query: None)
+    monkeypatch.setattr(cypher_guard, "check_plan", lambda plan, database, query_type="r": None)
     with pytest.raises(ReadOnlyQueryError, match="(?i)read access mode|not allowed"):
         store.cypher(tenant, "CREATE (n:Episode {tenant_id: $tenant_id, id: 'sneaky'}) RETURN n")
     assert store.get_episodes(tenant, ["sneaky"]) == {}
@@ -138,7 +141,7 @@ def test_server_refuses_writes_the_guard_would_miss(store: Neo4jGraphStore, tena
 
 @pytest.mark.neo4j
 def test_bad_cypher_is_a_clear_error(store: Neo4jGraphStore, tenant: str) -> None:
-    with pytest.raises(ReadOnlyQueryError, match="Neo4j refused the query"):
+    with pytest.raises(CypherQueryError, match="Neo4j could not run the query"):
         store.cypher(tenant, "MATCH (e:Episode {tenant_id: $tenant_id) RETURN e")
 
 
@@ -152,7 +155,11 @@ def test_schema_is_created_once_and_versioned(store: Neo4jGraphStore, neo4j_serv
         version = session.run("MATCH (s:WorldgraphSchema) RETURN s.version AS v").single()
     assert {"wg_episode_key", "wg_node_ukey", "wg_rule_ukey", "wg_contains_ukey", "wg_scene_key"} <= names
     assert not {"wg_node_key", "wg_rule_key", "wg_contains_key"} & names  # schema 1's composite keys
-    assert version is not None and version["v"] == q.SCHEMA_VERSION == 3
+    assert version is not None and version["v"] == q.SCHEMA_VERSION == 4
+    with store._driver.session(database=store.database) as session:
+        tenant_indexes = {tuple(r["labelsOrTypes"]) for r in session.run(
+            "SHOW INDEXES YIELD labelsOrTypes, properties WHERE properties = ['tenant_id'] RETURN labelsOrTypes")}
+    assert {(label,) for label in q.TENANT_LABELS} <= tenant_indexes
 
 
 @pytest.mark.neo4j

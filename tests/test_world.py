@@ -99,10 +99,12 @@ def test_apply_delta_reports_every_dropped_edge(wm: WorldModel) -> None:
 def test_bad_delta_writes_nothing(wm: WorldModel) -> None:
     wm.apply_delta("t1", ENV, DELTA)
     before = wm.world_graph("t1", ENV)
-    for bad in ("not json", [], {"entities": []}, {"entities": "x", "states": [], "edges": [], "rules": []},
-                {"entities": [1], "states": [], "edges": [], "rules": []}):
+    for bad in ("not json", [], {"entities": []}, {"entities": "x", "states": [], "edges": [], "rules": []}):
         with pytest.raises(DeltaValidationError):
             wm.apply_delta("t1", ENV, bad)
+    # an item that is not an object is dropped on its own; with nothing left, nothing is written
+    report = wm.apply_delta("t1", ENV, {"entities": [1], "states": [], "edges": [], "rules": []}, scene="x")
+    assert [d.reason for d in report.dropped] == ["must be an object, got number"] and report.skipped
     assert wm.world_graph("t1", ENV) == before
     with pytest.raises(InvalidInputError, match="env_name"):
         wm.apply_delta("t1", "../etc", DELTA)
@@ -176,3 +178,17 @@ def test_packet_interrupted_mid_update_is_retried(wm: WorldModel, fake_openai) -
     reports = wm.retry_updates("t1")  # default: running for over 10 minutes = interrupted
     assert [r.ok for r in reports] == [True]
     assert wm.store.get_scene("t1", packet["id"])["status"] == "merged"
+
+
+def test_an_empty_delta_ends_the_packet_without_changing_the_graph(wm: WorldModel) -> None:
+    wm.world.auto_update = False
+    wm.apply_delta("t1", ENV, DELTA, scene="manual")
+    before = wm.world_graph("t1", ENV)["meta"]
+    packet = wm.observe_round("t1", ENV, FLAGGED)
+    report = wm.apply_delta("t1", ENV, {"entities": [], "states": [], "edges": [], "rules": []}, scene=packet)
+    assert report.skipped and report.graph_version == before["graph_version"]
+    assert wm.store.get_scene("t1", packet["id"])["status"] == "merged"
+    meta = wm.world_graph("t1", ENV)["meta"]
+    assert meta["graph_version"] == before["graph_version"] and meta["updated_at"] == before["updated_at"]
+    again = wm.update_world(packet)  # merged already: the report of that merge, not a second one
+    assert again.ok and again.scene_id == packet["id"] and "not twice" in again.skipped

@@ -8,13 +8,18 @@
 
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import (
+    CypherQueryError,
     DeltaValidationError,
     EmbeddingDimensionError,
     ExtractionError,
     InvalidInputError,
     NotFoundError,
+    PartialWriteError,
+    ReadOnlyError,
     ReadOnlyQueryError,
+    StorageError,
     StoreUnavailableError,
+    TenantScopeError,
     WorldGraphError,
 )
 from worldgraph.kg.records import MergeReport
@@ -35,8 +40,11 @@ from worldgraph.service import WorldModel
 __version__ = "0.1.0"
 
 __all__ = [
-    "AgentExperience", "CanvasAction", "CanvasAudit", "CanvasContext", "DateRange", "DeltaValidationError",
+    "AgentExperience", "CanvasAction", "CanvasAudit", "CanvasContext", "CypherQueryError", "DateRange",
+    "DeltaValidationError",
     "EmbeddingDimensionError", "EpisodeFeedback", "ExtractionError", "InvalidInputError", "MergeReport",
-    "MetacognitiveInsights", "NotFoundError", "ReadOnlyQueryError", "ReasoningChain", "RecallOptions",
-    "RecallResult", "StoreUnavailableError", "WorldGraphConfig", "WorldGraphError", "WorldModel", "__version__",
+    "MetacognitiveInsights", "NotFoundError", "PartialWriteError", "ReadOnlyError", "ReadOnlyQueryError",
+    "ReasoningChain", "RecallOptions", "RecallResult", "StorageError", "StoreUnavailableError", "TenantScopeError",
+    "WorldGraphConfig",
+    "WorldGraphError", "WorldModel", "__version__",
 ]

@@ -44,6 +44,8 @@ def _error(args: argparse.Namespace, exc: Exception) -> None:
 def open_wm(args: argparse.Namespace, **kw: Any) -> Any:
     from worldgraph.service import WorldModel
 
+    if getattr(args, "read_only", False):
+        kw["read_only"] = True
     return WorldModel.open(args.data, graph=args.graph, **kw)
 
 
@@ -323,6 +325,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    from worldgraph.server.view_cmd import run_view
+
+    return run_view(args)
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     with open_wm(args) as wm:
         result = wm.import_snapshot(args.tenant, args.dir)
@@ -381,6 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--graph", default=os.environ.get("WORLDGRAPH_GRAPH", "embedded"), choices=["embedded", "neo4j"],
                    help="graph store: embedded (no server) or neo4j (NEO4J_URI)")
     p.add_argument("--tenant", default=os.environ.get("WORLDGRAPH_TENANT", "default"))
+    p.add_argument("--read-only", dest="read_only", action="store_true",
+                   help="open the data directory without writing anything (a backup, a snapshot); writes fail")
     json_parent = argparse.ArgumentParser(add_help=False)
     json_parent.add_argument("--json", action="store_true", help="machine-readable output")
     sub = p.add_subparsers(title="commands")
@@ -460,6 +470,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--env", required=True)
     sp.add_argument("--out", required=True)
 
+    sp = add("view", cmd_view, "write one self-contained HTML page drawing an environment's world graph")
+    sp.add_argument("--env", required=True)
+    sp.add_argument("--out", default=None, help="the HTML file (default <env>.html)")
+
     sp = add("import", cmd_import, "load a snapshot folder written by export")
     sp.add_argument("dir")
 
@@ -471,6 +485,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("action", choices=["start", "stop", "status"])
     sp.add_argument("--port", type=int, default=7687)
     sp.add_argument("--neo4j-data", default=None, help="database directory")
+
+    from worldgraph.server.commands import add_server_commands  # serve, mcp, keys
+
+    add_server_commands(sub, add)
     return p
 
 

@@ -99,13 +99,39 @@ class WorldGraphConfig(BaseModel):
     llm_timeout_seconds: float = Field(60.0, gt=0)
     llm_max_retries: int = Field(0, ge=0)
     max_delta_items: int = Field(500, gt=0)
+    # background threads extracting scene packets (merges place facts by round time, so the
+    # graph does not depend on which answer arrives first)
+    world_workers: int = Field(1, ge=1, le=64)
+    # how long update_world waits for a packet another worker holds before it gives up
+    update_wait_seconds: float = Field(600.0, ge=0)
     summary_max_items: int = Field(40, gt=0)
+
+    # Service (worldgraph serve)
+    max_request_bytes: int = Field(1 << 20, gt=0)  # a larger request body is refused (413) before parsing
+    server_threads: int = Field(8, gt=0)  # threads running the blocking facade calls of HTTP requests
+    shutdown_timeout_seconds: float = Field(30.0, ge=0)  # in-flight requests get this long on SIGTERM
+    # Input limits (worldgraph.limits): a value over one is refused with InvalidInputError /
+    # DeltaValidationError naming the field, the limit and this setting. Sizes are UTF-8 bytes.
+    max_text_bytes: int = Field(65_536, gt=0)  # one string of an experience or canvas (each learning, action, ...)
+    max_list_items: int = Field(1_000, gt=0)  # one list of an experience or canvas (learnings, actions, components, ...)
+    max_experience_bytes: int = Field(1_048_576, gt=0)  # all the text of one experience
+    max_nesting_depth: int = Field(32, gt=0)  # containers nested in an experience or canvas (reasoning_chain, state, ...)
+    max_canvas_bytes: int = Field(1_048_576, gt=0)  # all the text of one canvas
+    max_batch_experiences: int = Field(10_000, gt=0)  # experiences in one record_experiences call
+    max_query_bytes: int = Field(4_096, gt=0)  # a recall query
+    max_delta_bytes: int = Field(1_048_576, gt=0)  # a graph delta given to apply_delta (as JSON)
+    # Recall reads at most this much of a stored episode's searchable text for full-text search:
+    # records written before the limits existed (or imported) cannot make a recall slow.
+    max_search_text_bytes: int = Field(65_536, gt=0)
 
     # Neo4j
     neo4j_uri: str = "bolt://127.0.0.1:7687"
     neo4j_user: str = "neo4j"
     neo4j_password: str = "worldgraph-dev"
     neo4j_database: str = "neo4j"
+    # cypher(): each query runs in one READ transaction with this timeout; more rows is an error
+    cypher_timeout_seconds: float = Field(30.0, gt=0)
+    cypher_max_rows: int = Field(10_000, gt=0)
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> "WorldGraphConfig":

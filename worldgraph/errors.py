@@ -39,6 +39,16 @@ class ReadOnlyQueryError(WorldGraphError, PermissionError):
     """A Cypher query that would write, or reach outside the caller's tenant."""
 
 
+class CypherQueryError(WorldGraphError, ValueError):
+    """A Cypher query the guard allowed but Neo4j could not run: a syntax or type error, or it ran
+    past ``cypher_timeout_seconds``. The message carries Neo4j's reason."""
+
+
+class TenantScopeError(ReadOnlyQueryError):
+    """A Cypher query ``cypher()`` cannot prove stays inside the caller's tenant (see
+    ``worldgraph.kg.cypher_guard``); the message names the part and how to scope it."""
+
+
 class DeltaValidationError(WorldGraphError, ValueError):
     """A graph delta that is not an object with four arrays of objects; nothing was written."""
 
@@ -47,5 +57,37 @@ class DeltaValidationError(WorldGraphError, ValueError):
         super().__init__("invalid graph delta: " + "; ".join(errors[:10]))
 
 
+class NotSupportedError(WorldGraphError):
+    """This store or configuration cannot do what was asked (e.g. Cypher on the embedded store);
+    the message names what to use instead."""
+
+
 class ExtractionError(WorldGraphError):
     """The LLM could not produce a valid delta (after the repair round), or could not be reached."""
+
+
+class ReadOnlyError(WorldGraphError, PermissionError):
+    """A write asked of a WorldModel opened read-only. ``operation`` names the call; the message
+    says why the model is read-only and how to open it writable."""
+
+    def __init__(self, operation: str, reason: str = "the WorldModel was opened with read_only=True") -> None:
+        self.operation = operation
+        self.reason = reason
+        super().__init__(
+            f"{operation} writes, but {reason}: nothing was written. To write, open the folder with "
+            "WorldModel.open(path) (read_only=False, the default; `worldgraph` without --read-only) "
+            "on a writable folder with free space")
+
+
+class StorageError(WorldGraphError, OSError):
+    """The disk refused a write (full, read-only, I/O error). That transaction was rolled back:
+    nothing of it is stored."""
+
+
+class PartialWriteError(WorldGraphError):
+    """A call made of two writes whose first committed and second failed. ``committed`` says
+    exactly what is stored (e.g. ``{"episode_ids": [...]}``), so a retry does not duplicate it."""
+
+    def __init__(self, message: str, committed: dict[str, list[str]]) -> None:
+        self.committed = committed
+        super().__init__(f"{message}; already committed: {committed}")

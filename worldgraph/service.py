@@ -6,16 +6,19 @@ It owns the graph store (system of record: embedded SQLite or Neo4j), the LanceD
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from worldgraph.access import open_storage, open_store  # noqa: F401 - open_store: its old home
 from worldgraph.config import WorldGraphConfig
-from worldgraph.errors import EmbeddingDimensionError, InvalidInputError, NotFoundError
+from worldgraph.errors import EmbeddingDimensionError, InvalidInputError, NotFoundError, ReadOnlyError
 from worldgraph.kg.store import GraphStore
-from worldgraph.memory.embeddings import Embedder, check_embeddings, make_embedder
+from worldgraph.limits import MAX_PAGE, check_batch, check_delta_size, check_query, check_text, check_value
+from worldgraph.memory.embeddings import Embedder, check_embeddings, embedder_name, make_embedder
 from worldgraph.memory.index import EpisodeIndex
 from worldgraph.memory.models import AgentExperience, CanvasContext, EpisodeFeedback, RecallOptions, iso, utcnow
 from worldgraph.memory.recall import RecallResult, recall
@@ -26,26 +29,14 @@ log = logging.getLogger("worldgraph")
 Progress = Callable[[int, int], None]
 
 
-def open_store(path: Path, graph: str | GraphStore, cfg: WorldGraphConfig) -> GraphStore:
-    if isinstance(graph, GraphStore):
-        return graph
-    if graph == "embedded":
-        from worldgraph.kg.embedded import EmbeddedGraphStore
-
-        return EmbeddedGraphStore(path / "worldgraph.db")
-    if graph == "neo4j":
-        from worldgraph.kg.neo4j_store import Neo4jGraphStore
-
-        return Neo4jGraphStore(cfg.neo4j_uri, cfg.neo4j_user, cfg.neo4j_password, database=cfg.neo4j_database)
-    raise InvalidInputError("graph", f"must be 'embedded' or 'neo4j', got {graph!r}")
-
-
 class WorldModel:
     """Episodic memory and world graph for LLM agents. Use ``WorldModel.open(path)``."""
 
     def __init__(self, path: Path, store: GraphStore, index: EpisodeIndex, embedder: Embedder,
-                 config: WorldGraphConfig) -> None:
+                 config: WorldGraphConfig, read_only_reason: str | None = None) -> None:
         self.path = path
+        self.read_only = read_only_reason is not None
+        self.read_only_reason = read_only_reason
         self.store = store
         self.index = index
         self.embedder = embedder
@@ -57,33 +48,47 @@ class WorldModel:
     # ------------------------------------------------------------------ lifecycle
     @classmethod
     def open(cls, path: str | Path = "./data", *, embedder: Embedder | None = None, graph: str | GraphStore = "embedded",
-             config: WorldGraphConfig | None = None, rebuild_index: bool = False, **overrides: Any) -> "WorldModel":
+             config: WorldGraphConfig | None = None, rebuild_index: bool = False, read_only: bool = False,
+             **overrides: Any) -> "WorldModel":
         """Open (or create) a world model under ``path``.
 
         ``graph="embedded"`` needs no server; ``graph="neo4j"`` connects to NEO4J_URI.
         ``embedder`` is any object with ``.dimensions`` and ``.embed(list[str]) -> ndarray (n, d)``.
         Keyword overrides set config fields (e.g. ``min_similarity_threshold=0.3``).
+        ``read_only=True`` writes nothing (no folder, schema, index upkeep or re-indexing): recall,
+        episodes, readiness, world_graph and export work; every write raises ReadOnlyError. A folder
+        that is not writable, or whose disk is full, is opened read-only by itself (logged).
         """
         cfg = config or WorldGraphConfig.from_env(**overrides)
         root = Path(path)
-        root.mkdir(parents=True, exist_ok=True)
         emb = embedder or make_embedder(cfg)
         for attr in ("dimensions", "embed"):
             if not hasattr(emb, attr):
                 raise InvalidInputError("embedder", f"has no {attr!r}: give an object with .dimensions and .embed(texts)")
-        store = open_store(root, graph, cfg)
+        store, reason = open_storage(root, graph, cfg, read_only)
         try:
-            index = EpisodeIndex(root / cfg.lancedb_path, int(emb.dimensions), _embedder_name(emb), cfg,
-                                 rebuild=rebuild_index)
+            if reason is not None and rebuild_index:
+                raise ReadOnlyError("rebuild_index", reason)
+            if rebuild_index:
+                store.mark_pending()  # before the tables are dropped (see reindex)
+            index = EpisodeIndex(root / cfg.lancedb_path, int(emb.dimensions), embedder_name(emb), cfg,
+                                 rebuild=rebuild_index, read_only=reason is not None)
         except Exception:
             store.close()
             raise
-        wm = cls(root, store, index, emb, cfg)
+        wm = cls(root, store, index, emb, cfg, read_only_reason=reason)
+        if reason is not None:
+            return wm
         if rebuild_index:
             wm.reindex()
         else:
             wm.retry_indexing()
         return wm
+
+    def _writable(self, operation: str) -> None:
+        """Refuse a write of a read-only model before anything is done."""
+        if self.read_only_reason is not None:
+            raise ReadOnlyError(operation, self.read_only_reason)
 
     def close(self) -> None:
         """Waits for background world updates, then closes the store."""
@@ -100,6 +105,7 @@ class WorldModel:
     def record_experience(self, tenant_id: str, experience: AgentExperience | dict[str, Any],
                           canvas: CanvasContext | dict[str, Any] | None = None) -> str:
         """Store one agent run and index it for recall; returns the episode id."""
+        self._writable("record_experience")
         return self.record_experiences(tenant_id, [experience], canvases=[canvas])[0]
 
     def record_experiences(self, tenant_id: str, experiences: Iterable[AgentExperience | dict[str, Any]],
@@ -108,7 +114,15 @@ class WorldModel:
         """Record a batch: all are validated first (one bad item rejects the batch, naming its
         index and field), then stored in one transaction, then embedded and indexed."""
         check_tenant(tenant_id)
-        items = list(experiences)
+        self._writable("record_experiences")
+        cfg = self.config
+        if isinstance(experiences, (str, bytes, dict)) or not hasattr(experiences, "__iter__"):
+            raise InvalidInputError("experiences", f"must be a list of experiences, got {type(experiences).__name__}")
+        items = list(itertools.islice(experiences, cfg.max_batch_experiences + 1))
+        check_batch(len(items), cfg)
+        if canvases is not None and not isinstance(canvases, (list, tuple)):
+            raise InvalidInputError("canvases", f"must be a list (a canvas or None per experience), got "
+                                    f"{type(canvases).__name__}")
         if canvases is not None and len(canvases) != len(items):
             raise InvalidInputError("canvases", f"has {len(canvases)} items for {len(items)} experiences")
         now = utcnow()
@@ -116,8 +130,14 @@ class WorldModel:
         seen: set[str] = set()
         for i, raw in enumerate(items):
             field = "experience" if len(items) == 1 else f"experiences[{i}]"
+            cfield = "canvas" if len(items) == 1 else f"canvases[{i}]"
+            # limits first: a value nested a million deep must not reach the model parser
+            check_value(raw, field, cfg, cfg.max_experience_bytes, "max_experience_bytes")
             exp = parse_experience(raw, field)
-            canvas = parse_canvas(canvases[i] if canvases else None, "canvas" if len(items) == 1 else f"canvases[{i}]")
+            raw_canvas = canvases[i] if canvases else None
+            if raw_canvas is not None:
+                check_value(raw_canvas, cfield, cfg, cfg.max_canvas_bytes, "max_canvas_bytes")
+            canvas = parse_canvas(raw_canvas, cfield)
             ep, crec, aud = build_episode(tenant_id, exp, canvas, now=now, field=field)
             if ep["id"] in seen:
                 raise InvalidInputError(f"{field}.episode_id", f"{ep['id']!r} appears twice in this batch")
@@ -138,22 +158,41 @@ class WorldModel:
         # unchanged. An unreachable embedding server is not: the episodes are stored and indexed later.
         vectors = None
         try:
-            vectors = self._embed([searchable_text(e) for e in episodes], progress)
+            vectors = self._embed([self._text(e) for e in episodes], progress)
         except EmbeddingDimensionError:
             raise
         except Exception as exc:  # noqa: BLE001 - any embedder failure: keep the data, index later
             log.warning("embedding failed (%s); %d episodes stored and marked for re-indexing", exc, len(episodes))
             embed_error = f"embedding failed: {exc}"
+        # The one write that decides the call: it commits (the episodes are stored "pending") or
+        # raises with nothing stored. Nothing after it raises: indexing and recording how it went
+        # are retried by retry_indexing when they fail (a full disk), so a caller never retries a
+        # batch that was in fact stored.
         ids = [e["id"] for e in episodes]
         if vectors is None:
             self.store.add_episodes(tenant_id, episodes, list(canvas_recs.values()), audits)
-            self.store.set_index_status(tenant_id, ids, "failed", embed_error)
+            self._mark(tenant_id, ids, "failed", embed_error)
             return ids
-        # New episodes are appended to the index, not merged (see EpisodeIndex.adding).
+        # New episodes are appended to the index, not merged: the window holds the table's write
+        # lock around the store commit (see EpisodeIndex.adding); it neither fails to open nor raises.
         with self.index.adding(tenant_id) as add:
             self.store.add_episodes(tenant_id, episodes, list(canvas_recs.values()), audits)
             self._index(tenant_id, episodes, vectors, add)
         return ids
+
+    def _text(self, episode: dict[str, Any]) -> str:
+        return searchable_text(episode, self.config.max_search_text_bytes)
+
+    def _mark(self, tenant_id: str, ids: list[str], status: str, error: str | None = None) -> bool:
+        """Record the indexing state of stored episodes; never raises. If the write fails (a full
+        disk) they stay "pending", which retry_indexing re-runs like "failed"; True if recorded."""
+        try:
+            self.store.set_index_status(tenant_id, ids, status, error)
+        except Exception as exc:  # noqa: BLE001 - the episodes are stored; only their state is stale
+            log.warning("could not mark %d stored episodes %r (%s); they stay pending and are re-indexed "
+                        "by retry_indexing", len(ids), status, exc)
+            return False
+        return True
 
     def _embed(self, texts: list[str], progress: Progress | None = None, batch: int = 256) -> Any:
         import numpy as np
@@ -168,20 +207,22 @@ class WorldModel:
 
     def _index(self, tenant_id: str, episodes: list[dict[str, Any]], vectors: Any,
                write: Callable[[list[dict[str, Any]]], None] | None = None) -> bool:
-        """Write the episodes' index rows (``write``, default ``index.upsert``) and record the
-        outcome in the store; True if indexed."""
+        """Write the episodes' index rows (``write``, default ``index.upsert``), then mark them
+        "indexed" (in that order: an episode marked indexed always has its row); True if both
+        happened. Never raises."""
         ids = [e["id"] for e in episodes]
+        max_text = self.config.max_search_text_bytes
         try:
-            (write or self.index.upsert)([index_row(e, v) for e, v in zip(episodes, vectors)])
+            (write or self.index.upsert)([index_row(e, v, max_text) for e, v in zip(episodes, vectors)])
         except Exception as exc:  # noqa: BLE001 - the store holds them; retry_indexing re-runs them
             log.warning("indexing %d episodes failed (%s); marked for retry", len(ids), exc)
-            self.store.set_index_status(tenant_id, ids, "failed", f"indexing failed: {exc}")
+            self._mark(tenant_id, ids, "failed", f"indexing failed: {exc}")
             return False
-        self.store.set_index_status(tenant_id, ids, "indexed")
-        return True
+        return self._mark(tenant_id, ids, "indexed")
 
     def retry_indexing(self, progress: Progress | None = None) -> int:
         """Index every episode whose indexing is pending or failed; returns how many were indexed."""
+        self._writable("retry_indexing")
         done = 0
         while True:
             pending = self.store.unindexed_episodes(limit=1000)
@@ -192,35 +233,44 @@ class WorldModel:
                 by_tenant.setdefault(e["tenant_id"], []).append(e)
             for tenant, eps in by_tenant.items():
                 try:
-                    vectors = self._embed([searchable_text(e) for e in eps])
+                    vectors = self._embed([self._text(e) for e in eps])
                 except Exception as exc:  # noqa: BLE001
                     log.warning("re-indexing %d episodes failed: %s", len(eps), exc)
-                    self.store.set_index_status(tenant, [e["id"] for e in eps], "failed", f"embedding failed: {exc}")
+                    self._mark(tenant, [e["id"] for e in eps], "failed", f"embedding failed: {exc}")
                     return done
                 if not self._index(tenant, eps, vectors):
-                    return done  # the index is failing: stop, the episodes stay marked for later
+                    return done  # the index or the store is failing: stop, the episodes stay marked for later
                 done += len(eps)
                 if progress:
                     progress(done, done + len(pending) - len(eps))
 
-    def reindex(self, tenant_id: str | None = None, progress: Progress | None = None) -> int:
-        """Rebuild the LanceDB sidecar from the graph store (all tenants, or one)."""
-        if tenant_id is None:
-            self.index.clear()
-        else:
-            self.index.delete_tenant(check_tenant(tenant_id))
+    def reindex(self, tenant_id: str | None = None, progress: Progress | None = None, batch_size: int = 1000) -> int:
+        """Rewrite the LanceDB rows of every episode (all tenants, or one) from the graph store.
+
+        Safe to kill at any moment (``kill -9`` included): every episode is first marked "pending"
+        (before any row changes), then its row is overwritten in place, never deleted first, and
+        it is marked "indexed"; rows of episodes the store does not hold are dropped last. So at
+        every moment each stored episode has a row (old or new) and is recallable, and each one
+        not rewritten yet is pending, which the next open (or ``retry_indexing``, ``worldgraph
+        reindex --pending``) finishes."""
+        self._writable("reindex")
+        if tenant_id is not None:
+            check_tenant(tenant_id)
+        self.store.mark_pending(tenant_id)
         total = 0
-        for batch in self.store.iter_episodes(tenant_id, batch_size=1000):
+        stored: dict[str, set[str]] = {}
+        for batch in self.store.iter_episodes(tenant_id, batch_size=batch_size):
             by_tenant: dict[str, list[dict[str, Any]]] = {}
             for e in batch:
                 by_tenant.setdefault(e["tenant_id"], []).append(e)
             for tenant, eps in by_tenant.items():
-                vectors = self._embed([searchable_text(e) for e in eps])
-                self._index(tenant, eps, vectors)
+                stored.setdefault(tenant, set()).update(e["id"] for e in eps)
+                self._index(tenant, eps, self._embed([self._text(e) for e in eps]))
             total += len(batch)
             if progress:
                 progress(total, 0)
-        self.index.ensure_indexes()
+        self.index.prune(stored, tenant_id)
+        self.index.ensure_indexes(tenant_id=tenant_id)
         return total
 
     # ------------------------------------------------------------------ feedback
@@ -229,8 +279,10 @@ class WorldModel:
         """Rate an episode in [-1, 1]. Returns the feedback record plus the episode's new
         aggregates (``average``: normalised to [0, 1], ``count``)."""
         check_tenant(tenant_id)
+        self._writable("submit_feedback")
         if not isinstance(episode_id, str) or not episode_id:
             raise InvalidInputError("episode_id", "must be a non-empty string", episode_id)
+        check_text(episode_id, "episode_id", self.config.max_text_bytes, "max_text_bytes")
         if isinstance(score, bool) or not isinstance(score, (int, float)) or math.isnan(score):
             raise InvalidInputError("score", "must be a number in [-1, 1]", score)
         if not -1.0 <= float(score) <= 1.0:
@@ -239,12 +291,17 @@ class WorldModel:
         for name, val in (("notes", notes), ("category", category), ("created_by", created_by)):
             if val is not None and not isinstance(val, str):
                 raise InvalidInputError(name, "must be a string or None", val)
+            check_text(val, name, self.config.max_text_bytes, "max_text_bytes")
         fb = EpisodeFeedback(id=str(uuid.uuid4()), episode_id=episode_id, tenant_id=tenant_id,
                              feedback_score=float(score), feedback_notes=notes, feedback_category=category,
                              created_by=created_by or "anonymous", created_at=iso(utcnow()))
         record = fb.model_dump(mode="json")
         self.store.add_feedback(tenant_id, record)  # raises NotFoundError for another tenant's episode
-        mean, count = self.store.feedback_stats(tenant_id, [episode_id])[episode_id]
+        try:  # committed: from here on the call succeeds
+            mean, count = self.store.feedback_stats(tenant_id, [episode_id])[episode_id]
+        except Exception as exc:  # noqa: BLE001
+            log.warning("feedback %s stored; reading the episode's new aggregates failed: %s", record["id"], exc)
+            return RecallResult(record, average=None, mean_score=None, count=None)
         return RecallResult(record, average=round((mean + 1) / 2, 6), mean_score=round(mean, 6), count=count)
 
     # ------------------------------------------------------------------ recall
@@ -252,6 +309,10 @@ class WorldModel:
                            options: RecallOptions | dict[str, Any] | None = None) -> list[RecallResult]:
         """Past experiences relevant to ``query``, filtered and ranked as the seed specifies."""
         check_tenant(tenant_id)
+        check_query(query, self.config)
+        check_text(agent_role, "agent_role", self.config.max_text_bytes, "max_text_bytes")
+        if isinstance(options, dict):
+            check_value(options, "options", self.config, self.config.max_experience_bytes, "max_experience_bytes")
         return recall(self.store, self.index, self.embedder, self.config, tenant_id, agent_role, query, limit, options)
 
     def get_agent_episodes(self, tenant_id: str, agent_id: str, limit: int = 30) -> list[RecallResult]:
@@ -259,12 +320,16 @@ class WorldModel:
         check_tenant(tenant_id)
         if not isinstance(agent_id, str) or not agent_id:
             raise InvalidInputError("agent_id", "must be a non-empty string", agent_id)
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
-            raise InvalidInputError("limit", "must be a positive integer", limit)
+        check_text(agent_id, "agent_id", self.config.max_text_bytes, "max_text_bytes")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_PAGE:
+            raise InvalidInputError("limit", f"must be a positive integer (at most {MAX_PAGE})", limit)
         return [RecallResult(e) for e in self.store.agent_episodes(tenant_id, agent_id, limit)]
 
     def get_episode(self, tenant_id: str, episode_id: str) -> RecallResult:
         check_tenant(tenant_id)
+        if not isinstance(episode_id, str) or not episode_id:
+            raise InvalidInputError("episode_id", "must be a non-empty string", episode_id)
+        check_text(episode_id, "episode_id", self.config.max_text_bytes, "max_text_bytes")
         found = self.store.get_episodes(tenant_id, [episode_id])
         if episode_id not in found:
             raise NotFoundError("episode", episode_id, f"tenant {tenant_id!r} holds no such episode")
@@ -272,6 +337,8 @@ class WorldModel:
 
     def readiness(self, tenant_id: str, agent_id: str, window: int = 30) -> dict[str, Any]:
         """Graduation exam over the agent's last ``window`` episodes."""
+        if isinstance(window, bool) or not isinstance(window, int) or not 0 < window <= MAX_PAGE:
+            raise InvalidInputError("window", f"must be a positive integer (at most {MAX_PAGE})", window)
         episodes = self.get_agent_episodes(tenant_id, agent_id, window)
         cfg = self.config
         n = len(episodes)
@@ -304,21 +371,36 @@ class WorldModel:
         out["indexed"] = self.index.count(tenant_id)
         out["environments"] = self.store.environments(tenant_id)
         out["graph_store"] = self.store.name
-        out["embedder"] = _embedder_name(self.embedder)
+        out["embedder"] = embedder_name(self.embedder)
         return out
 
     # ------------------------------------------------------------------ world graph
     def observe_round(self, tenant_id: str, env_name: str, round: Any) -> Any:  # noqa: A002 - the contract's name
         """Record an agent round as an episode; when it ends with ``FLAG_CURIOSITY: yes`` persist a
         scene packet (pending), queue it for the background worker and return it."""
+        self._writable("observe_round")
+        check_value(round, "round", self.config, self.config.max_experience_bytes, "max_experience_bytes")
         return self.world.observe_round(tenant_id, env_name, round)
 
     def update_world(self, packet: Any) -> Any:
-        """Extract a delta from a scene packet with the LLM, validate and merge it now."""
+        """Extract a delta from a scene packet with the LLM, validate and merge it now; returns the
+        MergeReport. A packet another worker holds is waited for (``update_wait_seconds``) and its
+        merge's report returned; a packet merged before returns that merge's report."""
+        self._writable("update_world")
+        check_value(packet, "packet", self.config, self.config.max_experience_bytes, "max_experience_bytes")
+        if isinstance(packet, dict):  # a packet not stored yet is stored from these fields first
+            for key in ("tenant_id", "id", "env_name", "created_at"):
+                if not isinstance(packet.get(key), str) or not packet[key]:
+                    raise InvalidInputError(f"packet.{key}", "is required (give the packet returned by observe_round)")
+            check_tenant(packet["tenant_id"], "packet.tenant_id")
+            self.world.check_env(packet["env_name"])
         return self.world.update(packet)
 
     def apply_delta(self, tenant_id: str, env_name: str, delta: Any, scene: Any = None) -> Any:
         """Merge a delta you already have (no LLM); returns the MergeReport."""
+        self._writable("apply_delta")
+        check_delta_size(delta, self.config)
+        check_value(scene, "scene", self.config, self.config.max_experience_bytes, "max_experience_bytes")
         return self.world.apply_delta(tenant_id, env_name, delta, scene)
 
     def wait_for_updates(self, timeout: float | None = None) -> bool:
@@ -329,6 +411,7 @@ class WorldModel:
                       stale_after: float | None = 600.0) -> list[Any]:
         """Re-run pending and failed scene packets now, and those left "running" for more than
         ``stale_after`` seconds by a process that died mid-update; returns their MergeReports."""
+        self._writable("retry_updates")
         return self.world.retry(tenant_id, env_name, stale_after)
 
     def world_graph(self, tenant_id: str, env_name: str) -> dict[str, Any]:
@@ -341,14 +424,10 @@ class WorldModel:
 
     def import_snapshot(self, tenant_id: str, path: str | Path) -> dict[str, Any]:
         """Load a folder written by ``export`` (replaces that environment's graph)."""
+        self._writable("import_snapshot")
         return self.world.import_snapshot(tenant_id, Path(path))
 
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Read-only, tenant-scoped Cypher (Neo4j store): ``$tenant_id`` is bound for you."""
         check_tenant(tenant_id)
         return self.store.cypher(tenant_id, query, params)
-
-
-def _embedder_name(emb: Any) -> str:
-    name = getattr(emb, "name", None)
-    return str(name) if name else f"{type(emb).__module__}.{type(emb).__name__}/{int(emb.dimensions)}"

@@ -14,13 +14,14 @@ import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import orjson
 
-from worldgraph.errors import NotFoundError
+from worldgraph.errors import NotFoundError, ReadOnlyError, StorageError
 from worldgraph.gcpause import gc_paused
 from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
+from worldgraph.kg.sqlite_open import ReadOnlyConnection, connect_read_only
 from worldgraph.kg.store import GraphStore, Record
 
 SCHEMA_VERSION = 1
@@ -69,8 +70,14 @@ CREATE TABLE IF NOT EXISTS scenes (
 CREATE INDEX IF NOT EXISTS scenes_env ON scenes (tenant_id, env_name, created_at);
 CREATE INDEX IF NOT EXISTS scenes_status ON scenes (status, created_at);
 CREATE INDEX IF NOT EXISTS scenes_episode ON scenes (tenant_id, episode_id);
+CREATE INDEX IF NOT EXISTS nodes_name ON world_nodes (tenant_id, env_name, json_extract(data, '$.norm_name'));
+CREATE TABLE IF NOT EXISTS scene_reports (
+  tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, scene_id TEXT NOT NULL, data TEXT NOT NULL,
+  PRIMARY KEY (tenant_id, scene_id));
 CREATE TABLE IF NOT EXISTS env_meta (
   tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, env_name));
+CREATE TABLE IF NOT EXISTS api_keys (
+  id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, created_at TEXT NOT NULL, data TEXT NOT NULL);
 """
 
 
@@ -103,10 +110,17 @@ class EmbeddedGraphStore(GraphStore):
 
     name = "embedded"
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, read_only: bool = False) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
         self._lock = threading.RLock()
+        self._ro: ReadOnlyConnection | None = None
+        if read_only:
+            # No mkdir, no schema script, no pragma that writes: see sqlite_open for how WAL is read.
+            self._ro = connect_read_only(self.path)
+            self._conn = self._ro.conn
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False, isolation_level=None)
         self._conn.execute("PRAGMA journal_mode=WAL")
         # FULL: a transaction that returned is on disk, even if the machine loses power next.
@@ -122,17 +136,28 @@ class EmbeddedGraphStore(GraphStore):
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Cursor]:
-        """One IMMEDIATE transaction: the write lock is taken up front, so no deadlock upgrade."""
+        """One IMMEDIATE transaction: the write lock is taken up front, so no deadlock upgrade.
+
+        A failure anywhere, COMMIT included (a full disk fails there), rolls back: the call
+        raises and nothing of it is stored. SQLite's own errors become StorageError."""
+        if self.read_only:
+            raise ReadOnlyError("writing to the graph store", "the store was opened read-only")
         with self._lock:
             cur = self._conn.cursor()
-            cur.execute("BEGIN IMMEDIATE")
             try:
+                cur.execute("BEGIN IMMEDIATE")
                 yield cur
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
-            else:
                 cur.execute("COMMIT")
+            except BaseException as exc:
+                if self._conn.in_transaction:  # SQLite may have rolled back itself (SQLITE_FULL)
+                    try:
+                        cur.execute("ROLLBACK")
+                    except sqlite3.Error:  # pragma: no cover - the connection is gone; nothing committed
+                        pass
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise StorageError(f"the graph store {self.path} refused a write ({exc}); "
+                                       "the transaction was rolled back, nothing of it is stored") from exc
+                raise
 
     def _query(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -207,6 +232,16 @@ class EmbeddedGraphStore(GraphStore):
                     f"UPDATE episodes SET index_status = ?, index_error = ? WHERE tenant_id = ? "
                     f"AND id IN ({_placeholders(len(chunk))})", [status, error, tenant_id, *chunk])
 
+    def mark_pending(self, tenant_id: str | None = None) -> int:
+        with self._tx() as cur:
+            if tenant_id is None:
+                cur.execute("UPDATE episodes SET index_status = 'pending', index_error = NULL "
+                            "WHERE index_status != 'pending'")
+            else:
+                cur.execute("UPDATE episodes SET index_status = 'pending', index_error = NULL "
+                            "WHERE tenant_id = ? AND index_status != 'pending'", (tenant_id,))
+            return int(cur.rowcount)
+
     def unindexed_episodes(self, limit: int = 1000) -> list[Record]:
         rows = self._query(
             "SELECT data, index_status, index_error FROM episodes WHERE index_status != 'indexed' "
@@ -275,9 +310,15 @@ class EmbeddedGraphStore(GraphStore):
         return [_loads(d) for (d,) in rows]
 
     # ---------------------------------------------------------------- world graph
-    def load_view(self, tenant_id: str, env_name: str, node_ids: list[str]) -> GraphView:
+    def load_view(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str] = ()) -> GraphView:  # type: ignore[assignment]
         view = GraphView(tenant_id=tenant_id, env_name=env_name)
         ids = list(dict.fromkeys(node_ids))
+        for chunk in _chunks(list(dict.fromkeys(names))):
+            ids += [r[0] for r in self._query(
+                f"SELECT id FROM world_nodes WHERE tenant_id = ? AND env_name = ? "
+                f"AND json_extract(data, '$.norm_name') IN ({_placeholders(len(chunk))})",
+                [tenant_id, env_name, *chunk])]
+        ids = list(dict.fromkeys(ids))
         # One SELECT per indexed column, joined by UNION ALL (a row found twice is kept once):
         # with ``a IN (...) OR b IN (...)`` SQLite used only the (tenant_id, env_name) prefix
         # and checked every row of the environment; this way each arm is an index lookup
@@ -297,6 +338,21 @@ class EmbeddedGraphStore(GraphStore):
             # the nodes asked for, and the states of those that are entities (a new state closes them)
             either("world_nodes", "id", "json_extract(data, '$.entity_id')", chunk, view.nodes)
             either("world_edges", "src_id", "dst_id", chunk, view.edges)
+            # the current containment chain above them (the merge refuses containment cycles); CROSS
+            # JOIN keeps SQLite driving from the chain (else it scans the env's edges, ~60 ms at 6k)
+            ph = _placeholders(len(chunk))
+            for rid, d in self._query(
+                f"WITH RECURSIVE up(id, depth) AS (SELECT id, 0 FROM world_nodes WHERE tenant_id = ? AND env_name = ? "
+                f"AND id IN ({ph}) UNION SELECT e.src_id, up.depth + 1 FROM world_edges e JOIN up ON e.dst_id = up.id "
+                f"WHERE e.tenant_id = ? AND e.env_name = ? AND json_extract(e.data, '$.relation') = 'containment' "
+                f"AND json_extract(e.data, '$.valid_to') IS NULL AND up.depth < 64) "
+                f"SELECT e.id, e.data FROM up CROSS JOIN world_edges e ON e.dst_id = up.id WHERE e.tenant_id = ? "
+                f"AND e.env_name = ? AND json_extract(e.data, '$.relation') = 'containment' "
+                f"AND json_extract(e.data, '$.valid_to') IS NULL",
+                [tenant_id, env_name, *chunk, tenant_id, env_name, tenant_id, env_name],
+            ):
+                if rid not in view.edges:
+                    view.edges[rid] = _loads(d)
         for (d,) in self._query(
             "SELECT data FROM world_rules WHERE tenant_id = ? AND env_name = ?", (tenant_id, env_name)
         ):
@@ -305,42 +361,66 @@ class EmbeddedGraphStore(GraphStore):
         view.meta = self._meta(tenant_id, env_name)
         return view
 
+    def merge(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str],
+              planner: Callable[[GraphView], MergePlan | None]) -> MetaRecord | None:
+        # BEGIN IMMEDIATE takes the database's write lock first: the view is read, planned and
+        # written while no other process or thread can write, so no update is lost.
+        with self._tx() as cur:
+            view = self.load_view(tenant_id, env_name, node_ids, names)
+            plan = planner(view)
+            return view.meta if plan is None else self._apply_plan(cur, plan, view.meta)
+
+    def get_scene_report(self, tenant_id: str, scene_id: str) -> dict[str, Any] | None:
+        rows = self._query("SELECT data FROM scene_reports WHERE tenant_id = ? AND scene_id = ?", (tenant_id, scene_id))
+        return _loads(rows[0][0]) if rows else None
+
     def _meta(self, tenant_id: str, env_name: str) -> MetaRecord | None:
         rows = self._query("SELECT data FROM env_meta WHERE tenant_id = ? AND env_name = ?", (tenant_id, env_name))
         return _loads(rows[0][0]) if rows else None
 
     def apply_plan(self, plan: MergePlan) -> MetaRecord:
-        t, env = plan.tenant_id, plan.env_name
         with self._tx() as cur:
-            cur.executemany(
-                "INSERT INTO world_nodes(tenant_id, env_name, id, data) VALUES (?,?,?,?) "
-                "ON CONFLICT(tenant_id, env_name, id) DO UPDATE SET data = excluded.data",
-                [(t, env, n["id"], _dumps(n)) for n in plan.nodes],
-            )
-            cur.executemany(
-                "INSERT INTO world_edges(tenant_id, env_name, id, src_id, dst_id, data) VALUES (?,?,?,?,?,?) "
-                "ON CONFLICT(tenant_id, env_name, id) DO UPDATE SET data = excluded.data",
-                [(t, env, e["id"], e["src_id"], e["dst_id"], _dumps(e)) for e in plan.edges],
-            )
-            cur.executemany(
-                "INSERT INTO world_rules(tenant_id, env_name, id, data) VALUES (?,?,?,?) "
-                "ON CONFLICT(tenant_id, env_name, id) DO UPDATE SET data = excluded.data",
-                [(t, env, r["id"], _dumps(r)) for r in plan.rules],
-            )
-            links = [(t, env, s, kind, rec["id"])
-                     for kind, recs in (("node", plan.nodes), ("rule", plan.rules))
-                     for rec in recs for s in rec.get("source_scenes", [])]
-            cur.executemany("INSERT OR IGNORE INTO scene_links VALUES (?,?,?,?,?)", links)
+            return self._apply_plan(cur, plan, self._meta(plan.tenant_id, plan.env_name))  # type: ignore[return-value]
+
+    def _apply_plan(self, cur: sqlite3.Cursor, plan: MergePlan, old_meta: MetaRecord | None) -> MetaRecord | None:
+        t, env = plan.tenant_id, plan.env_name
+        if plan.scene is not None and plan.report is not None:
+            cur.execute("INSERT INTO scene_reports(tenant_id, env_name, scene_id, data) VALUES (?,?,?,?) "
+                        "ON CONFLICT(tenant_id, scene_id) DO UPDATE SET data = excluded.data",
+                        (t, env, plan.scene["id"], _dumps(plan.report)))
+        if plan.meta is None and plan.size() == 0:  # nothing merged: only the scene's status moves
             if plan.scene is not None:
                 self._upsert_scene(cur, plan.scene)
-            meta: MetaRecord = dict(plan.meta or {})  # type: ignore[assignment]
-            meta.update({"tenant_id": t, "env_name": env})
-            meta["counts"] = self._counts(cur, t, env)
-            cur.execute(
-                "INSERT INTO env_meta(tenant_id, env_name, data) VALUES (?,?,?) "
-                "ON CONFLICT(tenant_id, env_name) DO UPDATE SET data = excluded.data",
-                (t, env, _dumps(meta)),
-            )
+            return old_meta
+        cur.executemany(
+            "INSERT INTO world_nodes(tenant_id, env_name, id, data) VALUES (?,?,?,?) "
+            "ON CONFLICT(tenant_id, env_name, id) DO UPDATE SET data = excluded.data",
+            [(t, env, n["id"], _dumps(n)) for n in plan.nodes],
+        )
+        cur.executemany(
+            "INSERT INTO world_edges(tenant_id, env_name, id, src_id, dst_id, data) VALUES (?,?,?,?,?,?) "
+            "ON CONFLICT(tenant_id, env_name, id) DO UPDATE SET data = excluded.data",
+            [(t, env, e["id"], e["src_id"], e["dst_id"], _dumps(e)) for e in plan.edges],
+        )
+        cur.executemany(
+            "INSERT INTO world_rules(tenant_id, env_name, id, data) VALUES (?,?,?,?) "
+            "ON CONFLICT(tenant_id, env_name, id) DO UPDATE SET data = excluded.data",
+            [(t, env, r["id"], _dumps(r)) for r in plan.rules],
+        )
+        links = [(t, env, s, kind, rec["id"])
+                 for kind, recs in (("node", plan.nodes), ("rule", plan.rules))
+                 for rec in recs for s in rec.get("source_scenes", [])]
+        cur.executemany("INSERT OR IGNORE INTO scene_links VALUES (?,?,?,?,?)", links)
+        if plan.scene is not None:
+            self._upsert_scene(cur, plan.scene)
+        meta: MetaRecord = dict(plan.meta or {})  # type: ignore[assignment]
+        meta.update({"tenant_id": t, "env_name": env})
+        meta["counts"] = self._counts(cur, t, env)
+        cur.execute(
+            "INSERT INTO env_meta(tenant_id, env_name, data) VALUES (?,?,?) "
+            "ON CONFLICT(tenant_id, env_name) DO UPDATE SET data = excluded.data",
+            (t, env, _dumps(meta)),
+        )
         return meta
 
     @staticmethod
@@ -418,7 +498,8 @@ class EmbeddedGraphStore(GraphStore):
     def replace_world(self, tenant_id: str, env_name: str, graph: dict[str, Any]) -> None:
         t, env = tenant_id, env_name
         with self._tx() as cur:
-            for table in ("world_nodes", "world_edges", "world_rules", "scene_links", "scenes", "env_meta"):
+            for table in ("world_nodes", "world_edges", "world_rules", "scene_links", "scenes", "scene_reports",
+                          "env_meta"):
                 cur.execute(f"DELETE FROM {table} WHERE tenant_id = ? AND env_name = ?", (t, env))
             cur.executemany("INSERT INTO world_nodes(tenant_id, env_name, id, data) VALUES (?,?,?,?)",
                             [(t, env, n["id"], _dumps(n)) for n in graph.get("nodes", [])])
@@ -464,9 +545,38 @@ class EmbeddedGraphStore(GraphStore):
                         "nodes": _unique_by_id(nodes), "rules": _unique_by_id(rules)}
         return out
 
+    # ---------------------------------------------------------------- API keys
+    def add_api_key(self, key: Record) -> None:
+        with self._tx() as cur:
+            cur.execute("INSERT INTO api_keys(id, tenant_id, created_at, data) VALUES (?,?,?,?)",
+                        (key["id"], key["tenant_id"], key["created_at"], _dumps(key)))
+
+    def get_api_key(self, key_id: str) -> Record | None:
+        rows = self._query("SELECT data FROM api_keys WHERE id = ?", (key_id,))
+        return _loads(rows[0][0]) if rows else None
+
+    def list_api_keys(self, tenant_id: str | None = None) -> list[Record]:
+        rows = self._query("SELECT data FROM api_keys WHERE ? IS NULL OR tenant_id = ? ORDER BY created_at, id",
+                           (tenant_id, tenant_id))
+        return [_loads(d) for (d,) in rows]
+
+    def revoke_api_key(self, key_id: str, revoked_at: str) -> Record:
+        with self._tx() as cur:
+            row = cur.execute("SELECT data FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+            if row is None:
+                raise NotFoundError("api key", key_id, "`worldgraph keys list` shows the key ids")
+            key: Record = _loads(row[0])
+            if key.get("revoked_at") is None:
+                key["revoked_at"] = revoked_at
+                cur.execute("UPDATE api_keys SET data = ? WHERE id = ?", (_dumps(key), key_id))
+        return key
+
     def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            if self._ro is not None:
+                self._ro.close()
+            else:
+                self._conn.close()
 
 
 def _episode(row: tuple[Any, ...]) -> Record:

@@ -1,13 +1,16 @@
 """Scene packet + graph summary -> a validated JSON graph delta, through any OpenAI-compatible
 chat completions server (seed, sections 7-8).
 
-One call asks for the delta (structured output when the server supports it), the answer is
-checked against the delta schema and ``validate_delta``; a wrong answer gets exactly one repair
-round with the errors. If the repaired answer is still not well-formed (not an object with four
-arrays of objects, over the limits) the extraction fails and nothing is written; if it is
-well-formed but some items break the schema, it is returned and the merge drops those items
-and reports why (the architecture's "why is there no edge"). A server that cannot be reached
-leaves the packet pending, to be retried later.
+One call asks for the delta (structured output when the server supports it); the answer is
+parsed once (``delta.parse_delta``) and gets at most one repair round:
+- an answer that is not a delta at all (not JSON, not an object with the four arrays, over
+  ``max_delta_items``) is asked for again whole, with the errors; if the second answer is not one
+  either, the extraction fails and nothing is written;
+- an answer whose items are partly unusable (a missing name, an unknown relation, and, through the
+  caller's ``check``, refs that resolve to nothing) is asked about THOSE items only, each with
+  its reason; the corrected items of the answer are added to the first answer, and the merge
+  drops what is still wrong, listing it in the MergeReport.
+A server that cannot be reached leaves the packet pending, to be retried later.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ import re
 import secrets
 import threading
 from string import Template
-from typing import Any
+from typing import Any, Callable
 
 import openai
 
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import DeltaValidationError, ExtractionError
-from worldgraph.kg.records import SceneRecord
+from worldgraph.kg.delta import ParsedDelta, parse_delta
+from worldgraph.kg.records import DroppedItem, SceneRecord
 from worldgraph.prompts import load_prompt
 
 log = logging.getLogger(__name__)
@@ -77,7 +81,6 @@ class DeltaExtractor:
         self._client = client
         self._mode = MODES[0]
         self._schema: dict[str, Any] | None = None
-        self._validator: Any = None
         self._lock = threading.Lock()
 
     # ---------------------------------------------------------------- public
@@ -98,29 +101,39 @@ class DeltaExtractor:
     def base_url(self) -> str:
         return str(self.client.base_url).rstrip("/")
 
-    def extract(self, scene: SceneRecord, summary_text: str) -> dict[str, Any]:
-        """The validated delta for ``scene``. Raises ExtractionError (LLMUnavailableError when
-        the server is the problem, InvalidDeltaError when the answer is)."""
+    def extract(self, scene: SceneRecord, summary_text: str,
+                check: Callable[[ParsedDelta], list[DroppedItem]] | None = None) -> ParsedDelta:
+        """The parsed delta for ``scene``. ``check`` (optional) names the items the merge would
+        drop beyond parsing (unresolved refs): they are asked about in the repair round too.
+        Raises ExtractionError (LLMUnavailableError when the server is the problem,
+        InvalidDeltaError when the answer is)."""
         messages: list[dict[str, str]] = build_messages(scene, summary_text)
         raw = self._complete(messages)
         delta, errors = self._check(raw)
-        if delta is not None and not errors:
+        messages.append({"role": "assistant", "content": raw[:_MAX_ECHO_CHARS]})
+        if delta is None:
+            messages.append({"role": "user", "content": Template(load_prompt("repair")).substitute(
+                errors="\n".join(f"- {e}" for e in errors[:_MAX_ERRORS]))})
+            raw = self._complete(messages)
+            delta, errors = self._check(raw)
+            if delta is None:
+                raise InvalidDeltaError(errors, raw[:2000])
             return delta
-        messages += [
-            {"role": "assistant", "content": raw[:_MAX_ECHO_CHARS]},
-            {"role": "user", "content": Template(load_prompt("repair")).substitute(
-                errors="\n".join(f"- {e}" for e in errors[:_MAX_ERRORS]))},
-        ]
+        dropped = delta.dropped()
+        if check is not None:
+            seen = {(d.kind, d.index) for d in dropped}
+            dropped += [d for d in check(delta) if (d.kind, d.index) not in seen]
+        if not dropped:
+            return delta
+        messages.append({"role": "user", "content": Template(load_prompt("repair_items")).substitute(
+            items="\n".join(_describe_drop(d) for d in dropped[:_MAX_ERRORS]))})
         raw = self._complete(messages)
-        delta, errors = self._check(raw)
-        if delta is not None:
-            if errors:
-                # Well-formed but with bad items (an unknown relation, a missing name): the
-                # merge drops exactly those items and lists them in the MergeReport.
-                log.info("scene %s: %d item problems remain after the repair round; the merge "
-                         "drops those items", scene.get("id"), len(errors))
+        fixed, errors = self._check(raw)
+        if fixed is None:
+            log.info("scene %s: the repair answer was not a delta (%s); the merge drops the %d bad items",
+                     scene.get("id"), "; ".join(errors[:3]), len(dropped))
             return delta
-        raise InvalidDeltaError(errors, raw[:2000])
+        return delta.extended(fixed)
 
     # ---------------------------------------------------------------- the call
 
@@ -184,14 +197,9 @@ class DeltaExtractor:
 
     # ---------------------------------------------------------------- validation
 
-    def _check(self, raw: str) -> tuple[dict[str, Any] | None, list[str]]:
-        """``(delta, errors)``. ``delta`` is set when the answer passes the structural gate
-        (``validate_delta``: an object with four arrays of objects, within the limits);
-        ``errors`` lists every problem the model can act on, JSON Schema ones included."""
-        import jsonschema
-
-        from worldgraph.kg.delta import validate_delta
-
+    def _check(self, raw: str) -> tuple[ParsedDelta | None, list[str]]:
+        """``(delta, errors)``: the parsed delta when the answer is one (an object with the four
+        arrays, within ``max_delta_items``), else None and what the model can act on."""
         text = strip_fences(raw)
         if not text:
             return None, ["the answer was empty: return a JSON object"]
@@ -199,19 +207,10 @@ class DeltaExtractor:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
             return None, [f"the answer is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"]
-        obj = _drop_nulls(obj)
-        delta: dict[str, Any] | None = None
-        errors: list[str] = []
         try:
-            delta = validate_delta(obj, max_items=self.config.max_delta_items)
+            return parse_delta(_drop_nulls(obj), max_items=self.config.max_delta_items), []
         except DeltaValidationError as exc:
-            errors = [_clip(e) for e in exc.errors] or [str(exc)]
-        if self._validator is None:
-            schema = self._delta_schema()
-            self._validator = jsonschema.validators.validator_for(schema)(schema)
-        schema_errors = sorted(self._validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))
-        errors += [_clip(f"{_path(err.absolute_path)}: {err.message}") for err in schema_errors[:50]]
-        return delta, errors
+            return None, [_clip(e) for e in exc.errors] or [str(exc)]
 
 
 # ---------------------------------------------------------------- prompt
@@ -283,6 +282,11 @@ def _drop_nulls(obj: Any) -> Any:
                 for item in items
             ]
     return out
+
+
+def _describe_drop(d: DroppedItem) -> str:
+    item = json.dumps(d.item, ensure_ascii=False) if not isinstance(d.item, str) else d.item
+    return f"- {d.kind}s[{d.index}]: {d.reason}\n  item: {_clip(item, 1000)}".replace("entitys[", "entities[")
 
 
 def _rejects_response_format(exc: openai.BadRequestError) -> bool:

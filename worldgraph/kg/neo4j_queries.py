@@ -10,6 +10,11 @@ The graph model (Neo4j 5.26, Community edition):
     (:Scene)-[:PRODUCED]->(:WorldNode | :Rule)   (the scenes a node or rule was learned from)
     (:WorldgraphSchema {name: "worldgraph", version: N})
 
+No relationship joins two tenants: every statement below that links two nodes finds both ends
+by ``$tenant_id`` or by a ``key`` that starts with the tenant's prefix (tests/test_cypher_tenants.py
+checks it on stored data). ``cypher()`` relies on it (``worldgraph.kg.cypher_guard``): an
+expansion from a node of the caller's tenant stays inside the tenant.
+
 Every node (and world-graph relationship) carries ``tenant_id``; world records also carry
 ``env_name``. Keys are (tenant_id, id) or (tenant_id, env_name, id), exactly like the embedded
 store's primary keys, so a snapshot imported into a second tenant keeps its ids. World nodes,
@@ -31,7 +36,8 @@ episode) use indexed properties (``episode_id``); the relationships exist for ex
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3  # 2: world nodes, rules and edges keyed on `key`; 3: episode index_error property
+SCHEMA_VERSION = 4  # 2: world nodes, rules and edges keyed on `key`; 3: episode index_error property;
+#                     4: a tenant_id index per label (TENANT_LABELS), what cypher() seeks from
 
 KEY_SEP, KEY_ESC = "\u001f", "\u001e"
 
@@ -62,8 +68,8 @@ NODE_LABELS: dict[str, str] = {"entity": "Entity", "state": "State"}
 # a property write per element, so fields the graph already says are not copied: an edge's
 # relation is its type and src_id / dst_id its ends, a record's source_scenes are its
 # (:Scene)-[:PRODUCED]-> links, and norm_name is derived from name.
-NODE_PROPS: tuple[str, ...] = ("kind", "type", "name", "entity_id", "confidence", "evidence_count", "valid_from",
-                               "valid_to")
+NODE_PROPS: tuple[str, ...] = ("kind", "type", "name", "norm_name", "entity_id", "confidence", "evidence_count",
+                               "valid_from", "valid_to")
 # Edges (half of every plan) copy only what exploration reads: a transition's action and the
 # validity interval (the README's Cypher examples); confidence and evidence stay in `record`.
 EDGE_PROPS: tuple[str, ...] = ("action", "valid_from", "valid_to")
@@ -89,6 +95,7 @@ def _set(var: str, keys: tuple[str, ...]) -> str:
     return ", ".join(f"{var}.{k} = row.props.{k}" for k in keys)
 
 # ---------------------------------------------------------------------------------- schema
+API_KEY_CONSTRAINT = "CREATE CONSTRAINT wg_api_key_id IF NOT EXISTS FOR (k:ApiKey) REQUIRE k.id IS UNIQUE"
 # Uniqueness constraints first (MERGE then seeks their backing index), then plain indexes.
 # Community edition has uniqueness constraints (composite ones too, also on relationships),
 # but no node-key or property-existence constraints.
@@ -106,6 +113,7 @@ CONSTRAINTS: tuple[str, ...] = (
     "CREATE CONSTRAINT wg_transition_ukey IF NOT EXISTS FOR ()-[r:TRANSITION]-() REQUIRE r.key IS UNIQUE",
     "CREATE CONSTRAINT wg_contains_ukey IF NOT EXISTS FOR ()-[r:CONTAINS]-() REQUIRE r.key IS UNIQUE",
     "CREATE CONSTRAINT wg_episodic_ukey IF NOT EXISTS FOR ()-[r:EPISODIC]-() REQUIRE r.key IS UNIQUE",
+    API_KEY_CONSTRAINT,
 )
 
 # Schema 1 -> 2: give the world records of an older database their `key`, then drop the
@@ -124,11 +132,21 @@ MIGRATIONS: tuple[str, ...] = (
       for name in ("wg_node_key", "wg_rule_key", "wg_transition_key", "wg_contains_key", "wg_episodic_key")),
 )
 
+# The labels a tenant explores with cypher(), each with a plain (tenant_id) index: the planner seeks
+# it for any ``(n:Label {tenant_id: $tenant_id})``, which is the only way cypher() lets a query
+# start (see cypher_guard). Entity and State need their own: the planner uses an index only
+# for the label written in the pattern. tenant_id is set once when a node is created, so each
+# index costs one entry per node created, nothing on updates.
+TENANT_LABELS: tuple[str, ...] = ("Episode", "Agent", "Canvas", "CanvasAudit", "Feedback", "Scene", "Environment",
+                                  "WorldNode", "Entity", "State", "Rule")
+
 # The composite uniqueness constraints' indexes also serve lookups on a prefix of their keys
 # (tenant_id) when the remaining keys are asked to be non-null, so the queries below say
 # "AND n.id IS NOT NULL" instead of keeping a second index to update on every write; world
 # records are found by env or tenant through their `key` prefix.
 INDEXES: tuple[str, ...] = (
+    *(f"CREATE INDEX wg_{label.lower()}_tenant IF NOT EXISTS FOR (n:{label}) ON (n.tenant_id)"
+      for label in TENANT_LABELS),
     "CREATE INDEX wg_episode_agent IF NOT EXISTS FOR (n:Episode) ON (n.tenant_id, n.agent_id)",
     "CREATE INDEX wg_episode_ts IF NOT EXISTS FOR (n:Episode) ON (n.ts)",
     "CREATE INDEX wg_episode_status IF NOT EXISTS FOR (n:Episode) ON (n.index_status)",
@@ -138,6 +156,11 @@ INDEXES: tuple[str, ...] = (
     "CREATE INDEX wg_scene_episode IF NOT EXISTS FOR (n:Scene) ON (n.tenant_id, n.episode_id)",
     "CREATE INDEX wg_scene_status IF NOT EXISTS FOR (n:Scene) ON (n.status)",
     "CREATE INDEX wg_node_entity IF NOT EXISTS FOR (n:WorldNode) ON (n.tenant_id, n.env_name, n.entity_id)",
+    # refs by name alone (merge); nodes written before it have no norm_name until merged again
+    "CREATE INDEX wg_node_norm_name IF NOT EXISTS FOR (n:WorldNode) ON (n.tenant_id, n.env_name, n.norm_name)",
+    # cypher() looks world nodes up by name (the README's queries): this seek is so selective that
+    # the planner starts there, not from a scan of a smaller label (Scene, Episode) the guard refuses.
+    "CREATE INDEX wg_node_name IF NOT EXISTS FOR (n:WorldNode) ON (n.tenant_id, n.env_name, n.name)",
     "CREATE FULLTEXT INDEX wg_episode_text IF NOT EXISTS FOR (n:Episode) ON EACH [n.task_description]",
 )
 
@@ -426,6 +449,30 @@ WHERE r.key STARTS WITH $prefix
 RETURN DISTINCT r.record AS record
 """
 
+# The merge transaction takes the environment's write lock first (the documented way to avoid
+# lost updates in Neo4j: a write before the reads), so concurrent merges of one env serialise.
+LOCK_ENV = """
+MERGE (m:Environment {tenant_id: $tenant_id, env_name: $env_name})
+SET m.merges = coalesce(m.merges, 0) + 1
+"""
+
+VIEW_IDS_BY_NAME = """
+MATCH (n:WorldNode) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.norm_name IN $names
+RETURN n.id AS id
+"""
+
+# the current containment chain above the view's nodes (the merge refuses containment cycles)
+VIEW_ANCESTOR_EDGES = """
+MATCH (n:WorldNode) WHERE n.key IN $keys
+MATCH (:WorldNode) (()-[r:CONTAINS WHERE r.valid_to IS NULL]->()){1,64} (n)
+UNWIND r AS edge
+RETURN DISTINCT edge.record AS record
+"""
+
+SET_SCENE_REPORT = "MATCH (s:Scene {tenant_id: $tenant_id, id: $id}) SET s.report = $report"
+
+GET_SCENE_REPORT = "MATCH (s:Scene {tenant_id: $tenant_id, id: $id}) RETURN s.report AS record"
+
 ENV_RULES = """
 MATCH (r:Rule) WHERE r.key STARTS WITH $prefix
 RETURN r.record AS record
@@ -538,4 +585,27 @@ RETURN e.id AS id, c.record AS canvas,
             WHERE n.env_name = s.env_name RETURN DISTINCT n.record } AS nodes,
   COLLECT { UNWIND scenes AS s MATCH (s)-[:PRODUCED]->(r:Rule)
             WHERE r.env_name = s.env_name RETURN DISTINCT r.record } AS rules
+"""
+
+# ---------------------------------------------------------------------------------- API keys
+# (:ApiKey {id, tenant_id, name, key_hash, created_at, revoked_at}): the keys of `worldgraph
+# serve`, shared by every server process on this database. Looked up by id (the key carries it);
+# only the SHA-256 of the secret is kept. add_api_key also runs API_KEY_CONSTRAINT first, so a
+# database whose schema predates keys gets the constraint without a schema-version bump.
+CREATE_API_KEY = """
+CREATE (k:ApiKey {id: $id, tenant_id: $tenant_id, name: $name, key_hash: $key_hash,
+                  created_at: $created_at, revoked_at: $revoked_at})
+"""
+
+GET_API_KEY = "MATCH (k:ApiKey {id: $id}) RETURN properties(k) AS key"
+
+LIST_API_KEYS = """
+MATCH (k:ApiKey) WHERE $tenant_id IS NULL OR k.tenant_id = $tenant_id
+RETURN properties(k) AS key ORDER BY k.created_at, k.id
+"""
+
+REVOKE_API_KEY = """
+MATCH (k:ApiKey {id: $id})
+SET k.revoked_at = coalesce(k.revoked_at, $revoked_at)
+RETURN properties(k) AS key
 """

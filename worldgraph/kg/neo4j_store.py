@@ -11,14 +11,14 @@ dicts and export identical bytes.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Callable, Iterable, Iterator, TypeVar, cast
 
 from neo4j import Driver, GraphDatabase, ManagedTransaction, Result, unit_of_work
 from neo4j.exceptions import AuthError, DriverError, Neo4jError, ServiceUnavailable, SessionExpired
-from neo4j.graph import Node, Path, Relationship
 
-from worldgraph.errors import InvalidInputError, NotFoundError, ReadOnlyQueryError, StoreUnavailableError
+from worldgraph.errors import (CypherQueryError, InvalidInputError, NotFoundError, ReadOnlyError, ReadOnlyQueryError,
+                               StoreUnavailableError)
+from worldgraph.kg import cypher_guard as guard
 from worldgraph.kg import neo4j_queries as q
 from worldgraph.kg.records import EdgeRecord, GraphView, MergePlan, MetaRecord, NodeRecord, RuleRecord, SceneRecord
 from worldgraph.kg.store import GraphStore, Record
@@ -33,9 +33,12 @@ class Neo4jGraphStore(GraphStore):
     name = "neo4j"
 
     def __init__(self, uri: str, user: str, password: str, database: str = "neo4j",
-                 connection_timeout: float = 5.0) -> None:
+                 connection_timeout: float = 5.0, read_only: bool = False, cypher_timeout: float = 30.0,
+                 cypher_max_rows: int = 10_000) -> None:
         self.uri = uri
         self.database = database
+        self.read_only = read_only
+        self.cypher_timeout, self.cypher_max_rows = cypher_timeout, cypher_max_rows
         driver: Driver | None = None
         try:
             driver = GraphDatabase.driver(
@@ -54,6 +57,8 @@ class Neo4jGraphStore(GraphStore):
             _close(driver)
             raise StoreUnavailableError(_unreachable(uri, exc)) from exc
         self._driver: Driver = driver
+        if read_only:
+            return  # no constraints, indexes or migrations: reads need none of them to be correct
         try:
             self._ensure_schema()
         except BaseException:
@@ -62,6 +67,8 @@ class Neo4jGraphStore(GraphStore):
 
     # ---------------------------------------------------------------- plumbing
     def _write(self, work: Callable[..., T], *args: Any) -> T:
+        if self.read_only:
+            raise ReadOnlyError("writing to the graph store", "the Neo4j store was opened read-only")
         try:
             with self._driver.session(database=self.database) as session:
                 return session.execute_write(work, *args)
@@ -213,37 +220,47 @@ class Neo4jGraphStore(GraphStore):
         return self._records(q.CANVAS_AUDITS, tenant_id=tenant_id, episode_id=episode_id)
 
     # ---------------------------------------------------------------- world graph
-    def load_view(self, tenant_id: str, env_name: str, node_ids: list[str]) -> GraphView:
-        ids = list(dict.fromkeys(node_ids))
-        params = {"tenant_id": tenant_id, "env_name": env_name, "ids": ids,
-                  "keys": [q.world_key(tenant_id, env_name, i) for i in ids], "prefix": q.env_prefix(tenant_id, env_name)}
+    def load_view(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str] = ()) -> GraphView:  # type: ignore[assignment]
+        return self._read(lambda tx: _view(tx, tenant_id, env_name, node_ids, names))
 
-        def work(tx: ManagedTransaction) -> GraphView:
-            view = GraphView(tenant_id=tenant_id, env_name=env_name)
-            view.nodes = {r["id"]: cast(NodeRecord, r) for r in _decode(tx.run(q.VIEW_NODES, params))}
-            view.edges = {r["id"]: cast(EdgeRecord, r) for r in _decode(tx.run(q.VIEW_EDGES, params))}
-            view.rules = {r["id"]: cast(RuleRecord, r) for r in _decode(tx.run(q.ENV_RULES, params))}
-            meta = _decode(tx.run(q.GET_META, params))
-            view.meta = cast(MetaRecord, meta[0]) if meta else None
-            return view
-        return self._read(work)
+    def merge(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str],
+              planner: Callable[[GraphView], MergePlan | None]) -> MetaRecord | None:
+        def work(tx: ManagedTransaction) -> MetaRecord | None:
+            tx.run(q.LOCK_ENV, tenant_id=tenant_id, env_name=env_name).consume()
+            view = _view(tx, tenant_id, env_name, node_ids, names)
+            plan = planner(view)
+            return view.meta if plan is None else self._apply_plan(tx, plan, view.meta)
+        return self._write(work)
+
+    def get_scene_report(self, tenant_id: str, scene_id: str) -> dict[str, Any] | None:
+        recs = self._records(q.GET_SCENE_REPORT, tenant_id=tenant_id, id=scene_id)
+        return recs[0] if recs else None
 
     def apply_plan(self, plan: MergePlan) -> MetaRecord:
+        def work(tx: ManagedTransaction) -> MetaRecord | None:
+            old = _decode(tx.run(q.GET_META, tenant_id=plan.tenant_id, env_name=plan.env_name))
+            return self._apply_plan(tx, plan, cast(MetaRecord, old[0]) if old else None)
+        return self._write(work)  # type: ignore[return-value]
+
+    def _apply_plan(self, tx: ManagedTransaction, plan: MergePlan, old_meta: MetaRecord | None) -> MetaRecord | None:
         t, env = plan.tenant_id, plan.env_name
         scenes = [plan.scene] if plan.scene is not None else []
-
-        def work(tx: ManagedTransaction) -> MetaRecord:
+        if plan.meta is None and plan.size() == 0:  # nothing merged: only the scene's status moves
+            _upsert_scenes(tx, t, scenes)
+            meta: MetaRecord | None = old_meta
+        else:
             # records go to the store as plain JSON dicts
             self._write_world(tx, t, env, scenes, cast(list[Record], plan.nodes),
                               cast(list[Record], plan.rules), cast(list[Record], plan.edges))
-            meta: MetaRecord = dict(plan.meta or {})  # type: ignore[assignment]
-            meta.update({"tenant_id": t, "env_name": env})
+            meta = dict(plan.meta or {})  # type: ignore[assignment]
+            meta.update({"tenant_id": t, "env_name": env})  # type: ignore[union-attr]
             counts = tx.run(q.ENV_COUNTS, tenant_id=t, env_name=env, prefix=q.env_prefix(t, env)).single()
             assert counts is not None
-            meta["counts"] = {k: int(counts[k]) for k in ("nodes", "edges", "rules", "scenes")}
-            _set_meta(tx, t, env, meta)
-            return meta
-        return self._write(work)
+            meta["counts"] = {k: int(counts[k]) for k in ("nodes", "edges", "rules", "scenes")}  # type: ignore[index]
+            _set_meta(tx, t, env, meta)  # type: ignore[arg-type]
+        if plan.scene is not None and plan.report is not None:
+            tx.run(q.SET_SCENE_REPORT, tenant_id=t, id=plan.scene["id"], report=_dumps(plan.report)).consume()
+        return meta
 
     @staticmethod
     def _write_world(tx: ManagedTransaction, t: str, env: str, scenes: list[SceneRecord],
@@ -355,100 +372,59 @@ class Neo4jGraphStore(GraphStore):
         return {eid: found[eid] for eid in episode_ids if eid in found}
 
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[Record]:
-        """Run a read-only, tenant-scoped query; see ``check_read_only`` for what is refused."""
-        params = dict(params or {})
-        if "tenant_id" in params and params["tenant_id"] != tenant_id:
-            raise ReadOnlyQueryError(
-                "params may not set tenant_id: it is always the caller's tenant "
-                f"({tenant_id!r}), passed as $tenant_id")
-        check_read_only(query)
-        params["tenant_id"] = tenant_id
+        """Run a read-only query that provably stays in the caller's tenant (``cypher_guard``): its
+        EXPLAIN plan is checked, then it runs, in one READ transaction with a timeout."""
+        params = guard.bind_params(tenant_id, params)
+        guard.check_text(query)
+        limit = self.cypher_max_rows
 
-        @unit_of_work(timeout=60)
+        @unit_of_work(timeout=self.cypher_timeout)
         def work(tx: ManagedTransaction) -> list[Record]:
-            return [{k: _plain(v, tenant_id) for k, v in rec.items()} for rec in tx.run(cast(Any, query), params)]
+            summary = tx.run(cast(Any, "EXPLAIN " + query), params).consume()
+            guard.check_plan(summary.plan, self.database, summary.query_type)
+            rows: list[Record] = []
+            for rec in tx.run(cast(Any, query), params):
+                if len(rows) == limit:
+                    raise InvalidInputError("query", f"returns more than {limit} rows (cypher_max_rows); add LIMIT "
+                                                     "or aggregate")
+                rows.append({k: guard.plain(v, tenant_id) for k, v in rec.items()})
+            return rows
         try:
             return self._read(work)
-        except ReadOnlyQueryError:
-            raise
         except Neo4jError as exc:
-            raise ReadOnlyQueryError(f"Neo4j refused the query: {exc.message or exc}") from exc
+            code = exc.code or ""
+            if "TransactionTimedOut" in code:
+                raise CypherQueryError(f"the query ran longer than {self.cypher_timeout} s (cypher_timeout_seconds); "
+                                       "narrow it or add LIMIT") from exc
+            if "AccessMode" in code or ".Security." in code:  # the READ transaction refused a write
+                raise ReadOnlyQueryError(f"Neo4j refused the query: {exc.message or exc}") from exc
+            raise CypherQueryError(f"Neo4j could not run the query: {exc.message or exc}") from exc
+
+    # ---------------------------------------------------------------- API keys
+    def add_api_key(self, key: Record) -> None:
+        try:
+            with self._driver.session(database=self.database) as session:
+                session.run(q.API_KEY_CONSTRAINT).consume()
+        except (ServiceUnavailable, SessionExpired) as exc:
+            raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
+        params = {k: key.get(k) for k in ("id", "tenant_id", "name", "key_hash", "created_at", "revoked_at")}
+        self._write(lambda tx: tx.run(q.CREATE_API_KEY, params).consume())
+
+    def get_api_key(self, key_id: str) -> Record | None:
+        rows = self._read(lambda tx: [_api_key(r) for r in tx.run(q.GET_API_KEY, id=key_id)])
+        return rows[0] if rows else None
+
+    def list_api_keys(self, tenant_id: str | None = None) -> list[Record]:
+        return self._read(lambda tx: [_api_key(r) for r in tx.run(q.LIST_API_KEYS, tenant_id=tenant_id)])
+
+    def revoke_api_key(self, key_id: str, revoked_at: str) -> Record:
+        rows = self._write(lambda tx: [_api_key(r) for r in tx.run(q.REVOKE_API_KEY, id=key_id, revoked_at=revoked_at)])
+        if not rows:
+            raise NotFoundError("api key", key_id, "`worldgraph keys list` shows the key ids")
+        return rows[0]
 
     def close(self) -> None:
         self._driver.close()
-
-
-# -------------------------------------------------------------------- read-only guard
-_WRITE_WORDS = ("CREATE", "MERGE", "DELETE", "DETACH", "SET", "REMOVE", "DROP", "FOREACH", "LOAD",
-                "TRANSACTIONS", "ALTER", "RENAME", "GRANT", "DENY", "REVOKE", "TERMINATE", "SHOW", "USE")
-_ALLOWED_PROCEDURES = frozenset({"db.labels", "db.relationshiptypes", "db.propertykeys"})
-_LITERAL_RE = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`|//[^\n]*|/\*.*?\*/", re.S)
-_WRITE_RE = re.compile(r"(?<![.$:\w])(" + "|".join(_WRITE_WORDS) + r")\b(?!\s*:)", re.I)
-_CALL_RE = re.compile(r"(?<![.$:\w])CALL\b\s*(?P<target>[A-Za-z_][\w.]*|\{|\()?", re.I)
-_TENANT_PARAM_RE = re.compile(r"\$tenant_id\b")
-
-
-def check_read_only(query: str) -> None:
-    """Refuse, before anything is sent, a query that could write or is not tenant-scoped.
-
-    String literals, quoted identifiers and comments are blanked first, so a write keyword inside
-    a string ("... WHERE n.name = 'CREATE'") is fine; keywords are matched as whole words in any
-    case. The query still runs in a READ transaction, so the server refuses what this misses."""
-    code = _LITERAL_RE.sub(lambda m: "``" if m.group(0).startswith("`") else "''", query)
-    found = _WRITE_RE.search(code)
-    if found:
-        word = found.group(1).upper()
-        what = "LOAD CSV" if word == "LOAD" else ("CALL ... IN TRANSACTIONS" if word == "TRANSACTIONS" else word)
-        raise ReadOnlyQueryError(
-            f"cypher() is read-only: {what} is not allowed (clauses that write, load files or administer "
-            "the database are refused). Use the WorldModel API to change data.")
-    for call in _CALL_RE.finditer(code):
-        target = call.group("target")
-        if target in ("{", "("):
-            continue  # a subquery: its body was checked like the rest
-        if target is None or target.lower() not in _ALLOWED_PROCEDURES:
-            raise ReadOnlyQueryError(
-                f"cypher() may call only the procedures {sorted(_ALLOWED_PROCEDURES)}; got CALL {target or '?'}")
-    if not _TENANT_PARAM_RE.search(code):
-        raise ReadOnlyQueryError(
-            "cypher() queries must be scoped to the caller's tenant: reference $tenant_id, e.g. "
-            "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e LIMIT 10")
-
-
-def _plain(value: Any, tenant_id: str) -> Any:
-    """A driver value as plain JSON-able data; a node or relationship of another tenant refuses."""
-    if isinstance(value, (Node, Relationship)):
-        props = dict(value.items())
-        owner = props.get("tenant_id")
-        if owner is not None and owner != tenant_id:
-            raise ReadOnlyQueryError(
-                "cypher() result reaches outside the caller's tenant: filter every MATCH on $tenant_id")
-        if isinstance(props.get("record"), str):
-            try:
-                props["record"] = json.loads(props["record"])
-            except ValueError:
-                pass
-            if isinstance(value, Node) and "Episode" in value.labels and isinstance(props["record"], dict):
-                props["record"].update({k: props.get(k) for k in q.EPISODE_STATE})
-        return {k: _plain(v, tenant_id) for k, v in props.items()}
-    if isinstance(value, Path):
-        out: list[Any] = [_plain(value.start_node, tenant_id)]
-        for rel in value.relationships:
-            out += [_plain(rel, tenant_id), _plain(rel.end_node, tenant_id)]
-        return out
-    if isinstance(value, dict):
-        return {k: _plain(v, tenant_id) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v, tenant_id) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    if hasattr(value, "iso_format"):  # neo4j.time Date / Time / DateTime / Duration
-        return value.iso_format()
-    if hasattr(value, "to_native") and not hasattr(value, "srid"):  # e.g. neo4j.vector.Vector
-        return _plain(value.to_native(), tenant_id)
-    if hasattr(value, "srid"):  # neo4j.spatial points
-        return {"srid": value.srid, "coordinates": list(value)}
-    return str(value)
 
 
 # -------------------------------------------------------------------- helpers
@@ -538,11 +514,36 @@ def _copy_index_errors(tx: ManagedTransaction) -> None:
     _run_batched(tx, q.SET_INDEX_ERRORS, rows)
 
 
+def _api_key(row: Any) -> Record:
+    """Neo4j drops null properties: every field of a key record is put back."""
+    props = dict(row["key"])
+    return {k: props.get(k) for k in ("id", "tenant_id", "name", "key_hash", "created_at", "revoked_at")}
+
+
 def _episode(row: Any) -> Record:
     """An episode record from its ``record`` JSON and its indexing state (q.EPISODE_COLUMNS)."""
     rec: Record = json.loads(row["record"])
     rec["index_status"], rec["index_error"] = row["index_status"], row["index_error"]
     return rec
+
+
+def _view(tx: ManagedTransaction, tenant_id: str, env_name: str, node_ids: list[str], names: Any) -> GraphView:
+    """``load_view`` inside a transaction (the merge's write transaction, or a read)."""
+    ids = list(dict.fromkeys(node_ids))
+    if names:
+        found = tx.run(q.VIEW_IDS_BY_NAME, tenant_id=tenant_id, env_name=env_name, names=list(dict.fromkeys(names)))
+        ids = list(dict.fromkeys([*ids, *(r["id"] for r in found)]))
+    params = {"tenant_id": tenant_id, "env_name": env_name, "ids": ids,
+              "keys": [q.world_key(tenant_id, env_name, i) for i in ids], "prefix": q.env_prefix(tenant_id, env_name)}
+    view = GraphView(tenant_id=tenant_id, env_name=env_name)
+    view.nodes = {r["id"]: cast(NodeRecord, r) for r in _decode(tx.run(q.VIEW_NODES, params))}
+    view.edges = {r["id"]: cast(EdgeRecord, r) for r in _decode(tx.run(q.VIEW_EDGES, params))}
+    for r in _decode(tx.run(q.VIEW_ANCESTOR_EDGES, params)):
+        view.edges.setdefault(r["id"], cast(EdgeRecord, r))
+    view.rules = {r["id"]: cast(RuleRecord, r) for r in _decode(tx.run(q.ENV_RULES, params))}
+    meta = _decode(tx.run(q.GET_META, params))
+    view.meta = cast(MetaRecord, meta[0]) if meta else None
+    return view
 
 
 def _decode(result: Iterable[Any]) -> list[Record]:

@@ -8,6 +8,8 @@ strings in UTC (``2026-11-30T05:00:00.000000+00:00``), lists keep first-seen ord
 
 from __future__ import annotations
 
+import json
+
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
@@ -50,6 +52,7 @@ class NodeRecord(TypedDict, total=False):
     entity_id: str | None  # for a state: the entity it is a state of
     valid_from: str
     valid_to: str | None  # a state superseded by a newer state of the same entity and type
+    last_seen: str  # the latest update time that asserted it (merges place facts by update time)
     created_at: str
     updated_at: str
 
@@ -68,6 +71,7 @@ class EdgeRecord(TypedDict, total=False):
     source_scenes: list[str]
     valid_from: str
     valid_to: str | None  # null while current
+    last_seen: str  # the latest update time that asserted it
     created_at: str
     updated_at: str
 
@@ -131,6 +135,10 @@ class GraphView:
     To close the older state of an entity when a new state of the same type arrives, the merge
     looks for state nodes whose ``entity_id`` is among the loaded nodes: a store that also loads
     those states (``entity_id IN node_ids``) lets that work for states the delta does not name.
+    The view also holds the current containment edges above the loaded nodes (their ancestors),
+    so that the merge can refuse a containment cycle. Refs by name alone need the nodes of those
+    names: ``load_view(..., names=[...])`` adds the nodes whose ``norm_name`` is among them (and their
+    edges and states, as if their ids had been asked for).
     ``scenes`` is not used by the merge; ``merge.apply_plan_to_view`` keeps the plan's scenes there.
     """
 
@@ -149,6 +157,17 @@ class DroppedItem:
     index: int  # position in the delta's array
     reason: str
     item: Any = None
+
+    def __post_init__(self) -> None:
+        # A report is sent as JSON (REST, MCP, the scene's stored report): an item dropped for
+        # holding a lone surrogate, or for being nested too deep, is kept as escaped JSON text.
+        try:
+            json.dumps(self.item, ensure_ascii=False).encode("utf-8")
+        except (UnicodeEncodeError, RecursionError, TypeError, ValueError):
+            try:
+                self.item = json.dumps(self.item, ensure_ascii=True, default=repr)
+            except (RecursionError, ValueError):
+                self.item = "(not shown: nested too deeply)"
 
 
 @dataclass
@@ -199,8 +218,10 @@ class MergePlan:
     nodes: list[NodeRecord] = field(default_factory=list)
     edges: list[EdgeRecord] = field(default_factory=list)
     rules: list[RuleRecord] = field(default_factory=list)
-    scene: SceneRecord | None = None  # upserted with status "merged"
-    meta: MetaRecord | None = None  # counts are recomputed by the store when it applies the plan
+    scene: SceneRecord | None = None  # upserted with status "merged" (or "failed": every item dropped)
+    meta: MetaRecord | None = None  # None: the graph did not change (no graph_version bump); else
+    # counts are recomputed by the store when it applies the plan
+    report: dict[str, Any] | None = None  # the scene's MergeReport, kept beside it (get_scene_report)
 
     def size(self) -> int:
         return len(self.nodes) + len(self.edges) + len(self.rules)

@@ -13,7 +13,7 @@ Episode records (dict) carry every AgentExperience field plus: ``id``, ``tenant_
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
 
@@ -24,6 +24,7 @@ class GraphStore(ABC):
     """Abstract store. Writes of one call are atomic: all of it lands, or none of it."""
 
     name: str = "abstract"
+    read_only: bool = False  # opened for reading only: every write raises ReadOnlyError
 
     # ---------------------------------------------------------------- episodes
     @abstractmethod
@@ -51,6 +52,22 @@ class GraphStore(ABC):
     @abstractmethod
     def set_index_status(self, tenant_id: str, episode_ids: list[str], status: str, error: str | None = None) -> None:
         """Mark episodes "indexed" / "failed" / "pending" in the LanceDB sidecar."""
+
+    def mark_pending(self, tenant_id: str | None = None) -> int:
+        """Mark every episode (of one tenant, or all) "pending" before its index rows are
+        rewritten, so that an interrupted reindex is finished by the next ``retry_indexing``.
+        Returns how many changed. Pages may commit separately: marking is idempotent, and no index
+        row is touched before it is done. Stores override it with one statement."""
+        changed = 0
+        for page in self.iter_episodes(tenant_id, batch_size=1000):
+            by_tenant: dict[str, list[str]] = {}
+            for e in page:
+                if e.get("index_status") != "pending":
+                    by_tenant.setdefault(e["tenant_id"], []).append(e["id"])
+            for tenant, ids in by_tenant.items():
+                self.set_index_status(tenant, ids, "pending")
+                changed += len(ids)
+        return changed
 
     @abstractmethod
     def unindexed_episodes(self, limit: int = 1000) -> list[Record]:
@@ -98,14 +115,29 @@ class GraphStore(ABC):
 
     # ---------------------------------------------------------------- world graph
     @abstractmethod
-    def load_view(self, tenant_id: str, env_name: str, node_ids: list[str]) -> GraphView:
-        """Nodes with these ids, the states whose entity_id is among them, every edge touching the
-        ids, every rule of the env, and the meta."""
+    def load_view(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str] = ()) -> GraphView:  # type: ignore[assignment]
+        """Nodes with these ids or whose ``norm_name`` is among ``names``, the states whose
+        entity_id is among them, every edge touching them, the current containment edges above
+        them (their ancestors), every rule of the env, and the meta."""
+
+    @abstractmethod
+    def merge(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str],
+              planner: Callable[[GraphView], MergePlan | None]) -> MetaRecord | None:
+        """Read the view (as ``load_view``), call ``planner(view)`` and apply the plan it returns
+        (as ``apply_plan``), all in ONE write transaction that holds the environment's write lock
+        from the start: two processes merging one environment never plan from the same view, so
+        no update is lost. ``planner`` is pure and may be called again if the store retries the
+        transaction. Returns the stored meta (the old one when the plan changed nothing)."""
+
+    @abstractmethod
+    def get_scene_report(self, tenant_id: str, scene_id: str) -> dict[str, Any] | None:
+        """The MergeReport (``to_dict()``) kept with the scene when it was merged, if any."""
 
     @abstractmethod
     def apply_plan(self, plan: MergePlan) -> MetaRecord:
-        """Upsert the plan's records by id, the scene and the meta, recompute the meta's counts;
-        one transaction. Returns the stored meta."""
+        """Upsert the plan's records by id, the scene (and its report) and the meta, recompute the
+        meta's counts; one transaction. A plan without records and meta writes only its scene.
+        Returns the stored meta."""
 
     @abstractmethod
     def upsert_scene(self, scene: SceneRecord) -> None: ...
@@ -143,13 +175,40 @@ class GraphStore(ABC):
         "scenes": [...], "nodes": [...], "rules": [...]} (nodes and rules learned from its scenes)."""
 
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[Record]:
-        from worldgraph.errors import WorldGraphError
+        from worldgraph.errors import NotSupportedError
 
-        raise WorldGraphError(
+        raise NotSupportedError(
             f"Cypher needs the Neo4j store; this one is {self.name!r}. Open with "
             "WorldModel.open(path, graph='neo4j') (or `worldgraph --graph neo4j ...`) and start a "
             "server with `worldgraph neo4j start`."
         )
+
+    # ---------------------------------------------------------------- API keys (worldgraph serve)
+    # Records: {"id", "tenant_id", "name", "key_hash", "created_at", "revoked_at"}. Only the hash
+    # of a key is stored (see worldgraph.server.keys). Keys live in the store, so every server
+    # process sharing one Neo4j (or one data folder) sees a key created or revoked by any of them.
+    # Not abstract: a store without them still serves the Python API and the CLI.
+    def add_api_key(self, key: Record) -> None:
+        """Insert one API key record (its id is new)."""
+        raise self._no_keys()
+
+    def get_api_key(self, key_id: str) -> Record | None:
+        """The key record with this id, revoked or not; None when there is none."""
+        raise self._no_keys()
+
+    def list_api_keys(self, tenant_id: str | None = None) -> list[Record]:
+        """Key records (of one tenant, or all), oldest first."""
+        raise self._no_keys()
+
+    def revoke_api_key(self, key_id: str, revoked_at: str) -> Record:
+        """Mark a key revoked (a key revoked earlier keeps its first time); returns the record.
+        Raises NotFoundError for an unknown id."""
+        raise self._no_keys()
+
+    def _no_keys(self) -> Exception:
+        from worldgraph.errors import NotSupportedError
+
+        return NotSupportedError(f"the {self.name!r} store does not keep API keys; use the embedded or Neo4j store")
 
     @abstractmethod
     def close(self) -> None: ...

@@ -1,9 +1,17 @@
 """The world-graph update flow: round -> (flag) -> durable scene packet -> LLM delta -> merge.
 
 A flagged round's packet is written to the store (status ``pending``) before any LLM call, so
-a crash or an LLM outage loses nothing: ``retry`` re-runs pending and failed packets. Updates
-run on one background thread per WorldModel; merges of one environment are serialised by a
-lock so a plan is always computed from the graph it is applied to.
+a crash or an LLM outage loses nothing: ``retry`` re-runs pending and failed packets. The
+scenes table is the durable queue: whoever claims a packet (``claim_scene``: pending/failed ->
+running, atomically, across processes) extracts and merges it, exactly once; the background
+threads (config ``world_workers``), ``update_world``, ``world retry`` and other processes (a
+``worldgraph worker`` too) all go through that claim. Merges are ordered by round without
+waiting for one another: the merge places a packet's facts at the round's time (the scene's
+``created_at``), so whatever order extractions finish in, the graph ends as if they had merged in
+round order (``merge_base``). Each merge reads its view and writes its plan in one store
+transaction holding the environment's write lock (``GraphStore.merge``), so two processes never
+plan from the same graph and no update is lost. The MergeReport is kept with the scene:
+``update_world`` on a packet another worker holds waits for that merge and returns its report.
 """
 
 from __future__ import annotations
@@ -19,11 +27,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from worldgraph.errors import DeltaValidationError, ExtractionError, InvalidInputError, NotFoundError
+from worldgraph.errors import (DeltaValidationError, ExtractionError, InvalidInputError, NotFoundError,
+                               PartialWriteError)
 from worldgraph.kg.curiosity import AgentRound, RoundHistory, build_scene_packet, parse_curiosity
-from worldgraph.kg.delta import validate_delta
-from worldgraph.kg.merge import plan_merge, referenced_node_ids
-from worldgraph.kg.records import MergeReport, SceneRecord
+from worldgraph.kg.delta import ParsedDelta, parse_delta
+from worldgraph.kg.merge import plan_merge, referenced
+from worldgraph.kg.records import DroppedItem, MergePlan, MergeReport, SceneRecord
 from worldgraph.memory.record import check_tenant
 
 if TYPE_CHECKING:
@@ -46,9 +55,8 @@ class WorldUpdater:
         self.wm = wm
         self.history = RoundHistory(wm.config.history_rounds)
         self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._start_lock = threading.Lock()
-        self._env_locks: dict[tuple[str, str], threading.Lock] = {}
         self._extractor: Any = None
         self._warned_no_llm = False
         self.auto_update = True  # hand flagged packets to the background worker
@@ -61,10 +69,6 @@ class WorldUpdater:
                 "env_name", "must be 1-128 characters of letters, digits, '_', '-' or '.', starting with a letter "
                 "or digit (it names a folder of the snapshot)", env_name)
         return env_name
-
-    def _env_lock(self, tenant_id: str, env_name: str) -> threading.Lock:
-        with self._start_lock:
-            return self._env_locks.setdefault((tenant_id, env_name), threading.Lock())
 
     @property
     def extractor(self) -> Any:
@@ -88,7 +92,11 @@ class WorldUpdater:
             return None
         scene = build_scene_packet(tenant_id, env_name, rnd, reason, excerpt, str(uuid.uuid4()), now_iso(),
                                    episode_id=episode_id)
-        self.wm.store.upsert_scene(scene)  # durable before any LLM call
+        try:
+            self.wm.store.upsert_scene(scene)  # durable before any LLM call
+        except Exception as exc:  # the episode is committed: say so, so that a retry does not record it twice
+            raise PartialWriteError(f"round {rnd.round} was recorded, but its scene packet could not be stored "
+                                    f"({exc})", {"episode_ids": [episode_id]}) from exc
         if not self.auto_update:
             pass  # the caller merges it (replay of a log that carries its deltas)
         elif llm_configured():
@@ -102,9 +110,11 @@ class WorldUpdater:
     # ------------------------------------------------------------------ background worker
     def _enqueue(self, tenant_id: str, scene_id: str) -> None:
         with self._start_lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="worldgraph-updates", daemon=True)
-                self._thread.start()
+            self._threads = [t for t in self._threads if t.is_alive()]
+            while len(self._threads) < self.wm.config.world_workers:
+                thread = threading.Thread(target=self._run, name=f"worldgraph-updates-{len(self._threads)}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
         self._queue.put((tenant_id, scene_id))
 
     def _run(self) -> None:
@@ -131,14 +141,16 @@ class WorldUpdater:
 
     def shutdown(self) -> None:
         self.wait()
-        if self._thread is not None and self._thread.is_alive():
+        alive = [t for t in self._threads if t.is_alive()]
+        for _ in alive:
             self._queue.put(None)
-            self._thread.join(timeout=10)
+        for thread in alive:
+            thread.join(timeout=10)
 
     # ------------------------------------------------------------------ updates
     def update(self, packet: Any) -> MergeReport:
-        """Extract (LLM) and merge one scene packet now. Safe to call for a packet that the
-        background worker also holds: only one of them claims it."""
+        """Extract (LLM) and merge one scene packet now, and return its MergeReport. A packet
+        another worker holds is not run twice: this waits for that merge and returns its report."""
         tenant_id, scene_id = _packet_ids(packet)
         stored = self.wm.store.get_scene(tenant_id, scene_id)
         if stored is None:
@@ -154,7 +166,7 @@ class WorldUpdater:
             return skipped
         try:
             summary = self._summary(tenant_id, env, scene)
-            delta = self.extractor.extract(scene, summary)
+            delta = self.extractor.extract(scene, summary, check=lambda d: self._dry_run(tenant_id, env, d, scene))
             return self._merge(tenant_id, env, delta, scene)
         except ExtractionError as exc:
             from worldgraph.kg.extractor import LLMUnavailableError
@@ -172,6 +184,17 @@ class WorldUpdater:
             self._fail(scene, "failed", f"{type(exc).__name__}: {exc}")
             raise
 
+    def _dry_run(self, tenant_id: str, env: str, delta: ParsedDelta, scene: SceneRecord) -> list[DroppedItem]:
+        """What the merge would drop, beyond what parsing dropped (unresolved refs, ...): asked
+        about in the extractor's repair round. A read, no write."""
+        ids, names = referenced(tenant_id, env, delta, self.wm.config.max_delta_items)
+        view = self.wm.store.load_view(tenant_id, env, ids, names)
+        _, report = plan_merge(view, delta, scene, now_iso(), app_name=self.wm.config.app_name)
+        # a state whose entity_ref resolves to nothing is kept without its entity: worth asking too
+        loose = [DroppedItem("state", n.index, n.reason, delta.states[n.index].raw) for n in report.notes
+                 if n.kind == "state" and n.reason.startswith("entity_ref") and n.index < len(delta.states)]
+        return report.dropped + loose
+
     def _fail(self, scene: SceneRecord, status: str, error: str) -> None:
         scene = dict(scene)  # type: ignore[assignment]
         scene["status"], scene["error"], scene["updated_at"] = status, error, now_iso()
@@ -186,13 +209,13 @@ class WorldUpdater:
     def apply_delta(self, tenant_id: str, env_name: str, delta: Any, scene: Any = None) -> MergeReport:
         check_tenant(tenant_id)
         self.check_env(env_name)
-        delta = validate_delta(delta, max_items=self.wm.config.max_delta_items)
+        parsed = parse_delta(delta, max_items=self.wm.config.max_delta_items)
         scene_rec: SceneRecord | None = None
         stored = self._stored_scene(tenant_id, scene)
         if stored is not None:
             # A packet from observe_round: merge this delta as its update (claimed, so never twice).
             skipped = self._claim(stored)
-            return skipped if skipped is not None else self._merge(tenant_id, env_name, delta, stored)
+            return skipped if skipped is not None else self._merge(tenant_id, env_name, parsed, stored)
         if scene is not None:
             if isinstance(scene, str):
                 scene = {"trigger_reason": scene}
@@ -206,24 +229,33 @@ class WorldUpdater:
                 tenant_id, env_name, rnd, scene.get("trigger_reason"), scene.get("recent_history_excerpt", ""),
                 scene.get("id") or str(uuid.uuid4()), scene.get("created_at") or now_iso(),
                 episode_id=scene.get("episode_id"))
-        return self._merge(tenant_id, env_name, delta, scene_rec)
+            scene_rec["status"] = "new"  # not stored: written only if the delta changes the graph
+        return self._merge(tenant_id, env_name, parsed, scene_rec)
 
     def _stored_scene(self, tenant_id: str, scene: Any) -> SceneRecord | None:
         if isinstance(scene, dict) and isinstance(scene.get("id"), str):
             return self.wm.store.get_scene(tenant_id, scene["id"])
         return None
 
-    def _merge(self, tenant_id: str, env: str, delta: Any, scene: SceneRecord | None) -> MergeReport:
-        delta = validate_delta(delta, max_items=self.wm.config.max_delta_items)
-        with self._env_lock(tenant_id, env):
-            view = self.wm.store.load_view(tenant_id, env, referenced_node_ids(tenant_id, env, delta))
-            plan, report = plan_merge(view, delta, scene, now_iso(), app_name=self.wm.config.app_name)
-            meta = self.wm.store.apply_plan(plan)
-        report.graph_version = meta.get("graph_version")
+    def _merge(self, tenant_id: str, env: str, delta: ParsedDelta, scene: SceneRecord | None) -> MergeReport:
+        cfg = self.wm.config
+        ids, names = referenced(tenant_id, env, delta, cfg.max_delta_items)
+        made: list[MergeReport] = []
+
+        def planner(view: Any) -> MergePlan:
+            plan, report = plan_merge(view, delta, scene, now_iso(), app_name=cfg.app_name)
+            plan.report = report.to_dict()
+            made[:] = [report]
+            return plan
+
+        meta = self.wm.store.merge(tenant_id, env, ids, names, planner)
+        report = made[-1]
+        report.graph_version = (meta or {}).get("graph_version")
         return report
 
     def _claim(self, scene: SceneRecord) -> MergeReport | None:
-        """Take the scene for this update (None), or say why not (a report with ``skipped``).
+        """Take the scene for this update (None), or the report of its merge by another worker
+        (waited for while it runs), or a report saying why it is not merged again.
 
         The claim is stamped (``updated_at``) so that a process that dies mid-update leaves a
         scene that ``retry(stale_after=...)`` can recognise as interrupted and run again."""
@@ -232,11 +264,27 @@ class WorldUpdater:
             scene["status"], scene["updated_at"] = "running", now_iso()
             self.wm.store.upsert_scene(scene)
             return None
-        current = self.wm.store.get_scene(tenant_id, scene_id) or scene
+        current = self._wait_while_running(tenant_id, scene_id) or scene
+        stored = self.wm.store.get_scene_report(tenant_id, scene_id)
+        if stored is not None and current.get("status") == "merged":
+            done = _report_from_dict(stored)
+            done.skipped = f"scene {scene_id} was merged already (not twice); this is the report of that merge"
+            return done
         report = MergeReport(tenant_id=tenant_id, env_name=scene["env_name"], scene_id=scene_id)
         report.ok = current.get("status") == "merged"
+        report.error = current.get("error")
         report.skipped = f"scene {scene_id} is {current.get('status')}; it is not merged twice"
         return report
+
+    def _wait_while_running(self, tenant_id: str, scene_id: str) -> SceneRecord | None:
+        deadline = time.monotonic() + self.wm.config.update_wait_seconds
+        delay = 0.01
+        while True:
+            current = self.wm.store.get_scene(tenant_id, scene_id)
+            if current is None or current.get("status") != "running" or time.monotonic() >= deadline:
+                return current
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     def retry(self, tenant_id: str | None = None, env_name: str | None = None,
               stale_after: float | None = 600.0) -> list[MergeReport]:
@@ -278,8 +326,7 @@ class WorldUpdater:
                     rec["tenant_id"] = tenant_id
         if meta.get("tenant_id", tenant_id) != tenant_id:
             meta["tenant_id"] = tenant_id
-        with self._env_lock(tenant_id, env):
-            self.wm.store.replace_world(tenant_id, env, graph)
+        self.wm.store.replace_world(tenant_id, env, graph)
         return {"tenant_id": tenant_id, "env_name": env,
                 "counts": {k: len(graph.get(k, [])) for k in ("nodes", "edges", "rules", "scenes")}}
 
@@ -354,6 +401,14 @@ def round_experience(env_name: str, rnd: AgentRound, reason: str | None, agent_i
         "learnings": [reason] if reason else [],
         "confidence_score": 0.5,
     }
+
+
+def _report_from_dict(data: dict[str, Any]) -> MergeReport:
+    fields = {k: v for k, v in data.items() if k not in ("dropped", "notes")}
+    report = MergeReport(**fields)
+    report.dropped = [DroppedItem(**d) for d in data.get("dropped") or []]
+    report.notes = [DroppedItem(**d) for d in data.get("notes") or []]
+    return report
 
 
 def _packet_ids(packet: Any) -> tuple[str, str]:

@@ -37,6 +37,7 @@ __all__ = [
     "OpenAIEmbedder",
     "check_embeddings",
     "embedder_name",
+    "same_fallback_label",
     "make_embedder",
     "minilm_available",
 ]
@@ -44,7 +45,14 @@ __all__ = [
 
 @runtime_checkable
 class Embedder(Protocol):
-    """Anything that turns texts into fixed-size vectors."""
+    """Anything that turns texts into fixed-size vectors.
+
+    ``name`` (optional, str): the label recorded beside an index, saying which model built it
+    (e.g. ``"my-org/e5-small-v2"``); open() refuses an index built under another label, since
+    vectors of two models cannot be compared. Give it, and change it when the model changes.
+    Without it the label is ``<class name>/<dimensions>``, the same however the class's module
+    was loaded (run as a script or imported), but blind to a change of model inside the class.
+    """
 
     dimensions: int
 
@@ -57,9 +65,15 @@ class EmbeddingServiceError(WorldGraphError, ConnectionError):
 
 
 def embedder_name(embedder: Any) -> str:
-    """The name recorded beside an index: ``embedder.name`` or the class name."""
+    """The label recorded beside an index: ``embedder.name``, else ``<class name>/<dimensions>``."""
     name = getattr(embedder, "name", None)
-    return str(name) if name else type(embedder).__name__
+    return str(name) if name else f"{type(embedder).__name__}/{int(embedder.dimensions)}"
+
+
+def same_fallback_label(old: str, new: str) -> bool:
+    """Whether ``old`` is the module-qualified label earlier versions derived from the class
+    (``pkg.mod.MyEmbedder/384``, ``__main__.MyEmbedder/384``) of the class ``new`` now labels."""
+    return "/" in new and "." not in new.split("/", 1)[0] and old.endswith("." + new)
 
 
 def check_embeddings(arr: Any, n_texts: int, dimensions: int) -> np.ndarray:

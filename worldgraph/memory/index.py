@@ -37,7 +37,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from worldgraph.config import WorldGraphConfig
-from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
+from worldgraph.errors import EmbeddingDimensionError, InvalidInputError, ReadOnlyError
+from worldgraph.memory.embeddings import same_fallback_label
 from worldgraph.memory.index_policy import (
     ann_due_rows, ann_search_params, compaction_due, fold_new_rows, index_partitions, vector_index_config,
 )
@@ -286,6 +287,7 @@ class EpisodeIndex:
         rebuild: bool = False,
         read_consistency_interval: timedelta | None = timedelta(seconds=0),
         ann_overfetch: int = 0,
+        read_only: bool = False,
     ) -> None:
         import lancedb
 
@@ -299,10 +301,16 @@ class EpisodeIndex:
         self.embedder_name = embedder_name
         self.ann_overfetch = max(0, int(ann_overfetch))
         self.schema = episode_schema(dimensions)
+        self.read_only = read_only
+        if read_only and rebuild:
+            raise ReadOnlyError("rebuilding the episode index", "the index was opened read-only")
         self._is_local = "://" not in self.path
-        if self._is_local:
+        # Read-only: no folder is made; an index that was never written has no tables.
+        self._absent = read_only and self._is_local and not Path(self.path).is_dir()
+        if self._is_local and not read_only:
             Path(self.path).mkdir(parents=True, exist_ok=True)
-        self._db = lancedb.connect(self.path, read_consistency_interval=read_consistency_interval)
+        self._db: Any = None if self._absent else lancedb.connect(self.path,
+                                                             read_consistency_interval=read_consistency_interval)
         self._lock = threading.RLock()  # serialises this object's writes
         self._index_lock = threading.RLock()  # serialises index creation / optimize
         self._parts_lock = threading.Lock()  # guards opening / creating tables
@@ -331,7 +339,7 @@ class EpisodeIndex:
             return None
 
     def _write_meta(self) -> None:
-        if not self._is_local:
+        if not self._is_local or self.read_only:
             return
         meta = {"format": META_FORMAT, "layout": "table-per-tenant", "embedder": self.embedder_name,
                 "dimensions": self.dimensions}
@@ -344,6 +352,8 @@ class EpisodeIndex:
         # NotImplementedError on a local connection); list_tables() pages.
         names: list[str] = []
         token = None
+        if self._db is None:
+            return names
         while True:
             resp = self._db.list_tables(page_token=token)
             names.extend(resp.tables or [])
@@ -370,6 +380,13 @@ class EpisodeIndex:
             part = self._part_by_name(part_names[0], create=False)
             if part is not None:
                 existing_dim = self._vector_size(part.table)
+        relabel = existing_name is not None and existing_name != self.embedder_name \
+            and same_fallback_label(existing_name, self.embedder_name)
+        if relabel:
+            # the label earlier versions derived from the class's module and name: the same class,
+            # whatever its module was called when the index was built
+            log.warning("episode index at %s: embedder label %r is now %r", self.path, existing_name, self.embedder_name)
+            existing_name = self.embedder_name
         if (existing_dim is not None and existing_dim != self.dimensions) or (
                 existing_name is not None and existing_name != self.embedder_name):
             raise InvalidInputError(
@@ -379,11 +396,14 @@ class EpisodeIndex:
                 f"{self.dimensions}-d vectors; run `worldgraph reindex` to rebuild the index for the "
                 "new embedder",
             )
-        if meta is None or meta.get("format") != META_FORMAT:
+        if relabel or meta is None or meta.get("format") != META_FORMAT:
             if meta is None and (part_names or TABLE_NAME in names):
                 log.warning("%s has no %s; recording embedder %s", self.path, META_FILE, self.embedder_name)
             self._write_meta()  # before any table, so a table never exists without its label
         if TABLE_NAME in names:
+            if self.read_only:
+                raise ReadOnlyError("migrating the episode index to one table per tenant",
+                                    f"the index at {self.path} was opened read-only and still has the old layout")
             self._migrate_single_table()
 
     @staticmethod
@@ -415,7 +435,7 @@ class EpisodeIndex:
                 self._after_write(part, 0)  # scalar / FTS indexes; ANN in the background
 
     def _open_table(self, name: str) -> Any | None:
-        if self._is_local and not (Path(self.path) / f"{name}.lance").is_dir():
+        if self._db is None or (self._is_local and not (Path(self.path) / f"{name}.lance").is_dir()):
             return None  # a stat, not an exception, for tenants that never wrote
         try:
             return self._db.open_table(name)
@@ -437,6 +457,7 @@ class EpisodeIndex:
             if table is None:
                 if not create:
                     return None
+                self._writable("creating an episode table")
                 with self._commit_lock(None):  # another process may be creating it too
                     table = self._open_table(name)
                     if table is None:
@@ -473,6 +494,10 @@ class EpisodeIndex:
         self.close()
 
     # -- writes ------------------------------------------------------------------------------
+
+    def _writable(self, operation: str) -> None:
+        if self.read_only:
+            raise ReadOnlyError(operation, f"the episode index at {self.path} was opened read-only")
 
     def _to_arrow(self, rows: Sequence[dict[str, Any]]) -> pa.Table:
         n = len(rows)
@@ -540,6 +565,7 @@ class EpisodeIndex:
 
     def upsert(self, rows: list[dict[str, Any]]) -> None:
         """Insert or replace rows by ``episode_id`` within their tenant (every column is overwritten)."""
+        self._writable("writing episode index rows")
         rows = list(rows)
         if not rows:
             return
@@ -589,6 +615,7 @@ class EpisodeIndex:
         and raises, so the caller's store write still happens and the episodes are marked for
         re-indexing.
         """
+        self._writable("writing episode index rows")
         _check_tenant(tenant_id)
         part: _Part | None = None
         if self._is_local:
@@ -617,6 +644,7 @@ class EpisodeIndex:
 
     def delete(self, episode_ids: Iterable[str]) -> None:
         """Remove rows by episode id, whatever their tenant (ids that are not there are ignored)."""
+        self._writable("deleting episode index rows")
         ids = [e for e in dict.fromkeys(episode_ids)]
         for e in ids:
             if not isinstance(e, str) or not e:
@@ -639,6 +667,7 @@ class EpisodeIndex:
 
     def delete_tenant(self, tenant_id: str) -> None:
         """Remove every row of one tenant (before reindexing it from the graph store)."""
+        self._writable("deleting episode index rows")
         part = self._part(tenant_id)
         if part is None:
             return
@@ -648,9 +677,30 @@ class EpisodeIndex:
 
     def clear(self) -> None:
         """Delete every row of every tenant (the tables, the label and the indexes stay)."""
+        self._writable("clearing the episode index")
         with self._lock:
             for part in self._all_parts():
                 self._retry(part, lambda part=part: part.table.delete("true"), "clear")
+
+    def prune(self, keep: dict[str, set[str]], tenant_id: str | None = None) -> int:
+        """Delete the rows whose episode is not in ``keep`` (tenant id -> ids of the episodes the
+        graph store holds), in every table or in ``tenant_id``'s; returns how many went. The
+        last step of a reindex, which overwrites rows in place instead of emptying tables first."""
+        self._writable("pruning the episode index")
+        removed = 0
+        with self._lock:
+            for part in self._selected_parts(tenant_id):
+                cols = part.latest_dataset().to_table(columns=["episode_id", "tenant_id"])
+                stale = [e for e, t in zip(cols.column("episode_id").to_pylist(), cols.column("tenant_id").to_pylist())
+                         if e not in keep.get(t, ())]
+                for start in range(0, len(stale), 1000):
+                    pred = "episode_id IN (" + ", ".join(sql_literal(e, "episode_ids")
+                                                         for e in stale[start:start + 1000]) + ")"
+                    self._retry(part, lambda part=part, pred=pred: part.table.delete(pred), "prune")
+                if stale:
+                    removed += len(stale)
+                    self._after_write(part, 0)
+        return removed
 
     def count(self, tenant_id: str | None = None) -> int:
         """Rows in the index, of one tenant or of all."""
@@ -833,6 +883,7 @@ class EpisodeIndex:
         was built (``num_unindexed_rows``) are then folded in with ``optimize``. Safe to call
         repeatedly and from several processes.
         """
+        self._writable("building episode index indexes")
         created: list[str] = []
         for part in self._selected_parts(tenant_id):
             for name in self._ensure_part(part, vector=vector, fold=True):
@@ -923,6 +974,7 @@ class EpisodeIndex:
     def rebuild_vector_index(self, tenant_id: str) -> bool:
         """Train ``tenant_id``'s ANN index again on every row it has now, synchronously (after a
         bulk load, say; writes go on meanwhile). False if the table is below ann_index_min_rows."""
+        self._writable("building the ANN index")
         part = self._part(tenant_id)
         if part is None or part.table.count_rows() < self.config.ann_index_min_rows:
             return False
@@ -938,6 +990,7 @@ class EpisodeIndex:
         Only the compaction holds the cross-process write lock; the index update, which can
         take seconds on a large table, runs beside other processes' writes.
         """
+        self._writable("optimizing the episode index")
         for part in self._selected_parts(tenant_id):
             self._optimize_part(part, full=True)
 

@@ -85,7 +85,8 @@ class CanvasContext(BaseModel):
 class AgentExperience(BaseModel):
     """Every field of the seed's AgentExperience interface."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, str_strip_whitespace=True)
+    # allow_inf_nan=False: a NaN confidence is "not a finite number", not "should be <= 1"
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, str_strip_whitespace=True, allow_inf_nan=False)
 
     # Identity
     episode_id: str | None = None
@@ -170,7 +171,7 @@ class AgentExperience(BaseModel):
 class EpisodeFeedback(BaseModel):
     """A human rating of one episode (RLHF). Scores are in [-1, 1]."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     id: str
     episode_id: str = Field(min_length=1)
     tenant_id: str = Field(min_length=1)
@@ -219,7 +220,7 @@ class DateRange(BaseModel):
 class RecallOptions(BaseModel):
     """Every field of the seed's RecallOptions. ``None`` means "the config's default"."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     # Search parameters
     limit: int | None = Field(None, gt=0, le=1000)

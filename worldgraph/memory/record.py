@@ -129,16 +129,25 @@ def build_episode(
     return record, canvas_rec, audits
 
 
-def searchable_text(episode: dict[str, Any]) -> str:
-    """Seed step 4: task type, description, input summary, outcome and learnings."""
+def searchable_text(episode: dict[str, Any], max_bytes: int | None = None) -> str:
+    """Seed step 4: task type, description, input summary, outcome and learnings.
+
+    ``max_bytes`` cuts the text to that many UTF-8 bytes (config ``max_search_text_bytes``), so
+    a huge record (one stored before the input limits, or imported) costs an embedding and a
+    full-text scan no more than any other."""
     parts = [episode.get("task_type") or "", episode.get("task_description") or "",
              episode.get("input_summary") or "", episode.get("outcome") or "",
              " ".join(episode.get("learnings") or [])]
-    return "\n".join(p for p in parts if p).strip()
+    text = "\n".join(p for p in parts if p).strip()
+    if max_bytes is not None and len(text) > max_bytes // 4:
+        raw = text.encode("utf-8", "replace")  # a lone surrogate of a legacy record becomes "?"
+        if len(raw) > max_bytes:
+            text = raw[:max_bytes].decode("utf-8", "ignore")  # cut on a character boundary
+    return text
 
 
-def index_row(episode: dict[str, Any], vector: Any) -> dict[str, Any]:
-    """Seed step 5: the lance_record."""
+def index_row(episode: dict[str, Any], vector: Any, max_text_bytes: int | None = None) -> dict[str, Any]:
+    """Seed step 5: the lance_record (its text cut at ``max_text_bytes``, see searchable_text)."""
     return {
         "episode_id": episode["id"],
         "tenant_id": episode["tenant_id"],
@@ -151,6 +160,6 @@ def index_row(episode: dict[str, Any], vector: Any) -> dict[str, Any]:
         "timestamp": float(episode["ts"]),
         "canvas_id": episode.get("canvas_id"),
         "canvas_action_ids": list(episode.get("canvas_action_ids") or []),
-        "text": searchable_text(episode),
+        "text": searchable_text(episode, max_text_bytes),
         "vector": vector,
     }

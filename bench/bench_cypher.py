@@ -1,0 +1,176 @@
+"""What sealing cypher() costs: the per-label tenant_id indexes on writes, the plan check on reads.
+
+Writes: the same work with the indexes schema 4 added for cypher() (a tenant_id index per label of
+``neo4j_queries.TENANT_LABELS``, WorldNode (tenant_id, env_name, name)) present and dropped, alternating (on, off, on, off, ...) so drift on a busy machine hits both alike:
+``apply_plan`` of a fresh ~10k-element plan (bench_neo4j.make_plan) and ``add_episodes`` of
+1,000-episode batches. Median per variant.
+
+Reads: ``store.cypher()`` (EXPLAIN + plan check + run, one READ transaction) against the same
+query run bare in a READ transaction, for the README's exploration queries on a replayed
+examples/text_adventure.jsonl world. p50 over ``--queries`` repetitions after 5 warm-up runs.
+
+    python bench/bench_cypher.py                       # starts a local Neo4j (tools/neo4j-local), stops it after
+    python bench/bench_cypher.py --uri bolt://127.0.0.1:7797 --own-server
+
+It drops and re-creates indexes, so ``--uri`` needs ``--own-server``: never point it at a shared one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_neo4j import _free_port, make_plan  # noqa: E402
+from worldgraph import WorldModel  # noqa: E402
+from worldgraph.kg import neo4j_queries as q  # noqa: E402
+from worldgraph.kg.neo4j_store import Neo4jGraphStore  # noqa: E402
+from worldgraph.kg.world import replay_log  # noqa: E402
+from worldgraph.memory.embeddings import HashingEmbedder  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = "CottageEscape"
+READS = {
+    "rules by evidence": ("MATCH (r:Rule {tenant_id: $tenant_id, env_name: $env}) WHERE r.valid_to IS NULL "
+                          "RETURN r.condition, r.outcome, r.evidence_count AS evidence, r.confidence AS confidence "
+                          "ORDER BY evidence DESC, confidence DESC LIMIT 10", {}),
+    "transitions of a state": ("MATCH (s:State {tenant_id: $tenant_id, env_name: $env, name: $state})"
+                               "-[t:TRANSITION]->(n:State) RETURN s.name, t.action, n.name",
+                               {"state": "front door locked"}),
+    "episodes behind a node": ("MATCH (n:WorldNode {tenant_id: $tenant_id, env_name: $env, name: $name})"
+                               "-[:EPISODIC]->(s:Scene)-[:FROM_EPISODE]->(e:Episode) "
+                               "RETURN s.current_round AS round, e.task_description ORDER BY round",
+                               {"name": "brass key"}),
+    "containment history": ("MATCH (p:WorldNode)-[c:CONTAINS]->(x:WorldNode {tenant_id: $tenant_id, env_name: $env, "
+                            "name: $name}) RETURN p.name, c.valid_from AS since ORDER BY since", {"name": "brass key"}),
+    "rooms and contents": ("MATCH (room:Entity {tenant_id: $tenant_id, env_name: $env, type: 'room'})-[c:CONTAINS]->(x)"
+                           " WHERE c.valid_to IS NULL RETURN room.name AS room, collect(x.name) ORDER BY room", {}),
+    "episodes, paths 1..3": ("MATCH (e:Episode {tenant_id: $tenant_id})-[*1..3]-(x) RETURN count(DISTINCT x) AS n", {}),
+}
+
+
+def episodes(tenant: str, n: int) -> list[dict[str, Any]]:
+    return [{"id": f"ep-{uuid.uuid4().hex}", "tenant_id": tenant, "agent_id": f"agent-{i % 8}", "agent_role": "bench",
+             "ts": 1.7e9 + i, "timestamp": "2026-01-05T12:00:00+00:00", "task_type": "t",
+             "task_description": f"task {i}", "outcome": "success", "canvas_id": None} for i in range(n)]
+
+
+# The indexes schema 4 added for cypher(): one tenant_id index per label, WorldNode (tenant, env, name).
+NEW_INDEXES = {f"wg_{label.lower()}_tenant" for label in q.TENANT_LABELS} | {"wg_node_name"}
+
+
+def set_tenant_indexes(store: Neo4jGraphStore, on: bool) -> None:
+    with store._driver.session(database=store.database) as session:
+        for stmt in q.INDEXES:
+            name = stmt.split()[2]  # CREATE INDEX <name> IF NOT EXISTS ...
+            if name in NEW_INDEXES:
+                session.run(stmt if on else f"DROP INDEX {name} IF EXISTS").consume()
+        session.run(q.AWAIT_INDEXES, seconds=300).consume()
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def measure_writes(store: Neo4jGraphStore, runs: int, elements: int, batch: int) -> dict[str, dict[str, float]]:
+    samples: dict[bool, dict[str, list[float]]] = {True: {"plan": [], "episodes": []},
+                                                    False: {"plan": [], "episodes": []}}
+    for run in range(runs * 2 + 2):  # the first on/off pair warms up
+        on = run % 2 == 0
+        set_tenant_indexes(store, on)
+        settle = f"settle-{uuid.uuid4().hex[:10]}"  # untimed: lets index population and replanning pass
+        store.apply_plan(make_plan(settle, 1000))
+        store.add_episodes(settle, episodes(settle, 200), [], [])
+        tenant = f"bench-{uuid.uuid4().hex[:10]}"
+        plan = make_plan(tenant, elements)
+        eps = episodes(tenant, batch)
+        plan_s = timed(lambda: store.apply_plan(plan))
+        eps_s = timed(lambda: store.add_episodes(tenant, eps, [], []))
+        if run >= 2:
+            samples[on]["plan"].append(plan.size() / plan_s)
+            samples[on]["episodes"].append(batch / eps_s)
+    set_tenant_indexes(store, True)
+    return {("with tenant indexes" if on else "without"): {k: statistics.median(v) for k, v in s.items()}
+            for on, s in samples.items()}
+
+
+def measure_reads(store: Neo4jGraphStore, tenant: str, queries: int) -> list[tuple[str, float, float]]:
+    rows = []
+    for name, (query, params) in READS.items():
+        p = {"env": ENV, **params}
+
+        def bare() -> Any:
+            with store._driver.session(database=store.database) as session:
+                return session.execute_read(lambda tx: tx.run(query, {**p, "tenant_id": tenant}).data())
+
+        def guarded() -> Any:
+            return store.cypher(tenant, query, p)
+        assert len(guarded()) == len(bare()) > 0, name
+        for _ in range(5):
+            bare(), guarded()
+        pairs = [(timed(bare), timed(guarded)) for _ in range(queries)]  # interleaved: drift hits both
+        bare_ms = statistics.median(b for b, _ in pairs) * 1000
+        guarded_ms = statistics.median(g for _, g in pairs) * 1000
+        rows.append((name, bare_ms, guarded_ms))
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--uri", help="a Neo4j you own (indexes are dropped and re-created); default: start a local one")
+    ap.add_argument("--own-server", action="store_true", help="confirm --uri is not shared")
+    ap.add_argument("--user", default="neo4j")
+    ap.add_argument("--password", default="worldgraph-dev")
+    ap.add_argument("--runs", type=int, default=5, help="runs per variant (writes)")
+    ap.add_argument("--elements", type=int, default=10_000, help="graph elements per plan")
+    ap.add_argument("--batch", type=int, default=1000, help="episodes per add_episodes call")
+    ap.add_argument("--queries", type=int, default=200, help="repetitions per read query")
+    args = ap.parse_args()
+    if args.uri and not args.own_server:
+        ap.error("--uri drops and re-creates indexes on that server: add --own-server if nobody else uses it")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        local_home, uri = None, args.uri
+        if not uri:
+            from worldgraph import neo4j_local
+
+            local_home = Path(tmp) / "neo4j-local"
+            print("starting a local Neo4j (tools/neo4j-local) ...", file=sys.stderr)
+            uri = neo4j_local.start(port=_free_port(), data_dir=local_home / "data", timeout=300, home=local_home)
+        try:
+            wm = WorldModel.open(Path(tmp) / "data", embedder=HashingEmbedder(64), graph="neo4j", neo4j_uri=uri,
+                                 neo4j_user=args.user, neo4j_password=args.password)
+            store = wm.store
+            assert isinstance(store, Neo4jGraphStore)
+            tenant = f"reader-{uuid.uuid4().hex[:8]}"
+            replay_log(wm, tenant, ENV, ROOT / "examples" / "text_adventure.jsonl", use_shipped_deltas=True)
+            reads = measure_reads(store, tenant, args.queries)
+            writes = measure_writes(store, args.runs, args.elements, args.batch)
+            wm.close()
+        finally:
+            if local_home is not None:
+                from worldgraph import neo4j_local
+
+                neo4j_local.stop(home=local_home)
+
+    print(f"\nwrites, median of {args.runs} alternating runs   apply_plan el/s   add_episodes eps/s")
+    for variant, r in writes.items():
+        print(f"{variant:<42} {r['plan']:>15,.0f} {r['episodes']:>20,.0f}")
+    print(f"\nreads, p50 of {args.queries}      bare ms   cypher() ms   overhead ms")
+    for name, bare_ms, guarded_ms in reads:
+        print(f"{name:<26} {bare_ms:>9.2f} {guarded_ms:>13.2f} {guarded_ms - bare_ms:>13.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

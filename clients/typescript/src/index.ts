@@ -1,0 +1,142 @@
+/**
+ * Typed client for the worldgraph REST API.
+ *
+ * `createWorldgraphClient` is the openapi-fetch client over the generated `paths` (every route,
+ * body and response typed from the service's OpenAPI document); `Worldgraph` wraps the calls
+ * agents make most and throws `WorldgraphError` (status, type, message, field) on an error.
+ *
+ *   const wg = new Worldgraph({ baseUrl: "http://127.0.0.1:8765", apiKey: process.env.WORLDGRAPH_KEY! });
+ *   const [id] = await wg.record({ agent_id: "a1", task_type: "t", task_description: "...", outcome: "success" });
+ *   await wg.feedback(id, 0.8);
+ *   const results = await wg.recall("what I am about to do", { agentRole: "Finance" });
+ */
+import createClient, { type Client } from "openapi-fetch";
+import type { components, paths } from "./schema.js";
+
+export type { components, paths };
+export type Schemas = components["schemas"];
+export type AgentExperience = Schemas["AgentExperience"];
+export type CanvasContext = Schemas["CanvasContext"];
+export type RecallOptions = Schemas["RecallOptions"];
+export type RecallResult = Schemas["RecallResultOut"];
+export type Feedback = Schemas["FeedbackOut"];
+export type Episode = Schemas["EpisodeOut"];
+export type Readiness = Schemas["Readiness"];
+export type AgentRound = Schemas["AgentRound"];
+export type ScenePacket = Schemas["ScenePacket"];
+export type MergeReport = Schemas["MergeReportOut"];
+export type WorldGraph = Schemas["WorldGraphOut"];
+export type GraphDelta = paths["/v1/envs/{env}/deltas"]["post"]["requestBody"]["content"]["application/json"];
+export type ErrorBody = Schemas["ErrorBody"];
+
+export interface WorldgraphOptions {
+  /** e.g. http://127.0.0.1:8765 */
+  baseUrl: string;
+  /** A key from `worldgraph keys create --tenant T`; it names the tenant. */
+  apiKey: string;
+  fetch?: typeof globalThis.fetch;
+}
+
+/** The typed openapi-fetch client for every route of the service. */
+export function createWorldgraphClient(options: WorldgraphOptions): Client<paths> {
+  return createClient<paths>({
+    baseUrl: options.baseUrl.replace(/\/+$/, ""),
+    headers: { Authorization: `Bearer ${options.apiKey}` },
+    fetch: options.fetch,
+  });
+}
+
+/** An error answer of the service: `{"error": {"type", "message", "field"}}` and its status. */
+export class WorldgraphError extends Error {
+  constructor(
+    readonly status: number,
+    readonly type: string,
+    message: string,
+    readonly field: string | null,
+  ) {
+    super(message);
+    this.name = "WorldgraphError";
+  }
+}
+
+interface Answer<T> {
+  data?: T;
+  error?: unknown;
+  response: Response;
+}
+
+function unwrap<T>(answer: Answer<T>): T {
+  if (answer.response.ok && answer.data !== undefined) return answer.data;
+  const body = (answer.error as { error?: Partial<ErrorBody> } | undefined)?.error;
+  throw new WorldgraphError(answer.response.status, body?.type ?? "error",
+    body?.message ?? answer.response.statusText, body?.field ?? null);
+}
+
+/** The calls agents make most; each returns the data or throws WorldgraphError. */
+export class Worldgraph {
+  readonly api: Client<paths>;
+
+  constructor(options: WorldgraphOptions) {
+    this.api = createWorldgraphClient(options);
+  }
+
+  /** Record one run or several (one transaction); their new episode ids. */
+  async record(experiences: AgentExperience | AgentExperience[], canvases?: (CanvasContext | null)[]): Promise<string[]> {
+    const body = Array.isArray(experiences) ? { experiences, canvases: canvases ?? null } : experiences;
+    return unwrap(await this.api.POST("/v1/experiences", { body })).episode_ids;
+  }
+
+  /** Past runs like `query`, best first. */
+  async recall(query: string, opts: { agentRole?: string; limit?: number; options?: RecallOptions } = {}): Promise<RecallResult[]> {
+    const body = { query, agent_role: opts.agentRole ?? null, limit: opts.limit ?? 5, options: opts.options ?? null };
+    return unwrap(await this.api.POST("/v1/recall", { body })).results;
+  }
+
+  /** Rate a run in [-1, 1]. */
+  async feedback(episodeId: string, score: number,
+                 opts: { notes?: string; category?: string; createdBy?: string } = {}): Promise<Feedback> {
+    return unwrap(await this.api.POST("/v1/episodes/{episode_id}/feedback", {
+      params: { path: { episode_id: episodeId } },
+      body: { score, notes: opts.notes ?? null, category: opts.category ?? null, created_by: opts.createdBy ?? null },
+    }));
+  }
+
+  /** An agent's newest runs, newest first. */
+  async episodes(agentId: string, limit = 30): Promise<Episode[]> {
+    return unwrap(await this.api.GET("/v1/agents/{agent_id}/episodes", {
+      params: { path: { agent_id: agentId }, query: { limit } } })).episodes;
+  }
+
+  /** The graduation exam over an agent's last `window` runs. */
+  async readiness(agentId: string, window = 30): Promise<Readiness> {
+    return unwrap(await this.api.GET("/v1/agents/{agent_id}/readiness", {
+      params: { path: { agent_id: agentId }, query: { window } } }));
+  }
+
+  /** Report a round; the scene packet when it carried FLAG_CURIOSITY: yes, else null. */
+  async observeRound(env: string, round: AgentRound): Promise<ScenePacket | null> {
+    return unwrap(await this.api.POST("/v1/envs/{env}/rounds", { params: { path: { env } }, body: round })).packet ?? null;
+  }
+
+  /** Merge a graph delta you already have (no LLM). */
+  async applyDelta(env: string, delta: GraphDelta, reason?: string): Promise<MergeReport> {
+    return unwrap(await this.api.POST("/v1/envs/{env}/deltas", {
+      params: { path: { env }, query: { reason: reason ?? null } }, body: delta }));
+  }
+
+  /** One environment's graph: nodes, edges, rules, scenes, meta. */
+  async worldGraph(env: string): Promise<WorldGraph> {
+    return unwrap(await this.api.GET("/v1/envs/{env}/graph", { params: { path: { env } } }));
+  }
+
+  /** The HTML page drawing an environment's graph. */
+  async view(env: string): Promise<string> {
+    const answer = await this.api.GET("/v1/envs/{env}/view", { params: { path: { env } }, parseAs: "text" });
+    return unwrap(answer as Answer<string>);
+  }
+
+  /** Read-only, tenant-scoped Cypher (Neo4j store). */
+  async cypher(query: string, params?: Record<string, unknown>): Promise<Record<string, unknown>[]> {
+    return unwrap(await this.api.POST("/v1/cypher", { body: { query, params: params ?? null } })).rows;
+  }
+}

@@ -1,0 +1,124 @@
+// Records, rates and recalls against a real `worldgraph serve` (started here on a free port, with
+// a temporary data folder, the hashing embedder and a key made by `worldgraph keys create`).
+// WORLDGRAPH_BIN picks the command (default: the repository's .venv/bin/worldgraph).
+import assert from "node:assert/strict";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+import { createWorldgraphClient, Worldgraph, WorldgraphError, type AgentExperience } from "../src/index.js";
+
+const repo = resolve(fileURLToPath(import.meta.url), "..", "..", "..", "..", "..");
+const bin = process.env.WORLDGRAPH_BIN ?? join(repo, ".venv", "bin", "worldgraph");
+const env = { ...process.env, WORLDGRAPH_EMBEDDING_PROVIDER: "hashing" };
+const data = mkdtempSync(join(tmpdir(), "worldgraph-ts-"));
+let server: ChildProcess;
+let baseUrl = "";
+let key = "";
+
+function freePort(): Promise<number> {
+  return new Promise((ok, fail) => {
+    const s = createServer();
+    s.once("error", fail);
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => ok(port));
+    });
+  });
+}
+
+function worldgraph(...args: string[]): any {
+  return JSON.parse(execFileSync(bin, ["--data", data, ...args, "--json"], { env, encoding: "utf8" }));
+}
+
+before(async () => {
+  key = worldgraph("keys", "create", "--tenant", "ts-client").key;
+  const port = await freePort();
+  baseUrl = `http://127.0.0.1:${port}`;
+  server = spawn(bin, ["--data", data, "serve", "--port", String(port)], { env, stdio: ["ignore", "ignore", "pipe"] });
+  let log = "";
+  server.stderr?.on("data", (chunk) => { log += chunk; });
+  const deadline = Date.now() + 90_000;
+  while (Date.now() < deadline) {
+    if (server.exitCode !== null) throw new Error(`worldgraph serve exited: ${log}`);
+    try {
+      if ((await fetch(`${baseUrl}/health`)).ok) return;
+    } catch { /* not listening yet */ }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`worldgraph serve did not start: ${log}`);
+});
+
+after(async () => {
+  if (server && server.exitCode === null) {
+    const exited = new Promise((r) => server.once("exit", r));
+    server.kill("SIGTERM");
+    await exited;
+  }
+  rmSync(data, { recursive: true, force: true });
+});
+
+const run: AgentExperience = {
+  agent_id: "fin-1", agent_role: "Finance", task_type: "reconciliation",
+  task_description: "Reconcile SKU-123 inventory discrepancy", outcome: "success",
+  confidence_score: 0.9, learnings: ["weighted average costing"],
+};
+
+test("records, rates and recalls", async () => {
+  const wg = new Worldgraph({ baseUrl, apiKey: key });
+  const [id] = await wg.record(run);
+  const batch = await wg.record([
+    { ...run, task_description: "Reconcile SKU-9 inventory count", outcome: "failure" },
+    { ...run, agent_id: "dev-1", agent_role: "Developer", task_description: "Draw a revenue chart" },
+  ]);
+  assert.equal(batch.length, 2);
+
+  const rated = await wg.feedback(id, 0.8, { category: "accuracy", notes: "spot on" });
+  assert.equal(rated.count, 1);
+  assert.equal(rated.average, 0.9);
+
+  const results = await wg.recall("reconcile inventory discrepancy", {
+    agentRole: "Finance", options: { min_similarity: 0 } });
+  assert.equal(results[0].episode_id, id);
+  assert.equal(results[0].feedback_score, 0.9);
+  assert.deepEqual(new Set(results.map((r) => r.episode_id)), new Set([id, batch[0]]));
+
+  const episodes = await wg.episodes("fin-1");
+  assert.deepEqual(episodes.map((e) => e.id).sort(), [id, batch[0]].sort());
+  const readiness = await wg.readiness("fin-1");
+  assert.equal(readiness.episodes, 2);
+  assert.equal(readiness.ready, false);
+});
+
+test("the world graph", async () => {
+  const wg = new Worldgraph({ baseUrl, apiKey: key });
+  const packet = await wg.observeRound("Kitchen", {
+    round: 1, action: "take brass key", response: "ok\nFLAG_CURIOSITY: yes\nCURIOSITY_REASON: a key" });
+  assert.equal(packet?.status, "pending");
+  const report = await wg.applyDelta("Kitchen", {
+    entities: [{ ref: "k", name: "brass key", type: "item" }, { ref: "t", name: "table", type: "furniture" }],
+    states: [], edges: [{ relation: "containment", src_ref: "t", dst_ref: "k" }], rules: [] }, "ts test");
+  assert.equal(report.created.nodes.length, 2);
+  const graph = await wg.worldGraph("Kitchen");
+  assert.deepEqual(graph.nodes.map((n) => n.name).sort(), ["brass key", "table"]);
+  assert.match(await wg.view("Kitchen"), /brass key/);
+});
+
+test("errors are typed", async () => {
+  const wg = new Worldgraph({ baseUrl, apiKey: key });
+  await assert.rejects(wg.feedback("no-such-episode", 0.5),
+    (e: unknown) => e instanceof WorldgraphError && e.status === 404 && e.field === "episode_id");
+  await assert.rejects(wg.record({ ...run, outcome: "meh" as "success" }),
+    (e: unknown) => e instanceof WorldgraphError && e.status === 422 && e.field === "experience.outcome");
+  await assert.rejects(wg.cypher("MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e.id"),
+    (e: unknown) => e instanceof WorldgraphError && e.status === 501);   // the embedded store
+
+  const stranger = createWorldgraphClient({ baseUrl, apiKey: "wg_0000000000000000_nope" });
+  const answer = await stranger.POST("/v1/recall", { body: { query: "anything", limit: 5 } });
+  assert.equal(answer.response.status, 401);
+  assert.equal(answer.error?.error.type, "unauthorized");
+});

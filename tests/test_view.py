@@ -1,0 +1,296 @@
+"""The world-graph page (``render_view``, ``worldgraph view``): what the HTML holds, and what headless
+Chromium draws from it for a real graph (the text adventure the demo replays).
+
+The browser tests need Debian's ``chromium``; without it they skip, except under CI=true, where
+they fail (``.ci/run`` installs it)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.chromium import Browser, find_chromium, png_stats
+from worldgraph import WorldModel
+from worldgraph.cli import main
+from worldgraph.memory.embeddings import HashingEmbedder
+from worldgraph.server.view import page_data, render_view
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = "CottageEscape"
+HOSTILE_NAME = "</script><script>window.pwned = 1; document.body.dataset.pwned = '1'</script>"
+HOSTILE_RULE = "<img src=x onerror=\"document.body.dataset.pwned='2'\"><!-- \u2028 \u2029 & &amp;"
+
+
+def _replayed(path: Path) -> WorldModel:
+    from worldgraph.kg.world import replay_log
+
+    wm = WorldModel.open(path, embedder=HashingEmbedder(384))
+    replay_log(wm, "t1", ENV, ROOT / "examples" / "text_adventure.jsonl", use_shipped_deltas=True)
+    # A state superseded with no transition to keep it drawn: the sofa was dusty, now it is clean.
+    for name in ("sofa dusty", "sofa clean"):
+        wm.apply_delta("t1", ENV, {"entities": [], "edges": [], "rules": [], "states": [
+            {"name": name, "type": "sofa_state", "entity_ref": "furniture:sofa"}]}, scene=f"the {name}")
+    return wm
+
+
+@pytest.fixture(scope="module")
+def adventure_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data folder holding the replayed adventure (tenant t1); tests only read it."""
+    path = tmp_path_factory.mktemp("adventure")
+    _replayed(path).close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def adventure(adventure_data: Path) -> dict[str, Any]:
+    with WorldModel.open(adventure_data, embedder=HashingEmbedder(384)) as wm:
+        return wm.world_graph("t1", ENV)
+
+
+def _hostile_graph(graph: dict[str, Any]) -> dict[str, Any]:
+    g = json.loads(json.dumps(graph))
+    key = next(n for n in g["nodes"] if n["name"] == "brass key")
+    key["name"] = HOSTILE_NAME
+    key["attributes"] = {HOSTILE_NAME: HOSTILE_RULE, "nan": float("nan")}
+    key["evidence"] = [HOSTILE_RULE]
+    g["rules"][0]["condition"] = HOSTILE_RULE
+    g["rules"][0]["outcome"] = HOSTILE_NAME
+    return g
+
+
+def _drawn_by_default(graph: dict[str, Any]) -> set[str]:
+    """Current nodes, plus the (past) states a current transition leaves or enters."""
+    ids = {n["id"] for n in graph["nodes"] if n.get("valid_to") is None}
+    for e in graph["edges"]:
+        if e["relation"] == "transition" and e.get("valid_to") is None:
+            ids |= {e["src_id"], e["dst_id"]}
+    return ids
+
+
+# ---------------------------------------------------------------------- the HTML itself
+def _inline_scripts(page: str) -> list[str]:
+    return re.findall(r"<script>(.*?)</script>", page, flags=re.S)
+
+
+def test_page_is_one_file_with_no_network(adventure: dict[str, Any]) -> None:
+    page = render_view(adventure, "Cottage")
+    assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=", page), "no external resources"
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page)
+    assert csp and "default-src 'none'" in csp.group(1)
+    # Each inline script runs only because the policy names its hash: recompute them.
+    hashes = set(re.findall(r"'(sha256-[^']+)'", csp.group(1)))
+    scripts = _inline_scripts(page)
+    assert len(scripts) == 6  # cytoscape, layout-base, cose-base, fcose, the page's two
+    assert hashes == {"sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() for s in scripts}
+
+
+def test_hostile_text_stays_data(adventure: dict[str, Any]) -> None:
+    graph = _hostile_graph(adventure)
+    page = render_view(graph, HOSTILE_NAME)
+    # Exactly the page's own script elements: nothing in the data opened or closed one.
+    assert page.count("<script") == 7 and page.count("</script>") == 7
+    assert "<!--" not in page.split('id="wg-data">', 1)[1].split("</script>", 1)[0]
+    assert "<title>&lt;/script&gt;&lt;script&gt;" in page
+    blob = re.search(r'<script type="application/json" id="wg-data">(.*?)</script>', page, flags=re.S)
+    assert blob is not None
+    data = json.loads(blob.group(1))
+    assert data == json.loads(json.dumps(page_data(graph)))
+    names = {n["name"] for n in data["nodes"]}
+    assert HOSTILE_NAME in names
+    key = next(n for n in data["nodes"] if n["name"] == HOSTILE_NAME)
+    assert key["attributes"]["nan"] == "nan", "NaN would make the JSON unreadable in the browser"
+
+
+def test_page_data_trims_text_but_keeps_counts() -> None:
+    node = {"id": "n1", "kind": "entity", "type": "item", "name": "x", "attributes": {"long": "y" * 5000},
+            "confidence": 0.5, "evidence": [f"quote {i}" for i in range(10)], "evidence_count": 12,
+            "source_scenes": ["s1", "s2"], "valid_to": None}
+    data = page_data({"nodes": [node], "edges": [], "rules": [], "scenes": [], "meta": None})
+    out = data["nodes"][0]
+    assert out["evidence_count"] == 12 and len(out["evidence"]) == 3 and out["scenes"] == 2
+    assert len(out["attributes"]["long"]) == 300
+
+
+# ---------------------------------------------------------------------- the command
+@pytest.fixture
+def cli(adventure_data: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("WORLDGRAPH_EMBEDDING_PROVIDER", "hashing")
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(["--data", str(adventure_data), "--tenant", "t1", *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def test_cli_writes_the_page_and_names_known_envs(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "page" / "graph.html"
+    code, stdout, _ = cli("view", "--env", ENV, "--out", str(out), "--json")
+    assert code == 0
+    result = json.loads(stdout)
+    assert result["path"] == str(out) and result["nodes"] == 20 and result["current_nodes"] == 16
+    page = out.read_text("utf-8")
+    assert page.startswith("<!doctype html>") and "CottageEscape · worldgraph</title>" in page
+    code, _, err = cli("view", "--env", "Atlantis", "--out", str(tmp_path / "x.html"))
+    assert code == 1 and "no environment 'Atlantis'" in err and "known: CottageEscape" in err
+    assert not (tmp_path / "x.html").exists()
+
+
+# ---------------------------------------------------------------------- in Chromium
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    chromium = find_chromium()
+    if not chromium:
+        message = "chromium not found: apt-get install -y chromium (.ci/run installs it)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    with Browser(chromium, size=(1400, 900)) as b:
+        yield b
+
+
+def _page(tmp_path: Path, graph: dict[str, Any], title: str = "Cottage") -> Path:
+    path = tmp_path / "view.html"
+    path.write_text(render_view(graph, title), encoding="utf-8")
+    return path
+
+
+def _dataset(b: Browser) -> dict[str, str]:
+    return dict(b.eval("Object.assign({}, document.body.dataset)"))
+
+
+def _screen_position(b: Browser, node_id: str) -> tuple[float, float]:
+    # a leaf: its centre; a box: just inside its top-left corner (its centre may be a child)
+    x, y = b.eval(f"""(() => {{
+        const n = worldgraphView.cy.getElementById({json.dumps(node_id)});
+        const bb = n.renderedBoundingBox({{includeLabels: false, includeOverlays: false}});
+        const p = n.isParent() ? {{x: bb.x1 + 8, y: bb.y1 + 8}} : n.renderedPosition();
+        const box = document.getElementById('cy').getBoundingClientRect();
+        return [p.x + box.left, p.y + box.top]; }})()""")
+    return float(x), float(y)
+
+
+@pytest.mark.browser
+def test_drawn_nodes_match_the_graph(browser: Browser, adventure: dict[str, Any], tmp_path: Path) -> None:
+    page = _page(tmp_path, adventure)
+    browser.open(page)
+    drawn = _dataset(browser)
+    default = _drawn_by_default(adventure)
+    assert len(default) < len(adventure["nodes"]), "'sofa dusty' is history"
+    assert int(drawn["nodeCount"]) == len(default) == 19
+    assert set(browser.eval("worldgraphView.cy.nodes('.entity, .state').map(n => n.id())")) == default
+    transitions = [e for e in adventure["edges"] if e["relation"] == "transition" and e["valid_to"] is None]
+    assert browser.eval("worldgraphView.cy.edges('.transition').map(e => e.data('label'))") \
+        and sorted(browser.eval("worldgraphView.cy.edges('.transition').map(e => e.data('label'))")) \
+        == sorted(e["action"] for e in transitions)
+    # nesting: the brass key sits in the workbench's box, which sits in the shed's box
+    key = next(n["id"] for n in adventure["nodes"] if n["name"] == "brass key")
+    assert browser.eval(f"worldgraphView.cy.getElementById('{key}').ancestors().map(n => n.data('label'))") \
+        == ["workbench", "shed", "garden"]
+
+    # the closed-history toggle draws every node, as the graph's meta counts them
+    browser.eval("document.getElementById('t-history').click()")
+    assert int(_dataset(browser)["nodeCount"]) == len(adventure["nodes"]) == adventure["meta"]["counts"]["nodes"]
+    closed_containment = sum(1 for e in adventure["edges"] if e["relation"] == "containment" and e["valid_to"])
+    assert browser.eval("worldgraphView.cy.edges('.containment.closed').length") == closed_containment
+    browser.eval("document.getElementById('t-scenes').click()")
+    assert int(_dataset(browser)["sceneCount"]) == len(
+        {e["dst_id"] for e in adventure["edges"] if e["relation"] == "episodic"})
+    assert int(_dataset(browser)["nodeCount"]) == len(adventure["nodes"])  # scenes are not world nodes
+    assert not [c for c in browser.console if c.startswith("exception")], browser.console
+
+
+@pytest.mark.browser
+def test_packed_layout_keeps_nesting_without_overlaps(browser: Browser, adventure: dict[str, Any],
+                                                     tmp_path: Path) -> None:
+    """The layout big graphs get (forced here on the small one): same nodes, same nesting, and no
+    two siblings (boxes or leaves) overlap."""
+    browser.open(_page(tmp_path, adventure), fragment="layout=pack")
+    assert _dataset(browser)["layout"] == "packed boxes"
+    assert int(_dataset(browser)["nodeCount"]) == len(_drawn_by_default(adventure))
+    overlaps = browser.eval("""(() => {
+        const cy = worldgraphView.cy, bad = [];
+        const groups = [cy.nodes().orphans(), ...cy.nodes().filter(n => n.isParent()).map(n => n.children())];
+        for (const g of groups) {
+          const boxes = g.map(n => [n.id(), n.boundingBox({includeLabels: false})]);
+          for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+            const [a, b] = [boxes[i][1], boxes[j][1]];
+            if (a.x1 < b.x2 && b.x1 < a.x2 && a.y1 < b.y2 && b.y1 < a.y2) bad.push([boxes[i][0], boxes[j][0]]);
+          }
+        }
+        return bad; })()""")
+    assert overlaps == []
+    key = next(n["id"] for n in adventure["nodes"] if n["name"] == "brass key")
+    assert browser.eval(f"worldgraphView.cy.getElementById('{key}').ancestors().map(n => n.data('label'))") \
+        == ["workbench", "shed", "garden"]
+
+
+@pytest.mark.browser
+def test_hovering_a_node_shows_its_rules(browser: Browser, adventure: dict[str, Any], tmp_path: Path) -> None:
+    browser.open(_page(tmp_path, adventure))
+    lamp = next(n["id"] for n in adventure["nodes"] if n["name"] == "lamp")
+    rules = [r for r in adventure["rules"] if lamp in r["linked_node_ids"] and r["valid_to"] is None]
+    assert len(rules) >= 2
+    browser.mouse_move(*_screen_position(browser, lamp))
+    tip = browser.eval("document.getElementById('tip').hidden ? '' : document.getElementById('tip').textContent")
+    assert tip.startswith("lamp") and all(f"IF {r['condition']} THEN {r['outcome']}" in tip for r in rules)
+    lit = browser.eval("[...document.querySelectorAll('#rules li.on .cond')].map(e => e.textContent)")
+    assert sorted(lit) == sorted("IF" + r["condition"] for r in rules)
+
+
+@pytest.mark.browser
+def test_screenshot_is_a_picture(browser: Browser, adventure: dict[str, Any], tmp_path: Path) -> None:
+    browser.open(_page(tmp_path, adventure))
+    full = browser.screenshot(tmp_path / "view.png")
+    assert full.read_bytes()[16:24] == (1400).to_bytes(4, "big") + (900).to_bytes(4, "big")  # PNG IHDR size
+    # The drawing area, at half scale (a pure-Python PNG reader is slow on a full screen).
+    left, top, width, height = browser.eval("(() => { const r = document.getElementById('cy')"
+                                            ".getBoundingClientRect(); return [r.left, r.top, r.width, r.height]; })()")
+    shot = browser.screenshot(tmp_path / "graph.png", clip=(left, top, width, height), scale=0.5)
+    stats = png_stats(shot)
+    assert stats["non_white"] > 0.03 * stats["width"] * stats["height"], "the graph area is (nearly) blank"
+    # state ellipses (amber) and several entity colours, not one tint
+    amber = sum(n for px, n in stats["colours"].items() if px[0] > 230 and 150 < px[1] < 215 and px[2] < 110)
+    assert amber > 50, "no state drawn"
+    assert len(stats["colours"]) > 100
+
+
+@pytest.mark.browser
+def test_hostile_names_do_not_run(browser: Browser, adventure: dict[str, Any], tmp_path: Path) -> None:
+    graph = _hostile_graph(adventure)
+    key = next(n["id"] for n in graph["nodes"] if n["name"] == HOSTILE_NAME)
+    browser.open(_page(tmp_path, graph, title=HOSTILE_NAME), fragment=f"node={key}")
+    assert browser.eval("window.pwned === undefined && document.body.dataset.pwned === undefined")
+    assert browser.eval("document.querySelectorAll('img, #details script, #rules script').length") == 0
+    assert int(_dataset(browser)["nodeCount"]) == len(_drawn_by_default(graph))
+    assert browser.eval("document.querySelector('#details h3').textContent") == HOSTILE_NAME
+    assert browser.eval("document.title") == HOSTILE_NAME
+    cond = browser.eval("[...document.querySelectorAll('#rules .cond')].map(e => e.textContent)")
+    assert "IF" + HOSTILE_RULE in cond
+    browser.mouse_move(*_screen_position(browser, key))
+    assert browser.eval("document.getElementById('tip').textContent").startswith(HOSTILE_NAME)
+    assert browser.eval("document.body.dataset.pwned === undefined")
+
+
+@pytest.mark.browser
+def test_empty_and_unknown_shapes_still_draw(browser: Browser, tmp_path: Path) -> None:
+    browser.open(_page(tmp_path, {"nodes": [], "edges": [], "rules": [], "scenes": [], "meta": None}))
+    assert _dataset(browser)["nodeCount"] == "0"
+    # an edge to a node the graph does not hold, a containment cycle, a rule linked to nothing
+    nodes = [{"id": i, "kind": "entity", "type": "box", "name": i, "valid_to": None} for i in ("a", "b")]
+    edges = [{"id": "e1", "relation": "containment", "src_id": "a", "dst_id": "b", "valid_to": None},
+             {"id": "e2", "relation": "containment", "src_id": "b", "dst_id": "a", "valid_to": None},
+             {"id": "e3", "relation": "transition", "src_id": "a", "dst_id": "ghost", "valid_to": None}]
+    rules = [{"id": "r1", "condition": "c", "outcome": "o", "linked_node_ids": ["ghost"]}]
+    browser.open(_page(tmp_path, {"nodes": nodes, "edges": edges, "rules": rules, "scenes": [], "meta": None}))
+    assert _dataset(browser)["nodeCount"] == "2"
+    assert browser.eval("worldgraphView.cy.nodes().filter(n => n.isParent()).length") == 1
+    assert not [c for c in browser.console if c.startswith("exception")], browser.console

@@ -1,0 +1,77 @@
+"""Bearer API keys -> the request's tenant, for the REST routes (a FastAPI dependency) and for
+the MCP endpoint (an ASGI wrapper that puts the tenant in the request's scope)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import anyio.to_thread
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from worldgraph.server.errors import ApiError, unauthorized
+from worldgraph.server.keys import ApiKeys
+
+TENANT_STATE = "worldgraph_tenant"  # where BearerTenant leaves the tenant in scope["state"]
+NO_KEY = ("send the header Authorization: Bearer <key>; create a key with "
+          "`worldgraph keys create --tenant T`")
+BAD_KEY = "the API key is unknown or revoked; create a new one with `worldgraph keys create --tenant T`"
+
+bearer = HTTPBearer(auto_error=False, scheme_name="ApiKey",
+                    description="An API key from `worldgraph keys create --tenant T`. The key names the tenant: "
+                                "every call sees only that tenant's data.")
+
+
+def authenticate(keys: ApiKeys, token: str | None) -> str:
+    """The tenant of ``token``, or a 401 ApiError."""
+    if not token:
+        raise unauthorized(NO_KEY)
+    tenant = keys.tenant_of(token)
+    if tenant is None:
+        raise unauthorized(BAD_KEY)
+    return tenant
+
+
+def require_tenant(request: Request,
+                   credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]) -> str:
+    """FastAPI dependency (sync: the key lookup is a store read, so it runs in the threadpool)."""
+    return authenticate(request.app.state.keys, credentials.credentials if credentials else None)
+
+
+Tenant = Annotated[str, Depends(require_tenant)]
+
+
+class BearerTenant:
+    """ASGI wrapper: 401 without a valid key, else the tenant in ``scope["state"]``. The keys are
+    the app's (``app.state.keys``), as for the REST routes."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        token = _bearer_token(scope)
+        try:
+            tenant = await anyio.to_thread.run_sync(authenticate, scope["app"].state.keys, token)
+        except ApiError as err:
+            await err.response()(scope, receive, send)
+            return
+        scope.setdefault("state", {})[TENANT_STATE] = tenant
+        await self.app(scope, receive, send)
+
+
+def _bearer_token(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else None
+    return None
+
+
+def scope_tenant(request: Any) -> str | None:
+    """The tenant BearerTenant put in a request's scope (None outside an HTTP request)."""
+    scope = getattr(request, "scope", None)
+    if not isinstance(scope, dict):
+        return None
+    state = scope.get("state")
+    return state.get(TENANT_STATE) if isinstance(state, dict) else None

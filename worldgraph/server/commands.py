@@ -1,0 +1,148 @@
+"""The service's commands: ``worldgraph serve``, ``worldgraph mcp`` and ``worldgraph keys``.
+
+Registered by ``worldgraph.cli.build_parser``; the web stack (FastAPI, uvicorn, mcp) is imported
+only when one of them runs, so the other commands start as fast as before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+Add = Callable[..., argparse.ArgumentParser]
+# How long an idle keep-alive connection stays open. Longer than clients keep idle pooled
+# connections (httpx 5 s, Node's fetch 4 s), so the client always closes first: with equal
+# timeouts a request sent just as the server closes fails with "server disconnected".
+KEEP_ALIVE_SECONDS = 30
+
+
+def add_server_commands(sub: Any, add: Add) -> None:
+    """Add serve, mcp and keys to the ``worldgraph`` parser (``add`` is cli.build_parser's helper)."""
+    sp = add("serve", cmd_serve, "serve the REST API (and MCP at /mcp) over HTTP")
+    sp.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    sp.add_argument("--port", type=int, default=8765)
+    sp.add_argument("--access-log", action="store_true", help="log every request")
+
+    sp = add("mcp", cmd_mcp, "serve MCP over stdio for one tenant (for Claude Desktop and other MCP clients)")
+    sp.add_argument("--tenant", dest="mcp_tenant", default=None, help="the tenant (default: the global --tenant)")
+
+    group = sub.add_parser("keys", help="API keys of the server").add_subparsers(title="keys commands")
+    sp = add("create", cmd_keys_create, "create an API key for a tenant (printed once, stored only hashed)",
+             parent=group)
+    sp.add_argument("--tenant", dest="key_tenant", required=True, help="the tenant the key gives access to")
+    sp.add_argument("--name", default=None, help="a label, e.g. who uses the key")
+    sp = add("list", cmd_keys_list, "list API keys (ids, tenants, names; never the keys)", parent=group)
+    sp.add_argument("--tenant", dest="key_tenant", default=None, help="only this tenant's keys")
+    sp = add("revoke", cmd_keys_revoke, "revoke an API key by its id (from `keys list`)", parent=group)
+    sp.add_argument("key_id")
+
+
+# ---------------------------------------------------------------------- serve / mcp
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from worldgraph.cli import open_wm
+    from worldgraph.server.app import create_app
+
+    wm = open_wm(args)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"note: listening on {args.host}: other machines can reach this server (keys still required)",
+              file=sys.stderr)
+    print(f"worldgraph {wm.store.name} store at {wm.path}; REST /v1, docs /docs, MCP /mcp", file=sys.stderr)
+    config = uvicorn.Config(create_app(wm, host=args.host), host=args.host, port=args.port,
+                            access_log=args.access_log, log_level="info", timeout_keep_alive=KEEP_ALIVE_SECONDS,
+                            timeout_graceful_shutdown=int(wm.config.shutdown_timeout_seconds) or None)
+    _serve_then_close(uvicorn.Server(config), wm)
+    return 0
+
+
+def _serve_then_close(server: Any, wm: Any) -> None:
+    """Run uvicorn until SIGINT / SIGTERM (it stops accepting and lets in-flight requests finish),
+    then close the model, which waits for the background world updates. Each merge is one
+    transaction, so nothing is half-written; a second signal while closing exits at once, and an
+    update it cut short stays pending (or running) for `worldgraph world retry`."""
+    def after_uvicorn(sig: int, frame: Any) -> None:
+        pass  # uvicorn re-raises the signal it stopped on once it returns; the model is still open
+
+    def force(sig: int, frame: Any) -> None:
+        print("forced exit: unfinished world updates stay pending for `worldgraph world retry`", file=sys.stderr)
+        os._exit(128 + sig)
+
+    handled = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, after_uvicorn) for sig in handled}
+    try:
+        server.run()
+    finally:
+        for sig in handled:
+            signal.signal(sig, force)
+        try:
+            wm.close()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from worldgraph.cli import open_wm
+    from worldgraph.memory.record import check_tenant
+    from worldgraph.server.mcp_server import build_mcp
+
+    tenant = check_tenant(args.mcp_tenant or args.tenant, "--tenant")
+    wm = open_wm(args)
+    try:
+        build_mcp(lambda: wm, tenant=tenant).run("stdio")
+    finally:
+        wm.close()
+    return 0
+
+
+# ---------------------------------------------------------------------- keys
+@contextmanager
+def _keys(args: argparse.Namespace) -> Iterator[Any]:
+    """The key registry of the data folder's store (no index or embedder is opened)."""
+    from worldgraph.config import WorldGraphConfig
+    from worldgraph.server.keys import ApiKeys
+    from worldgraph.service import open_store
+
+    store = open_store(Path(args.data), args.graph, WorldGraphConfig.from_env())
+    try:
+        yield ApiKeys(store)
+    finally:
+        store.close()
+
+
+def cmd_keys_create(args: argparse.Namespace) -> int:
+    from worldgraph.cli import emit
+
+    with _keys(args) as keys:
+        key, record = keys.create(args.key_tenant, args.name)
+    emit(args, {"key": key, **record}, lambda: print(
+        f"{key}\n\nAPI key {record['id']} for tenant {record['tenant_id']!r}. It is shown only now: store it "
+        f"safely.\nUse it as: Authorization: Bearer {key[:12]}..."))
+    return 0
+
+
+def cmd_keys_list(args: argparse.Namespace) -> int:
+    from worldgraph.cli import _table, emit
+
+    with _keys(args) as keys:
+        records = keys.list(args.key_tenant)
+    emit(args, records, lambda: _table(
+        [[r["id"], r["tenant_id"], r["name"] or "-", r["created_at"][:19], (r["revoked_at"] or "-")[:19]]
+         for r in records], ["id", "tenant", "name", "created", "revoked"]) if records else print("(no keys)"))
+    return 0
+
+
+def cmd_keys_revoke(args: argparse.Namespace) -> int:
+    from worldgraph.cli import emit
+
+    with _keys(args) as keys:
+        record = keys.revoke(args.key_id)
+    emit(args, record, lambda: print(f"revoked key {record['id']} of tenant {record['tenant_id']!r} "
+                                     f"(at {record['revoked_at']})"))
+    return 0

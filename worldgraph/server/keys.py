@@ -1,0 +1,84 @@
+"""API keys of ``worldgraph serve``: a key names its tenant, and only its hash is stored.
+
+A key reads ``wg_<id>_<secret>``. ``id`` (16 hex digits) finds the record and is what
+``worldgraph keys list`` shows and ``keys revoke`` takes; ``secret`` is 32 random bytes
+(``secrets.token_urlsafe``). The store keeps ``sha256(key)`` in hex, never the key. A presented
+key is hashed and compared with ``hmac.compare_digest`` (constant time). A fast hash is right
+here: with 256 bits of entropy in the secret there is no guessing for a slow password hash to
+slow down.
+
+Keys live in the graph store (``GraphStore.add_api_key`` ...), so every server process sharing
+one Neo4j, or one data folder, sees a key created or revoked by any of them at once: there is no
+cache, a revoked key is refused on its next request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from datetime import datetime, timezone
+from typing import Any
+
+from worldgraph.errors import InvalidInputError
+from worldgraph.kg.store import GraphStore
+from worldgraph.memory.record import check_tenant
+
+PREFIX = "wg"
+_KEY_RE = re.compile(r"^wg_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
+_ID_RE = re.compile(r"^[0-9a-f]{16}$")
+PUBLIC_FIELDS = ("id", "tenant_id", "name", "created_at", "revoked_at")
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+class ApiKeys:
+    """Create, check, list and revoke the keys kept in one graph store."""
+
+    def __init__(self, store: GraphStore) -> None:
+        self.store = store
+
+    def create(self, tenant_id: str, name: str | None = None) -> tuple[str, dict[str, Any]]:
+        """A new key for ``tenant_id``: returns (the key, shown once; its public record)."""
+        check_tenant(tenant_id, "tenant")
+        if name is not None and (not isinstance(name, str) or len(name) > 200):
+            raise InvalidInputError("name", "must be a string of at most 200 characters", name)
+        key_id = secrets.token_hex(8)
+        key = f"{PREFIX}_{key_id}_{secrets.token_urlsafe(32)}"
+        record = {"id": key_id, "tenant_id": tenant_id, "name": name or "", "key_hash": hash_key(key),
+                  "created_at": _now(), "revoked_at": None}
+        self.store.add_api_key(record)
+        return key, _public(record)
+
+    def tenant_of(self, key: str) -> str | None:
+        """The tenant of a valid, unrevoked key; None for anything else."""
+        m = _KEY_RE.fullmatch(key or "")
+        if m is None:
+            return None
+        record = self.store.get_api_key(m.group(1))
+        if record is None or record.get("revoked_at") is not None:
+            return None
+        if not hmac.compare_digest(str(record.get("key_hash", "")), hash_key(key)):
+            return None
+        return str(record["tenant_id"])
+
+    def list(self, tenant_id: str | None = None) -> list[dict[str, Any]]:
+        """Every key (of one tenant, or all), oldest first, without hashes."""
+        return [_public(r) for r in self.store.list_api_keys(tenant_id)]
+
+    def revoke(self, key_id: str) -> dict[str, Any]:
+        """Revoke a key by its id (idempotent); NotFoundError for an unknown id."""
+        if not isinstance(key_id, str) or not _ID_RE.fullmatch(key_id):
+            raise InvalidInputError("key_id", "must be the 16 hex digits `worldgraph keys list` shows", key_id)
+        return _public(self.store.revoke_api_key(key_id, _now()))
+
+
+def _public(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: record.get(k) for k in PUBLIC_FIELDS}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")

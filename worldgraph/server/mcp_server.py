@@ -1,0 +1,155 @@
+"""worldgraph as an MCP server (the official ``mcp`` SDK): the same WorldModel calls as the REST
+API, as tools an LLM can use without the docs.
+
+One builder serves both transports. Over stdio (``worldgraph mcp``) the tenant is fixed by
+``--tenant``. Mounted at ``/mcp`` by ``worldgraph serve`` (streamable HTTP), every request carries
+a bearer key and ``auth.BearerTenant`` puts its tenant in the request's scope, where the tools
+read it: a tool never takes a tenant as an argument. Tool arguments are the Python API's, less
+``tenant_id``. Errors come back as tool errors whose text is the REST error body
+(``{"error": {"type", "message", "field"}}``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Callable, TypeVar
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+from pydantic import Field
+
+from worldgraph import __version__
+from worldgraph.server.auth import scope_tenant
+from worldgraph.server.errors import describe
+from worldgraph.server.models import AgentExperience, AgentRound, CanvasContext, GraphDelta, RecallOptions
+from worldgraph.service import WorldModel
+
+T = TypeVar("T")
+
+INSTRUCTIONS = """worldgraph is your long-term memory and your model of the environments you act in.
+Before a task, call recall_experiences with what you are about to do: it returns past runs like it,
+best first, with what was learned. After a task, call record_experience with what you did and how it
+went; when a human rates a run, call submit_feedback. In an environment (a game, a website, a tool),
+call observe_round after each round; end your response with the lines 'FLAG_CURIOSITY: yes' and
+'CURIOSITY_REASON: <why>' when the round taught you something about how the world works, and the
+world graph (entities, states, transitions, rules) is updated in the background. world_graph shows
+what is known about an environment."""
+
+READ = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
+WRITE = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False)
+
+EnvName = Annotated[str, Field(description="The environment's name, e.g. CottageEscape (letters, digits, "
+                                           "'_', '-', '.').")]
+
+
+def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) -> MCPServer:
+    """The MCP server over ``world_model()``. ``tenant``: the fixed tenant of a stdio server;
+    None for HTTP, where each request's key names it."""
+    server: MCPServer = MCPServer("worldgraph", title="worldgraph memory and world model",
+                                  instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+
+    def call(ctx: Context, fn: Callable[[WorldModel, str], T]) -> T:
+        request = ctx.request_context.request if ctx.request_context is not None else None
+        who = scope_tenant(request) if request is not None else tenant
+        if who is None:
+            raise ToolError(json.dumps({"error": {"type": "unauthorized", "field": None,
+                                                  "message": "no tenant: send Authorization: Bearer <key>"}}))
+        try:
+            return fn(world_model(), who)
+        except Exception as exc:  # noqa: BLE001 - every failure goes back as the REST error body
+            raise ToolError(json.dumps(describe(exc).body())) from exc
+
+    @server.tool(annotations=WRITE)
+    def record_experience(
+        experience: Annotated[AgentExperience, Field(description="The run: agent_id, task_type, task_description and "
+                                                            "outcome are required; add learnings!")],
+        ctx: Context,
+        canvas: Annotated[CanvasContext | None, Field(description="The canvas the agent worked on, if any.")] = None,
+    ) -> dict[str, Any]:
+        """Record one finished agent run (task, approach, outcome, learnings, confidence) so it can be
+        recalled later. Returns {"episode_id"}: keep it to rate the run with submit_feedback."""
+        return {"episode_id": call(ctx, lambda wm, t: wm.record_experience(t, experience, canvas))}
+
+    @server.tool(annotations=READ)
+    def recall_experiences(
+        query: Annotated[str, Field(description="What you are about to do, in plain words.")],
+        ctx: Context,
+        agent_role: Annotated[str | None, Field(description="Only runs of this role (e.g. Finance); "
+                                                            "null for all.")] = None,
+        limit: Annotated[int, Field(gt=0, le=100, description="How many results at most.")] = 5,
+        options: Annotated[RecallOptions | None, Field(description="Filters: min_similarity (default 0.6; lower it "
+                                                             "to see more), success_only, agent_id, canvas_ids, "
+                                                             "date_range, min_feedback_score, ...")] = None,
+    ) -> dict[str, Any]:
+        """Find past runs similar to a task, best first. Each result has the task, outcome, learnings,
+        relevance_score (0-1), semantic_score and feedback_score. Use before starting a task."""
+        return {"results": call(ctx, lambda wm, t: wm.recall_experiences(t, agent_role, query, limit, options))}
+
+    @server.tool(annotations=WRITE)
+    def submit_feedback(
+        episode_id: Annotated[str, Field(description="The run's id (from record_experience or a recall result).")],
+        score: Annotated[float, Field(ge=-1, le=1, description="-1 harmful, 0 neutral, 1 excellent.")],
+        ctx: Context,
+        notes: Annotated[str | None, Field(description="Why.")] = None,
+        category: Annotated[str | None, Field(description="e.g. accuracy, helpfulness, safety.")] = None,
+        created_by: Annotated[str | None, Field(description="Who rates it.")] = None,
+    ) -> dict[str, Any]:
+        """Rate a recorded run. Well-rated runs rank higher in recall, poorly rated ones lower.
+        Returns the rating and the run's new average (0-1) and count."""
+        return call(ctx, lambda wm, t: dict(wm.submit_feedback(t, episode_id, score, notes, category, created_by)))
+
+    @server.tool(annotations=READ)
+    def get_agent_episodes(
+        agent_id: Annotated[str, Field(description="The agent's id.")],
+        ctx: Context,
+        limit: Annotated[int, Field(gt=0, le=1000, description="How many, newest first.")] = 30,
+    ) -> dict[str, Any]:
+        """An agent's newest recorded runs, newest first."""
+        return {"episodes": call(ctx, lambda wm, t: wm.get_agent_episodes(t, agent_id, limit))}
+
+    @server.tool(annotations=WRITE)
+    def observe_round(env_name: EnvName, round: Annotated[AgentRound, Field(description="The round.")],  # noqa: A002
+                      ctx: Context) -> dict[str, Any]:
+        """Report one round of acting in an environment (action, observations before and after, your full
+        response). It is recorded as a run; if your response ends with 'FLAG_CURIOSITY: yes' and
+        'CURIOSITY_REASON: ...', a scene packet is returned and the world graph is updated from it in the
+        background. Returns {"packet": ... or null}."""
+        return {"packet": call(ctx, lambda wm, t: wm.observe_round(t, env_name, round.model_dump()))}
+
+    @server.tool(annotations=WRITE)
+    def apply_delta(
+        env_name: EnvName,
+        delta: GraphDelta,
+        ctx: Context,
+        scene: Annotated[str | None, Field(description="Why: kept as the update's trigger reason.")] = None,
+    ) -> dict[str, Any]:
+        """Merge facts you already extracted into an environment's world graph: {entities, states, edges,
+        rules}. Edges: containment (parent -> child), transition (state -> state, with the action),
+        episodic (node -> scene). Refs name items of the same delta (their ref), or existing nodes by id or
+        type:name. A newer fact closes what it contradicts (kept as history). Returns the merge report:
+        created, merged, closed ids and dropped items with reasons."""
+        return call(ctx, lambda wm, t: wm.apply_delta(t, env_name, delta, scene).to_dict())
+
+    @server.tool(annotations=READ)
+    def world_graph(env_name: EnvName, ctx: Context) -> dict[str, Any]:
+        """Everything known about an environment: nodes (entities, states), edges (containment,
+        transitions with their actions), if-then rules, scenes and meta (version, counts). Closed facts
+        have valid_to set."""
+        return call(ctx, lambda wm, t: wm.world_graph(t, env_name))
+
+    @server.tool(annotations=READ)
+    def cypher(
+        query: Annotated[str, Field(description="Read-only Cypher that filters every MATCH on $tenant_id, e.g. "
+                                                "MATCH (r:Rule {tenant_id: $tenant_id}) RETURN r.condition, "
+                                                "r.outcome LIMIT 10")],
+        ctx: Context,
+        params: Annotated[dict[str, Any] | None, Field(description="More parameters; $tenant_id is bound "
+                                                                   "for you.")] = None,
+    ) -> dict[str, Any]:
+        """Explore the graph with read-only Cypher (Neo4j store only). Labels: Episode, Agent, Feedback,
+        Canvas, Scene, WorldNode (Entity / State), Rule; relationships CONTAINS, TRANSITION {action},
+        EPISODIC, CONCERNS, PRODUCED, PERFORMED_BY, RATES. Returns {"rows"}."""
+        return {"rows": call(ctx, lambda wm, t: wm.cypher(t, query, params))}
+
+    return server

@@ -1,0 +1,350 @@
+"""Pydantic models of the REST API and the MCP tools: one declaration gives validation, the
+OpenAPI document (and so the TypeScript types) and the MCP tool schemas.
+
+Inputs reuse the library's own models (``AgentExperience``, ``CanvasContext``, ``RecallOptions``,
+``AgentRound``), subclassed under the same names only to add field descriptions to their JSON
+Schema: validation is exactly the library's, and an instance is still the library's model to
+the facade. Outputs
+declare the fields a client reads and allow more (``extra="allow"``), so nothing the library
+returns is dropped on the way out.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Callable, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic.json_schema import SkipJsonSchema
+
+from worldgraph.kg import curiosity
+from worldgraph.memory import models as lib
+
+
+def _described(docs: dict[str, str]) -> Callable[[dict[str, Any]], None]:
+    """A ``json_schema_extra`` hook that adds descriptions to the properties of a schema."""
+    def extra(schema: dict[str, Any]) -> None:
+        for name, prop in schema.get("properties", {}).items():
+            if name in docs:
+                prop.setdefault("description", docs[name])
+    return extra
+
+
+EXPERIENCE_DOCS = {
+    "episode_id": "Leave out to get a new id; give one only to import a run recorded elsewhere.",
+    "agent_id": "The agent that ran, e.g. fin-agent-1.",
+    "agent_role": "Its role, e.g. Finance; recall can filter on it.",
+    "task_type": "Kind of task, e.g. reconciliation.",
+    "task_description": "What the agent was asked to do (the main text recall matches).",
+    "input_summary": "The input it worked from (cut to 500 characters).",
+    "reasoning_chain": "Its reasoning: {steps: [{step, thought}], conclusion}, or a string, or a list of steps.",
+    "approach_taken": "How it went about it.",
+    "actions_taken": "The actions it took, in order.",
+    "outcome": "success or failure.",
+    "success": "Derived from outcome when left out; must agree with it.",
+    "error_message": "What went wrong, for a failure.",
+    "confidence_score": "The agent's confidence in its result, 0 to 1 (default 0.5).",
+    "constitutional_violations": "Rules it broke (readiness counts runs with none).",
+    "human_intervention_required": "Whether a human had to step in.",
+    "learnings": "What to remember for next time (recall matches these too).",
+    "metacognitive_insights": "{what_worked, what_failed, uncertainty}.",
+    "timestamp": "When it ran (ISO 8601); default now. Recent runs rank higher.",
+    "maturity_level": "student, intern, supervised or autonomous.",
+    "canvas_id": "The canvas it worked on, when no canvas context is given.",
+    "canvas_action_ids": "Ids of canvas actions taken during the run.",
+}
+CANVAS_DOCS = {
+    "id": "Canvas id, e.g. canvas-456.",
+    "name": "Display name.",
+    "components": "The canvas components (free-form objects).",
+    "state": "The canvas state (free-form object).",
+    "actions": "Actions taken on it during the run: [{id, type, component_id, timestamp, details}].",
+}
+RECALL_OPTION_DOCS = {
+    "limit": "How many results (overrides the request's limit).",
+    "min_similarity": "Minimum semantic (cosine) similarity, -1 to 1; default the server's 0.6.",
+    "agent_role": "Only episodes of this role.",
+    "agent_id": "Only episodes of this agent.",
+    "canvas_ids": "Only episodes on these canvases.",
+    "date_range": "Only episodes in {start, end} (ISO 8601).",
+    "success_only": "Only successful runs.",
+    "min_feedback_score": "Only episodes whose normalised average feedback is at least this (0 to 1); "
+                          "unrated ones are left out, and highly / poorly rated ones get a boost / penalty.",
+    "feedback_category": "Count only feedback of this category (e.g. accuracy).",
+    "include_canvas_context": "Add each episode's canvas snapshot and actions.",
+    "include_neighborhood": "Add each episode's canvas, feedback, scenes and the world nodes and rules learned from it.",
+    "hybrid": "Add BM25 full-text hits to the vector candidates (default true).",
+    "extract_filters": "Turn references in the query (canvas-123, agent:bob, dates, 'last week') into filters.",
+}
+ROUND_DOCS = {
+    "round": "The round number (0 or more); merges of one environment are ordered by it.",
+    "action": "The action the agent took this round, e.g. take brass key.",
+    "before_observation": "What the agent saw before acting.",
+    "after_observation": "What it saw after.",
+    "feedback": "The environment's feedback (reward text, error).",
+    "admissible_commands": "The actions that were available.",
+    "response": "The agent's full output. Ending with the lines 'FLAG_CURIOSITY: yes' and "
+                "'CURIOSITY_REASON: ...' asks for a world-graph update from this round.",
+}
+
+
+class AgentExperience(lib.AgentExperience):
+    """One agent run (every field of the seed's AgentExperience)."""
+
+    model_config = ConfigDict(json_schema_extra=_described(EXPERIENCE_DOCS))
+    # The key (or the MCP server's --tenant) names the tenant, so the schemas do not offer the
+    # field; a body that still carries another tenant's id is refused by the facade (422).
+    tenant_id: SkipJsonSchema[str | None] = None
+
+
+class CanvasContext(lib.CanvasContext):
+    """The workspace an agent acted on during a run."""
+
+    model_config = ConfigDict(json_schema_extra=_described(CANVAS_DOCS))
+
+
+class RecallOptions(lib.RecallOptions):
+    """Recall filters and switches; a field left out takes the server's default."""
+
+    model_config = ConfigDict(json_schema_extra=_described(RECALL_OPTION_DOCS))
+
+
+class AgentRound(curiosity.AgentRound):
+    """One round of an agent in an environment; missing optional fields are empty."""
+
+    model_config = ConfigDict(json_schema_extra=_described(ROUND_DOCS))
+    agent_id: str | None = Field(None, description="The agent, for the episode recorded for this round.")
+
+
+# ---------------------------------------------------------------------------- requests
+class ExperienceBatch(BaseModel):
+    """Several runs at once: all are validated first (one bad item rejects the batch), then
+    stored in one transaction."""
+
+    model_config = ConfigDict(extra="forbid")
+    experiences: list[AgentExperience] = Field(min_length=1, description="The runs to record.")
+    canvases: list[CanvasContext | None] | None = Field(
+        None, description="Optional: the canvas of each run (same length as experiences; null for none).")
+
+
+def _experience_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "batch" if "experiences" in value else "experience"
+    return "batch" if isinstance(value, ExperienceBatch) else "experience"
+
+
+# POST /v1/experiences takes one experience or a batch. The tag of the failing branch leads the
+# location of a validation error; errors.field_path shows "experience.outcome" for the first
+# and "experiences[0].outcome" for the second, the Python API's own field names.
+ExperiencesBody = Annotated[
+    Union[Annotated[ExperienceBatch, Tag("batch")], Annotated[AgentExperience, Tag("experience")]],
+    Discriminator(_experience_kind),
+]
+UNION_TAGS = frozenset({"batch"})  # tags that are not part of the field path
+
+
+class RecallRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(min_length=1, description="What you are about to do, in plain words; recall finds "
+                                                 "past runs like it.")
+    agent_role: str | None = Field(None, description="Only runs of agents with this role (e.g. Finance); "
+                                                     "null for every role.")
+    limit: int = Field(5, gt=0, le=1000, description="How many results at most.")
+    options: RecallOptions | None = Field(None, description="Filters and switches (RecallOptions).")
+
+
+class FeedbackRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    score: float = Field(ge=-1.0, le=1.0, description="-1 harmful, 0 neutral, 1 excellent.")
+    notes: str | None = Field(None, description="Why.")
+    category: str | None = Field(None, description="e.g. accuracy, helpfulness, safety.")
+    created_by: str | None = Field(None, description="Who rated it (default anonymous).")
+
+
+class CypherRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(min_length=1, description="Read-only Cypher in which every labelled node it starts from is "
+                                                 "scoped with {tenant_id: $tenant_id} ($tenant_id is bound for you), "
+                                                 "e.g. MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e.id LIMIT 5.")
+    params: dict[str, Any] | None = Field(None, description="More query parameters (tenant_id is not allowed).")
+
+
+GraphDelta = Annotated[dict[str, Any], Field(
+    description="A graph delta: {entities, states, edges, rules}, each an array of objects (see "
+                "worldgraph/prompts/graph_delta.schema.json). A delta that is not an object with those four "
+                "arrays is refused whole (422); inside it, each item is checked on its own and a bad one is "
+                "dropped and listed in the report's `dropped` with the reason.",
+    examples=[{"entities": [{"ref": "e1", "name": "brass key", "type": "item"},
+                            {"ref": "e2", "name": "kitchen table", "type": "furniture"}],
+               "states": [], "edges": [{"relation": "containment", "src_ref": "e2", "dst_ref": "e1"}],
+               "rules": [{"condition": "the front door is locked", "outcome": "going outside fails"}]}])]
+
+
+# ---------------------------------------------------------------------------- responses
+class _Open(BaseModel):
+    """Declared fields are what clients read; every other field returned is kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class EpisodeIds(BaseModel):
+    episode_ids: list[str] = Field(description="The new episodes' ids, in the order given.")
+
+
+class ScoreBreakdown(_Open):
+    semantic_weighted: float
+    recency_boost: float
+    feedback_adjustment: float
+    confidence_factor: float
+    clamped: float
+    feedback_aware: float
+    diversity_penalty: float
+    final: float
+
+
+class RecallResultOut(_Open):
+    """One recalled run (the seed's result fields, the semantic score and how the score was made)."""
+
+    episode_id: str
+    task_type: str
+    task_description: str
+    input_summary: str
+    outcome: Literal["success", "failure"]
+    learnings: list[str]
+    confidence: float
+    timestamp: str
+    relevance_score: float = Field(description="The final score, 0 to 1: what results are ordered by.")
+    semantic_score: float = Field(description="Cosine similarity of the query and the run.")
+    canvas_id: str | None = None
+    canvas_name: str | None = None
+    canvas_actions: list[str] = Field(default_factory=list)
+    feedback_score: float | None = Field(None, description="Normalised average feedback, 0 to 1; null if unrated.")
+    feedback_count: int = 0
+    score_breakdown: ScoreBreakdown | None = None
+
+
+class RecallResponse(BaseModel):
+    results: list[RecallResultOut]
+
+
+class FeedbackOut(_Open):
+    """The stored rating, and the episode's ratings after it."""
+
+    id: str
+    episode_id: str
+    feedback_score: float
+    feedback_notes: str | None = None
+    feedback_category: str | None = None
+    created_by: str
+    created_at: str
+    average: float = Field(description="The episode's normalised average feedback, 0 to 1.")
+    mean_score: float = Field(description="The episode's mean raw score, -1 to 1.")
+    count: int = Field(description="How many ratings the episode has.")
+
+
+class EpisodeOut(_Open):
+    """A stored run: every AgentExperience field plus id, timestamp and canvas details."""
+
+    id: str
+    agent_id: str
+    agent_role: str
+    task_type: str
+    task_description: str
+    outcome: Literal["success", "failure"]
+    success: bool
+    confidence_score: float
+    learnings: list[str]
+    timestamp: str
+
+
+class EpisodesResponse(BaseModel):
+    episodes: list[EpisodeOut] = Field(description="Newest first.")
+
+
+class Readiness(_Open):
+    """The graduation exam over the agent's last `window` runs."""
+
+    agent_id: str
+    window: int
+    episodes: int
+    zero_intervention_ratio: float
+    constitutional_compliance: float
+    mean_confidence: float
+    success_rate: float
+    score: float
+    ready: bool = Field(description="True when every check reaches its threshold.")
+    failing: list[str] = Field(description="The checks below their threshold.")
+    thresholds: dict[str, int | float]
+
+
+class ScenePacket(_Open):
+    """A flagged round, stored as "pending" before any LLM call; the server's background worker
+    extracts a delta from it and merges it (status then "merged", or "failed" with the error)."""
+
+    id: str
+    status: str
+    env_name: str
+    current_round: int
+    trigger_reason: str | None = None
+    episode_id: str | None = None
+    created_at: str
+
+
+class RoundResponse(BaseModel):
+    packet: ScenePacket | None = Field(description="The scene packet when the round carried "
+                                                   "FLAG_CURIOSITY: yes, else null.")
+
+
+class DroppedItemOut(_Open):
+    kind: str
+    index: int
+    reason: str
+    item: Any = None
+
+
+class MergeReportOut(_Open):
+    """What one merge did, and why anything is missing."""
+
+    env_name: str
+    scene_id: str | None = None
+    ok: bool
+    error: str | None = None
+    graph_version: int | None = None
+    created: dict[str, list[str]] = Field(description="Ids of new nodes, edges and rules.")
+    merged: dict[str, list[str]] = Field(description="Ids of existing ones confirmed again (more evidence).")
+    closed: dict[str, list[str]] = Field(description="Ids of ones a newer fact closed (valid_to set).")
+    reopened: dict[str, list[str]] = Field(default_factory=dict)
+    dropped: list[DroppedItemOut] = Field(description="Items left out, each with its reason.")
+    notes: list[DroppedItemOut] = Field(default_factory=list)
+    skipped: str | None = None
+
+
+class WorldGraphOut(_Open):
+    """One environment's graph; each list sorted by id. Closed facts have valid_to set."""
+
+    nodes: list[dict[str, Any]] = Field(description="Entities and states: id, kind, type, name, attributes, "
+                                                    "confidence, evidence, source_scenes, valid_from, valid_to.")
+    edges: list[dict[str, Any]] = Field(description="id, relation (transition | containment | episodic), src_id, "
+                                                    "dst_id, action, confidence, valid_from, valid_to.")
+    rules: list[dict[str, Any]] = Field(description="id, condition, outcome, linked_node_ids, confidence.")
+    scenes: list[dict[str, Any]] = Field(description="The scene packets of the environment with their status.")
+    meta: dict[str, Any] | None = Field(description="graph_version, updated_at, counts; null for a new environment.")
+
+
+class CypherResponse(BaseModel):
+    rows: list[dict[str, Any]]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    version: str
+    graph_store: str
+
+
+class ErrorBody(BaseModel):
+    type: str = Field(description="e.g. unauthorized, not_found, payload_too_large, invalid_input.")
+    message: str = Field(description="What is wrong and how to fix it.")
+    field: str | None = Field(None, description="The field at fault (e.g. experience.outcome), when there is one.")
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
