@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from worldgraph import ReadOnlyQueryError, WorldModel
+from worldgraph import CypherQueryError, ReadOnlyQueryError, WorldModel
 from worldgraph.cli import main as cli_main
 from worldgraph.errors import InvalidInputError, TenantScopeError
 from worldgraph.kg import cypher_guard
@@ -243,7 +243,7 @@ def _params(sealed: Sealed, params: dict[str, Any]) -> dict[str, Any]:
 def _outcome(sealed: Sealed, query: str, params: dict[str, Any]) -> tuple[str, str]:
     try:
         rows = sealed.store.cypher(sealed.attacker, query.replace("{victim}", sealed.victim), _params(sealed, params))
-    except (ReadOnlyQueryError, InvalidInputError) as exc:  # refused, or more rows than cypher_max_rows
+    except (ReadOnlyQueryError, CypherQueryError, InvalidInputError) as exc:  # refused, not runnable, or too many rows
         return "refused", f"{type(exc).__name__}: {exc}"
     return "rows", json.dumps(rows, sort_keys=True, ensure_ascii=False, default=str)
 
@@ -453,7 +453,7 @@ def test_row_cap_and_timeout_come_from_config(sealed: Sealed, neo4j_server: dict
         assert len(store.cypher(sealed.attacker, "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e.id LIMIT 3")) == 3
         with pytest.raises(InvalidInputError, match="more than 3 rows"):
             store.cypher(sealed.attacker, "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e.id")
-        with pytest.raises(ReadOnlyQueryError, match="longer than 1.0 s"):
+        with pytest.raises(CypherQueryError, match="longer than 1.0 s"):
             store.cypher(sealed.attacker, "MATCH (a:Episode {tenant_id: $tenant_id}), (b:Episode {tenant_id: "
                                           "$tenant_id}), (c:Episode {tenant_id: $tenant_id}) UNWIND range(1, 100000) "
                                           "AS i RETURN count(*) AS n")

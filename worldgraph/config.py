@@ -26,8 +26,11 @@ class WorldGraphConfig(BaseModel):
     # Embedding (seed)
     embedding_model: str = "text-embedding-3-small"
     embedding_dimensions: int = Field(1536, gt=0)
-    # auto: the local MiniLM model when its package is installed, else the hashing fallback
+    # auto: the best installed local model (a folder keeps the model that built its index), else
+    # the hashing fallback; local: the same without the fallback
     embedding_provider: Literal["auto", "openai", "local", "hashing"] = "auto"
+    embedding_local_model: str = "auto"  # or a key of worldgraph.memory.embeddings.LOCAL_MODELS
+    embedding_threads: int = Field(0, ge=0)  # local batches embedded side by side; 0 = one per core
 
     # Recall (seed)
     default_recall_limit: int = Field(5, gt=0)

@@ -18,8 +18,8 @@ from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError, NotFoundError, ReadOnlyError
 from worldgraph.kg.store import GraphStore
 from worldgraph.limits import MAX_PAGE, check_batch, check_delta_size, check_query, check_text, check_value
-from worldgraph.memory.embeddings import Embedder, check_embeddings, embedder_name, make_embedder
-from worldgraph.memory.index import EpisodeIndex
+from worldgraph.memory.embeddings import Embedder, check_embeddings, embedder_name, index_name, make_embedder
+from worldgraph.memory.index import EpisodeIndex, stored_embedder_name
 from worldgraph.memory.models import AgentExperience, CanvasContext, EpisodeFeedback, RecallOptions, iso, utcnow
 from worldgraph.memory.recall import RecallResult, recall
 from worldgraph.memory.record import build_episode, check_tenant, index_row, parse_canvas, parse_experience, searchable_text
@@ -61,7 +61,9 @@ class WorldModel:
         """
         cfg = config or WorldGraphConfig.from_env(**overrides)
         root = Path(path)
-        emb = embedder or make_embedder(cfg)
+        # A folder keeps the local model that built its index (see memory/embedders/factory.py).
+        built_by = None if rebuild_index else stored_embedder_name(root / cfg.lancedb_path)
+        emb = embedder or make_embedder(cfg, built_by)
         for attr in ("dimensions", "embed"):
             if not hasattr(emb, attr):
                 raise InvalidInputError("embedder", f"has no {attr!r}: give an object with .dimensions and .embed(texts)")
@@ -71,7 +73,8 @@ class WorldModel:
                 raise ReadOnlyError("rebuild_index", reason)
             if rebuild_index:
                 store.mark_pending()  # before the tables are dropped (see reindex)
-            index = EpisodeIndex(root / cfg.lancedb_path, int(emb.dimensions), embedder_name(emb), cfg,
+            index = EpisodeIndex(root / cfg.lancedb_path, int(emb.dimensions),
+                                 index_name(embedder_name(emb), built_by), cfg,
                                  rebuild=rebuild_index, read_only=reason is not None)
         except Exception:
             store.close()

@@ -56,6 +56,17 @@ META_FORMAT = 2  # 2: one table per tenant
 # distinct on case-insensitive file systems); "eph-<hex of the utf-8 bytes>" for any other tenant
 # id; "eps-<sha256>" for very long ones. The three prefixes differ at their third character, so
 # two tenants never share a table.
+def stored_embedder_name(path: str | Path) -> str | None:
+    """The embedder name recorded beside the index at ``path`` (None: new, unlabelled or remote)."""
+    if "://" in str(path):
+        return None
+    try:
+        name = json.loads((Path(path) / META_FILE).read_text()).get("embedder")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) and name else None
+
+
 _PLAIN_TENANT = re.compile(r"[a-z0-9][a-z0-9_.-]{0,127}")
 TABLE_PREFIXES = ("ep-", "eph-", "eps-")
 VECTOR_INDEX_NAME = "vector_idx"
