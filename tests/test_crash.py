@@ -201,16 +201,16 @@ def test_embedding_failure_stores_marks_failed_and_retry_indexes(tmp_path: Path)
 
 def test_index_write_failure_marks_failed_and_open_retries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     wm = WorldModel.open(tmp_path, embedder=HashingEmbedder(384))
-    real_upsert = wm.index.upsert
+    real_to_arrow = wm.index._to_arrow  # every index write (append or upsert) goes through it
     calls = {"n": 0}
 
-    def failing_upsert(rows: list[dict[str, Any]]) -> None:
+    def failing_to_arrow(rows: list[dict[str, Any]]) -> Any:
         calls["n"] += 1
         if calls["n"] == 1:
             raise OSError("disk full while writing the LanceDB fragment")
-        real_upsert(rows)
+        return real_to_arrow(rows)
 
-    monkeypatch.setattr(wm.index, "upsert", failing_upsert)
+    monkeypatch.setattr(wm.index, "_to_arrow", failing_to_arrow)
     ids = wm.record_experiences("t1", _exps(4, "freight"))
     stored = wm.store.get_episodes("t1", ids)
     assert [stored[i]["index_status"] for i in ids] == ["failed"] * 4

@@ -383,7 +383,8 @@ def test_ann_index_built_lazily_and_search_stays_exact(tmp_path):
 
 
 def test_optimize_runs_every_n_writes(tmp_path):
-    cfg = WorldGraphConfig(compact_every_writes=5)
+    # compact_target_rows=4: the background compacts once the small fragments add up to 4 rows
+    cfg = WorldGraphConfig(compact_every_writes=5, compact_target_rows=4)
     idx = EpisodeIndex(tmp_path / "db", D, HASH.name, cfg)
     for i in range(4):
         idx.upsert([row(f"e{i}", f"text {i}")])

@@ -99,6 +99,25 @@ class WorldGraphConfig(BaseModel):
     # Background optimize of a tenant's table also once this many rows were written to it (in this
     # process) since the last one: rows written after an index was built are flat-scanned until then.
     optimize_every_rows: int = Field(5_000, gt=0)
+    # The ANN index of a tenant's table, chosen by measurement (bench/README.md, "Choosing the ANN
+    # index"): IVF partitions of ~ann_partition_rows rows holding 4-bit RaBitQ codes; a search
+    # probes at least ann_nprobes partitions and re-ranks at least ann_candidates hits (and k) by
+    # their full vectors. At 1M episodes: recall@10 1.0 against exact search, ~12 ms a search.
+    ann_index_type: Literal["IVF_PQ", "IVF_RQ", "IVF_SQ", "IVF_HNSW_SQ"] = "IVF_RQ"
+    ann_partition_rows: int = Field(8_192, gt=0)
+    ann_rq_bits: int = Field(4, ge=1, le=8)  # IVF_RQ: bits per dimension of the RaBitQ codes
+    ann_nprobes: int = Field(20, gt=0)
+    ann_candidates: int = Field(100, gt=0)
+    # Retrain the ANN index once the table wants this many times the partitions it was built with.
+    ann_retrain_growth: float = Field(4.0, gt=1.0)
+    # Old table versions (and the files only they use) are deleted this long after they stop being
+    # the newest; a reader always works on the newest, so this only needs to outlast one search.
+    index_version_retention_seconds: float = Field(300.0, ge=0)
+    # Compaction merges small fragments up to this many rows; bigger ones are not rewritten again.
+    compact_target_rows: int = Field(65_536, gt=0)
+    # New rows are indexed as small delta segments; an index with more segments than this (every
+    # search reads each one) is merged back into one by the next background optimize.
+    index_max_segments: int = Field(8, ge=1)
 
     # World graph
     app_name: str = "general"

@@ -178,13 +178,17 @@ class WorldModel:
         # raises with nothing stored. Nothing after it raises: indexing and recording how it went
         # are retried by retry_indexing when they fail (a full disk), so a caller never retries a
         # batch that was in fact stored.
-        self.store.add_episodes(tenant_id, episodes, list(canvas_recs.values()), audits)
         ids = [e["id"] for e in episodes]
         if vectors is None:
+            self.store.add_episodes(tenant_id, episodes, list(canvas_recs.values()), audits)
             self._mark(tenant_id, ids, "failed", embed_error)
             self._index_retrier.kick()
             return ids
-        self._index(tenant_id, episodes, vectors)
+        # New episodes are appended to the index, not merged: the window holds the table's write
+        # lock around the store commit (see EpisodeIndex.adding); it neither fails to open nor raises.
+        with self.index.adding(tenant_id) as add:
+            self.store.add_episodes(tenant_id, episodes, list(canvas_recs.values()), audits)
+            self._index(tenant_id, episodes, vectors, add)
         return ids
 
     def record_conversation(self, tenant_id: str, session_id: str, turns: Iterable[dict[str, Any]]) -> list[str]:
@@ -230,13 +234,15 @@ class WorldModel:
                 progress(min(start + batch, len(texts)), len(texts))
         return np.concatenate(out) if out else np.zeros((0, int(self.embedder.dimensions)), dtype=np.float32)
 
-    def _index(self, tenant_id: str, episodes: list[dict[str, Any]], vectors: Any) -> bool:
-        """Write the episodes' index rows, then mark them "indexed" (in that order: an episode
-        marked indexed always has its row); True if both happened. Never raises."""
+    def _index(self, tenant_id: str, episodes: list[dict[str, Any]], vectors: Any,
+               write: Callable[[list[dict[str, Any]]], None] | None = None) -> bool:
+        """Write the episodes' index rows (``write``, default ``index.upsert``), then mark them
+        "indexed" (in that order: an episode marked indexed always has its row); True if both
+        happened. Never raises."""
         ids = [e["id"] for e in episodes]
         max_text = self.config.max_search_text_bytes
         try:
-            self.index.upsert([index_row(e, v, max_text) for e, v in zip(episodes, vectors)])
+            (write or self.index.upsert)([index_row(e, v, max_text) for e, v in zip(episodes, vectors)])
         except Exception as exc:  # noqa: BLE001 - the store holds them; retry_indexing re-runs them
             log.warning("indexing %d episodes failed (%s); marked for retry", len(ids), exc)
             self._mark(tenant_id, ids, "failed", f"indexing failed: {exc}")

@@ -1,0 +1,71 @@
+"""What a benchmark process costs the machine: resident memory, disk use, load average.
+
+Linux only for memory (``/proc/self/status``); elsewhere the numbers are None.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from pathlib import Path
+from typing import Any
+
+
+def rss_mb() -> dict[str, float | None]:
+    """Current (VmRSS) and peak (VmHWM) resident memory of this process, in MB."""
+    out: dict[str, float | None] = {"rss_mb": None, "peak_rss_mb": None}
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    out["rss_mb"] = round(int(line.split()[1]) / 1024, 1)
+                elif line.startswith("VmHWM:"):
+                    out["peak_rss_mb"] = round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return out
+
+
+def reset_peak_rss() -> bool:
+    """Start a new peak-RSS window (Linux: ``echo 5 > /proc/self/clear_refs``); False if unsupported."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def children_peak_rss_mb() -> float:
+    """The largest peak RSS of any finished child process (the index maintenance processes), MB."""
+    return round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def du(p: Path) -> int:
+    if p.is_file():
+        return p.stat().st_size
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+
+
+def disk_breakdown(data_dir: Path) -> dict[str, Any]:
+    """MB on disk of a WorldModel data directory: the SQLite store (with its WAL) and each
+    LanceDB table split into row data, indexes, version manifests, transactions and deletions."""
+    mb = lambda n: round(n / 1e6, 1)  # noqa: E731
+    out: dict[str, Any] = {"sqlite_mb": mb(sum(du(f) for f in data_dir.glob("worldgraph.db*"))), "lancedb": {}}
+    lance_root = data_dir / "lancedb"
+    total = 0
+    for table in sorted(lance_root.glob("*.lance")) if lance_root.is_dir() else []:
+        parts = {sub.name.lstrip("_"): mb(du(sub)) for sub in sorted(table.iterdir()) if sub.is_dir()}
+        parts["total"] = mb(du(table))
+        out["lancedb"][table.name] = parts
+        total += du(table)
+    out["lancedb_mb"] = mb(total)
+    out["other_mb"] = mb(du(data_dir) - total - sum(du(f) for f in data_dir.glob("worldgraph.db*")))
+    return out

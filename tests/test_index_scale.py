@@ -1,0 +1,257 @@
+"""The episode index at scale: ANN index choice and retraining, the append path for new episodes,
+delta segments and their merging, search knobs. Against a real LanceDB in tmp_path."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from lancedb.index import IvfHnswSq, IvfPq, IvfRq, IvfSq
+
+from worldgraph import WorldModel
+from worldgraph.config import WorldGraphConfig
+from worldgraph.errors import InvalidInputError
+from worldgraph.memory.embeddings import HashingEmbedder
+from worldgraph.memory.index import EpisodeIndex
+from worldgraph.memory.index_policy import ann_due_rows, ann_partitions_for, ann_search_params, vector_index_config
+
+
+def rows(start: int, stop: int, rng: np.random.Generator, tenant: str = "A", dims: int = 16) -> list[dict[str, Any]]:
+    return [{"episode_id": f"e{i}", "tenant_id": tenant, "vector": rng.normal(size=dims), "text": f"word{i % 7} row {i}"}
+            for i in range(start, stop)]
+
+
+def segments(idx: EpisodeIndex, tenant: str = "A") -> dict[str, int]:
+    ds = idx.table_for(tenant).to_lance()
+    return {d.name: len(d.segments) for d in ds.describe_indices()}
+
+
+def episode_ids(idx: EpisodeIndex, tenant: str = "A") -> list[str]:
+    return idx.table_for(tenant).to_lance().to_table(columns=["episode_id"]).column("episode_id").to_pylist()
+
+
+# --- the ANN index: which, how many partitions, when to retrain ------------------------------
+
+
+def test_index_config_follows_the_settings():
+    cfg = WorldGraphConfig()
+    assert (cfg.ann_index_type, cfg.ann_rq_bits, cfg.ann_partition_rows) == ("IVF_RQ", 4, 8192)
+    ix = vector_index_config(cfg, 1_000_000, 384)
+    assert isinstance(ix, IvfRq) and ix.num_partitions == 122 and ix.distance_type == "cosine" and ix.num_bits == 4
+    assert vector_index_config(WorldGraphConfig(ann_rq_bits=1), 1_000_000, 384).num_bits == 1
+    pq = vector_index_config(WorldGraphConfig(ann_index_type="IVF_PQ"), 100_000, 384)
+    assert isinstance(pq, IvfPq) and pq.num_partitions == 12 and pq.num_sub_vectors == 48
+    assert vector_index_config(WorldGraphConfig(ann_index_type="IVF_PQ"), 100_000, 20).num_sub_vectors is None
+    assert isinstance(vector_index_config(WorldGraphConfig(ann_index_type="IVF_SQ"), 10, 8), IvfSq)
+    hnsw = vector_index_config(WorldGraphConfig(ann_index_type="IVF_HNSW_SQ", ann_partition_rows=1 << 20), 10**6, 8)
+    assert isinstance(hnsw, IvfHnswSq) and hnsw.num_partitions == 1
+    assert ann_partitions_for(cfg, 5) == 1
+    with pytest.raises(ValueError):
+        WorldGraphConfig(ann_index_type="IVF_FLAT")
+
+
+def test_search_params_rerank_at_least_the_candidates():
+    cfg = WorldGraphConfig(ann_candidates=500, ann_nprobes=12)
+    assert ann_search_params(cfg, 10) == {"minimum_nprobes": 12, "refine_factor": 50}
+    assert ann_search_params(cfg, 100) == {"minimum_nprobes": 12, "refine_factor": 5}
+    assert "refine_factor" not in ann_search_params(cfg, 1000)  # never fewer than k: vector_search re-scores them
+    assert ann_search_params(cfg, 300)["refine_factor"] == 2  # rounded up: 600 >= 500
+    hnsw = WorldGraphConfig(ann_index_type="IVF_HNSW_SQ", ann_candidates=150)
+    assert ann_search_params(hnsw, 100) == {"minimum_nprobes": 20, "refine_factor": 2, "ef": 200}
+    default = WorldGraphConfig()  # re-rank the top 100 (recall's pool) exactly; 10 candidates per hit for k=10
+    assert "refine_factor" not in ann_search_params(default, 100) and ann_search_params(default, 10)["refine_factor"] == 10
+
+
+def test_retraining_is_geometric():
+    cfg = WorldGraphConfig(ann_index_min_rows=10_000, ann_partition_rows=8192, ann_retrain_growth=4)
+    assert ann_due_rows(cfg, None) == 10_000
+    assert ann_due_rows(cfg, 1) == 4 * 8192
+    assert ann_due_rows(cfg, 4) == 16 * 8192
+    assert ann_due_rows(cfg, 16) == 64 * 8192  # 524,288 rows: the last retrain before 1M
+    assert ann_partitions_for(cfg, 64 * 8192) == 64
+
+
+def test_ann_index_is_retrained_as_the_table_grows(tmp_path: Path):
+    cfg = WorldGraphConfig(ann_index_type="IVF_RQ", ann_index_min_rows=400, ann_partition_rows=200,
+                           ann_retrain_growth=2, compact_every_writes=10**6, optimize_every_rows=10**6)
+    idx = EpisodeIndex(tmp_path / "db", 16, "synthetic", cfg)
+    rng = np.random.default_rng(1)
+    vecs = rng.normal(size=(1300, 16)).astype(np.float32)
+    batch = lambda a, b: [{"episode_id": f"e{i}", "tenant_id": "A", "vector": vecs[i]} for i in range(a, b)]  # noqa: E731
+    idx.upsert(batch(0, 300))
+    assert idx.wait_for_maintenance(120) and not idx.has_vector_index("A")
+    idx.upsert(batch(300, 500))  # 500 >= 400: built with 500 // 200 = 2 partitions
+    assert idx.wait_for_maintenance(300) and idx.has_vector_index("A")
+    part = idx._part("A")
+    assert idx._ann_partitions(part) == 2
+    idx.upsert(batch(500, 700))  # 700 < 2 * 2 * 200 = 800: no retrain
+    assert idx.wait_for_maintenance(300) and idx._ann_partitions(part) == 2
+    idx.upsert(batch(700, 900))  # 900 >= 800: retrained with 900 // 200 = 4 partitions
+    assert idx.wait_for_maintenance(300) and idx._ann_partitions(part) == 4
+    assert any(["ann", part.name] in run["tasks"] and run["ok"] for run in idx.maintenance_runs)
+    # a synchronous rebuild trains for the rows there are now
+    idx.upsert(batch(900, 1300))
+    idx.wait_for_maintenance(300)
+    assert idx.rebuild_vector_index("A") and idx._ann_partitions(part) == 6
+    assert not idx.rebuild_vector_index("nobody")
+    # searches stay exact in order, and find a row written after the last build
+    idx.upsert([{"episode_id": "far", "tenant_id": "A", "vector": -vecs[0] * 10}])
+    assert [r["episode_id"] for r in idx.vector_search("A", -vecs[0], k=1)] == ["far"]
+    idx.close()
+
+
+# --- writes: the append window, no duplicate rows --------------------------------------------
+
+
+def test_adding_appends_without_merge_and_upsert_still_replaces(tmp_path: Path):
+    idx = EpisodeIndex(tmp_path / "db", 16, "synthetic", WorldGraphConfig())
+    rng = np.random.default_rng(2)
+    with idx.adding("A") as add:
+        add(rows(0, 50, rng))
+    with idx.adding("A") as add:
+        add(rows(50, 80, rng))
+        add([])  # nothing to do
+    assert idx.count("A") == 80 and sorted(episode_ids(idx)) == sorted(f"e{i}" for i in range(80))
+    # upsert of existing ids replaces them: still one row each
+    idx.upsert([dict(r, text="changed") for r in rows(0, 10, rng)])
+    assert idx.count("A") == 80 and len(set(episode_ids(idx))) == 80
+    assert idx.get("A", ["e3"])[0]["text"] == "changed"
+    # the window checks its rows belong to its tenant
+    with pytest.raises(InvalidInputError) as info, idx.adding("A") as add:
+        add(rows(100, 101, rng, tenant="B"))
+    assert info.value.field == "rows.tenant_id"
+    assert idx.count("B") == 0
+    idx.close()
+
+
+def test_retry_of_a_recorded_batch_leaves_no_duplicate_rows(tmp_path: Path):
+    with WorldModel.open(tmp_path, embedder=HashingEmbedder(384)) as wm:
+        ids = wm.record_experiences("t1", [{"agent_id": "a", "task_type": "t", "task_description": f"task {i}",
+                                            "outcome": "success"} for i in range(30)])
+        assert wm.index.count("t1") == 30
+        # as after a kill between the append and marking the batch indexed: pending, but in the index
+        wm.store.set_index_status("t1", ids, "pending")
+        assert wm.retry_indexing() == 30
+        assert wm.index.count("t1") == 30 and sorted(episode_ids(wm.index, "t1")) == sorted(ids)
+        assert wm.stats("t1")["indexed"] == 30
+
+
+def test_concurrent_retry_never_duplicates_appended_rows(tmp_path: Path):
+    """A second WorldModel (another process, as far as the locks go: each opens the lock files
+    anew) re-indexes pending episodes while the first records: every id ends up once."""
+    emb = HashingEmbedder(384)
+    writer = WorldModel.open(tmp_path, embedder=emb)
+    other = WorldModel.open(tmp_path, embedder=emb)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def retry_loop() -> None:
+        try:
+            while not stop.is_set():
+                other.retry_indexing()
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    t = threading.Thread(target=retry_loop)
+    t.start()
+    try:
+        recorded: list[str] = []
+        for b in range(15):
+            recorded += writer.record_experiences("t1", [{"agent_id": "a", "task_type": "t", "outcome": "success",
+                                                          "task_description": f"batch {b} item {i}"}
+                                                         for i in range(40)])
+    finally:
+        stop.set()
+        t.join(120)
+    assert not errors, errors
+    stored = writer.index.table_for("t1").to_lance().to_table(columns=["episode_id"]).column("episode_id").to_pylist()
+    assert len(stored) == len(set(stored)) == len(recorded) == 600
+    other.close()
+    writer.close()
+
+
+# --- folding new rows: delta segments, merged when there are too many -----------------------
+
+
+def test_new_rows_go_to_delta_segments_merged_past_the_limit(tmp_path: Path):
+    cfg = WorldGraphConfig(ann_index_min_rows=10**6, compact_every_writes=10**6, optimize_every_rows=100,
+                           index_max_segments=3)
+    idx = EpisodeIndex(tmp_path / "db", 16, "synthetic", cfg)
+    rng = np.random.default_rng(3)
+    seen = []
+    for b in range(6):
+        with idx.adding("A") as add:
+            add(rows(100 * b, 100 * (b + 1), rng))
+        assert idx.wait_for_maintenance(120)
+        seen.append(segments(idx)["text_idx"])
+        stats = idx.table_for("A").index_stats("text_idx")
+        assert stats.num_unindexed_rows == 0 and stats.num_indexed_rows == 100 * (b + 1)
+    assert max(seen) <= 3 and max(seen) >= 2, seen  # deltas accumulate, then merge
+    assert seen != sorted(seen), seen  # ... and were merged at least once
+    idx.optimize()  # the explicit optimize leaves every index in one segment
+    assert set(segments(idx).values()) == {1}
+    hits = idx.text_search("A", "word3", k=200)
+    assert len(hits) == len([i for i in range(600) if i % 7 == 3])
+    idx.close()
+
+
+def test_old_versions_are_cleaned_up(tmp_path: Path):
+    cfg = WorldGraphConfig(index_version_retention_seconds=0, compact_every_writes=10**6, optimize_every_rows=10**6)
+    idx = EpisodeIndex(tmp_path / "db", 16, "synthetic", cfg)
+    rng = np.random.default_rng(4)
+    for b in range(5):
+        idx.upsert(rows(20 * b, 20 * (b + 1), rng))
+    table = idx.table_for("A")
+    before = len(table.list_versions())
+    idx.optimize()
+    table.checkout_latest()
+    assert len(table.list_versions()) < before
+    assert idx.count("A") == 100 and len(idx.vector_search("A", rng.normal(size=16), k=100)) == 100
+    idx.close()
+
+
+def test_segment_merging_is_size_tiered():
+    from worldgraph.memory.index_policy import segments_to_merge
+
+    assert segments_to_merge([100, 5, 5], 3) == 0  # within the limit
+    assert segments_to_merge([100, 5, 5, 5], 3) == 3  # the deltas, not the big base
+    assert segments_to_merge([100, 40, 5, 5, 5, 5, 5, 5, 5], 8) == 7  # 35 < 40: the 40 waits
+    assert segments_to_merge([100, 30, 5, 5, 5, 5, 5, 5, 5], 8) == 8  # 30 <= 35: taken in
+    assert segments_to_merge([100, 10, 5], 2) == 2  # always at least the two newest
+    assert segments_to_merge([10, 10, 10], 2) == 3  # equal sizes: everything
+
+
+def test_background_compaction_waits_for_a_full_fragment(tmp_path: Path):
+    cfg = WorldGraphConfig(ann_index_min_rows=10**6, compact_every_writes=10**6, optimize_every_rows=10**6,
+                           compact_target_rows=300)
+    idx = EpisodeIndex(tmp_path / "db", 16, "synthetic", cfg)
+    rng = np.random.default_rng(5)
+    for b in range(5):
+        with idx.adding("A") as add:
+            add(rows(50 * b, 50 * (b + 1), rng))
+    part = idx._part("A")
+
+    def fragments() -> list[tuple[int, bool]]:
+        return [(f.metadata.physical_rows, f.metadata.deletion_file is not None)
+                for f in idx.table_for("A").to_lance().get_fragments()]
+
+    assert len(fragments()) == 5
+    idx._optimize_part(part)  # what the background runs: 250 small rows < 300, nothing rewritten
+    assert len(fragments()) == 5
+    with idx.adding("A") as add:
+        add(rows(250, 300, rng))
+    idx._optimize_part(part)  # 300 rows in small fragments: compacted (lance keeps fragments
+    assert len(fragments()) <= 3  # covered by an index apart from the ones that are not)
+    before = fragments()
+    idx.upsert([dict(r, text="again") for r in rows(0, 1, rng)])  # an update leaves a deleted row
+    assert any(deleted for _, deleted in fragments())
+    idx._optimize_part(part)  # 1 of 50 rows deleted: below lance's 10 %, not worth a rewrite
+    assert len(fragments()) == len(before) + 1
+    idx.upsert([dict(r, text="again") for r in rows(0, 10, rng)])  # 10 of 50: now it is
+    idx._optimize_part(part)
+    assert not any(deleted for _, deleted in fragments())
+    assert idx.count("A") == 300 and idx.get("A", ["e0"])[0]["text"] == "again"
+    idx.close()

@@ -1,0 +1,155 @@
+"""How the episode index is built, searched and kept up: the ANN index choice and its search
+knobs, and when new rows are folded into the indexes. Pure decisions plus the pylance calls that
+carry them out; ``index.py`` decides when to call them.
+
+The choices were measured at 200k and 1M episodes (bench/README.md, "Choosing the ANN index" and
+"A million episodes").
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import Any
+
+from worldgraph.config import WorldGraphConfig
+
+log = logging.getLogger(__name__)
+
+# lance's vector index statistics include every centroid unless told otherwise (and warn about
+# it on each call); only the partition count is read here. This opts in to lance's announced
+# default, for this process and the maintenance processes it starts.
+os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "false")
+
+
+def ann_partitions_for(config: WorldGraphConfig, rows: int) -> int:
+    """IVF partitions for a table of ``rows`` rows: about ``ann_partition_rows`` rows each."""
+    return max(1, int(rows) // config.ann_partition_rows)
+
+
+def vector_index_config(config: WorldGraphConfig, rows: int, dimensions: int) -> Any:
+    """The lancedb config of the ANN index for a table of ``rows`` rows (cosine distance).
+
+    IVF_RQ (the default) keeps ``ann_rq_bits`` bits per dimension (RaBitQ; 4 bits: 217 MB of
+    codes for 1M 384-d vectors, 1/7 of the vectors); IVF_PQ one 8-bit code per 8 dimensions (its
+    training took 26 times as long); IVF_SQ one byte per dimension; IVF_HNSW_SQ one byte per
+    dimension plus a graph per partition (the slowest to build by far). Whatever the codes, the
+    best ``ann_candidates`` hits are re-ranked by their full vectors (``ann_search_params``).
+    """
+    from lancedb.index import IvfHnswSq, IvfPq, IvfRq, IvfSq
+
+    partitions = ann_partitions_for(config, rows)
+    kind = config.ann_index_type
+    if kind == "IVF_HNSW_SQ":
+        return IvfHnswSq(distance_type="cosine", num_partitions=partitions)
+    if kind == "IVF_RQ":
+        return IvfRq(distance_type="cosine", num_partitions=partitions, num_bits=config.ann_rq_bits)
+    if kind == "IVF_SQ":
+        return IvfSq(distance_type="cosine", num_partitions=partitions)
+    sub_vectors = dimensions // 8 if dimensions % 8 == 0 else None  # None: lance picks
+    return IvfPq(distance_type="cosine", num_partitions=partitions, num_sub_vectors=sub_vectors)
+
+
+def ann_search_params(config: WorldGraphConfig, k: int, overfetch: int = 0) -> dict[str, Any]:
+    """Lance ``nearest`` settings of one ANN search for the top ``k``.
+
+    At least ``ann_candidates`` (and k) quantised hits are re-ranked by their full vectors
+    (lance's refine step: it reads only those vectors), from at least ``ann_nprobes`` partitions;
+    lance probes further when a filter leaves fewer than k rows in those.
+    """
+    candidates = max(k + min(k, max(0, overfetch)), config.ann_candidates)
+    refine = -(-candidates // k)
+    params: dict[str, Any] = {"minimum_nprobes": config.ann_nprobes}
+    if refine > 1:
+        # With refine 1 lance would re-read the k vectors to re-order them: vector_search
+        # re-scores the k rows it returns with exact cosine anyway (~1.5 ms saved at 1M).
+        params["refine_factor"] = refine
+    if config.ann_index_type == "IVF_HNSW_SQ":
+        params["ef"] = refine * k  # the graph search must yield every candidate
+    return params
+
+
+def ann_due_rows(config: WorldGraphConfig, partitions: int | None) -> int:
+    """Rows at which a table's ANN index is built (``partitions`` None: no index yet) or
+    retrained: once its partitions, trained on the first rows, would each hold
+    ``ann_retrain_growth`` times the rows they were sized for. Geometric growth keeps the total
+    training work within a small multiple of the last build."""
+    if partitions is None:
+        return config.ann_index_min_rows
+    return math.ceil(config.ann_retrain_growth * partitions) * config.ann_partition_rows
+
+
+def index_partitions(dataset: Any, name: str) -> int | None:
+    """IVF partitions of the vector index ``name`` of a pylance dataset (None: no such index)."""
+    try:
+        stats = dataset.stats.index_stats(name)
+    except Exception:  # no such index (yet)
+        return None
+    found = [int(ix.get("num_partitions") or 1) for ix in stats.get("indices", [])]
+    return max(found) if found else 1
+
+
+DELETED_SHARE = 0.1  # lance's compaction rewrites a fragment for its deletions past this share
+
+
+def compaction_due(dataset: Any, target_rows: int) -> bool:
+    """Whether compacting is worth a rewrite: the fragments smaller than ``target_rows`` add up to
+    a full one, or a fragment has more than ``DELETED_SHARE`` of its rows deleted (by updates
+    and deletes; compaction then drops them).
+
+    Each write adds a small fragment. Compacting at every optimize rewrote the growing merged
+    fragment again and again (and held the table's write lock meanwhile); waiting until the
+    small ones fill a fragment writes each row about once more.
+    """
+    small = 0
+    count = 0
+    for frag in dataset.get_fragments():
+        meta = frag.metadata
+        deleted = meta.deletion_file.num_deleted_rows if meta.deletion_file is not None else 0
+        if deleted > DELETED_SHARE * meta.physical_rows:
+            return True
+        if meta.physical_rows < target_rows:
+            small += meta.physical_rows
+            count += 1
+    return count >= 2 and small >= target_rows
+
+
+def segments_to_merge(sizes: list[int], max_segments: int) -> int:
+    """How many of an index's newest segments to merge into one (0: none).
+
+    ``sizes`` are the segments' sizes, oldest first. Nothing is merged while there are at most
+    ``max_segments``. Past that, the newest run of segments is merged, taking in each older one
+    while it is no bigger than the run so far (at least the two newest): small deltas merge with
+    each other, and a big segment is only rewritten once the run has grown to its size, so each
+    row is rewritten a few times, not once per fold (size-tiered, as in an LSM tree).
+    """
+    if len(sizes) <= max_segments:
+        return 0
+    run, n = sizes[-1], 1
+    for size in reversed(sizes[:-1]):
+        if n >= 2 and size > run:
+            break
+        run += size
+        n += 1
+    return n
+
+
+def fold_new_rows(dataset: Any, config: WorldGraphConfig, full: bool = False) -> None:
+    """Index the rows written since the last fold, then merge segments where needed.
+
+    New rows go into a new delta segment of each index, at a cost that follows the new rows
+    (merging them into the full-text index instead rewrote all of it: ~30 s at 1M rows, each
+    time). Segments are then merged by ``segments_to_merge``; ``full`` merges each index into one
+    segment (a search reads every segment).
+    """
+    dataset.optimize.optimize_indices(num_indices_to_merge=0)
+    dataset = dataset.checkout_version(dataset.latest_version)
+    for desc in dataset.describe_indices():
+        segs = sorted(desc.segments, key=lambda s: s.created_at)
+        n = len(segs) if full and len(segs) > 1 else segments_to_merge(
+            [int(s.size_bytes or 0) for s in segs], config.index_max_segments)
+        if n > 1:
+            log.info("merging %d of the %d segments of index %s", n, len(segs), desc.name)
+            dataset.optimize.optimize_indices(index_names=[desc.name], num_indices_to_merge=n)
+            dataset = dataset.checkout_version(dataset.latest_version)
