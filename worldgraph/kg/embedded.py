@@ -225,6 +225,12 @@ class EmbeddedGraphStore(SqliteSceneLeases, GraphStore):
                 out[rec["id"]] = rec
         return out
 
+    def episode_ids_with_prefix(self, tenant_id: str, prefix: str, limit: int = 10) -> list[str]:
+        # a range on the (tenant_id, id) primary key; ids are ASCII, so prefix + U+FFFF bounds them
+        rows = self._query("SELECT id FROM episodes WHERE tenant_id = ? AND id >= ? AND id < ? ORDER BY id LIMIT ?",
+                           (tenant_id, prefix, prefix + "\uffff", int(limit)))
+        return [r[0] for r in rows]
+
     def agent_episodes(self, tenant_id: str, agent_id: str, limit: int) -> list[Record]:
         rows = self._query(
             "SELECT data, index_status, index_error FROM episodes WHERE tenant_id = ? AND agent_id = ? "

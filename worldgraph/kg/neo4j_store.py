@@ -173,6 +173,10 @@ class Neo4jGraphStore(Neo4jSceneLeases, GraphStore):
         recs = self._episodes(q.GET_EPISODES, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)))
         return {r["id"]: r for r in recs}
 
+    def episode_ids_with_prefix(self, tenant_id: str, prefix: str, limit: int = 10) -> list[str]:
+        return self._read(lambda tx: [r["id"] for r in tx.run(q.EPISODE_IDS_WITH_PREFIX, tenant_id=tenant_id,
+                                                                prefix=prefix, limit=int(limit))])
+
     def agent_episodes(self, tenant_id: str, agent_id: str, limit: int) -> list[Record]:
         return self._episodes(q.AGENT_EPISODES, tenant_id=tenant_id, agent_id=agent_id, limit=int(limit))
 

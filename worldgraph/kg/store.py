@@ -56,6 +56,14 @@ class GraphStore(ABC):
     def agent_episodes(self, tenant_id: str, agent_id: str, limit: int) -> list[Record]:
         """The agent's newest ``limit`` episodes, newest first."""
 
+    def episode_ids_with_prefix(self, tenant_id: str, prefix: str, limit: int = 10) -> list[str]:
+        """This tenant's episode ids that start with ``prefix``, sorted, at most ``limit`` (how the
+        CLI accepts the short ids it prints). Stores override it with one index seek."""
+        found: list[str] = []
+        for page in self.iter_episodes(tenant_id):
+            found.extend(e["id"] for e in page if e["id"].startswith(prefix))
+        return sorted(found)[:limit]
+
     @abstractmethod
     def iter_episodes(self, tenant_id: str | None = None, batch_size: int = 1000) -> Iterator[list[Record]]:
         """Every episode (of one tenant, or all), in batches, for reindexing."""
