@@ -102,3 +102,63 @@ def print_report(r: dict[str, Any]) -> None:
         print(f"  dropped {d['kind']}[{d['index']}]: {d['reason']}")
     if r.get("error"):
         print(f"  error: {r['error']}")
+
+
+def print_context(results: list[Any]) -> None:
+    """The canvas context (``--canvas-context``) and neighbourhood (``--neighborhood``) of each
+    result, a few lines each, under the recall table."""
+    for i, r in enumerate(results, 1):
+        lines = _context_lines(r)
+        if lines:
+            print(f"\n#{i} {r['episode_id'][:8]} {short(r.get('task_description'), 60)}")
+            print("\n".join(f"   {line}" for line in lines))
+
+
+def _context_lines(r: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    hood = r.get("neighborhood") or {}
+    actions = r.get("canvas_action_details") or hood.get("canvas_actions") or []
+    canvas = hood.get("canvas") or ({"id": r["canvas_id"], "name": r.get("canvas_name")} if r.get("canvas_id") else None)
+    if canvas or "canvas_snapshot" in r:
+        if canvas:
+            snap = r.get("canvas_snapshot") or canvas.get("snapshot") or {}
+            parts = [f"{len(v)} {k}" for k, v in sorted(snap.items()) if isinstance(v, list)]
+            lines.append(f"canvas: {canvas.get('name') or '-'} ({canvas['id']})"
+                         + (f"; snapshot: {', '.join(parts)}" if parts else ""))
+        else:
+            lines.append("canvas: none")
+        for a in actions[:8]:
+            lines.append(f"  action {a.get('action_type', '?')} {a.get('component_id') or ''} "
+                         f"at {str(a.get('timestamp', ''))[:19]} {short(_json(a.get('details')), 50)}".rstrip())
+        if len(actions) > 8:
+            lines.append(f"  ... {len(actions) - 8} more actions")
+    if not hood:
+        return lines
+    for fb in hood.get("feedback") or []:
+        lines.append(f"feedback {fb.get('feedback_score'):+.2f} {fb.get('feedback_category') or ''} "
+                     f"{short(fb.get('feedback_notes'), 50)} ({fb.get('created_by') or '-'})")
+    for side in ("previous", "next"):
+        ep = hood.get(side)
+        if ep:
+            lines.append(f"{side} in session: {ep['id'][:8]} {ep.get('outcome', '')} {short(ep.get('task_description'), 50)}")
+    for scene in hood.get("scenes") or []:
+        lines.append(f"scene {scene['id'][:8]} in {scene.get('env_name')}: {short(scene.get('action'), 40)} "
+                     f"({scene.get('status', '-')})")
+    nodes = hood.get("nodes") or []
+    if nodes:
+        lines.append("world nodes: " + short(", ".join(f"{n.get('type')}:{n.get('name')}" for n in nodes), 100))
+    for rule in hood.get("rules") or []:
+        lines.append(f"rule: IF {short(rule.get('condition'), 40)} THEN {short(rule.get('outcome'), 40)}")
+    if len(lines) == 0:
+        lines.append("no canvas, feedback, session neighbours or world-graph links")
+    return lines
+
+
+def _json(value: Any) -> str:
+    return "" if value in (None, {}, []) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def note(args: argparse.Namespace, message: str) -> None:
+    """A status line on stderr for a person at a terminal (not under ``--json``, not when piped)."""
+    if not getattr(args, "json", False) and sys.stderr.isatty():
+        print(message, file=sys.stderr, flush=True)
