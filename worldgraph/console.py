@@ -57,10 +57,10 @@ def progress_bar(label: str, enabled: bool = True) -> Callable[[int, int], None]
 def table(rows: list[list[Any]], headers: list[str]) -> None:
     cells = [[str(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
     print("  ".join("-" * w for w in widths))
     for r in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
 
 
 def short(text: Any, n: int = 60) -> str:
@@ -118,7 +118,8 @@ def _context_lines(r: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     hood = r.get("neighborhood") or {}
     actions = r.get("canvas_action_details") or hood.get("canvas_actions") or []
-    canvas = hood.get("canvas") or ({"id": r["canvas_id"], "name": r.get("canvas_name")} if r.get("canvas_id") else None)
+    canvas = hood.get("canvas") or (
+        {"id": r["canvas_id"], "name": r.get("canvas_name")} if r.get("canvas_id") else None)
     if canvas or "canvas_snapshot" in r:
         if canvas:
             snap = r.get("canvas_snapshot") or canvas.get("snapshot") or {}
@@ -140,7 +141,8 @@ def _context_lines(r: dict[str, Any]) -> list[str]:
     for side in ("previous", "next"):
         ep = hood.get(side)
         if ep:
-            lines.append(f"{side} in session: {ep['id'][:8]} {ep.get('outcome', '')} {short(ep.get('task_description'), 50)}")
+            lines.append(f"{side} in session: {ep['id'][:8]} {ep.get('outcome', '')} "
+                         f"{short(ep.get('task_description'), 50)}")
     for scene in hood.get("scenes") or []:
         lines.append(f"scene {scene['id'][:8]} in {scene.get('env_name')}: {short(scene.get('action'), 40)} "
                      f"({scene.get('status', '-')})")

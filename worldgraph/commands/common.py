@@ -21,7 +21,9 @@ def open_wm(args: argparse.Namespace, *, create: bool = False, **kw: Any) -> Any
     folder that does not exist: a typo in ``--data`` must not silently open a new, empty store."""
     from worldgraph.service import WorldModel
 
-    check_data_dir(args.data, create)
+    # with Neo4j the folder holds only the derived index (rebuilt from the server), so only the
+    # embedded store's folder must exist for reading
+    check_data_dir(args.data, create or args.graph != "embedded")
     if getattr(args, "read_only", False):
         kw["read_only"] = True
     return WorldModel.open(args.data, graph=args.graph, **kw)

@@ -40,7 +40,8 @@ def add_memory_commands(add: Add) -> None:
     sp.add_argument("--feedback-category", default=None)
     sp.add_argument("--canvas-context", action="store_true", help="include canvas snapshot and actions")
     sp.add_argument("--neighborhood", action="store_true",
-                    help="include canvas, feedback, scenes, world nodes, rules and the adjacent episodes of the session")
+                    help="include canvas, feedback, scenes, world nodes, rules and the adjacent episodes of the "
+                         "session")
     sp.add_argument("--vector-only", action="store_true", help="no full-text candidates")
     sp.add_argument("--explain", action="store_true", help="show how each score was made")
 

@@ -57,7 +57,7 @@ def split_samples(items: list[tuple[int, Any]], source: str, now: datetime | Non
 def store_ratings(wm: Any, tenant_id: str, episode_ids: list[str], samples: Samples) -> int:
     """Submit each sample's ratings for its recorded episode; returns how many were stored."""
     stored = 0
-    for eid, ratings in zip(episode_ids, samples.feedback):
+    for eid, ratings in zip(episode_ids, samples.feedback, strict=True):
         for fb in ratings:
             wm.submit_feedback(tenant_id, eid, fb["score"], notes=fb.get("notes"), category=fb.get("category"),
                                created_by=fb.get("created_by"))
