@@ -18,7 +18,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from worldgraph.commands.admin import add_admin_commands
 from worldgraph.commands.memory import add_memory_commands
@@ -30,6 +30,20 @@ Handler = Callable[[argparse.Namespace], int]
 QUIET_LOGGERS = ("lancedb", "lance", "neo4j", "httpx", "httpcore", "openai", "urllib3", "botocore", "asyncio")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with usage errors as one line (JSON under ``--json``), like every other error.
+    Subcommand parsers are of the same class (argparse makes them with ``type(parent)``)."""
+
+    json_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        if Parser.json_errors:
+            print(json.dumps({"error": "UsageError", "message": f"{self.prog}: {message}"}), file=sys.stderr)
+        else:
+            print(f"error: {self.prog}: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def global_defaults() -> dict[str, Any]:
     return {"data": os.environ.get("WORLDGRAPH_DATA", "./data"),
             "graph": os.environ.get("WORLDGRAPH_GRAPH", "embedded"),
@@ -39,6 +53,7 @@ def global_defaults() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    Parser.json_errors = "--json" in (sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     for key, value in global_defaults().items():
         if not hasattr(args, key):
@@ -126,8 +141,8 @@ def global_options(suppress: bool) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="worldgraph", description="World model and long-term memory for LLM agents.",
-                                parents=[global_options(suppress=True)])
+    p = Parser(prog="worldgraph", description="World model and long-term memory for LLM agents.",
+           parents=[global_options(suppress=True)])
     p.add_argument("--version", action="version", version=f"worldgraph {version()}")
     sub = p.add_subparsers(title="commands")
 
