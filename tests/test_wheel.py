@@ -64,6 +64,14 @@ def test_wheel_installs_and_runs_the_demo_outside_the_checkout(tmp_path: Path) -
     assert (project / "pom.xml").is_file() and project.is_relative_to(purelib)
     assert (examples / "experiences.jsonl").is_file() and examples.is_relative_to(purelib)
 
+    # the shipped Maven project is built in the user's build cache, not in site-packages
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    built = _run([str(py), "-c", "import worldgraph.neo4j_local_build as b; "
+                  "b._sync_sources(b.project_dir(), b.build_dir()); print(b.build_dir())"], cwd=work, env=env)
+    build_dir = Path(built.stdout.strip())
+    assert build_dir.is_relative_to(tmp_path / "cache") and (build_dir / "pom.xml").read_bytes() == (
+        ROOT / "tools" / "neo4j-local" / "pom.xml").read_bytes()
+
     assert _run([str(venv / "bin" / "worldgraph"), "--version"], cwd=work, env=env).stdout.startswith("worldgraph 0.")
     demo = _run([str(venv / "bin" / "worldgraph"), "demo"], cwd=work, env=env)
     assert "done in" in demo.stdout and "Traceback" not in demo.stderr
