@@ -108,7 +108,7 @@ def _keys(args: argparse.Namespace, create: bool = False) -> Iterator[Any]:
     from worldgraph.commands.common import check_data_dir
     from worldgraph.config import WorldGraphConfig
     from worldgraph.server.keys import ApiKeys
-    from worldgraph.service import open_store
+    from worldgraph.access import open_store
 
     check_data_dir(args.data, create)
     store = open_store(Path(args.data), args.graph, WorldGraphConfig.from_env())
