@@ -268,7 +268,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from worldgraph.kg.world import replay_log
+    from worldgraph.replay import replay_log
 
     with open_wm(args) as wm:
         summary = replay_log(wm, args.tenant, args.env, args.log, use_shipped_deltas=args.offline,

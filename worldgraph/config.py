@@ -222,6 +222,13 @@ def object_store_options(environ: dict[str, str] | None = None) -> dict[str, str
     return options
 
 
+def llm_configured(environ: dict[str, str] | None = None) -> bool:
+    """Whether an OpenAI-compatible LLM is configured (``OPENAI_API_KEY`` or ``OPENAI_BASE_URL``):
+    without one, scene packets wait for ``worldgraph world retry``."""
+    environ = dict(os.environ if environ is None else environ)
+    return bool(environ.get("OPENAI_API_KEY") or environ.get("OPENAI_BASE_URL"))
+
+
 def _parse_env(raw: str) -> Any:
     """Numbers and booleans come in as text; JSON parsing turns '0.3' into 0.3 and keeps words."""
     try:

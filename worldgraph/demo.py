@@ -38,7 +38,8 @@ def examples_dir() -> Path:
 def run_demo(args: argparse.Namespace) -> int:
     from worldgraph.cli import print_recall, print_report, progress_bar
     from worldgraph.kg.summary import render_summary, summarize_graph
-    from worldgraph.kg.world import llm_configured, replay_log
+    from worldgraph.config import llm_configured
+    from worldgraph.replay import replay_log
     from worldgraph.service import WorldModel
 
     data = Path(args.data if args.data != "./data" else "./worldgraph-demo")

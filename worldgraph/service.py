@@ -14,17 +14,21 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from worldgraph.access import open_storage, open_store  # noqa: F401 - open_store: its old home
+from worldgraph.clock import iso, utcnow
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError, NotFoundError, ReadOnlyError
 from worldgraph.kg.store import GraphStore
+from worldgraph.kg.world import WorldUpdater
 from worldgraph.limits import MAX_PAGE, check_batch, check_delta_size, check_query, check_text, check_value
 from worldgraph.memory.conversation import check_session, parse_turns, quoted, turn_experiences
 from worldgraph.memory.embeddings import Embedder, check_embeddings, embedder_name, index_name, make_embedder
 from worldgraph.memory.index import EpisodeIndex, stored_embedder_name
+from worldgraph.memory.models import AgentExperience, CanvasContext, EpisodeFeedback, RecallOptions
 from worldgraph.memory.objectstore import index_location
-from worldgraph.memory.models import AgentExperience, CanvasContext, EpisodeFeedback, RecallOptions, iso, utcnow
 from worldgraph.memory.recall import RecallResult, recall
-from worldgraph.memory.record import build_episode, check_tenant, index_row, parse_canvas, parse_experience, searchable_text
+from worldgraph.memory.record import build_episode, index_row, parse_canvas, parse_experience, searchable_text
+from worldgraph.memory.retrier import IndexRetrier
+from worldgraph.names import check_env, check_tenant
 
 log = logging.getLogger("worldgraph")
 
@@ -43,10 +47,8 @@ class WorldModel:
         self.index = index
         self.embedder = embedder
         self.config = config
-        from worldgraph.kg.world import WorldUpdater
-        from worldgraph.memory.retrier import IndexRetrier
-
-        self.world = WorldUpdater(self)
+        # the world updater gets the store, the settings and how to record a round, not the facade
+        self.world = WorldUpdater(store, config, self.record_experience)
         # after an index failure (an unreachable object store), re-index in the background
         self._index_retrier = IndexRetrier(self.retry_indexing, lambda: bool(self.store.unindexed_episodes(limit=1)),
                                            config.index_retry_seconds)
@@ -423,7 +425,7 @@ class WorldModel:
                 if not isinstance(packet.get(key), str) or not packet[key]:
                     raise InvalidInputError(f"packet.{key}", "is required (give the packet returned by observe_round)")
             check_tenant(packet["tenant_id"], "packet.tenant_id")
-            self.world.check_env(packet["env_name"])
+            check_env(packet["env_name"])
         return self.world.update(packet)
 
     def apply_delta(self, tenant_id: str, env_name: str, delta: Any, scene: Any = None) -> Any:
@@ -446,7 +448,7 @@ class WorldModel:
 
     def world_graph(self, tenant_id: str, env_name: str) -> dict[str, Any]:
         check_tenant(tenant_id)
-        return self.store.world_graph(tenant_id, self.world.check_env(env_name))
+        return self.store.world_graph(tenant_id, check_env(env_name))
 
     def export(self, tenant_id: str, env_name: str, out_dir: str | Path) -> Path:
         """Write the five canonical files under ``out_dir/<tenant>/<app>/world_model_graph/<env>/``."""

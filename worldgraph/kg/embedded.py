@@ -9,17 +9,16 @@ dicts the Neo4j store holds, with the columns that queries filter on copied out 
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import orjson
-
 from worldgraph.errors import NotFoundError, ReadOnlyError, StorageError
 from worldgraph.gcpause import gc_paused
+from worldgraph.kg.codec import dumps as _dumps
+from worldgraph.kg.codec import loads as _loads
 from worldgraph.kg.embedded_leases import SqliteSceneLeases, check_fence
 from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
 from worldgraph.kg.sessions import Link, by_session, new_links, relink
@@ -86,21 +85,6 @@ CREATE TABLE IF NOT EXISTS env_meta (
 CREATE TABLE IF NOT EXISTS api_keys (
   id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, created_at TEXT NOT NULL, data TEXT NOT NULL);
 """
-
-
-def _loads(data: str) -> Any:
-    """Reading records is on recall's path (about 100 candidates a query): orjson parses them
-    ~4x faster than json. It refuses integers beyond 64 bits, which json.dumps can write (a
-    world node's attributes may hold one), so those few fall back to json. Writing stays with
-    json.dumps, whose exact bytes the store keeps."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
 def _placeholders(n: int) -> str:

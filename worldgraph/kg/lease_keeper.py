@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from worldgraph.clock import now_iso
 from worldgraph.kg.lease import iso_after
 
 log = logging.getLogger("worldgraph.world")
@@ -70,8 +71,6 @@ class LeaseKeeper:
         self._wake.set()
 
     def _loop(self) -> None:
-        from worldgraph.kg.world import now_iso
-
         while True:
             self._wake.wait(self.lease_seconds / 3)
             self._wake.clear()
