@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from worldgraph.console import emit, print_recall, print_report, progress_bar, short, table
 from worldgraph.errors import WorldGraphError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -49,40 +50,6 @@ def open_wm(args: argparse.Namespace, **kw: Any) -> Any:
     return WorldModel.open(args.data, graph=args.graph, **kw)
 
 
-def emit(args: argparse.Namespace, data: Any, text: Callable[[], object] | None = None) -> None:
-    if args.json or text is None:
-        print(json.dumps(data, ensure_ascii=False, indent=2, default=str))
-    else:
-        text()
-
-
-def progress_bar(label: str, enabled: bool = True) -> Callable[[int, int], None]:
-    """Progress on stderr: a redrawn bar on a terminal, a line every 10% otherwise."""
-    tty = sys.stderr.isatty()
-    last = [-1]
-
-    def show(done: int, total: int) -> None:
-        if not enabled:
-            return
-        if not tty:
-            step = int(10 * done / total) if total else done // 1000
-            if step != last[0] or (total and done >= total):
-                last[0] = step
-                sys.stderr.write(f"{label} {done}/{total}\n" if total else f"{label} {done}\n")
-            return
-        if total:
-            width = 30
-            filled = int(width * done / total)
-            sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-            if done >= total:
-                sys.stderr.write("\n")
-        else:
-            sys.stderr.write(f"\r{label} {done}")
-        sys.stderr.flush()
-
-    return show
-
-
 def read_json_items(path: str) -> Iterator[tuple[int, Any]]:
     """A JSON object, a JSON array, or JSON Lines, from a file or '-' (stdin); yields (line, item)."""
     text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
@@ -106,20 +73,6 @@ def read_json_items(path: str) -> Iterator[tuple[int, Any]]:
             yield n, json.loads(line)
         except json.JSONDecodeError as exc:
             raise WorldGraphError(f"{path}:{n}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-
-
-def _table(rows: list[list[Any]], headers: list[str]) -> None:
-    cells = [[str(c) for c in r] for r in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
-    print("  ".join("-" * w for w in widths))
-    for r in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
-
-
-def _short(text: Any, n: int = 60) -> str:
-    s = " ".join(str(text or "").split())
-    return s if len(s) <= n else s[: n - 1] + "…"
 
 
 # ---------------------------------------------------------------------- commands
@@ -190,30 +143,6 @@ def cmd_recall(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_recall(results: list[Any], explain: bool = True) -> None:
-    rows = []
-    for i, r in enumerate(results, 1):
-        fb = "-" if r["feedback_score"] is None else f"{r['feedback_score']:.2f} ({r['feedback_count']})"
-        rows.append([i, f"{r['relevance_score']:.3f}", f"{r['semantic_score']:.3f}", fb, r["outcome"],
-                     _short(r["task_description"], 54), r["episode_id"][:8]])
-    _table(rows, ["#", "score", "semantic", "feedback", "outcome", "task", "episode"])
-    if explain:
-        print("\nwhy (score = relevance x w + recency + feedback + confidence x w + date match, clamped; then "
-              "feedback-aware boost and diversity penalty; relevance = vector + bm25 [+ neighbour] parts):")
-        for i, r in enumerate(results, 1):
-            b = r["score_breakdown"]
-            print(f"  #{i}: {b['semantic_weighted']:+.3f} relevance ({b.get('vector_part', 0):.3f} vector "
-                  f"+ {b.get('bm25_part', 0):.3f} bm25"
-                  + (f" + {b['neighbor_part']:.3f} neighbour" if b.get("neighbor_part") else "")
-                  + f")  {b['recency_boost']:+.3f} recency  "
-                  f"{b['feedback_adjustment']:+.3f} feedback  {b['confidence_factor']:+.3f} confidence  "
-                  + (f"{b['date_match']:+.3f} date  " if b.get("date_match") else "")
-                  + f"=> {b['clamped']:.3f}"
-                  + (f"  {b['feedback_aware']:+.3f} feedback-aware" if b["feedback_aware"] else "")
-                  + (f"  -{b['diversity_penalty']:.3f} diversity" if b["diversity_penalty"] else "")
-                  + f"  = {b['final']:.3f}")
-
-
 def cmd_feedback(args: argparse.Namespace) -> int:
     with open_wm(args) as wm:
         fb = wm.submit_feedback(args.tenant, args.episode_id, args.score, notes=args.notes, category=args.category,
@@ -226,8 +155,8 @@ def cmd_feedback(args: argparse.Namespace) -> int:
 def cmd_episodes(args: argparse.Namespace) -> int:
     with open_wm(args) as wm:
         eps = wm.get_agent_episodes(args.tenant, args.agent_id, args.limit)
-    emit(args, eps, lambda: _table(
-        [[e["timestamp"][:19], e["outcome"], f"{e['confidence_score']:.2f}", _short(e["task_description"]), e["id"]]
+    emit(args, eps, lambda: table(
+        [[e["timestamp"][:19], e["outcome"], f"{e['confidence_score']:.2f}", short(e["task_description"]), e["id"]]
          for e in eps], ["timestamp", "outcome", "conf", "task", "episode_id"]))
     return 0
 
@@ -291,17 +220,6 @@ def cmd_delta_apply(args: argparse.Namespace) -> int:
 
     emit(args, reports, text)
     return 0
-
-
-def print_report(r: dict[str, Any]) -> None:
-    c, m, x = r["created"], r["merged"], r["closed"]
-    print(f"graph version {r['graph_version']}: created {len(c['nodes'])} nodes, {len(c['edges'])} edges, "
-          f"{len(c['rules'])} rules; merged {len(m['nodes'])}/{len(m['edges'])}/{len(m['rules'])}; "
-          f"closed {len(x['nodes'])} nodes, {len(x['edges'])} edges, {len(x['rules'])} rules")
-    for d in r["dropped"]:
-        print(f"  dropped {d['kind']}[{d['index']}]: {d['reason']}")
-    if r.get("error"):
-        print(f"  error: {r['error']}")
 
 
 def cmd_world_show(args: argparse.Namespace) -> int:
@@ -379,7 +297,7 @@ def cmd_cypher(args: argparse.Namespace) -> int:
             print("(no rows)")
             return
         headers = list(rows[0].keys())
-        _table([[_short(json.dumps(r.get(h), default=str, ensure_ascii=False), 50) for h in headers] for r in rows],
+        table([[short(json.dumps(r.get(h), default=str, ensure_ascii=False), 50) for h in headers] for r in rows],
                headers)
 
     emit(args, rows, text)

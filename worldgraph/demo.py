@@ -16,12 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+
+from worldgraph.console import print_recall, print_report, progress_bar, say
 
 MARKER = ".worldgraph-demo"
 ENV = "CottageEscape"
@@ -36,7 +37,6 @@ def examples_dir() -> Path:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from worldgraph.cli import print_recall, print_report, progress_bar
     from worldgraph.kg.summary import render_summary, summarize_graph
     from worldgraph.config import llm_configured
     from worldgraph.replay import replay_log
@@ -128,8 +128,3 @@ def run_demo(args: argparse.Namespace) -> int:
         "--min-similarity 0.2\n"
         f"  worldgraph --data {data} --tenant {tenant} world show --env {ENV}")
     return 0
-
-
-def say(text: str) -> None:
-    print(text)
-    sys.stdout.flush()

@@ -117,7 +117,7 @@ def _keys(args: argparse.Namespace) -> Iterator[Any]:
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
-    from worldgraph.cli import emit
+    from worldgraph.console import emit
 
     with _keys(args) as keys:
         key, record = keys.create(args.key_tenant, args.name)
@@ -128,18 +128,18 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_list(args: argparse.Namespace) -> int:
-    from worldgraph.cli import _table, emit
+    from worldgraph.console import emit, table
 
     with _keys(args) as keys:
         records = keys.list(args.key_tenant)
-    emit(args, records, lambda: _table(
+    emit(args, records, lambda: table(
         [[r["id"], r["tenant_id"], r["name"] or "-", r["created_at"][:19], (r["revoked_at"] or "-")[:19]]
          for r in records], ["id", "tenant", "name", "created", "revoked"]) if records else print("(no keys)"))
     return 0
 
 
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
-    from worldgraph.cli import emit
+    from worldgraph.console import emit
 
     with _keys(args) as keys:
         record = keys.revoke(args.key_id)

@@ -9,7 +9,8 @@ from worldgraph.errors import InvalidInputError
 
 
 def run_view(args: argparse.Namespace) -> int:
-    from worldgraph.cli import emit, open_wm
+    from worldgraph.cli import open_wm
+    from worldgraph.console import emit
     from worldgraph.server.view import render_view
 
     with open_wm(args) as wm:
