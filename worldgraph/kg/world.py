@@ -9,7 +9,7 @@ threads (config ``world_workers``), ``update_world``, ``world retry`` and other 
 waiting for one another: the merge places a packet's facts at the round's time (the scene's
 ``created_at``), so whatever order extractions finish in, the graph ends as if they had merged in
 round order (``merge_base``). Each merge reads its view and writes its plan in one store
-transaction holding the environment's write lock (``GraphStore.merge``), so two processes never
+transaction holding the environment's write lock (``WorldStore.merge``), so two processes never
 plan from the same graph and no update is lost. The MergeReport is kept with the scene:
 ``update_world`` on a packet another worker holds waits for that merge and returns its report.
 """
@@ -42,7 +42,7 @@ from worldgraph.kg.delta import ParsedDelta, parse_delta
 from worldgraph.kg.lease_keeper import LeaseKeeper
 from worldgraph.kg.merge import plan_merge, referenced
 from worldgraph.kg.records import DroppedItem, MergePlan, MergeReport, SceneRecord
-from worldgraph.kg.store import GraphStore
+from worldgraph.kg.store import WorldStore
 from worldgraph.names import check_env, check_tenant
 
 __all__ = ["WorldUpdater", "RecordRound", "round_experience", "llm_configured", "now_iso"]
@@ -63,7 +63,7 @@ class WorldUpdater:
     """Turns flagged rounds into merged world-graph updates. It needs the store, the settings and
     a way to record a round as an episode, nothing more: the service hands it those."""
 
-    def __init__(self, store: GraphStore, config: WorldGraphConfig, record_round: RecordRound) -> None:
+    def __init__(self, store: WorldStore, config: WorldGraphConfig, record_round: RecordRound) -> None:
         self.store = store
         self.config = config
         self.record_round = record_round
@@ -123,7 +123,8 @@ class WorldUpdater:
         with self._start_lock:
             self._threads = [t for t in self._threads if t.is_alive()]
             while len(self._threads) < self.config.world_workers:
-                thread = threading.Thread(target=self._run, name=f"worldgraph-updates-{len(self._threads)}", daemon=True)
+                thread = threading.Thread(target=self._run, name=f"worldgraph-updates-{len(self._threads)}",
+                                          daemon=True)
                 thread.start()
                 self._threads.append(thread)
         self._queue.put((tenant_id, scene_id))
