@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
-import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from worldgraph.access import open_storage, open_store  # noqa: F401 - open_store: its old home
-from worldgraph.clock import iso, utcnow
+from worldgraph.clock import utcnow
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError, NotFoundError, ReadOnlyError
 from worldgraph.kg.store import GraphStore
@@ -22,8 +20,9 @@ from worldgraph.kg.world import WorldUpdater
 from worldgraph.limits import MAX_PAGE, check_batch, check_delta_size, check_query, check_text, check_value
 from worldgraph.memory.conversation import check_session, parse_turns, quoted, turn_experiences
 from worldgraph.memory.embeddings import Embedder, check_embeddings, embedder_name, index_name, make_embedder
+from worldgraph.memory.feedback import FeedbackResult, submit_feedback
 from worldgraph.memory.index import EpisodeIndex, stored_embedder_name
-from worldgraph.memory.models import AgentExperience, CanvasContext, EpisodeFeedback, RecallOptions
+from worldgraph.memory.models import AgentExperience, CanvasContext, RecallOptions
 from worldgraph.memory.objectstore import index_location
 from worldgraph.memory.recall import RecallResult, recall
 from worldgraph.memory.record import build_episode, index_row, parse_canvas, parse_experience, searchable_text
@@ -307,34 +306,11 @@ class WorldModel:
 
     # ------------------------------------------------------------------ feedback
     def submit_feedback(self, tenant_id: str, episode_id: str, score: float, notes: str | None = None,
-                        category: str | None = None, created_by: str | None = None) -> dict[str, Any]:
+                        category: str | None = None, created_by: str | None = None) -> FeedbackResult:
         """Rate an episode in [-1, 1]. Returns the feedback record plus the episode's new
-        aggregates (``average``: normalised to [0, 1], ``count``)."""
-        check_tenant(tenant_id)
+        aggregates (``average``: normalised to [0, 1], ``count``): a FeedbackResult."""
         self._writable("submit_feedback")
-        if not isinstance(episode_id, str) or not episode_id:
-            raise InvalidInputError("episode_id", "must be a non-empty string", episode_id)
-        check_text(episode_id, "episode_id", self.config.max_text_bytes, "max_text_bytes")
-        if isinstance(score, bool) or not isinstance(score, (int, float)) or math.isnan(score):
-            raise InvalidInputError("score", "must be a number in [-1, 1]", score)
-        if not -1.0 <= float(score) <= 1.0:
-            raise InvalidInputError("score", f"must be in [-1, 1] (-1 = harmful, 0 = neutral, 1 = excellent), got {score}",
-                                    score)
-        for name, val in (("notes", notes), ("category", category), ("created_by", created_by)):
-            if val is not None and not isinstance(val, str):
-                raise InvalidInputError(name, "must be a string or None", val)
-            check_text(val, name, self.config.max_text_bytes, "max_text_bytes")
-        fb = EpisodeFeedback(id=str(uuid.uuid4()), episode_id=episode_id, tenant_id=tenant_id,
-                             feedback_score=float(score), feedback_notes=notes, feedback_category=category,
-                             created_by=created_by or "anonymous", created_at=iso(utcnow()))
-        record = fb.model_dump(mode="json")
-        self.store.add_feedback(tenant_id, record)  # raises NotFoundError for another tenant's episode
-        try:  # committed: from here on the call succeeds
-            mean, count = self.store.feedback_stats(tenant_id, [episode_id])[episode_id]
-        except Exception as exc:  # noqa: BLE001
-            log.warning("feedback %s stored; reading the episode's new aggregates failed: %s", record["id"], exc)
-            return RecallResult(record, average=None, mean_score=None, count=None)
-        return RecallResult(record, average=round((mean + 1) / 2, 6), mean_score=round(mean, 6), count=count)
+        return submit_feedback(self.store, self.config, tenant_id, episode_id, score, notes, category, created_by)
 
     # ------------------------------------------------------------------ recall
     def recall_experiences(self, tenant_id: str, agent_role: str | None, query: str, limit: int = 5,

@@ -24,8 +24,9 @@ from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
 from worldgraph.kg.sessions import Link, by_session, new_links, relink
 from worldgraph.kg.sqlite_open import ReadOnlyConnection, connect_read_only
 from worldgraph.kg.store import GraphStore, Record
+from worldgraph.schema import SCHEMA_VERSIONS, check_schema_version, needs_upgrade
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = SCHEMA_VERSIONS["embedded"]  # worldgraph.schema keeps every store's version
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_info (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -110,6 +111,11 @@ class EmbeddedGraphStore(SqliteSceneLeases, GraphStore):
             # No mkdir, no schema script, no pragma that writes: see sqlite_open for how WAL is read.
             self._ro = connect_read_only(self.path)
             self._conn = self._ro.conn
+            try:
+                row = self._conn.execute("SELECT value FROM schema_info WHERE key = 'schema_version'").fetchone()
+            except sqlite3.OperationalError:  # no schema_info table: nothing was written yet
+                row = None
+            check_schema_version("embedded", row[0] if row else None)
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False, isolation_level=None)
@@ -121,9 +127,10 @@ class EmbeddedGraphStore(SqliteSceneLeases, GraphStore):
         with self._lock:
             self._conn.executescript(_SCHEMA)
         with self._tx() as cur:
-            cur.execute(
-                "INSERT OR IGNORE INTO schema_info(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-            )
+            row = cur.execute("SELECT value FROM schema_info WHERE key = 'schema_version'").fetchone()
+            if needs_upgrade("embedded", row[0] if row else None):  # raises for a newer worldgraph's file
+                cur.execute("INSERT OR REPLACE INTO schema_info(key, value) VALUES ('schema_version', ?)",
+                            (str(SCHEMA_VERSION),))
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Cursor]:

@@ -57,16 +57,9 @@ class LLMUnavailableError(ExtractionError):
         super().__init__(message)
 
 
-class InvalidDeltaError(ExtractionError):
-    """The model's answer was still not a well-formed delta after the repair round."""
-
-    def __init__(self, errors: list[str], raw: str) -> None:
-        self.errors = errors
-        self.raw = raw
-        super().__init__(
-            "the LLM returned an invalid graph delta twice (answer and repair): "
-            + "; ".join(errors[:10])
-        )
+# The model's answer was still not a well-formed delta after the repair round: the same error as
+# a caller's invalid delta (one name, errors.DeltaValidationError); the old name stays importable.
+InvalidDeltaError = DeltaValidationError
 
 
 class DeltaExtractor:
@@ -106,7 +99,7 @@ class DeltaExtractor:
         """The parsed delta for ``scene``. ``check`` (optional) names the items the merge would
         drop beyond parsing (unresolved refs): they are asked about in the repair round too.
         Raises ExtractionError (LLMUnavailableError when the server is the problem,
-        InvalidDeltaError when the answer is)."""
+        DeltaValidationError when the answer is)."""
         messages: list[dict[str, str]] = build_messages(scene, summary_text)
         raw = self._complete(messages)
         delta, errors = self._check(raw)
@@ -117,7 +110,7 @@ class DeltaExtractor:
             raw = self._complete(messages)
             delta, errors = self._check(raw)
             if delta is None:
-                raise InvalidDeltaError(errors, raw[:2000])
+                raise DeltaValidationError(errors, raw[:2000])
             return delta
         dropped = delta.dropped()
         if check is not None:
