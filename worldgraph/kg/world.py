@@ -216,7 +216,7 @@ class WorldUpdater:
     def _dry_run(self, tenant_id: str, env: str, delta: ParsedDelta, scene: SceneRecord) -> list[DroppedItem]:
         """What the merge would drop, beyond what parsing dropped (unresolved refs, ...): asked
         about in the extractor's repair round. A read, no write."""
-        ids, names = referenced(tenant_id, env, delta, self.config.max_delta_items)
+        ids, names = referenced(tenant_id, env, delta)
         view = self.store.load_view(tenant_id, env, ids, names)
         _, report = plan_merge(view, delta, scene, now_iso(), app_name=self.config.app_name)
         # a state whose entity_ref resolves to nothing is kept without its entity: worth asking too
@@ -278,7 +278,7 @@ class WorldUpdater:
         cfg = self.config
         if scene is not None and any(k in scene for k in lease.LEASE_KEYS):  # the merged scene keeps no lease
             scene = cast(SceneRecord, {k: v for k, v in scene.items() if k not in lease.LEASE_KEYS})
-        ids, names = referenced(tenant_id, env, delta, cfg.max_delta_items)
+        ids, names = referenced(tenant_id, env, delta)
         made: list[MergeReport] = []
 
         def planner(view: Any) -> MergePlan:
