@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import logging
 import queue
-import re
 import threading
 import time
 import uuid
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Callable, cast
 
 from worldgraph.clock import now_iso
@@ -42,6 +40,7 @@ from worldgraph.kg.delta import ParsedDelta, parse_delta
 from worldgraph.kg.lease_keeper import LeaseKeeper
 from worldgraph.kg.merge import plan_merge, referenced
 from worldgraph.kg.records import DroppedItem, MergePlan, MergeReport, SceneRecord
+from worldgraph.kg.rounds import packet_ids, report_from_dict, round_experience
 from worldgraph.kg.store import WorldStore
 from worldgraph.names import check_env, check_tenant
 
@@ -49,9 +48,6 @@ __all__ = ["WorldUpdater", "RecordRound", "round_experience", "llm_configured", 
 
 log = logging.getLogger("worldgraph.world")
 
-_FAILURE_RE = re.compile(
-    r"\b(can't|cannot|can not|couldn't|fail(?:s|ed)?|nothing happens|not possible|invalid|"
-    r"don't understand|unknown command|is locked|won't)\b", re.I)
 
 
 # Records an agent round's experience (tenant_id, experience dict) and returns its episode id:
@@ -165,7 +161,7 @@ class WorldUpdater:
         """Extract (LLM) and merge one scene packet now, and return its MergeReport. A packet
         another worker holds is not run twice: this waits for that merge and returns its report
         (``wait=False``: returns at once, the report saying it is running elsewhere)."""
-        tenant_id, scene_id = _packet_ids(packet)
+        tenant_id, scene_id = packet_ids(packet)
         stored = self.store.get_scene(tenant_id, scene_id)
         if stored is None:
             if not isinstance(packet, dict):
@@ -312,7 +308,7 @@ class WorldUpdater:
             delay = min(delay * 2, 0.5)
         stored = self.store.get_scene_report(tenant_id, scene_id)
         if stored is not None and current.get("status") == "merged":
-            done = _report_from_dict(stored)
+            done = report_from_dict(stored)
             done.skipped = f"scene {scene_id} was merged already (not twice); this is the report of that merge"
             return done
         report = MergeReport(tenant_id=tenant_id, env_name=scene["env_name"], scene_id=scene_id)
@@ -335,73 +331,3 @@ class WorldUpdater:
         now = now_iso()
         scenes = self.store.list_scenes(tenant_id, env_name, statuses=["pending", "failed", "running"])
         return [self.update(s, wait=False) for s in scenes if lease.claimable(s, now)]
-
-    # ------------------------------------------------------------------ snapshots
-    def export(self, tenant_id: str, env_name: str, out_dir: Path) -> Path:
-        from worldgraph.export.snapshot import snapshot_dir, write_snapshot
-
-        check_tenant(tenant_id)
-        self.check_env(env_name)
-        graph = self.store.world_graph(tenant_id, env_name)
-        if graph.get("meta") is None and not graph["nodes"] and not graph["scenes"]:
-            known = ", ".join(self.store.environments(tenant_id)) or "none yet"
-            raise NotFoundError("environment", env_name, f"tenant {tenant_id!r} has no world graph there "
-                                f"(environments: {known})")
-        app = (graph.get("meta") or {}).get("app_name") or self.config.app_name
-        return write_snapshot(graph, snapshot_dir(out_dir, tenant_id, app, env_name))
-
-    def import_snapshot(self, tenant_id: str, path: Path) -> dict[str, Any]:
-        from worldgraph.export.snapshot import read_snapshot
-
-        check_tenant(tenant_id)
-        graph = read_snapshot(path)
-        meta = graph.get("meta") or {}
-        env = self.check_env(meta.get("env_name"))
-        for key in ("nodes", "edges", "rules", "scenes"):
-            for rec in graph.get(key, []):
-                if rec.get("tenant_id", tenant_id) != tenant_id:
-                    rec["tenant_id"] = tenant_id
-        if meta.get("tenant_id", tenant_id) != tenant_id:
-            meta["tenant_id"] = tenant_id
-        self.store.replace_world(tenant_id, env, graph)
-        return {"tenant_id": tenant_id, "env_name": env,
-                "counts": {k: len(graph.get(k, [])) for k in ("nodes", "edges", "rules", "scenes")}}
-
-
-def round_experience(env_name: str, rnd: AgentRound, reason: str | None, agent_id: str | None) -> dict[str, Any]:
-    """An agent round as an episode: the action is the approach, the observation the outcome."""
-    outcome_text = " ".join(x for x in (rnd.feedback, rnd.after_observation) if x)
-    failed = bool(_FAILURE_RE.search(outcome_text))
-    return {
-        "agent_id": agent_id or f"{env_name}-agent",
-        "agent_role": "explorer",
-        "task_type": "environment_round",
-        "task_description": f"{env_name} round {rnd.round}: {rnd.action or '(no action)'}",
-        "input_summary": rnd.before_observation,
-        "approach_taken": rnd.action,
-        "actions_taken": [rnd.action] if rnd.action else [],
-        "outcome": "failure" if failed else "success",
-        "error_message": outcome_text[:500] if failed else None,
-        "learnings": [reason] if reason else [],
-        "confidence_score": 0.5,
-    }
-
-
-def _report_from_dict(data: dict[str, Any]) -> MergeReport:
-    fields = {k: v for k, v in data.items() if k not in ("dropped", "notes")}
-    report = MergeReport(**fields)
-    report.dropped = [DroppedItem(**d) for d in data.get("dropped") or []]
-    report.notes = [DroppedItem(**d) for d in data.get("notes") or []]
-    return report
-
-
-def _packet_ids(packet: Any) -> tuple[str, str]:
-    if hasattr(packet, "model_dump"):
-        packet = packet.model_dump()
-    if not isinstance(packet, dict):
-        raise InvalidInputError("packet", f"must be the scene packet dict returned by observe_round, got "
-                                f"{type(packet).__name__}")
-    for key in ("tenant_id", "id"):
-        if not isinstance(packet.get(key), str) or not packet[key]:
-            raise InvalidInputError(f"packet.{key}", "is required (give the packet returned by observe_round)")
-    return packet["tenant_id"], packet["id"]
