@@ -297,8 +297,16 @@ def object_store_options(environ: dict[str, str] | None = None) -> dict[str, str
     return options
 
 
-def llm_configured(environ: dict[str, str] | None = None) -> bool:
+def openai_endpoint(environ: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
+    """``(OPENAI_BASE_URL, OPENAI_API_KEY)``, each None when unset or empty: where the LLM and the
+    OpenAI embedder are. Kept out of WorldGraphConfig like the AWS variables: a key never enters a
+    config dump."""
+    env = _environ() if environ is None else environ
+    return env.get("OPENAI_BASE_URL") or None, env.get("OPENAI_API_KEY") or None
+
+
+def llm_configured(environ: Mapping[str, str] | None = None) -> bool:
     """Whether an OpenAI-compatible LLM is configured (``OPENAI_API_KEY`` or ``OPENAI_BASE_URL``):
     without one, scene packets wait for ``worldgraph world retry``."""
-    environ = dict(os.environ if environ is None else environ)
-    return bool(environ.get("OPENAI_API_KEY") or environ.get("OPENAI_BASE_URL"))
+    base_url, api_key = openai_endpoint(environ)
+    return bool(base_url or api_key)

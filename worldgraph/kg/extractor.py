@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import secrets
 import threading
@@ -26,7 +25,7 @@ from typing import Any, Callable
 
 import openai
 
-from worldgraph.config import WorldGraphConfig
+from worldgraph.config import WorldGraphConfig, openai_endpoint
 from worldgraph.errors import DeltaValidationError, ExtractionError
 from worldgraph.kg.delta import ParsedDelta, parse_delta
 from worldgraph.kg.records import DroppedItem, SceneRecord
@@ -246,8 +245,7 @@ def strip_fences(raw: str) -> str:
 
 
 def _client_from_env(config: WorldGraphConfig) -> openai.OpenAI:
-    base_url = os.environ.get("OPENAI_BASE_URL") or None
-    api_key = os.environ.get("OPENAI_API_KEY") or None
+    base_url, api_key = openai_endpoint()
     if api_key is None and base_url is None:
         raise ExtractionError(
             "no LLM configured: set OPENAI_API_KEY (OpenAI) or OPENAI_BASE_URL (any "
