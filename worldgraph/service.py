@@ -11,7 +11,8 @@ import logging
 from pathlib import Path
 from typing import Any, Iterable
 
-from worldgraph.access import open_storage, open_store  # noqa: F401 - open_store: its old home
+from worldgraph.access import open_storage
+from worldgraph.access import open_store as open_store  # re-exported: its old home
 from worldgraph.clock import utcnow
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError, NotFoundError, ReadOnlyError

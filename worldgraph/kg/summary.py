@@ -235,7 +235,7 @@ def _pagerank(adj: dict[str, dict[str, None]], alpha: float = 0.85, max_iter: in
                  np.bincount(dst_a, weights=add, minlength=n_nodes))
         err = sum(np.abs(x - xlast).tolist())  # builtin sum: the same left-to-right additions
         if err < n_nodes * tol:
-            return x.tolist()
+            return cast("list[float]", x.tolist())
     return [float(len(nbrs)) for nbrs in adj.values()]  # did not converge: the degree
 
 
