@@ -25,7 +25,14 @@ FRONT = ("worldgraph.cli", "worldgraph.console", "worldgraph.demo", "worldgraph.
          "worldgraph.neo4j_local", "worldgraph.server", "worldgraph.commands", "worldgraph.__main__")
 SERVICE = ("worldgraph", "worldgraph.service", "worldgraph.replay")
 # The ground floor: imported by every layer, importing none of them.
-BASE = ("worldgraph.errors", "worldgraph.config", "worldgraph.clock", "worldgraph.names")
+BASE = ("worldgraph.errors", "worldgraph.config", "worldgraph.clock", "worldgraph.names", "worldgraph.schema",
+        "worldgraph.locks", "worldgraph.gcpause")
+# The stores and what they are made of: below memory, the world updater, merge and export.
+STORES = ("worldgraph.kg.store", "worldgraph.kg.embedded", "worldgraph.kg.embedded_episodes",
+          "worldgraph.kg.embedded_world", "worldgraph.kg.embedded_leases", "worldgraph.kg.embedded_sql",
+          "worldgraph.kg.neo4j_store", "worldgraph.kg.neo4j_leases", "worldgraph.kg.neo4j_queries",
+          "worldgraph.kg.cypher_guard", "worldgraph.kg.sqlite_open", "worldgraph.kg.codec", "worldgraph.kg.sessions",
+          "worldgraph.kg.lease", "worldgraph.kg.records", "worldgraph.kg.ids")
 
 
 def _in(module: str, names: tuple[str, ...]) -> bool:
@@ -155,7 +162,8 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     """'a -> b' for each module below the service importing the service layer or a front end,
-    and each ground-floor module importing anything above the ground floor."""
+    each ground-floor module importing anything above the ground floor, and each store module
+    importing anything but stores and the ground floor."""
     bad = []
     for module, targets in sorted(graph.items()):
         below_service = not _in(module, FRONT) and not _in(module, SERVICE)
@@ -164,6 +172,8 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
                 bad.append(f"{module} -> {target}")
             elif _in(module, BASE) and not _in(target, BASE):
                 bad.append(f"{module} -> {target} (the ground floor imports only the ground floor)")
+            elif _in(module, STORES) and not (_in(target, STORES) or _in(target, BASE)):
+                bad.append(f"{module} -> {target} (a store imports only stores and the ground floor)")
     return bad
 
 
@@ -202,3 +212,6 @@ def test_the_checks_catch_a_cycle_and_an_upward_import(tmp_path: Path) -> None:
     assert upward_imports(import_graph(pkg, type_checking=True)) == ["worldgraph.kg.merge -> worldgraph.service"]
     (pkg / "kg" / "merge.py").write_text("def g():\n    from worldgraph.service import WorldModel\n")
     assert upward_imports(import_graph(pkg)) == ["worldgraph.kg.merge -> worldgraph.service"]
+    (pkg / "kg" / "store.py").write_text("from worldgraph.kg.merge import g\n")
+    assert "worldgraph.kg.store -> worldgraph.kg.merge (a store imports only stores and the ground floor)" in \
+        upward_imports(import_graph(pkg))
