@@ -37,8 +37,8 @@ def examples_dir() -> Path:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from worldgraph.kg.summary import render_summary, summarize_graph
     from worldgraph.config import llm_configured
+    from worldgraph.kg.summary import render_summary, summarize_graph
     from worldgraph.replay import replay_log
     from worldgraph.service import WorldModel
 
