@@ -1,9 +1,10 @@
 """No cyclic garbage collection while a bulk step builds tens of thousands of acyclic dicts.
 
 The collector would otherwise traverse the growing heap again and again. Measured in a process
-that loaded LanceDB (10k nodes, 20k edges; medians of 7, ``/tmp/layers/gcbench.py`` in the
-layers report): read_snapshot 735 ms paused vs 1128 ms not, summarize_graph 148 vs 326 ms,
-write_snapshot 379 vs 418 ms; recall avoids a 230 ms full collection landing inside a query.
+that loaded LanceDB (``python bench/bench_gcpause.py 10000``: 10k nodes, 20k edges, paused and
+unpaused runs alternating, medians of 9; three runs at load 10-20): read_snapshot 884 / 483 /
+612 ms paused vs 1159 / 815 / 788 not, summarize_graph 165 / 236 / 167 vs 214 / 275 / 175,
+write_snapshot even; recall avoids a 230 ms full collection landing inside a query.
 
 The pause is process-wide (that is how CPython's collector works), so it is shared safely:
 
