@@ -32,7 +32,8 @@ ENV = "CottageEscape"
 
 def run_demo(args: argparse.Namespace) -> int:
     from worldgraph.kg.summary import render_summary, summarize_graph
-    from worldgraph.kg.world import llm_configured, replay_log
+    from worldgraph.config import llm_configured
+    from worldgraph.replay import replay_log
     from worldgraph.service import WorldModel
 
     data = Path(args.data if args.data != "./data" else "./worldgraph-demo")

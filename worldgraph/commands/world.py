@@ -52,7 +52,7 @@ def add_world_commands(sub: Any, add: Add) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from worldgraph.kg.world import replay_log
+    from worldgraph.replay import replay_log
 
     check_input_file(args.log)
     with open_wm(args, create=True) as wm:

@@ -89,7 +89,7 @@ def _serve_then_close(server: Any, wm: Any) -> None:
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     from worldgraph.commands.common import open_wm
-    from worldgraph.memory.record import check_tenant
+    from worldgraph.names import check_tenant
     from worldgraph.server.mcp_server import build_mcp
 
     tenant = check_tenant(args.mcp_tenant or args.tenant, "--tenant")
