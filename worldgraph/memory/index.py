@@ -34,6 +34,7 @@ from worldgraph.memory.index_schema import (  # noqa: F401 - re-exported: the in
     _is_part_name,
 )
 from worldgraph.memory.index_search import IndexSearch
+from worldgraph.memory.index_small import SmallTables
 from worldgraph.memory.index_tables import _Part
 from worldgraph.memory.index_writes import IndexWrites
 
@@ -98,6 +99,7 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         self._maint_thread: threading.Thread | None = None
         self._maint_pending: set[tuple[str, str]] = set()  # (task, table name)
         self.maintenance_runs: list[dict[str, Any]] = []  # background runs: tasks, ok, seconds
+        self._small = SmallTables(dimensions)
         with objectstore.object_store_errors(self.path, "opening the index"):
             self._open(rebuild)
 

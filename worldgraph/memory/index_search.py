@@ -14,7 +14,8 @@ from worldgraph.memory.index_policy import ann_search_params
 from worldgraph.memory.index_schema import (
     FTS_INDEX_NAME, VECTOR_INDEX_NAME, _check_tenant, _unique, metadata_filter, sql_literal, table_name,
 )
-from worldgraph.memory.index_tables import IndexTables
+from worldgraph.memory.index_small import SmallTable
+from worldgraph.memory.index_tables import IndexTables, _Part
 
 log = logging.getLogger("worldgraph.memory.index")
 
@@ -38,6 +39,13 @@ class IndexSearch(IndexTables):
             return []
         pred = "episode_id IN (" + ", ".join(sql_literal(e, "episode_ids") for e in ids) + ")"
         return self._rows(part.table.search().where(pred).limit(len(ids)).to_arrow(), tenant_id)
+
+    def _small_table(self, part: _Part, select: Sequence[str] | None) -> SmallTable | None:
+        """The in-memory copy of a small table without an ANN index, at its newest version (None:
+        search it with LanceDB)."""
+        if VECTOR_INDEX_NAME in self._indexes(part):
+            return None
+        return self._small.get(part.name, part.latest_dataset(), select)
 
     def _select(self, columns: Sequence[str] | None) -> list[str] | None:
         """Columns to read: None for all; else episode_id, the given ones and vector."""
@@ -105,6 +113,9 @@ class IndexSearch(IndexTables):
         part = self._part(tenant_id)
         if part is None:
             return []
+        small = self._small_table(part, select)
+        if small is not None:  # exact cosine in process (index_small.py)
+            return small.rows_out(small.nearest(q, k, small.mask(where)), select, "similarity", tenant_id)
         nearest: dict[str, Any] = {"column": "vector", "q": q, "k": k, "metric": "cosine"}
         if VECTOR_INDEX_NAME in self._indexes(part):
             nearest.update(ann_search_params(self.config, k, self.ann_overfetch))
@@ -161,6 +172,9 @@ class IndexSearch(IndexTables):
             return []
         if FTS_INDEX_NAME not in self._indexes(part) and FTS_INDEX_NAME not in self._indexes(part, refresh=True):
             return []
+        small = self._small_table(part, select)
+        if small is not None:  # BM25 in process, LanceDB's terms and scores (index_small.py)
+            return small.rows_out(small.bm25(text, k, small.mask(where)), select, "bm25", tenant_id)
         from lance.query import MatchQuery
 
         try:

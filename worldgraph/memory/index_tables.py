@@ -25,6 +25,7 @@ import pyarrow as pa
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import ReadOnlyError
 from worldgraph.memory import objectstore
+from worldgraph.memory.index_small import SmallTables
 from worldgraph.memory.index_schema import (
     _COMMIT_RETRIES, META_FILE, META_FORMAT, WRITE_LOCK_FILE, _is_commit_conflict, _is_part_name, table_name,
 )
@@ -78,6 +79,7 @@ class IndexTables:
     _index_lock: threading.RLock
     _parts_lock: threading.Lock
     _parts: dict[str, _Part]
+    _small: SmallTables  # small tables searched in process (index_small.py)
 
     @property
     def meta_path(self) -> Path:
