@@ -40,6 +40,11 @@ class IndexSearch(IndexTables):
         pred = "episode_id IN (" + ", ".join(sql_literal(e, "episode_ids") for e in ids) + ")"
         return self._rows(part.table.search().where(pred).limit(len(ids)).to_arrow(), tenant_id)
 
+    def in_process(self, tenant_id: str) -> bool:
+        """Whether ``tenant_id``'s table was last searched in process (a small table; a lookup, no I/O)."""
+        part = self._parts.get(table_name(tenant_id))
+        return part is not None and self._small.holds(part.name)
+
     def _small_table(self, part: _Part, select: Sequence[str] | None) -> SmallTable | None:
         """The in-memory copy of a small table without an ANN index, at its newest version (None:
         search it with LanceDB)."""

@@ -245,6 +245,9 @@ class SmallTables:
             self._big.pop(name, None)
         return fresh
 
+    def holds(self, name: str) -> bool:
+        return name in self._tables
+
     def drop(self, name: str | None = None) -> None:
         with self._lock:
             if name is None:

@@ -198,16 +198,21 @@ def find_candidates(store: GraphStore, index: EpisodeIndex, cfg: WorldGraphConfi
     # Only episode_id, vector and the BM25 score of a hit are used below (the rest comes from the store).
     # The words of the query's dates stay in the full-text query: the index holds each memory's date as words.
     words = " ".join([q.text, *q.parsed.date_phrases]) if opts.extract_filters else q.text
-    text_hits = (_SEARCH_POOL.submit(index.text_search, tenant_id, words, k=cfg.fulltext_pool, where=where,
-                                     columns=["episode_id"])
-                 if opts.hybrid and cfg.fulltext_pool > 0 else None)
+    searched_text = opts.hybrid and cfg.fulltext_pool > 0
+
+    def search_text() -> list[dict[str, Any]]:
+        return index.text_search(tenant_id, words, k=cfg.fulltext_pool, where=where, columns=["episode_id"])
+
+    # A small table is searched in process (index_small.py) in well under a millisecond: less
+    # than the hop to the pool thread and back.
+    text_hits = _SEARCH_POOL.submit(search_text) if searched_text and not index.in_process(tenant_id) else None
     try:
         hits = index.vector_search(tenant_id, q.qvec, k=cfg.candidate_pool, where=where, columns=["episode_id"])
     except BaseException:
         if text_hits is not None:
             text_hits.cancel()  # read-only: if it already started, let it finish unobserved
         raise
-    extra_hits = text_hits.result() if text_hits is not None else []
+    extra_hits = text_hits.result() if text_hits is not None else search_text() if searched_text else []
     by_id: dict[str, dict[str, Any]] = {h["episode_id"]: h for h in hits}
     bm25: dict[str, float] = {}
     for h in extra_hits:
@@ -236,7 +241,7 @@ def find_candidates(store: GraphStore, index: EpisodeIndex, cfg: WorldGraphConfi
         ids = [i for i in ids if (f := avg[i]) is not None and f >= floor]
     if not ids:
         return None
-    return Candidates(ids, vectors, semantic, bm25, text_hits is not None, episodes, stats, avg)
+    return Candidates(ids, vectors, semantic, bm25, searched_text, episodes, stats, avg)
 
 
 def score_candidates(store: GraphStore, cfg: WorldGraphConfig, tenant_id: str, q: PreparedQuery,
