@@ -212,6 +212,8 @@ class SmallTables:
         self._lock = threading.Lock()
         self._tables: OrderedDict[str, SmallTable] = OrderedDict()
         self._big: dict[str, Any] = {}  # table name -> the dataset version seen with more than max_rows rows
+        self._building: dict[str, threading.Lock] = {}  # table name -> held while its copy is read
+        self.counts = {"read": 0, "advanced": 0, "checked": 0}  # copies made, for benchmarks
 
     def get(self, name: str, ds: Any, columns: Sequence[str] | None) -> SmallTable | None:
         """The copy of table ``name`` at ``ds``'s version (read, or advanced from an older copy, if
@@ -225,6 +227,17 @@ class SmallTables:
                 return table
             if self._big.get(name) is ds:
                 return None
+            building = self._building.setdefault(name, threading.Lock())
+        # One thread reads a table's new version; the others wait for it and share the copy
+        # (16 threads each reading the same new version cost 16 times the CPU).
+        with building:
+            with self._lock:
+                table = self._tables.get(name)
+                if table is not None and table.source is ds:
+                    return table
+            return self._refresh(name, ds, table)
+
+    def _refresh(self, name: str, ds: Any, table: SmallTable | None) -> SmallTable | None:
         if ds.count_rows() > self.max_rows:  # the manifest's counts: no data read
             with self._lock:
                 self._big[name] = ds
@@ -234,9 +247,13 @@ class SmallTables:
         if table is not None and table.files == files:
             fresh = table
             fresh.source = ds
-        else:  # read outside the lock; two threads may both read one version: same result
-            fresh = table.advanced(ds, files, self.dimensions) if table is not None \
-                else SmallTable.read(ds, files, self.dimensions)
+            self.counts["checked"] += 1
+        elif table is not None:
+            fresh = table.advanced(ds, files, self.dimensions)
+            self.counts["advanced"] += 1
+        else:
+            fresh = SmallTable.read(ds, files, self.dimensions)
+            self.counts["read"] += 1
         with self._lock:
             self._tables[name] = fresh
             self._tables.move_to_end(name)
