@@ -144,7 +144,9 @@ class SmallTable:
     def nearest(self, q: np.ndarray, k: int, keep: np.ndarray | None) -> list[tuple[int, float]]:
         """The ``k`` rows most similar to ``q`` by cosine (rows, similarity), best first."""
         qn = float(np.linalg.norm(q))
-        sims = (self.unit @ q) / (qn or 1.0)
+        # einsum, not BLAS: with several threads searching at once, OpenBLAS's own threads spin
+        # against each other (measured: a 2,000 x 384 product took 9 ms on a loaded machine, einsum 1.6)
+        sims = np.einsum("ij,j->i", self.unit, q.astype(np.float32, copy=False)) / (qn or 1.0)
         if keep is not None:
             sims = np.where(keep, sims, -np.inf)
         return _top(sims, k)

@@ -225,7 +225,7 @@ def find_candidates(store: GraphStore, index: EpisodeIndex, cfg: WorldGraphConfi
     # cosine with the query, all candidates at once (vector hits and BM25-only hits alike)
     matrix = np.stack([vectors[i] for i in ids])
     norms = np.linalg.norm(matrix, axis=1) * (float(np.linalg.norm(q.qvec)) or 1.0)
-    sims = (matrix @ q.qvec) / np.where(norms == 0, 1.0, norms)
+    sims = np.einsum("ij,j->i", matrix, q.qvec) / np.where(norms == 0, 1.0, norms)  # no BLAS (index_small)
     semantic = {i: float(sim) for i, sim in zip(ids, sims)}
 
     # 2b. metadata filters, on the system of record (with the feedback aggregates: one read)
