@@ -180,16 +180,11 @@ class SmallTable:
                  tenant_id: str) -> list[dict[str, Any]]:
         """Result dicts as the LanceDB path makes them: the columns asked for, ``vector``, the score."""
         names = COLUMNS if columns is None else [c for c in columns if c != "vector"]
-        tenants = self.columns["tenant_id"]
-        out = []
-        for row, value in found:
-            if tenants[row] != tenant_id:  # defence in depth, as IndexSearch._rows
-                continue
-            rec = {c: self.columns[c][row] for c in names}
-            rec["vector"] = self.vectors[row]
-            rec[score] = float(value)
-            out.append(rec)
-        return out
+        tenants, vectors = self.columns["tenant_id"], self.vectors
+        cols = [(c, self.columns[c]) for c in names]
+        # defence in depth, as IndexSearch._rows: a table only ever holds its own tenant's rows
+        return [{**{c: col[row] for c, col in cols}, "vector": vectors[row], score: value}
+                for row, value in found if tenants[row] == tenant_id]
 
 
 def _top(scores: np.ndarray, k: int) -> list[tuple[int, float]]:
