@@ -17,9 +17,10 @@ import json
 import logging
 import sys
 import threading
+from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pyarrow as pa
 
@@ -29,9 +30,21 @@ from worldgraph.memory import objectstore
 from worldgraph.memory.embeddings import same_fallback_label
 from worldgraph.memory.index_maintenance import _run_tasks
 from worldgraph.memory.index_schema import (  # noqa: F401 - re-exported: the index's public names
-    FTS_INDEX_NAME, META_FILE, META_FORMAT, SCALAR_INDEXES, TABLE_NAME, TABLE_PREFIXES, VECTOR_INDEX_NAME,
-    WHERE_KEYS, build_filter, episode_schema, metadata_filter, sql_literal, stored_embedder_name, table_name,
+    FTS_INDEX_NAME,
+    META_FILE,
+    META_FORMAT,
+    SCALAR_INDEXES,
+    TABLE_NAME,
+    TABLE_PREFIXES,
+    VECTOR_INDEX_NAME,
+    WHERE_KEYS,
     _is_part_name,
+    build_filter,
+    episode_schema,
+    metadata_filter,
+    sql_literal,
+    stored_embedder_name,
+    table_name,
 )
 from worldgraph.memory.index_search import IndexSearch
 from worldgraph.memory.index_small import SmallTables
@@ -40,8 +53,17 @@ from worldgraph.memory.index_writes import IndexWrites
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EpisodeIndex", "episode_schema", "build_filter", "metadata_filter", "sql_literal", "table_name",
-           "stored_embedder_name", "META_FILE", "TABLE_NAME"]
+__all__ = [
+    "META_FILE",
+    "TABLE_NAME",
+    "EpisodeIndex",
+    "build_filter",
+    "episode_schema",
+    "metadata_filter",
+    "sql_literal",
+    "stored_embedder_name",
+    "table_name",
+]
 
 
 class EpisodeIndex(IndexWrites, IndexSearch):
@@ -184,7 +206,7 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         if wait:
             self.wait_for_maintenance()
 
-    def __enter__(self) -> "EpisodeIndex":
+    def __enter__(self) -> EpisodeIndex:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -13,14 +13,23 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from worldgraph.memory.index_policy import (
-    ann_due_rows, compaction_due, fold_new_rows, index_partitions, vector_index_config,
+    ann_due_rows,
+    compaction_due,
+    fold_new_rows,
+    index_partitions,
+    vector_index_config,
 )
-from worldgraph.memory.index_schema import FTS_INDEX_NAME, SCALAR_INDEXES, VECTOR_INDEX_NAME
+from worldgraph.memory.index_schema import (
+    FTS_INDEX_NAME,
+    SCALAR_INDEXES,
+    VECTOR_INDEX_NAME,
+)
 from worldgraph.memory.index_tables import IndexTables, _Part
 
 log = logging.getLogger("worldgraph.memory.index")

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -12,7 +13,13 @@ from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
 from worldgraph.memory import objectstore
 from worldgraph.memory.index_policy import ann_search_params
 from worldgraph.memory.index_schema import (
-    FTS_INDEX_NAME, VECTOR_INDEX_NAME, _check_tenant, _unique, metadata_filter, sql_literal, table_name,
+    FTS_INDEX_NAME,
+    VECTOR_INDEX_NAME,
+    _check_tenant,
+    _unique,
+    metadata_filter,
+    sql_literal,
+    table_name,
 )
 from worldgraph.memory.index_small import SmallTable
 from worldgraph.memory.index_tables import IndexTables, _Part

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -77,13 +78,13 @@ class SmallTable:
     # -- building --------------------------------------------------------------------------
 
     @classmethod
-    def read(cls, ds: Any, files: Files, dimensions: int) -> "SmallTable":
+    def read(cls, ds: Any, files: Files, dimensions: int) -> SmallTable:
         table = cls(ds, files, {c: [] for c in COLUMNS}, np.zeros((0, dimensions), np.float32),
                     np.zeros((0, dimensions), np.float32))
         table._append(ds.to_table(columns=[*COLUMNS, "vector"]), dimensions)
         return table
 
-    def advanced(self, ds: Any, files: Files, dimensions: int) -> "SmallTable":
+    def advanced(self, ds: Any, files: Files, dimensions: int) -> SmallTable:
         """This copy brought to ``ds``'s version: the new fragments' rows appended when the new
         version only added fragments (an append), else the table read again."""
         if any(files.get(i) != held for i, held in self.files.items()):

@@ -11,9 +11,10 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 try:
     import fcntl
@@ -25,10 +26,16 @@ import pyarrow as pa
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import ReadOnlyError
 from worldgraph.memory import objectstore
-from worldgraph.memory.index_small import SmallTables
 from worldgraph.memory.index_schema import (
-    _COMMIT_RETRIES, META_FILE, META_FORMAT, WRITE_LOCK_FILE, _is_commit_conflict, _is_part_name, table_name,
+    _COMMIT_RETRIES,
+    META_FILE,
+    META_FORMAT,
+    WRITE_LOCK_FILE,
+    _is_commit_conflict,
+    _is_part_name,
+    table_name,
 )
+from worldgraph.memory.index_small import SmallTables
 
 log = logging.getLogger("worldgraph.memory.index")
 
@@ -36,8 +43,18 @@ log = logging.getLogger("worldgraph.memory.index")
 class _Part:
     """One tenant's table and this process's bookkeeping for it."""
 
-    __slots__ = ("name", "table", "index_names", "writes", "rows_since_optimize", "rows_base", "rows_added",
-                 "ann_requested", "dataset", "ann_partitions")
+    __slots__ = (
+        "ann_partitions",
+        "ann_requested",
+        "dataset",
+        "index_names",
+        "name",
+        "rows_added",
+        "rows_base",
+        "rows_since_optimize",
+        "table",
+        "writes",
+    )
 
     def __init__(self, name: str, table: Any) -> None:
         self.name = name

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -14,7 +15,12 @@ import pyarrow.compute as pc
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
 from worldgraph.memory import objectstore
 from worldgraph.memory.index_maintenance import IndexMaintenance
-from worldgraph.memory.index_schema import STRING_COLUMNS, _as_timestamp, _check_tenant, sql_literal
+from worldgraph.memory.index_schema import (
+    STRING_COLUMNS,
+    _as_timestamp,
+    _check_tenant,
+    sql_literal,
+)
 from worldgraph.memory.index_tables import _Part
 
 log = logging.getLogger("worldgraph.memory.index")

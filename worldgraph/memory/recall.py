@@ -31,9 +31,13 @@ from worldgraph.memory.models import DateRange, RecallOptions
 from worldgraph.memory.query import ParsedQuery, parse_query
 from worldgraph.memory.record import parse_model
 from worldgraph.memory.relevance import in_window, text_relevance
-from worldgraph.memory.scoring import ScoreParts, diversity_order, normalise_feedback, relevance
+from worldgraph.memory.scoring import (
+    ScoreParts,
+    diversity_order,
+    normalise_feedback,
+    relevance,
+)
 from worldgraph.memory.threads import one_blas_thread
-
 
 _SEARCH_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="worldgraph-recall")
 
