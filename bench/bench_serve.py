@@ -285,6 +285,9 @@ def main() -> int:
                 for _ in range(args.rounds):
                     local_runs.append(in_process_concurrent(wm, queries, args.clients, part))
                     http_runs.append(asyncio.run(http_phase(srv.url, key, args.clients, part, recalls(queries), pid)))
+                small = getattr(wm.index, "_small", None)  # copies of small tables (index_small.py)
+                if small is not None:
+                    print(f"in-process small-table copies: {small.counts}", file=sys.stderr)
                 print("mixed record + recall, then the layer alone ...", file=sys.stderr)
                 load = asyncio.run(http_phase(srv.url, key, args.clients, args.seconds,
                                               mixed(queries, args.record_share), pid))

@@ -99,13 +99,18 @@ def baselines(emb: CachedEmbedder, conv: Conversation) -> dict[str, list[list[st
     return out
 
 
+CPU_MS: list[float] = []  # CPU time of each quiet recall (the process's: load-independent, unlike latency)
+
+
 def ask(wm: WorldModel, tenant: str, conv: Conversation, dia_of: dict[str, str], options: dict[str, Any] | None,
-        times: list[float], every: int = 1) -> list[list[str]]:
+        times: list[float], every: int = 1, cpu: list[float] | None = None) -> list[list[str]]:
     ranked = []
     for q in conv.questions[::every]:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res = wm.recall_experiences(tenant, None, q.question, limit=10, options=options)
         times.append((time.perf_counter() - t0) * 1000)
+        if cpu is not None:
+            cpu.append((time.process_time() - c0) * 1000)
         ranked.append([dia_of.get(r["episode_id"], "?") for r in res])
     return ranked
 
@@ -115,7 +120,7 @@ def _burn() -> None:  # pragma: no cover - a background load process
         pass
 
 
-def under_load(n: int, fn: Callable[[], None]) -> None:
+def under_load(n: int, fn: Callable[[], Any]) -> None:
     procs = [mp.get_context("spawn").Process(target=_burn, daemon=True) for _ in range(n)]
     for p in procs:
         p.start()
@@ -145,16 +150,22 @@ def pct(values: list[float], p: float) -> float:
     return round(float(np.percentile(values, p)), 1) if values else float("nan")
 
 
-def record_rate(inner: Any, conv: Conversation, graph: str, overrides: dict[str, Any]) -> float:
+def record_rate(inner: Any, conv: Conversation, graph: str, overrides: dict[str, Any]) -> tuple[float, float]:
+    """Episodes/s recording ``conv`` session by session, and texts/s of the embedder alone on the
+    same texts in the same calls, measured right after (what bounds the first)."""
     inner.embed(["warm up the model"])
     with tempfile.TemporaryDirectory(prefix="wg-rate-") as tmp:
         wm = WorldModel.open(tmp, embedder=inner, graph=graph, **overrides)
         try:
             t0 = time.perf_counter()
             n = len(record(wm, f"rate-{uuid.uuid4().hex[:8]}", conv))
-            return n / (time.perf_counter() - t0)
+            eps = n / (time.perf_counter() - t0)
         finally:
             wm.close()
+    t0 = time.perf_counter()
+    for turns in conv.sessions.values():
+        inner.embed([said(t) for t in turns])
+    return eps, len(conv.turns) / (time.perf_counter() - t0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,13 +217,13 @@ def main(argv: list[str] | None = None) -> int:
             for tenant, _ in tenants:
                 wm.recall_experiences(tenant, None, "warm up", limit=10, options=options)
             for conv, (tenant, dia_of) in zip(convs, tenants):
-                ranked["worldgraph"].append(ask(wm, tenant, conv, dia_of, options, quiet))
+                ranked["worldgraph"].append(ask(wm, tenant, conv, dia_of, options, quiet, cpu=CPU_MS))
             if args.load > 0:
                 under_load(args.load, lambda: [ask(wm, t, c, d, options, loaded, args.load_every)
                                                for c, (t, d) in zip(convs, tenants)])
         finally:
             wm.close()
-    rate = None if args.no_rate else record_rate(inner, convs[0], args.graph, overrides)
+    rate, embed_rate = (None, None) if args.no_rate else record_rate(inner, convs[0], args.graph, overrides)
 
     results = {name: score(convs, lists) for name, lists in ranked.items()}
     labels = {"dense": "dense cosine", "bm25": "BM25", "rrf": "RRF(dense, BM25)", "worldgraph": "worldgraph recall"}
@@ -227,17 +238,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {labels[name]} | {res['R@5']:.3f} | {res['R@10']:.3f} | {per} |")
     lat = {"quiet_p50_ms": pct(quiet, 50), "quiet_p99_ms": pct(quiet, 99),
            "loaded_p50_ms": pct(loaded, 50), "loaded_p99_ms": pct(loaded, 99), "load_processes": args.load,
-           "quiet_n": len(quiet), "loaded_n": len(loaded)}
+           "quiet_n": len(quiet), "loaded_n": len(loaded), "quiet_cpu_p50_ms": pct(CPU_MS, 50)}
     print(f"recall ms (query embedding included): p50 {lat['quiet_p50_ms']} / p99 {lat['quiet_p99_ms']} "
           f"({len(quiet)} calls); beside {args.load} busy processes p50 {lat['loaded_p50_ms']} / p99 "
-          f"{lat['loaded_p99_ms']} ({len(loaded)} calls); load average {os.getloadavg()[0]:.1f}")
+          f"{lat['loaded_p99_ms']} ({len(loaded)} calls); CPU per quiet recall p50 {lat['quiet_cpu_p50_ms']} ms; "
+          f"load average {os.getloadavg()[0]:.1f}")
     if rate is not None:
         print(f"record: {rate:.1f} episodes/s ({convs[0].sample_id}, {len(convs[0].turns)} turns, "
-              f"uncached {emb.name}, embedding included)")
+              f"uncached {emb.name}, embedding included); the embedder alone on the same calls: "
+              f"{embed_rate:.1f} texts/s")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({
-            "results": results, "latency": lat, "record_eps": rate, "embedder": emb.name, "options": options,
+            "results": results, "latency": lat, "record_eps": rate, "embed_texts_per_s": embed_rate, "embedder": emb.name, "options": options,
             "config": overrides, "conversations": [c.sample_id for c in convs], "graph": args.graph,
             "optimized": args.optimize,
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),

@@ -31,9 +31,13 @@ from worldgraph.memory.models import DateRange, RecallOptions
 from worldgraph.memory.query import ParsedQuery, parse_query
 from worldgraph.memory.record import parse_model
 from worldgraph.memory.relevance import in_window, text_relevance
-from worldgraph.memory.scoring import ScoreParts, diversity_order, normalise_feedback, relevance
+from worldgraph.memory.scoring import (
+    ScoreParts,
+    diversity_order,
+    normalise_feedback,
+    relevance,
+)
 from worldgraph.memory.threads import one_blas_thread
-
 
 _SEARCH_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="worldgraph-recall")
 
@@ -116,6 +120,49 @@ def _recall(
     options: RecallOptions | dict[str, Any] | None = None,
     now: float | None = None,
 ) -> list[RecallResult]:
+    q = prepare_query(embedder, cfg, agent_role, query, limit, options, now)
+    found = find_candidates(store, index, cfg, tenant_id, q)
+    if found is None:
+        return []
+    parts = score_candidates(store, cfg, tenant_id, q, found)
+    top = diversify(cfg, q.k, found, parts)
+    return format_results(store, tenant_id, q.opts, found, parts, top)
+
+
+@dataclass
+class PreparedQuery:
+    """Step 1's output: the options resolved, the query cleaned, parsed and embedded."""
+
+    opts: RecallOptions
+    query: str
+    k: int
+    now_s: float
+    min_sim: float
+    parsed: ParsedQuery
+    text: str
+    window: ParsedQuery | None  # the query's own dates, a soft signal (None: none, or an explicit date_range)
+    filters: Filters
+    qvec: np.ndarray
+
+
+@dataclass
+class Candidates:
+    """Step 2's output: the candidates that passed the filters, with what scoring needs."""
+
+    ids: list[str]
+    vectors: dict[str, np.ndarray]
+    semantic: dict[str, float]  # cosine with the query
+    bm25: dict[str, float]  # BM25 of the full-text hits
+    searched_text: bool
+    episodes: dict[str, dict[str, Any]]  # records from the graph store
+    stats: dict[str, Any]  # feedback aggregates
+    avg: dict[str, float | None]  # normalised feedback
+
+
+def prepare_query(embedder: Embedder, cfg: WorldGraphConfig, agent_role: str | None, query: str,
+                  limit: int | None, options: RecallOptions | dict[str, Any] | None,
+                  now: float | None) -> PreparedQuery:
+    """1. query preprocessing, entity extraction, embedding."""
     opts = parse_options(options)
     if not isinstance(query, str) or not query.strip():
         raise InvalidInputError("query", "must be a non-empty string (say what experience to recall)", query)
@@ -126,8 +173,6 @@ def _recall(
         raise InvalidInputError("limit", "must be a positive integer", k)
     now_s = opts.now.timestamp() if opts.now is not None else time.time() if now is None else now
     min_sim = opts.min_similarity if opts.min_similarity is not None else cfg.min_similarity
-
-    # 1. query preprocessing, entity extraction, embedding
     parsed = parse_query(query, datetime.fromtimestamp(now_s, timezone.utc))
     text = parsed.text if opts.extract_filters else " ".join(query.split())
     if not any(ch.isalnum() for ch in text):
@@ -143,41 +188,53 @@ def _recall(
         start=dr.start if dr else None, end=dr.end if dr else None, success_only=opts.success_only,
     )
     qvec = check_embeddings(embed_query(embedder, [text]), 1, embedder.dimensions)[0]
+    return PreparedQuery(opts, query, k, now_s, min_sim, parsed, text, window, filters, qvec)
 
+
+def find_candidates(store: GraphStore, index: EpisodeIndex, cfg: WorldGraphConfig, tenant_id: str,
+                    q: PreparedQuery) -> Candidates | None:
+    """2. candidates (vector top-N plus full-text hits), then the metadata filters and the cosine
+    floor on the system of record, then the feedback filter. None: nothing is left."""
+    opts = q.opts
     # 2a. candidates: vector top-N plus full-text hits
-    where = filters.where()
+    where = q.filters.where()
     # The BM25 search runs beside the vector search (LanceDB releases the GIL while it searches).
     # Only episode_id, vector and the BM25 score of a hit are used below (the rest comes from the store).
     # The words of the query's dates stay in the full-text query: the index holds each memory's date as words.
-    words = " ".join([text, *parsed.date_phrases]) if opts.extract_filters else text
-    text_hits = (_SEARCH_POOL.submit(index.text_search, tenant_id, words, k=cfg.fulltext_pool, where=where,
-                                     columns=["episode_id"])
-                 if opts.hybrid and cfg.fulltext_pool > 0 else None)
+    words = " ".join([q.text, *q.parsed.date_phrases]) if opts.extract_filters else q.text
+    searched_text = opts.hybrid and cfg.fulltext_pool > 0
+
+    def search_text() -> list[dict[str, Any]]:
+        return index.text_search(tenant_id, words, k=cfg.fulltext_pool, where=where, columns=["episode_id"])
+
+    # A small table is searched in process (index_small.py) in well under a millisecond: less
+    # than the hop to the pool thread and back.
+    text_hits = _SEARCH_POOL.submit(search_text) if searched_text and not index.in_process(tenant_id) else None
     try:
-        hits = index.vector_search(tenant_id, qvec, k=cfg.candidate_pool, where=where, columns=["episode_id"])
+        hits = index.vector_search(tenant_id, q.qvec, k=cfg.candidate_pool, where=where, columns=["episode_id"])
     except BaseException:
         if text_hits is not None:
             text_hits.cancel()  # read-only: if it already started, let it finish unobserved
         raise
-    extra_hits = text_hits.result() if text_hits is not None else []
+    extra_hits = text_hits.result() if text_hits is not None else search_text() if searched_text else []
     by_id: dict[str, dict[str, Any]] = {h["episode_id"]: h for h in hits}
     bm25: dict[str, float] = {}
     for h in extra_hits:
         by_id.setdefault(h["episode_id"], h)
         bm25[h["episode_id"]] = float(h.get("bm25") or 0.0)
     if not by_id:
-        return []
+        return None
     ids = list(by_id)
     vectors = {i: np.asarray(by_id[i]["vector"], dtype=np.float32) for i in ids}
     # cosine with the query, all candidates at once (vector hits and BM25-only hits alike)
     matrix = np.stack([vectors[i] for i in ids])
-    norms = np.linalg.norm(matrix, axis=1) * (float(np.linalg.norm(qvec)) or 1.0)
-    sims = (matrix @ qvec) / np.where(norms == 0, 1.0, norms)
+    norms = np.linalg.norm(matrix, axis=1) * (float(np.linalg.norm(q.qvec)) or 1.0)
+    sims = np.einsum("ij,j->i", matrix, q.qvec) / np.where(norms == 0, 1.0, norms)  # no BLAS (index_small)
     semantic = {i: float(sim) for i, sim in zip(ids, sims)}
 
     # 2b. metadata filters, on the system of record (with the feedback aggregates: one read)
     episodes, stats = store.episodes_with_feedback(tenant_id, ids, category=opts.feedback_category)
-    ids = [i for i in ids if i in episodes and filters.keeps(episodes[i]) and semantic[i] >= min_sim]
+    ids = [i for i in ids if i in episodes and q.filters.keeps(episodes[i]) and semantic[i] >= q.min_sim]
 
     # 2c. feedback filter
     if opts.feedback_category is not None:
@@ -187,20 +244,32 @@ def _recall(
         floor = opts.min_feedback_score
         ids = [i for i in ids if (f := avg[i]) is not None and f >= floor]
     if not ids:
-        return []
+        return None
+    return Candidates(ids, vectors, semantic, bm25, searched_text, episodes, stats, avg)
 
-    # 3. relevance scoring: the text relevance (the seed formula's semantic term: the cosine, or
-    # the hybrid fusion), + the query's date window, + feedback-aware boosts when min_feedback_score is set
-    text_rel = _text_relevance(store, tenant_id, ids, semantic, bm25, cfg, searched_text=text_hits is not None)
-    dates = _date_boosts(window, query, opts.now is not None, ids, episodes, cfg)
-    feedback_aware = opts.min_feedback_score is not None
+
+def score_candidates(store: GraphStore, cfg: WorldGraphConfig, tenant_id: str, q: PreparedQuery,
+                     found: Candidates) -> dict[str, ScoreParts]:
+    """3. relevance scoring: the text relevance (the seed formula's semantic term: the cosine, or
+    the hybrid fusion), + the query's date window, + feedback-aware boosts when min_feedback_score is set."""
+    ids, episodes = found.ids, found.episodes
+    text_rel = _text_relevance(store, tenant_id, ids, found.semantic, found.bm25, cfg,
+                               searched_text=found.searched_text)
+    dates = _date_boosts(q.window, q.query, q.opts.now is not None, ids, episodes, cfg)
+    feedback_aware = q.opts.min_feedback_score is not None
     parts: dict[str, ScoreParts] = {}
     for i in ids:
         parts[i] = relevance(text_rel[i]["text_relevance"], episodes[i]["ts"], float(episodes[i]["confidence_score"]),
-                             avg[i], now_s, cfg, feedback_aware=feedback_aware, date=dates.get(i, 0.0))
+                             found.avg[i], q.now_s, cfg, feedback_aware=feedback_aware, date=dates.get(i, 0.0))
         parts[i].text = text_rel[i]
-    # 4. diversity penalty and re-sort (ties broken by id so results are deterministic)
-    ids.sort()
+    return parts
+
+
+def diversify(cfg: WorldGraphConfig, k: int, found: Candidates, parts: dict[str, ScoreParts]) -> list[str]:
+    """4. diversity penalty and re-sort (ties broken by id so results are deterministic); returns
+    the ids of the top ``k``, best first, and records each head candidate's penalty in ``parts``."""
+    ids = sorted(found.ids)
+    vectors = found.vectors
     scores = [parts[i].clamped + parts[i].feedback_aware for i in ids]
     # Only the head of the ranking can reach the top k, so the penalty is computed on a prefix
     # (exactly: a memory's penalty depends only on the memories ranked above it, and an adjusted
@@ -221,9 +290,13 @@ def _recall(
         m = min(len(ids), m * 2)
     for j, p in enumerate(head):
         parts[ids[p]].diversity_penalty = penalties[j]
+    return [ids[head[o]] for o in order[:k]]
 
-    # 5. top-k and formatting
-    top = [ids[head[o]] for o in order[:k]]
+
+def format_results(store: GraphStore, tenant_id: str, opts: RecallOptions, found: Candidates,
+                   parts: dict[str, ScoreParts], top: list[str]) -> list[RecallResult]:
+    """5. top-k and formatting."""
+    episodes, stats, avg = found.episodes, found.stats, found.avg
     extra = store.neighborhood(tenant_id, top) if opts.include_neighborhood else {}
     adjacent = _adjacent(store, tenant_id, top) if opts.include_neighborhood else {}
     results = []
@@ -244,7 +317,7 @@ def _recall(
             canvas_actions=ep.get("canvas_action_ids", []),
             feedback_score=None if (f := avg[i]) is None else round(f, 6),
             feedback_count=stats[i][1] if i in stats else 0,
-            semantic_score=round(semantic[i], 6),
+            semantic_score=round(found.semantic[i], 6),
             agent_id=ep["agent_id"],
             agent_role=ep.get("agent_role", ""),
             success=ep["success"],
