@@ -16,15 +16,16 @@ __all__ = ["file_lock"]
 
 
 @contextmanager
-def file_lock(path: str | Path, timeout: float | None = None) -> Iterator[None]:
+def file_lock(path: str | Path, timeout: float | None = None, poll_interval: float = 0.005) -> Iterator[None]:
     """Hold an exclusive lock on ``path`` (created, with its folder, if missing) for the block.
     ``timeout``: seconds to wait (None: as long as it takes); raises StorageError naming the file
-    when it runs out."""
+    when it runs out. ``filelock`` waits by polling a non-blocking lock; ``poll_interval`` (s) is
+    kept short because the episode index takes this lock around every write."""
     lock_path = Path(path)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(lock_path), timeout=-1 if timeout is None else timeout, thread_local=False)
     try:
-        lock.acquire()
+        lock.acquire(poll_interval=poll_interval)
     except Timeout as exc:
         raise StorageError(f"{lock_path} is locked by another process or thread (waited {timeout} s); "
                            "retry when it is done") from exc

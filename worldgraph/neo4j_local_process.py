@@ -12,14 +12,10 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-try:  # POSIX only; without it concurrent start()/build() calls are not serialised.
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
+from worldgraph.locks import file_lock
 
 READY_MARKER = "NEO4J_LOCAL_READY"
 STATE_FILE = "server.json"
@@ -49,18 +45,9 @@ def require_tool(name: str, purpose: str) -> str:
     return path
 
 
-@contextlib.contextmanager
-def locked(lock_file: Path) -> Iterator[None]:
-    """Hold an exclusive advisory lock on ``lock_file`` (no-op where fcntl is unavailable)."""
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_file, "a+") as fh:
-        if fcntl is not None:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            if fcntl is not None:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+def locked(lock_file: Path) -> contextlib.AbstractContextManager[None]:
+    """Hold an exclusive lock on ``lock_file`` for the block (worldgraph.locks: filelock)."""
+    return file_lock(lock_file, poll_interval=0.05)
 
 
 def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:

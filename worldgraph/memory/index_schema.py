@@ -18,11 +18,12 @@ import pyarrow as pa
 
 from worldgraph.errors import InvalidInputError
 from worldgraph.memory import objectstore
+from worldgraph.schema import SCHEMA_VERSIONS
 
 TABLE_NAME = "episodes"  # the single table of the old layout (META_FORMAT 1), migrated on open
 META_FILE = "index_meta.json"
 WRITE_LOCK_FILE = ".write.lock"
-META_FORMAT = 2  # 2: one table per tenant
+META_FORMAT = SCHEMA_VERSIONS["lancedb"]  # 2: one table per tenant (worldgraph.schema)
 # Table names: "ep-<tenant>" for tenants made of lower-case letters, digits and _.- (readable, and
 # distinct on case-insensitive file systems); "eph-<hex of the utf-8 bytes>" for any other tenant
 # id; "eps-<sha256>" for very long ones. The three prefixes differ at their third character, so

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
 from worldgraph.memory import objectstore
+from worldgraph.memory.cosine import cosine_to
 from worldgraph.memory.index_policy import ann_search_params
 from worldgraph.memory.index_schema import (
     FTS_INDEX_NAME,
@@ -147,8 +148,7 @@ class IndexSearch(IndexTables):
         if not results:
             return []
         vectors = np.stack([r["vector"] for r in results])
-        norms = np.linalg.norm(vectors, axis=1) * float(np.linalg.norm(q))
-        sims = (vectors @ q) / np.where(norms == 0, 1.0, norms)
+        sims = cosine_to(vectors, q)
         for row, sim in zip(results, sims):
             row["similarity"] = float(sim)
         results.sort(key=lambda r: r["similarity"], reverse=True)

@@ -16,15 +16,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: LanceDB's own conflict handling only
-    fcntl = None  # type: ignore[assignment]
-
 import pyarrow as pa
 
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import ReadOnlyError
+from worldgraph.locks import file_lock
 from worldgraph.memory import objectstore
 from worldgraph.memory.index_schema import (
     _COMMIT_RETRIES,
@@ -212,16 +208,12 @@ class IndexTables:
 
     @contextmanager
     def _file_lock(self, filename: str) -> Iterator[None]:
-        """An exclusive flock on ``filename`` beside the tables (a no-op off the local disk)."""
-        if fcntl is None or not self._is_local:
+        """An exclusive lock on ``filename`` beside the tables (a no-op off the local disk)."""
+        if not self._is_local:
             yield
             return
-        with open(Path(self.path) / filename, "a+b") as fh:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        with file_lock(Path(self.path) / filename):
+            yield
 
     def _retry(self, part: _Part, fn: Any, what: str, lock: bool = True) -> Any:
         delay = 0.05

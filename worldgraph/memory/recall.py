@@ -24,7 +24,8 @@ import numpy as np
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import InvalidInputError
 from worldgraph.gcpause import gc_paused
-from worldgraph.kg.store import GraphStore
+from worldgraph.kg.store import EpisodeStore
+from worldgraph.memory.cosine import cosine_to
 from worldgraph.memory.embeddings import Embedder, check_embeddings, embed_query
 from worldgraph.memory.index import EpisodeIndex
 from worldgraph.memory.models import DateRange, RecallOptions
@@ -97,7 +98,7 @@ def parse_options(options: RecallOptions | dict[str, Any] | None) -> RecallOptio
     return RecallOptions() if options is None else parse_model(RecallOptions, options, "options")
 
 
-def recall(store: GraphStore, index: EpisodeIndex, embedder: Embedder, cfg: WorldGraphConfig, tenant_id: str,
+def recall(store: EpisodeStore, index: EpisodeIndex, embedder: Embedder, cfg: WorldGraphConfig, tenant_id: str,
            agent_role: str | None, query: str, limit: int | None = None,
            options: RecallOptions | dict[str, Any] | None = None, now: float | None = None) -> list[RecallResult]:
     """Past experiences relevant to ``query`` (the service's recall_experiences). While it runs,
@@ -109,7 +110,7 @@ def recall(store: GraphStore, index: EpisodeIndex, embedder: Embedder, cfg: Worl
 
 
 def _recall(
-    store: GraphStore,
+    store: EpisodeStore,
     index: EpisodeIndex,
     embedder: Embedder,
     cfg: WorldGraphConfig,
@@ -191,7 +192,7 @@ def prepare_query(embedder: Embedder, cfg: WorldGraphConfig, agent_role: str | N
     return PreparedQuery(opts, query, k, now_s, min_sim, parsed, text, window, filters, qvec)
 
 
-def find_candidates(store: GraphStore, index: EpisodeIndex, cfg: WorldGraphConfig, tenant_id: str,
+def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphConfig, tenant_id: str,
                     q: PreparedQuery) -> Candidates | None:
     """2. candidates (vector top-N plus full-text hits), then the metadata filters and the cosine
     floor on the system of record, then the feedback filter. None: nothing is left."""
@@ -228,8 +229,7 @@ def find_candidates(store: GraphStore, index: EpisodeIndex, cfg: WorldGraphConfi
     vectors = {i: np.asarray(by_id[i]["vector"], dtype=np.float32) for i in ids}
     # cosine with the query, all candidates at once (vector hits and BM25-only hits alike)
     matrix = np.stack([vectors[i] for i in ids])
-    norms = np.linalg.norm(matrix, axis=1) * (float(np.linalg.norm(q.qvec)) or 1.0)
-    sims = np.einsum("ij,j->i", matrix, q.qvec) / np.where(norms == 0, 1.0, norms)  # no BLAS (index_small)
+    sims = cosine_to(matrix, q.qvec)
     semantic = {i: float(sim) for i, sim in zip(ids, sims)}
 
     # 2b. metadata filters, on the system of record (with the feedback aggregates: one read)
@@ -248,7 +248,7 @@ def find_candidates(store: GraphStore, index: EpisodeIndex, cfg: WorldGraphConfi
     return Candidates(ids, vectors, semantic, bm25, searched_text, episodes, stats, avg)
 
 
-def score_candidates(store: GraphStore, cfg: WorldGraphConfig, tenant_id: str, q: PreparedQuery,
+def score_candidates(store: EpisodeStore, cfg: WorldGraphConfig, tenant_id: str, q: PreparedQuery,
                      found: Candidates) -> dict[str, ScoreParts]:
     """3. relevance scoring: the text relevance (the seed formula's semantic term: the cosine, or
     the hybrid fusion), + the query's date window, + feedback-aware boosts when min_feedback_score is set."""
@@ -293,7 +293,7 @@ def diversify(cfg: WorldGraphConfig, k: int, found: Candidates, parts: dict[str,
     return [ids[head[o]] for o in order[:k]]
 
 
-def format_results(store: GraphStore, tenant_id: str, opts: RecallOptions, found: Candidates,
+def format_results(store: EpisodeStore, tenant_id: str, opts: RecallOptions, found: Candidates,
                    parts: dict[str, ScoreParts], top: list[str]) -> list[RecallResult]:
     """5. top-k and formatting."""
     episodes, stats, avg = found.episodes, found.stats, found.avg
@@ -334,7 +334,7 @@ def format_results(store: GraphStore, tenant_id: str, opts: RecallOptions, found
     return results
 
 
-def _text_relevance(store: GraphStore, tenant_id: str, ids: list[str], semantic: dict[str, float],
+def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semantic: dict[str, float],
                     bm25: dict[str, float], cfg: WorldGraphConfig, searched_text: bool) -> dict[str, dict[str, float]]:
     """Per candidate: the text relevance and its parts (relevance.py), for score_breakdown; BM25
     relative to the query's best hit, whether or not that one is still a candidate."""
@@ -372,7 +372,7 @@ def _date_boosts(window: ParsedQuery | None, query: str, explicit_now: bool, ids
     return {i: cfg.date_match_boost for i, hit in zip(ids, inside) if hit}
 
 
-def _adjacent(store: GraphStore, tenant_id: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+def _adjacent(store: EpisodeStore, tenant_id: str, ids: list[str]) -> dict[str, dict[str, Any]]:
     """Per episode of a session: its previous and next episode in the session (records or None)."""
     links = store.session_neighbors(tenant_id, ids)
     found = store.get_episodes(tenant_id, [x for pair in links.values() for x in pair if x is not None])
