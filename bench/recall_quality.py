@@ -44,7 +44,9 @@ from worldgraph.config import WorldGraphConfig  # noqa: E402
 from worldgraph.memory.embeddings import LOCAL_MODELS, make_embedder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATA = ROOT.parent.parent / "shared" / "datasets" / "locomo-dev.json"
+# ../shared/datasets beside the checkout (or beside the folder of a git worktree of it)
+_CANDIDATES = [base / "shared" / "datasets" / "locomo-dev.json" for base in (ROOT.parent, ROOT.parent.parent)]
+DEFAULT_DATA = next((p for p in _CANDIDATES if p.exists()), _CANDIDATES[0])
 KS = (5, 10)
 
 
