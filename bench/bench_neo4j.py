@@ -124,7 +124,7 @@ def measure_floor(store: Any, elements: int, runs: int) -> dict[str, Any]:
     CREATE statements in one transaction: no MERGE, rules, scene links, meta or counts. About
     what this server and machine do for these writes at best; apply_plan cannot beat it."""
     from worldgraph.kg import neo4j_queries as q
-    from worldgraph.kg.neo4j_store import _row
+    from worldgraph.kg.neo4j_rows import _row
 
     nodes_q = {kind: f"UNWIND $rows AS row CREATE (n:WorldNode:{label} {{key: row.key}}) "
                      f"SET n.tenant_id = $tenant_id, n.env_name = $env_name, n.id = row.id, "

@@ -13,6 +13,7 @@ from neo4j import ManagedTransaction
 from worldgraph.errors import LeaseLostError
 from worldgraph.kg import lease
 from worldgraph.kg import neo4j_queries as q
+from worldgraph.kg.neo4j_rows import _dumps
 from worldgraph.kg.records import SceneRecord
 
 __all__ = ["Neo4jSceneLeases", "check_fence"]
@@ -74,8 +75,6 @@ def _unlock(tx: ManagedTransaction, tenant_id: str, scene_id: str, scene: SceneR
 
 
 def _store(tx: ManagedTransaction, tenant_id: str, scene: SceneRecord) -> SceneRecord:
-    from worldgraph.kg.neo4j_store import _dumps
-
     tx.run(q.WRITE_SCENE_STATE, tenant_id=tenant_id, id=scene["id"], status=scene["status"],
            record=_dumps(scene)).consume()
     return scene

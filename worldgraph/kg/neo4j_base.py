@@ -1,0 +1,56 @@
+"""The plumbing every part of the Neo4j store shares: one managed transaction per call."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, TypeVar
+
+from neo4j import Driver, ManagedTransaction
+from neo4j.exceptions import ServiceUnavailable, SessionExpired
+
+from worldgraph.errors import ReadOnlyError, StoreUnavailableError
+from worldgraph.kg.neo4j_rows import _episode
+from worldgraph.kg.store import Record
+
+T = TypeVar("T")
+
+
+class Neo4jBase:
+    """What Neo4jGraphStore's parts (episodes, world graph, leases) run their work through."""
+
+    uri: str
+    database: str
+    read_only: bool
+    _driver: Driver
+
+    def _write(self, work: Callable[..., T], *args: Any) -> T:
+        if self.read_only:
+            raise ReadOnlyError("writing to the graph store", "the Neo4j store was opened read-only")
+        try:
+            with self._driver.session(database=self.database) as session:
+                return session.execute_write(work, *args)
+        except (ServiceUnavailable, SessionExpired) as exc:
+            raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
+
+    def _read(self, work: Callable[..., T], *args: Any) -> T:
+        try:
+            with self._driver.session(database=self.database) as session:
+                return session.execute_read(work, *args)
+        except (ServiceUnavailable, SessionExpired) as exc:
+            raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
+
+    def _records(self, query: str, **params: Any) -> list[Record]:
+        """Run one read query whose rows have a ``record`` column; decode them."""
+        def work(tx: ManagedTransaction) -> list[Record]:
+            return [json.loads(r["record"]) for r in tx.run(query, params) if r["record"] is not None]
+        return self._read(work)
+
+    def _episodes(self, query: str, **params: Any) -> list[Record]:
+        """Run one read query returning q.EPISODE_COLUMNS; the episode records, state put back."""
+        return self._read(lambda tx: [_episode(r) for r in tx.run(query, params)])
+
+
+def _unreachable(uri: str, exc: BaseException) -> str:
+    return (f"cannot reach Neo4j at {uri} ({type(exc).__name__}: {exc}). Start a server with "
+            "`worldgraph neo4j start` (no Docker needed), or `docker compose up -d neo4j`, or point "
+            "NEO4J_URI (and NEO4J_USER / NEO4J_PASSWORD) at a running one.")
