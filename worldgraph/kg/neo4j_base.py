@@ -22,6 +22,7 @@ class Neo4jBase:
     database: str
     read_only: bool
     _driver: Driver
+    import_batch: int = 10_000  # records per transaction of a large snapshot import (neo4j_import)
 
     def _write(self, work: Callable[..., T], *args: Any) -> T:
         if self.read_only:

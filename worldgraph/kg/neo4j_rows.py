@@ -7,6 +7,8 @@ from typing import Any, Iterable, Iterator
 
 from neo4j import ManagedTransaction, Result
 
+from worldgraph.kg import neo4j_queries as q
+from worldgraph.kg.records import MetaRecord
 from worldgraph.kg.store import Record
 
 BATCH = 5000  # rows per UNWIND statement; one public call still writes in one transaction
@@ -70,3 +72,8 @@ def _decode(result: Iterable[Any]) -> list[Record]:
 def _by_id(records: list[Record]) -> list[Record]:
     """Sorted by id in code-point order, exactly as SQLite's ORDER BY id sorts UTF-8 text."""
     return sorted(records, key=lambda r: r["id"])
+
+
+def _set_meta(tx: ManagedTransaction, tenant_id: str, env_name: str, meta: MetaRecord) -> None:
+    tx.run(q.SET_META, tenant_id=tenant_id, env_name=env_name, record=_dumps(meta),
+           graph_version=meta.get("graph_version"), updated_at=meta.get("updated_at")).consume()

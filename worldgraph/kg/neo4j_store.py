@@ -38,11 +38,12 @@ class Neo4jGraphStore(Neo4jSceneLeases, Neo4jWorldStore, Neo4jEpisodeStore, Grap
 
     def __init__(self, uri: str, user: str, password: str, database: str = "neo4j",
                  connection_timeout: float = 5.0, read_only: bool = False, cypher_timeout: float = 30.0,
-                 cypher_max_rows: int = 10_000) -> None:
+                 cypher_max_rows: int = 10_000, import_batch: int = 10_000) -> None:
         self.uri = uri
         self.database = database
         self.read_only = read_only
         self.cypher_timeout, self.cypher_max_rows = cypher_timeout, cypher_max_rows
+        self.import_batch = import_batch
         driver: Driver | None = None
         try:
             driver = GraphDatabase.driver(

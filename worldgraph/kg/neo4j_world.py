@@ -11,7 +11,9 @@ from worldgraph.errors import InvalidInputError
 from worldgraph.kg import neo4j_queries as q
 from worldgraph.kg.neo4j_base import Neo4jBase
 from worldgraph.kg.neo4j_leases import check_fence
-from worldgraph.kg.neo4j_rows import BATCH, _by_id, _chunks, _column, _decode, _dedupe, _dumps, _row, _run_batched
+from worldgraph.kg.neo4j_import import graph_size, replace_world_in_batches
+from worldgraph.kg.neo4j_rows import (BATCH, _by_id, _chunks, _column, _decode, _dedupe, _dumps, _row, _run_batched,
+                                      _set_meta)
 from worldgraph.kg.records import EdgeRecord, GraphView, MergePlan, MetaRecord, NodeRecord, RuleRecord, SceneRecord
 from worldgraph.kg.store import Record
 
@@ -147,6 +149,10 @@ class Neo4jWorldStore(Neo4jBase):
         return self._read(work)
 
     def replace_world(self, tenant_id: str, env_name: str, graph: dict[str, Any]) -> None:
+        if graph_size(graph) > self.import_batch:  # bounded transactions (worldgraph.kg.neo4j_import)
+            replace_world_in_batches(self, tenant_id, env_name, graph, self.import_batch)
+            return
+
         def work(tx: ManagedTransaction) -> None:
             tx.run(q.DELETE_ENV, tenant_id=tenant_id, env_name=env_name,
                    prefix=q.env_prefix(tenant_id, env_name)).consume()
@@ -171,11 +177,6 @@ def _scene_links(records: list[Record], key: Callable[[Any], Any]) -> list[dict[
         for s in dict.fromkeys(rec.get("source_scenes") or []):
             by_scene.setdefault(s, []).append(key(rec["id"]))
     return [{"scene_id": s, "keys": chunk} for s, keys in by_scene.items() for chunk in _chunks(keys, BATCH)]
-
-
-def _set_meta(tx: ManagedTransaction, tenant_id: str, env_name: str, meta: MetaRecord) -> None:
-    tx.run(q.SET_META, tenant_id=tenant_id, env_name=env_name, record=_dumps(meta),
-           graph_version=meta.get("graph_version"), updated_at=meta.get("updated_at")).consume()
 
 
 def _view(tx: ManagedTransaction, tenant_id: str, env_name: str, node_ids: list[str], names: Any) -> GraphView:

@@ -208,6 +208,35 @@ CALL () {
 DETACH DELETE n
 """
 
+# A snapshot import larger than one batch (worldgraph.kg.neo4j_import) runs in several
+# transactions: IMPORT_BEGIN marks the environment incomplete and drops its meta, DELETE_ENV_BATCH
+# removes the old records a bounded batch at a time, the new ones are written in batches, and
+# IMPORT_END (after SET_META) clears the mark.
+IMPORT_BEGIN = """
+MERGE (m:Environment {tenant_id: $tenant_id, env_name: $env_name})
+SET m.import_incomplete = $import_id, m.record = null, m.graph_version = null, m.updated_at = null
+"""
+
+DELETE_ENV_BATCH = """
+CALL () {
+  MATCH (n:WorldNode) WHERE n.key STARTS WITH $prefix RETURN n
+  UNION ALL
+  MATCH (n:Rule) WHERE n.key STARTS WITH $prefix RETURN n
+  UNION ALL
+  MATCH (n:Scene {tenant_id: $tenant_id, env_name: $env_name}) RETURN n
+}
+WITH n LIMIT $limit
+DETACH DELETE n
+RETURN count(*) AS deleted
+"""
+
+IMPORT_END = "MATCH (m:Environment {tenant_id: $tenant_id, env_name: $env_name}) REMOVE m.import_incomplete"
+
+IMPORT_STATE = """
+MATCH (m:Environment {tenant_id: $tenant_id, env_name: $env_name})
+RETURN m.import_incomplete AS import_id
+"""
+
 # ---------------------------------------------------------------------------------- scenes
 UPSERT_SCENES = f"""
 UNWIND $rows AS row
