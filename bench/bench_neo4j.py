@@ -159,6 +159,21 @@ def measure_floor(store: Any, elements: int, runs: int) -> dict[str, Any]:
             "create_eps": size / statistics.median(times)}
 
 
+def measure_paired(store: Any, elements: int, runs: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``measure`` and ``measure_floor`` one run each, alternated ``runs`` times, so both see the
+    same load; also the ratio of apply_plan to the floor (elements/s over elements/s) per pair."""
+    pairs = [(measure(store, elements, 1), measure_floor(store, elements, 1)) for _ in range(runs)]
+    row: dict[str, Any] = {"store": store.name, "elements": pairs[0][0]["elements"], "runs": runs}
+    for key in ("create_s", "update_s", "world_graph_s"):
+        row[key] = statistics.median(p[0][key] for p in pairs)
+    row["create_eps"], row["update_eps"] = row["elements"] / row["create_s"], row["elements"] / row["update_s"]
+    row["create_ratios"] = [p[0]["create_eps"] / p[1]["create_eps"] for p in pairs]
+    row["update_ratios"] = [p[0]["update_eps"] / p[1]["create_eps"] for p in pairs]
+    floor = dict(pairs[0][1], runs=runs, create_s=statistics.median(p[1]["create_s"] for p in pairs))
+    floor["create_eps"] = floor["elements"] / floor["create_s"]
+    return row, floor
+
+
 def measure_writers(make_store: Callable[[], GraphStore], elements: int, runs: int, writers: int) -> dict[str, Any]:
     """``writers`` threads, each with its own store, applying create + update plans to their own
     tenants at the same time (as merges of different environments do): total elements / wall time."""
@@ -391,9 +406,11 @@ def main() -> int:
             if args.elements:
                 neo = Neo4jGraphStore(uri, args.user, args.password)
                 try:
-                    measure(neo, args.elements, args.warmup) if args.warmup else None
-                    results.append(measure(neo, args.elements, args.runs))
-                    floor = measure_floor(neo, args.elements, args.runs)
+                    if args.warmup:
+                        measure(neo, args.elements, args.warmup)
+                        measure_floor(neo, args.elements, args.warmup)
+                    neo_row, floor = measure_paired(neo, args.elements, args.runs)
+                    results.append(neo_row)
                 finally:
                     neo.close()
                 if args.writers > 1:
@@ -421,6 +438,11 @@ def main() -> int:
         for c in concurrent:
             print(f"{c['store']:<10} {c['wall_s']:>9.3f} {c['eps']:>12,.0f}"
                   f"   ({c['writers']} concurrent writers, create + update, total elements / wall time)")
+        if "create_ratios" in results[-1]:
+            r = results[-1]
+            print(f"apply_plan / floor, per alternated pair: create {' '.join(f'{x:.2f}' for x in r['create_ratios'])}"
+                  f" (median {statistics.median(r['create_ratios']):.2f}); update "
+                  f"{' '.join(f'{x:.2f}' for x in r['update_ratios'])} (median {statistics.median(r['update_ratios']):.2f})")
         neo_eps = min(results[-1]["create_eps"], results[-1]["update_eps"])
         print(f"Neo4j target >= 20,000 elements/s: {'met' if neo_eps >= 20_000 else 'NOT met'}")
     if recall_rows:

@@ -62,8 +62,11 @@ def replace_world_in_batches(store: Neo4jWorldStore, tenant_id: str, env_name: s
             break
     def write(scenes: list[Record] = [], nodes: list[Record] = [], rules: list[Record] = [],  # noqa: B006
               edges: list[Record] = []) -> None:  # (never mutated)
-        store._write(lambda tx: store._write_world(tx, tenant_id, env_name, cast(list[SceneRecord], scenes),
-                                                   nodes, rules, edges))
+        def work(tx: ManagedTransaction) -> None:
+            tx.run(q.LOCK_ENV, params).consume()  # every writer of the env holds it (see q.upsert_nodes)
+            store._write_world(tx, tenant_id, env_name, cast(list[SceneRecord], scenes), nodes, rules, edges,
+                               fresh=True)  # the old records are gone: every node and edge is new
+        store._write(work)
     for chunk in _chunks(scenes, batch):
         write(scenes=chunk)
     for chunk in _chunks(nodes, batch):

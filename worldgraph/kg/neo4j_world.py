@@ -42,6 +42,7 @@ class Neo4jWorldStore(Neo4jBase):
 
     def apply_plan(self, plan: MergePlan) -> MetaRecord:
         def work(tx: ManagedTransaction) -> MetaRecord | None:
+            tx.run(q.LOCK_ENV, tenant_id=plan.tenant_id, env_name=plan.env_name).consume()  # see q.upsert_nodes
             old = _decode(tx.run(q.GET_META, tenant_id=plan.tenant_id, env_name=plan.env_name))
             return self._apply_plan(tx, plan, cast(MetaRecord, old[0]) if old else None)
         return self._write(work)  # type: ignore[return-value]
@@ -68,20 +69,36 @@ class Neo4jWorldStore(Neo4jBase):
 
     @staticmethod
     def _write_world(tx: ManagedTransaction, t: str, env: str, scenes: list[SceneRecord],
-                     nodes: Iterable[Record], rules: Iterable[Record], edges: Iterable[Record]) -> None:
-        """Upsert scenes, nodes, rules, edges and the scene links, in this order (ends first)."""
+                     nodes: Iterable[Record], rules: Iterable[Record], edges: Iterable[Record],
+                     fresh: bool | None = None) -> None:
+        """Upsert scenes, nodes, rules, edges and the scene links, in this order (ends first).
+
+        ``fresh``: the nodes and edges are known to be new (the caller emptied the environment);
+        None asks the database (``q.ENV_HAS_NODES``): an environment without world nodes gets its
+        nodes and node-to-node edges by CREATE (``q.create_nodes``), not MERGE. The caller holds
+        the environment's lock (``q.LOCK_ENV``), so nobody adds nodes in between."""
         params = {"tenant_id": t, "env_name": env}
         _upsert_scenes(tx, t, scenes)
         node_list, rule_list, edge_list = _dedupe(nodes), _dedupe(rules), _dedupe(edges)
         prefix = q.env_prefix(t, env)
         esc = q._esc
+        if fresh is None and (node_list or edge_list):
+            row = tx.run(q.ENV_HAS_NODES, prefix=prefix).single()
+            fresh = row is not None and not row["has_nodes"]
 
         def key(id: Any) -> str | None:  # the world key of a record of this env (None stays None)
             return None if id is None else prefix + esc(id)
+        scene_ids = list(dict.fromkeys(s for n in node_list for s in n.get("source_scenes") or []))
         for kind in q.NODE_LABELS:
-            rows = [{**_row(n, q.NODE_PROPS), "key": key(n["id"])}
-                    for n in node_list if n.get("kind", "entity") == kind]
-            _run_batched(tx, q.upsert_nodes(kind), rows, **params)
+            if fresh:
+                rows = [{**_row(n, q.NODE_PROPS), "key": key(n["id"]),
+                         "scenes": list(dict.fromkeys(n.get("source_scenes") or []))}
+                        for n in node_list if n.get("kind", "entity") == kind]
+                _run_batched(tx, q.create_nodes(kind), rows, scene_ids=scene_ids, **params)
+            else:
+                rows = [{**_row(n, q.NODE_PROPS), "key": key(n["id"])}
+                        for n in node_list if n.get("kind", "entity") == kind]
+                _run_batched(tx, q.upsert_nodes(kind), rows, **params)
         unknown = [n["id"] for n in node_list if n.get("kind", "entity") not in q.NODE_LABELS]
         if unknown:
             raise InvalidInputError("nodes[].kind", f"must be one of {sorted(q.NODE_LABELS)}; nodes {unknown[:5]}")
@@ -96,8 +113,10 @@ class Neo4jWorldStore(Neo4jBase):
             rows = [{**_row(e, q.EDGE_PROPS), "key": key(e["id"]), "src": key(e.get("src_id")),
                      "dst": key(e.get("dst_id")), "src_id": e.get("src_id"), "dst_id": e.get("dst_id")}
                     for e in edge_list if e.get("relation") == relation]
-            sent.append((relation, rows, _run_batched(tx, q.upsert_edges(relation), rows, **params)))
-        _run_batched(tx, q.LINK_SCENE_NODES, _scene_links(node_list, key), **params)
+            query = q.create_edges(relation) if fresh and relation != "episodic" else q.upsert_edges(relation)
+            sent.append((relation, rows, _run_batched(tx, query, rows, **params)))
+        if not fresh:  # create_nodes linked them
+            _run_batched(tx, q.LINK_SCENE_NODES, _scene_links(node_list, key), **params)
         _run_batched(tx, q.LINK_SCENE_RULES, _scene_links(rule_list, key), **params)
         missing: list[str] = []
         for relation, rows, results in sent:
@@ -154,10 +173,11 @@ class Neo4jWorldStore(Neo4jBase):
             return
 
         def work(tx: ManagedTransaction) -> None:
+            tx.run(q.LOCK_ENV, tenant_id=tenant_id, env_name=env_name).consume()  # see q.upsert_nodes
             tx.run(q.DELETE_ENV, tenant_id=tenant_id, env_name=env_name,
                    prefix=q.env_prefix(tenant_id, env_name)).consume()
             self._write_world(tx, tenant_id, env_name, list(graph.get("scenes", [])), graph.get("nodes", []),
-                              graph.get("rules", []), graph.get("edges", []))
+                              graph.get("rules", []), graph.get("edges", []), fresh=True)
             if graph.get("meta") is not None:
                 _set_meta(tx, tenant_id, env_name, graph["meta"])
         self._write(work)

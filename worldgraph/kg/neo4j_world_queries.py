@@ -18,6 +18,45 @@ SET n:{label}, {_set("n", NODE_PROPS)}, n.record = row.record
 """
 
 
+def create_nodes(kind: str) -> str:
+    """CREATE world nodes of one kind that are known to be new (the environment has no world node
+    yet: ``ENV_HAS_NODES``), with their (:Scene)-[:PRODUCED]-> links. Half the work of MERGE: no
+    locking seek per row, no separate statement re-seeking every node for its links. The scenes
+    of the batch are found once ($scene_ids) and each row picks its own from that list (by the
+    ids read up front: reading ``s.id`` per row while SETting ``n.id`` would make it Eager)."""
+    label = NODE_LABELS[kind]
+    return f"""
+CALL () {{
+  UNWIND $scene_ids AS scene_id
+  MATCH (s:Scene {{tenant_id: $tenant_id, id: scene_id}})
+  RETURN collect({{id: scene_id, node: s}}) AS scenes
+}}
+UNWIND $rows AS row
+CREATE (n:WorldNode:{label} {{key: row.key}})
+SET n.tenant_id = $tenant_id, n.env_name = $env_name, n.id = row.id, {_set("n", NODE_PROPS)}, n.record = row.record
+FOREACH (s IN [x IN scenes WHERE x.id IN row.scenes | x.node] | CREATE (s)-[:PRODUCED]->(n))
+"""
+
+
+def create_edges(relation: str) -> str:
+    """CREATE node-to-node edges known to be new (see ``create_nodes``) between their two ends;
+    returns how many were written, like ``upsert_edges``."""
+    rtype = EDGE_TYPES[relation]
+    return f"""
+UNWIND $rows AS row
+MATCH (src:WorldNode {{key: row.src}})
+MATCH (dst:WorldNode {{key: row.dst}})
+CREATE (src)-[r:{rtype} {{key: row.key}}]->(dst)
+SET r.tenant_id = $tenant_id, r.env_name = $env_name, r.id = row.id, {_set("r", EDGE_PROPS)}, r.record = row.record
+RETURN count(*) AS written
+"""
+
+
+# Whether the environment holds any world node: if not, it holds no edge either (every edge has a
+# world node at one end at least), and a plan's nodes and edges are all new (``create_nodes``).
+ENV_HAS_NODES = "RETURN EXISTS { MATCH (n:WorldNode) WHERE n.key STARTS WITH $prefix } AS has_nodes"
+
+
 # The rule's CONCERNS links are rebuilt from linked_node_ids on every upsert.
 UPSERT_RULES = f"""
 UNWIND $rows AS row
