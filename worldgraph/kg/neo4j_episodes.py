@@ -60,8 +60,9 @@ class Neo4jEpisodeStore(Neo4jBase):
         self._sessions_ready = True
 
     def session_neighbors(self, tenant_id: str, episode_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
-        rows = self._read(lambda tx: list(tx.run(q.SESSION_NEIGHBORS, tenant_id=tenant_id,
-                                                 ids=list(dict.fromkeys(episode_ids)))))
+        if not episode_ids:  # recall asks on every neighbourhood; no round trip for nothing
+            return {}
+        rows = self._rows(q.SESSION_NEIGHBORS, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)))
         return {r["id"]: (r["prev"], r["next"]) for r in rows}
 
     def session_episode_before(self, tenant_id: str, session_id: str, ts: float) -> Record | None:
@@ -69,6 +70,8 @@ class Neo4jEpisodeStore(Neo4jBase):
         return recs[0] if recs else None
 
     def get_episodes(self, tenant_id: str, episode_ids: list[str]) -> dict[str, Record]:
+        if not episode_ids:
+            return {}
         recs = self._episodes(q.GET_EPISODES, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)))
         return {r["id"]: r for r in recs}
 
@@ -129,25 +132,25 @@ class Neo4jEpisodeStore(Neo4jBase):
 
     def feedback_stats(self, tenant_id: str, episode_ids: list[str],
                        category: str | None = None) -> dict[str, tuple[float, int]]:
-        def work(tx: ManagedTransaction) -> dict[str, tuple[float, int]]:
-            rows = tx.run(q.FEEDBACK_STATS, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)),
+        if not episode_ids:
+            return {}
+        rows = self._rows(q.FEEDBACK_STATS, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)),
                           category=category)
-            return {r["episode_id"]: (float(r["mean"]), int(r["n"])) for r in rows}
-        return self._read(work)
+        return {r["episode_id"]: (float(r["mean"]), int(r["n"])) for r in rows}
 
     def episodes_with_feedback(self, tenant_id: str, episode_ids: list[str],
                                category: str | None = None) -> tuple[dict[str, Record], dict[str, tuple[float, int]]]:
-        def work(tx: ManagedTransaction) -> tuple[dict[str, Record], dict[str, tuple[float, int]]]:
-            episodes: dict[str, Record] = {}
-            stats: dict[str, tuple[float, int]] = {}
-            for row in tx.run(q.EPISODES_WITH_FEEDBACK, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)),
-                              category=category):
-                rec = _episode(row)
-                episodes[rec["id"]] = rec
-                if row["n"]:
-                    stats[rec["id"]] = (float(row["mean"]), int(row["n"]))
+        episodes: dict[str, Record] = {}
+        stats: dict[str, tuple[float, int]] = {}
+        if not episode_ids:
             return episodes, stats
-        return self._read(work)
+        for row in self._rows(q.EPISODES_WITH_FEEDBACK, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)),
+                              category=category):
+            rec = _episode(row)
+            episodes[rec["id"]] = rec
+            if row["n"]:
+                stats[rec["id"]] = (float(row["mean"]), int(row["n"]))
+        return episodes, stats
 
     # ---------------------------------------------------------------- canvases
     def get_canvas(self, tenant_id: str, canvas_id: str) -> Record | None:
@@ -159,19 +162,18 @@ class Neo4jEpisodeStore(Neo4jBase):
 
     # ---------------------------------------------------------------- exploration
     def neighborhood(self, tenant_id: str, episode_ids: list[str]) -> dict[str, Record]:
-        def work(tx: ManagedTransaction) -> dict[str, Record]:
-            out: dict[str, Record] = {}
-            for r in tx.run(q.NEIGHBORHOOD, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids))):
-                out[r["id"]] = {
-                    "canvas": json.loads(r["canvas"]) if r["canvas"] is not None else None,
-                    "canvas_actions": [json.loads(x) for x in r["canvas_actions"]],
-                    "feedback": [json.loads(x) for x in r["feedback"]],
-                    "scenes": [json.loads(x) for x in r["scenes"]],
-                    "nodes": _by_id([json.loads(x) for x in r["nodes"]]),
-                    "rules": _by_id([json.loads(x) for x in r["rules"]]),
-                }
-            return out
-        found = self._read(work)
+        if not episode_ids:
+            return {}
+        found: dict[str, Record] = {}
+        for r in self._rows(q.NEIGHBORHOOD, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids))):
+            found[r["id"]] = {
+                "canvas": json.loads(r["canvas"]) if r["canvas"] is not None else None,
+                "canvas_actions": [json.loads(x) for x in r["canvas_actions"]],
+                "feedback": [json.loads(x) for x in r["feedback"]],
+                "scenes": [json.loads(x) for x in r["scenes"]],
+                "nodes": _by_id([json.loads(x) for x in r["nodes"]]),
+                "rules": _by_id([json.loads(x) for x in r["rules"]]),
+            }
         return {eid: found[eid] for eid in episode_ids if eid in found}
 
 
