@@ -20,7 +20,8 @@ from typing import Any, cast
 from neo4j import Driver, GraphDatabase, ManagedTransaction, unit_of_work
 from neo4j.exceptions import AuthError, DriverError, Neo4jError, ServiceUnavailable, SessionExpired
 
-from worldgraph.errors import CypherQueryError, InvalidInputError, NotFoundError, ReadOnlyQueryError, StoreUnavailableError
+from worldgraph.errors import (CypherQueryError, InvalidInputError, NotFoundError, ReadOnlyQueryError,
+                               StoreUnavailableError)
 from worldgraph.kg import cypher_guard as guard
 from worldgraph.kg import neo4j_queries as q
 from worldgraph.kg.neo4j_base import _unreachable

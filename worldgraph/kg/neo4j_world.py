@@ -89,16 +89,12 @@ class Neo4jWorldStore(Neo4jBase):
         def key(id: Any) -> str | None:  # the world key of a record of this env (None stays None)
             return None if id is None else prefix + esc(id)
         scene_ids = list(dict.fromkeys(s for n in node_list for s in n.get("source_scenes") or []))
-        for kind in q.NODE_LABELS:
-            if fresh:
-                rows = [{**_row(n, q.NODE_PROPS), "key": key(n["id"]),
-                         "scenes": list(dict.fromkeys(n.get("source_scenes") or []))}
-                        for n in node_list if n.get("kind", "entity") == kind]
-                _run_batched(tx, q.create_nodes(kind), rows, scene_ids=scene_ids, **params)
-            else:
-                rows = [{**_row(n, q.NODE_PROPS), "key": key(n["id"])}
-                        for n in node_list if n.get("kind", "entity") == kind]
-                _run_batched(tx, q.upsert_nodes(kind), rows, **params)
+        for kind in q.NODE_LABELS:  # with their PRODUCED links
+            rows = [{**_row(n, q.NODE_PROPS), "key": key(n["id"]),
+                     "scenes": list(dict.fromkeys(n.get("source_scenes") or []))}
+                    for n in node_list if n.get("kind", "entity") == kind]
+            query = q.create_nodes(kind) if fresh else q.upsert_nodes(kind)
+            _run_batched(tx, query, rows, scene_ids=scene_ids, **params)
         unknown = [n["id"] for n in node_list if n.get("kind", "entity") not in q.NODE_LABELS]
         if unknown:
             raise InvalidInputError("nodes[].kind", f"must be one of {sorted(q.NODE_LABELS)}; nodes {unknown[:5]}")
@@ -115,8 +111,6 @@ class Neo4jWorldStore(Neo4jBase):
                     for e in edge_list if e.get("relation") == relation]
             query = q.create_edges(relation) if fresh and relation != "episodic" else q.upsert_edges(relation)
             sent.append((relation, rows, _run_batched(tx, query, rows, **params)))
-        if not fresh:  # create_nodes linked them
-            _run_batched(tx, q.LINK_SCENE_NODES, _scene_links(node_list, key), **params)
         _run_batched(tx, q.LINK_SCENE_RULES, _scene_links(rule_list, key), **params)
         missing: list[str] = []
         for relation, rows, results in sent:

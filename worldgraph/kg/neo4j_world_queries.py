@@ -7,30 +7,37 @@ from __future__ import annotations
 from worldgraph.kg.neo4j_schema import EDGE_PROPS, EDGE_TYPES, NODE_LABELS, NODE_PROPS, RULE_PROPS, SCENE_PROPS, _set
 
 # ---------------------------------------------------------------------------------- world graph
+# The scenes a batch of nodes names in source_scenes ($scene_ids), each sought once: ``scenes``,
+# a list of {id, node}. The ids come from the parameter, not from ``s.id``: reading a property
+# the statement also SETs on nodes (``n.id``) would make the planner buffer every row (Eager).
+_BATCH_SCENES = """CALL () {
+  UNWIND $scene_ids AS scene_id
+  MATCH (s:Scene {tenant_id: $tenant_id, id: scene_id})
+  RETURN collect({id: scene_id, node: s}) AS scenes
+}"""
+
+
 def upsert_nodes(kind: str) -> str:
-    """MERGE world nodes of one kind; the second label comes from ``NODE_LABELS`` only."""
+    """MERGE world nodes of one kind, and their (:Scene)-[:PRODUCED]-> links (the batch's scenes
+    looked up once, as in ``create_nodes``); the second label comes from ``NODE_LABELS`` only."""
     label = NODE_LABELS[kind]
     return f"""
+{_BATCH_SCENES}
 UNWIND $rows AS row
 MERGE (n:WorldNode {{key: row.key}})
 ON CREATE SET n.tenant_id = $tenant_id, n.env_name = $env_name, n.id = row.id
 SET n:{label}, {_set("n", NODE_PROPS)}, n.record = row.record
+FOREACH (s IN [x IN scenes WHERE x.id IN row.scenes | x.node] | MERGE (s)-[:PRODUCED]->(n))
 """
 
 
 def create_nodes(kind: str) -> str:
     """CREATE world nodes of one kind that are known to be new (the environment has no world node
     yet: ``ENV_HAS_NODES``), with their (:Scene)-[:PRODUCED]-> links. Half the work of MERGE: no
-    locking seek per row, no separate statement re-seeking every node for its links. The scenes
-    of the batch are found once ($scene_ids) and each row picks its own from that list (by the
-    ids read up front: reading ``s.id`` per row while SETting ``n.id`` would make it Eager)."""
+    locking seek per row, and the links made by CREATE."""
     label = NODE_LABELS[kind]
     return f"""
-CALL () {{
-  UNWIND $scene_ids AS scene_id
-  MATCH (s:Scene {{tenant_id: $tenant_id, id: scene_id}})
-  RETURN collect({{id: scene_id, node: s}}) AS scenes
-}}
+{_BATCH_SCENES}
 UNWIND $rows AS row
 CREATE (n:WorldNode:{label} {{key: row.key}})
 SET n.tenant_id = $tenant_id, n.env_name = $env_name, n.id = row.id, {_set("n", NODE_PROPS)}, n.record = row.record
@@ -82,8 +89,9 @@ def upsert_edges(relation: str) -> str:
     Transition and containment edges join world nodes; an episodic edge joins a world node and a
     scene (either end may be either). Returns how many rows were written: fewer than were sent
     means an end is missing, and ``edges_missing_ends`` names those edges. The ends are looked up
-    by their keys ``row.src`` / ``row.dst`` (a scene end by ``row.src_id`` / ``row.dst_id``), not ``row.props.src_id``: a read of a property key the query also
-    SETs (``r.src_id``) makes the planner buffer every row (Eager) before writing."""
+    by their keys ``row.src`` / ``row.dst`` (a scene end by ``row.src_id`` / ``row.dst_id``), not
+    ``row.props.src_id``: a read of a property key the query also SETs (``r.src_id``) makes the
+    planner buffer every row (Eager) before writing."""
     return f"""
 UNWIND $rows AS row
 {_edge_ends(relation)}
@@ -130,7 +138,8 @@ CALL (row) {
 
 def _link_scene(label: str) -> str:
     """(:Scene)-[:PRODUCED]->(:label) for every scene id in a record's source_scenes; one row per
-    scene (its records' keys in row.keys), so each scene is looked up once."""
+    scene (its records' keys in row.keys), so each scene is looked up once. (World nodes get
+    theirs in ``upsert_nodes`` / ``create_nodes``, without seeking every node a second time.)"""
     return f"""
 UNWIND $rows AS row
 MATCH (s:Scene {{tenant_id: $tenant_id, id: row.scene_id}})
@@ -140,7 +149,6 @@ MERGE (s)-[:PRODUCED]->(n)
 """
 
 
-LINK_SCENE_NODES = _link_scene("WorldNode")
 LINK_SCENE_RULES = _link_scene("Rule")
 
 ENV_COUNTS = """
