@@ -45,9 +45,12 @@ CALL (a, row) {{
 }}
 """
 
-GET_EPISODES = f"""
+# Reads of many episodes by id return ONE row holding a list: the driver builds a Python record
+# object per row (~30 us each here), which for recall's 100-150 candidates cost more than the
+# server's seeks; a list of [record, index_status, index_error, ...] decodes at once.
+GET_EPISODES = """
 MATCH (e:Episode) WHERE e.tenant_id = $tenant_id AND e.id IN $ids
-RETURN {EPISODE_COLUMNS}
+RETURN collect([e.record, e.index_status, e.index_error]) AS episodes
 """
 
 AGENT_EPISODES = f"""
@@ -189,10 +192,11 @@ RETURN f.episode_id AS episode_id, avg(toFloat(f.score)) AS mean, count(f) AS n
 """
 
 # recall's per-query read: the candidates and their feedback aggregates in one round trip
-EPISODES_WITH_FEEDBACK = f"""
+EPISODES_WITH_FEEDBACK = """
 MATCH (e:Episode) WHERE e.tenant_id = $tenant_id AND e.id IN $ids
 OPTIONAL MATCH (f:Feedback)-[:RATES]->(e) WHERE $category IS NULL OR f.category = $category
-RETURN {EPISODE_COLUMNS}, avg(toFloat(f.score)) AS mean, count(f) AS n
+WITH e, avg(toFloat(f.score)) AS mean, count(f) AS n
+RETURN collect([e.record, e.index_status, e.index_error, mean, n]) AS episodes
 """
 
 # ---------------------------------------------------------------------------------- canvases

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Iterator
+from typing import Any, Iterator
 
 from neo4j import ManagedTransaction
 from neo4j.exceptions import Neo4jError, ServiceUnavailable, SessionExpired
@@ -22,7 +22,8 @@ class Neo4jEpisodeStore(Neo4jBase):
     _sessions_ready = False  # q.SESSION_SCHEMA ensured (on the first session write)
 
     # ---------------------------------------------------------------- episodes
-    def add_episodes(self, tenant_id: str, episodes: list[Record], canvases: list[Record], audits: list[Record]) -> None:
+    def add_episodes(self, tenant_id: str, episodes: list[Record], canvases: list[Record],
+                     audits: list[Record]) -> None:
         if not self._sessions_ready and any(e.get("session_id") for e in episodes):
             self._ensure_session_schema()
         agents = {e["agent_id"]: {"id": e["agent_id"], "tenant_id": tenant_id, "agent_role": e.get("agent_role", "")}
@@ -72,7 +73,8 @@ class Neo4jEpisodeStore(Neo4jBase):
     def get_episodes(self, tenant_id: str, episode_ids: list[str]) -> dict[str, Record]:
         if not episode_ids:
             return {}
-        recs = self._episodes(q.GET_EPISODES, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)))
+        rows = self._rows(q.GET_EPISODES, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)))
+        recs = [_listed_episode(x) for x in rows[0]["episodes"]]
         return {r["id"]: r for r in recs}
 
     def agent_episodes(self, tenant_id: str, agent_id: str, limit: int) -> list[Record]:
@@ -144,12 +146,13 @@ class Neo4jEpisodeStore(Neo4jBase):
         stats: dict[str, tuple[float, int]] = {}
         if not episode_ids:
             return episodes, stats
-        for row in self._rows(q.EPISODES_WITH_FEEDBACK, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)),
-                              category=category):
-            rec = _episode(row)
+        rows = self._rows(q.EPISODES_WITH_FEEDBACK, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)),
+                          category=category)
+        for x in rows[0]["episodes"]:
+            rec = _listed_episode(x)
             episodes[rec["id"]] = rec
-            if row["n"]:
-                stats[rec["id"]] = (float(row["mean"]), int(row["n"]))
+            if x[4]:
+                stats[rec["id"]] = (float(x[3]), int(x[4]))
         return episodes, stats
 
     # ---------------------------------------------------------------- canvases
@@ -175,6 +178,13 @@ class Neo4jEpisodeStore(Neo4jBase):
                 "rules": _by_id([json.loads(x) for x in r["rules"]]),
             }
         return {eid: found[eid] for eid in episode_ids if eid in found}
+
+
+def _listed_episode(x: list[Any]) -> Record:
+    """An episode record from [record JSON, index_status, index_error, ...] (q.GET_EPISODES)."""
+    rec: Record = json.loads(x[0])
+    rec["index_status"], rec["index_error"] = x[1], x[2]
+    return rec
 
 
 def _link_session(tx: ManagedTransaction, tenant_id: str, session_id: str, episodes: list[Record]) -> None:
