@@ -92,6 +92,17 @@ def test_large_import_runs_in_transactions_of_the_configured_size(open_store: Ca
     assert store.stats(tenant)["nodes"] == 60
 
 
+def test_emptying_a_large_environment_is_bounded_too(open_store: Callable[..., Neo4jGraphStore],
+                                                     tenant: str) -> None:
+    store = open_store(import_batch=50)
+    store.replace_world(tenant, ENV, snapshot(tenant, 120))
+    calls = count_transactions(store)
+    store.replace_world(tenant, ENV, {"nodes": [], "edges": [], "rules": [], "scenes": [], "meta": None})
+    # begin, the 135 nodes, rules and scenes 50 at a time (3), finish
+    assert len(calls) == 1 + 3 + 1
+    assert store.stats(tenant)["nodes"] == 0 and store.stats(tenant)["edges"] == 0
+
+
 def test_import_within_one_batch_is_one_transaction(open_store: Callable[..., Neo4jGraphStore], tenant: str) -> None:
     store = open_store(import_batch=1000)
     graph = snapshot(tenant, 120)

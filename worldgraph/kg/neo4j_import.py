@@ -1,6 +1,7 @@
 """Replacing a whole environment on Neo4j (a snapshot import) in bounded transactions.
 
-A snapshot of up to ``batch`` records (nodes + edges + rules + scenes) is replaced in ONE
+A snapshot of up to ``batch`` records (nodes + edges + rules + scenes), replacing an environment
+of up to ``batch`` nodes, rules and scenes altogether (``old_records``), is replaced in ONE
 transaction, as every other write of the store: all of it or none of it. A larger one would make
 one transaction hold every record in the server's memory until the commit (a 100k-node
 environment is ~200k elements and their properties), so it runs as a sequence of transactions of
@@ -37,7 +38,7 @@ from worldgraph.kg.store import Record
 if TYPE_CHECKING:
     from worldgraph.kg.neo4j_world import Neo4jWorldStore
 
-__all__ = ["graph_size", "import_state", "replace_world_in_batches"]
+__all__ = ["graph_size", "import_state", "old_records", "replace_world_in_batches"]
 
 
 def graph_size(graph: dict[str, Any]) -> int:
@@ -83,6 +84,14 @@ def replace_world_in_batches(store: Neo4jWorldStore, tenant_id: str, env_name: s
         tx.run(q.IMPORT_END, params).consume()
     store._write(finish)
     return commits + 1
+
+
+def old_records(store: Neo4jWorldStore, tenant_id: str, env_name: str, limit: int) -> int:
+    """The environment's nodes, rules and scenes (what a replace deletes, edges with them),
+    counted up to ``limit``: emptying a large environment is bounded too."""
+    params = {"tenant_id": tenant_id, "env_name": env_name, "prefix": q.env_prefix(tenant_id, env_name)}
+    row = store._read(lambda tx: tx.run(q.ENV_RECORDS_UP_TO, params, limit=limit + 1).single())
+    return 0 if row is None else int(row["records"])
 
 
 def import_state(store: Neo4jWorldStore, tenant_id: str, env_name: str) -> str | None:

@@ -11,7 +11,7 @@ from worldgraph.errors import InvalidInputError
 from worldgraph.kg import neo4j_queries as q
 from worldgraph.kg.neo4j_base import Neo4jBase
 from worldgraph.kg.neo4j_leases import check_fence
-from worldgraph.kg.neo4j_import import graph_size, replace_world_in_batches
+from worldgraph.kg.neo4j_import import graph_size, old_records, replace_world_in_batches
 from worldgraph.kg.neo4j_rows import (BATCH, _by_id, _chunks, _column, _decode, _dedupe, _dumps, _row, _run_batched,
                                       _set_meta)
 from worldgraph.kg.records import EdgeRecord, GraphView, MergePlan, MetaRecord, NodeRecord, RuleRecord, SceneRecord
@@ -162,8 +162,8 @@ class Neo4jWorldStore(Neo4jBase):
         return self._read(work)
 
     def replace_world(self, tenant_id: str, env_name: str, graph: dict[str, Any]) -> None:
-        if graph_size(graph) > self.import_batch:  # bounded transactions (worldgraph.kg.neo4j_import)
-            replace_world_in_batches(self, tenant_id, env_name, graph, self.import_batch)
+        if graph_size(graph) + old_records(self, tenant_id, env_name, self.import_batch) > self.import_batch:
+            replace_world_in_batches(self, tenant_id, env_name, graph, self.import_batch)  # bounded transactions
             return
 
         def work(tx: ManagedTransaction) -> None:

@@ -277,6 +277,19 @@ DETACH DELETE n
 RETURN count(*) AS deleted
 """
 
+# How many nodes, rules and scenes replace_world would delete, counted up to $limit (bounded).
+ENV_RECORDS_UP_TO = """
+CALL () {
+  MATCH (n:WorldNode) WHERE n.key STARTS WITH $prefix RETURN n
+  UNION ALL
+  MATCH (n:Rule) WHERE n.key STARTS WITH $prefix RETURN n
+  UNION ALL
+  MATCH (n:Scene {tenant_id: $tenant_id, env_name: $env_name}) RETURN n
+}
+WITH n LIMIT $limit
+RETURN count(*) AS records
+"""
+
 IMPORT_END = "MATCH (m:Environment {tenant_id: $tenant_id, env_name: $env_name}) REMOVE m.import_incomplete"
 
 IMPORT_STATE = """
