@@ -6,7 +6,9 @@ the upsert path). Reports the median over ``--runs`` runs, in graph elements per
 Two more rows frame the Neo4j number: "neo4j floor", the same nodes and edges written by plain
 CREATE statements (nothing else apply_plan does), i.e. about the best this server and machine
 do for these writes; and "x N" (``--writers``), N threads applying create + update plans to
-their own tenants at once, total elements over wall time.
+their own tenants at once, total elements over wall time. Each Neo4j apply_plan run is followed by a floor
+run and their ratio is printed per pair (both see the same load); ``--server-pid`` adds the ratio
+in the Neo4j server's CPU seconds per element, which the machine's load moves less.
 
     python bench/bench_neo4j.py                      # starts a local Neo4j (tools/neo4j-local), stops it after
     python bench/bench_neo4j.py --uri bolt://127.0.0.1:7687 --elements 20000 --runs 5

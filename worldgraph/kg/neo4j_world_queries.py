@@ -264,7 +264,8 @@ MERGE (m:Environment {tenant_id: $tenant_id, env_name: $env_name})
 SET m.import_incomplete = $import_id, m.record = null, m.graph_version = null, m.updated_at = null
 """
 
-DELETE_ENV_BATCH = """
+# The environment's nodes, rules and scenes (its edges and links hang off them), $limit at most.
+_ENV_RECORDS = """
 CALL () {
   MATCH (n:WorldNode) WHERE n.key STARTS WITH $prefix RETURN n
   UNION ALL
@@ -272,21 +273,15 @@ CALL () {
   UNION ALL
   MATCH (n:Scene {tenant_id: $tenant_id, env_name: $env_name}) RETURN n
 }
-WITH n LIMIT $limit
+WITH n LIMIT $limit"""
+
+DELETE_ENV_BATCH = _ENV_RECORDS + """
 DETACH DELETE n
 RETURN count(*) AS deleted
 """
 
 # How many nodes, rules and scenes replace_world would delete, counted up to $limit (bounded).
-ENV_RECORDS_UP_TO = """
-CALL () {
-  MATCH (n:WorldNode) WHERE n.key STARTS WITH $prefix RETURN n
-  UNION ALL
-  MATCH (n:Rule) WHERE n.key STARTS WITH $prefix RETURN n
-  UNION ALL
-  MATCH (n:Scene {tenant_id: $tenant_id, env_name: $env_name}) RETURN n
-}
-WITH n LIMIT $limit
+ENV_RECORDS_UP_TO = _ENV_RECORDS + """
 RETURN count(*) AS records
 """
 
