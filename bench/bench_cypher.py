@@ -33,7 +33,7 @@ from bench_neo4j import _free_port, make_plan  # noqa: E402
 from worldgraph import WorldModel  # noqa: E402
 from worldgraph.kg import neo4j_queries as q  # noqa: E402
 from worldgraph.kg.neo4j_store import Neo4jGraphStore  # noqa: E402
-from worldgraph.kg.world import replay_log  # noqa: E402
+from worldgraph.replay import replay_log  # noqa: E402
 from worldgraph.memory.embeddings import HashingEmbedder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

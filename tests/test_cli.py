@@ -19,8 +19,9 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureF
 
     def run(*args: str, ok: bool = True) -> object:
         code = main(["--data", str(data), "--tenant", "acme", *args, "--json"])
-        out = capsys.readouterr().out
-        assert (code == 0) == ok, out
+        captured = capsys.readouterr()
+        out = captured.out if ok else captured.err  # an error is one JSON line on stderr
+        assert (code == 0) == ok, captured
         return json.loads(out) if out.strip() else None
 
     return run
@@ -62,6 +63,9 @@ def test_record_recall_feedback_episodes_readiness(cli, tmp_path: Path) -> None:
 
 
 def test_errors_name_the_field(cli, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    out = cli("stats", ok=False)  # a read command does not create the data folder
+    assert out["field"] == "--data" and "no data folder" in out["message"]
+    cli("record", str(_experiences(tmp_path)))
     out = cli("feedback", "nope", "0.5", ok=False)
     assert out["error"] == "NotFoundError"
     out = cli("feedback", "nope", "3", ok=False)

@@ -96,8 +96,8 @@ def test_cli_record_conversation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
     def run(*args: str) -> tuple[int, Any]:
         code = main(["--data", data, "--tenant", "acme", *args, "--json"])
-        out = capsys.readouterr().out
-        return code, json.loads(out.splitlines()[0] if code else out)
+        captured = capsys.readouterr()  # an error is one JSON line on stderr
+        return code, json.loads(captured.err if code else captured.out)
 
     code, out = run("record-conversation", str(sessions))
     assert code == 0 and out["recorded"] == 6 and out["sessions"] == 2

@@ -25,8 +25,8 @@ from worldgraph.errors import InvalidInputError, TenantScopeError
 from worldgraph.kg import cypher_guard
 from worldgraph.kg import neo4j_queries as q
 from worldgraph.kg.neo4j_store import Neo4jGraphStore
-from worldgraph.kg.world import replay_log
 from worldgraph.memory.embeddings import HashingEmbedder
+from worldgraph.replay import replay_log
 
 pytestmark = pytest.mark.neo4j
 

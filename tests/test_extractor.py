@@ -9,10 +9,10 @@ import openai
 import pytest
 
 from worldgraph.config import WorldGraphConfig
-from worldgraph.errors import ExtractionError
+from worldgraph.errors import DeltaValidationError, ExtractionError
 from worldgraph.kg.curiosity import AgentRound, build_scene_packet
-from worldgraph.kg.records import DroppedItem
 from worldgraph.kg.extractor import DeltaExtractor, InvalidDeltaError, LLMUnavailableError, strip_fences
+from worldgraph.kg.records import DroppedItem
 
 try:  # the lead's conftest may import the fixture too; both ways work
     from tests.fake_openai import FakeOpenAI, Reply, closed_port_url, fake_openai  # noqa: F401
@@ -88,7 +88,7 @@ def test_invalid_twice_raises_with_the_errors(fake_openai: FakeOpenAI) -> None:
     fake_openai.queue("Sure! Here is what I learned: the key is brass.", '{"entities": "none"}')
     with pytest.raises(InvalidDeltaError) as info:
         _extractor(fake_openai).extract(_scene(), "")
-    assert isinstance(info.value, ExtractionError)
+    assert isinstance(info.value, DeltaValidationError)  # one error for an invalid delta, whoever wrote it
     assert "entities: must be an array, got string" in info.value.errors
     assert "states: missing (required array)" in info.value.errors
     assert "invalid graph delta" in str(info.value)

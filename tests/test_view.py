@@ -29,7 +29,7 @@ HOSTILE_RULE = "<img src=x onerror=\"document.body.dataset.pwned='2'\"><!-- \u20
 
 
 def _replayed(path: Path) -> WorldModel:
-    from worldgraph.kg.world import replay_log
+    from worldgraph.replay import replay_log
 
     wm = WorldModel.open(path, embedder=HashingEmbedder(384))
     replay_log(wm, "t1", ENV, ROOT / "examples" / "text_adventure.jsonl", use_shipped_deltas=True)

@@ -23,6 +23,7 @@ from worldgraph.errors import (
     WorldGraphError,
 )
 from worldgraph.kg.records import MergeReport
+from worldgraph.memory.feedback import FeedbackResult
 from worldgraph.memory.models import (
     AgentExperience,
     CanvasAction,
@@ -42,7 +43,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AgentExperience", "CanvasAction", "CanvasAudit", "CanvasContext", "CypherQueryError", "DateRange",
     "DeltaValidationError",
-    "EmbeddingDimensionError", "EpisodeFeedback", "ExtractionError", "InvalidInputError", "MergeReport",
+    "EmbeddingDimensionError", "EpisodeFeedback", "ExtractionError", "FeedbackResult", "InvalidInputError",
+    "MergeReport",
     "MetacognitiveInsights", "NotFoundError", "PartialWriteError", "ReadOnlyError", "ReadOnlyQueryError",
     "ReasoningChain", "RecallOptions", "RecallResult", "StorageError", "StoreUnavailableError", "TenantScopeError",
     "WorldGraphConfig",

@@ -1,528 +1,167 @@
-"""The ``worldgraph`` command. Every command takes ``--json`` for machine-readable output.
+"""The ``worldgraph`` command: the parser, global options and error reporting. The commands
+themselves are in ``worldgraph.commands`` (and the server's in ``worldgraph.server.commands``).
 
-Global options (before the command): ``--data DIR`` (env WORLDGRAPH_DATA, default ./data),
-``--graph embedded|neo4j`` (env WORLDGRAPH_GRAPH), ``--tenant T`` (env WORLDGRAPH_TENANT,
-default "default").
+Global options, before or after the command: ``--data DIR`` (env WORLDGRAPH_DATA, default
+./data), ``--graph embedded|neo4j`` (env WORLDGRAPH_GRAPH), ``--tenant T`` (env WORLDGRAPH_TENANT,
+default "default"), ``--read-only``, ``--json`` (machine-readable output), ``-v`` (third-party
+warnings, logs and tracebacks). Every error is one line on stderr (a JSON object under
+``--json``) and a non-zero exit status.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
-from pathlib import Path
-from typing import Any, Callable, Iterator
+import traceback
+import warnings
+from collections.abc import Callable
+from typing import Any, NoReturn
 
+from worldgraph.commands.admin import add_admin_commands
+from worldgraph.commands.memory import add_memory_commands
+from worldgraph.commands.world import add_world_commands
 from worldgraph.errors import WorldGraphError
 
 Handler = Callable[[argparse.Namespace], int]
+# Loggers of libraries whose warnings are noise for a person at the terminal (shown with -v).
+QUIET_LOGGERS = ("lancedb", "lance", "neo4j", "httpx", "httpcore", "openai", "urllib3", "botocore", "asyncio")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with usage errors as one line (JSON under ``--json``), like every other error.
+    Subcommand parsers are of the same class (argparse makes them with ``type(parent)``)."""
+
+    json_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        if Parser.json_errors:
+            print(json.dumps({"error": "UsageError", "message": f"{self.prog}: {message}"}), file=sys.stderr)
+        else:
+            print(f"error: {self.prog}: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def global_defaults() -> dict[str, Any]:
+    return {"data": os.environ.get("WORLDGRAPH_DATA", "./data"),
+            "graph": os.environ.get("WORLDGRAPH_GRAPH", "embedded"),
+            "tenant": os.environ.get("WORLDGRAPH_TENANT", "default"),
+            "read_only": False, "json": False, "verbose": False}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    Parser.json_errors = "--json" in (sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    for key, value in global_defaults().items():
+        if not hasattr(args, key):
+            setattr(args, key, value)
+    if args.graph not in ("embedded", "neo4j"):
+        parser.error(f"argument --graph: invalid choice: {args.graph!r} (choose from 'embedded', 'neo4j')")
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
+    quiet_libraries(args.verbose)
     try:
         return int(args.handler(args) or 0)
-    except WorldGraphError as exc:
-        _error(args, exc)
-        return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `worldgraph ... | head`
+        return 0
+    except Exception as exc:  # noqa: BLE001 - the one place every failure becomes one line
+        report_error(args, exc)
+        return 1
 
 
-def _error(args: argparse.Namespace, exc: Exception) -> None:
-    if getattr(args, "json", False):
-        print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
-    print(f"error: {exc}", file=sys.stderr)
-
-
-# ---------------------------------------------------------------------- helpers
-def open_wm(args: argparse.Namespace, **kw: Any) -> Any:
-    from worldgraph.service import WorldModel
-
-    if getattr(args, "read_only", False):
-        kw["read_only"] = True
-    return WorldModel.open(args.data, graph=args.graph, **kw)
-
-
-def emit(args: argparse.Namespace, data: Any, text: Callable[[], object] | None = None) -> None:
-    if args.json or text is None:
-        print(json.dumps(data, ensure_ascii=False, indent=2, default=str))
+def report_error(args: argparse.Namespace, exc: BaseException) -> None:
+    """One line on stderr: ``error: ...``, or under ``--json`` an object with error (the type),
+    message and, when the error names one, field. Unexpected errors say how to see the traceback."""
+    message = str(exc) or type(exc).__name__
+    if not isinstance(exc, (WorldGraphError, OSError)) and type(exc).__name__ != "Neo4jLocalError":
+        message = f"{type(exc).__name__}: {message} (an unexpected error; `-v` shows the traceback)"
+    if args.verbose:
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    one_line = " ".join(message.split()) if args.json else message.splitlines()[0] if message else message
+    if args.json:
+        out: dict[str, Any] = {"error": type(exc).__name__, "message": one_line}
+        if getattr(exc, "field", None):
+            out["field"] = exc.field  # type: ignore[attr-defined]
+        print(json.dumps(out, ensure_ascii=False), file=sys.stderr)
     else:
-        text()
+        rest = message.splitlines()[1:]
+        print(f"error: {one_line}" + (" (more with -v)" if rest and not args.verbose else ""), file=sys.stderr)
+        if rest and args.verbose:
+            print("\n".join(rest), file=sys.stderr)
 
 
-def progress_bar(label: str, enabled: bool = True) -> Callable[[int, int], None]:
-    """Progress on stderr: a redrawn bar on a terminal, a line every 10% otherwise."""
-    tty = sys.stderr.isatty()
-    last = [-1]
-
-    def show(done: int, total: int) -> None:
-        if not enabled:
-            return
-        if not tty:
-            step = int(10 * done / total) if total else done // 1000
-            if step != last[0] or (total and done >= total):
-                last[0] = step
-                sys.stderr.write(f"{label} {done}/{total}\n" if total else f"{label} {done}\n")
-            return
-        if total:
-            width = 30
-            filled = int(width * done / total)
-            sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-            if done >= total:
-                sys.stderr.write("\n")
-        else:
-            sys.stderr.write(f"\r{label} {done}")
-        sys.stderr.flush()
-
-    return show
+def quiet_libraries(verbose: bool) -> None:
+    """Third-party warnings (deprecations, driver notifications) only with -v."""
+    if verbose:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                            stream=sys.stderr)
+        warnings.simplefilter("default")
+        return
+    warnings.simplefilter("ignore")
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def read_json_items(path: str) -> Iterator[tuple[int, Any]]:
-    """A JSON object, a JSON array, or JSON Lines, from a file or '-' (stdin); yields (line, item)."""
-    text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    stripped = text.strip()
-    if not stripped:
-        raise WorldGraphError(f"{path}: empty input")
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
     try:
-        whole = json.loads(stripped)
-    except json.JSONDecodeError:
-        whole = None
-    if isinstance(whole, list):
-        yield from ((i + 1, item) for i, item in enumerate(whole))
-        return
-    if isinstance(whole, dict):
-        yield 1, whole
-        return
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            yield n, json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise WorldGraphError(f"{path}:{n}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        return dist_version("worldgraph")
+    except PackageNotFoundError:  # run from a checkout without installing
+        return "unknown (not installed)"
 
 
-def _table(rows: list[list[Any]], headers: list[str]) -> None:
-    cells = [[str(c) for c in r] for r in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
-    print("  ".join("-" * w for w in widths))
-    for r in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+def global_options(suppress: bool) -> argparse.ArgumentParser:
+    """The options every command takes, before or after it. Under a command their defaults are
+    SUPPRESS, so a value given before the command is not overwritten by the command's default."""
+    d = global_defaults()
 
+    def default(key: str) -> Any:
+        return argparse.SUPPRESS if suppress else d[key]
 
-def _short(text: Any, n: int = 60) -> str:
-    s = " ".join(str(text or "").split())
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
-# ---------------------------------------------------------------------- commands
-def cmd_record(args: argparse.Namespace) -> int:
-    items = [item for _, item in read_json_items(args.file)]
-    experiences, canvases = [], []
-    for item in items:
-        if isinstance(item, dict) and "experience" in item:
-            experiences.append(item["experience"])
-            canvases.append(item.get("canvas"))
-        else:
-            experiences.append(item)
-            canvases.append(None)
-    with open_wm(args) as wm:
-        ids = wm.record_experiences(args.tenant, experiences, canvases=canvases,
-                                    progress=progress_bar("embedding", not args.json and len(items) > 50))
-    emit(args, {"recorded": len(ids), "episode_ids": ids},
-         lambda: print("\n".join(ids) + f"\nrecorded {len(ids)} episode(s) for tenant {args.tenant!r}"))
-    return 0
-
-
-def cmd_record_conversation(args: argparse.Namespace) -> int:
-    """FILE holds sessions ({"session_id": ..., "turns": [...]}, one or several) or bare turns
-    (a JSON array or JSON Lines of {"speaker", "text", "timestamp"}) for the session --session."""
-    items = [item for _, item in read_json_items(args.file)]
-    if items and all(isinstance(i, dict) and "turns" in i for i in items):
-        sessions = [(i.get("session_id", args.session), i["turns"]) for i in items]
-    elif args.session is None:
-        raise WorldGraphError(f"{args.file}: give --session SESSION_ID for a file of bare turns, or write it as "
-                              '{"session_id": "...", "turns": [...]}')
-    else:
-        sessions = [(args.session, items)]
-    ids: list[str] = []
-    with open_wm(args) as wm:
-        for session_id, turns in sessions:
-            ids.extend(wm.record_conversation(args.tenant, session_id, turns))
-    emit(args, {"recorded": len(ids), "sessions": len(sessions), "episode_ids": ids},
-         lambda: print("\n".join(ids) + f"\nrecorded {len(ids)} turn(s) of {len(sessions)} session(s) "
-                       f"for tenant {args.tenant!r}"))
-    return 0
-
-
-def _recall_options(args: argparse.Namespace) -> dict[str, Any]:
-    opts: dict[str, Any] = {"limit": args.limit, "success_only": args.success_only,
-                            "include_canvas_context": args.canvas_context,
-                            "include_neighborhood": args.neighborhood, "hybrid": not args.vector_only}
-    if args.canvas:
-        opts["canvas_ids"] = args.canvas
-    if args.since or args.until:
-        opts["date_range"] = {"start": args.since, "end": args.until}
-    for key in ("min_similarity", "min_feedback_score", "feedback_category", "agent_id", "now"):
-        if getattr(args, key) is not None:
-            opts[key] = getattr(args, key)
-    return opts
-
-
-def cmd_recall(args: argparse.Namespace) -> int:
-    with open_wm(args) as wm:
-        results = wm.recall_experiences(args.tenant, args.role, args.query, args.limit, _recall_options(args))
-
-    def text() -> None:
-        if not results:
-            print("no experiences matched (try --min-similarity 0.3, fewer filters, or check `worldgraph stats`)")
-            return
-        print_recall(results, explain=args.explain)
-
-    emit(args, results, text)
-    return 0
-
-
-def print_recall(results: list[Any], explain: bool = True) -> None:
-    rows = []
-    for i, r in enumerate(results, 1):
-        fb = "-" if r["feedback_score"] is None else f"{r['feedback_score']:.2f} ({r['feedback_count']})"
-        rows.append([i, f"{r['relevance_score']:.3f}", f"{r['semantic_score']:.3f}", fb, r["outcome"],
-                     _short(r["task_description"], 54), r["episode_id"][:8]])
-    _table(rows, ["#", "score", "semantic", "feedback", "outcome", "task", "episode"])
-    if explain:
-        print("\nwhy (score = relevance x w + recency + feedback + confidence x w + date match, clamped; then "
-              "feedback-aware boost and diversity penalty; relevance = vector + bm25 [+ neighbour] parts):")
-        for i, r in enumerate(results, 1):
-            b = r["score_breakdown"]
-            print(f"  #{i}: {b['semantic_weighted']:+.3f} relevance ({b.get('vector_part', 0):.3f} vector "
-                  f"+ {b.get('bm25_part', 0):.3f} bm25"
-                  + (f" + {b['neighbor_part']:.3f} neighbour" if b.get("neighbor_part") else "")
-                  + f")  {b['recency_boost']:+.3f} recency  "
-                  f"{b['feedback_adjustment']:+.3f} feedback  {b['confidence_factor']:+.3f} confidence  "
-                  + (f"{b['date_match']:+.3f} date  " if b.get("date_match") else "")
-                  + f"=> {b['clamped']:.3f}"
-                  + (f"  {b['feedback_aware']:+.3f} feedback-aware" if b["feedback_aware"] else "")
-                  + (f"  -{b['diversity_penalty']:.3f} diversity" if b["diversity_penalty"] else "")
-                  + f"  = {b['final']:.3f}")
-
-
-def cmd_feedback(args: argparse.Namespace) -> int:
-    with open_wm(args) as wm:
-        fb = wm.submit_feedback(args.tenant, args.episode_id, args.score, notes=args.notes, category=args.category,
-                                created_by=args.by)
-    emit(args, fb, lambda: print(f"feedback {fb['id']} stored; episode {args.episode_id} now averages "
-                                 f"{fb['average']:.3f} (normalised) over {fb['count']} rating(s)"))
-    return 0
-
-
-def cmd_episodes(args: argparse.Namespace) -> int:
-    with open_wm(args) as wm:
-        eps = wm.get_agent_episodes(args.tenant, args.agent_id, args.limit)
-    emit(args, eps, lambda: _table(
-        [[e["timestamp"][:19], e["outcome"], f"{e['confidence_score']:.2f}", _short(e["task_description"]), e["id"]]
-         for e in eps], ["timestamp", "outcome", "conf", "task", "episode_id"]))
-    return 0
-
-
-def cmd_readiness(args: argparse.Namespace) -> int:
-    with open_wm(args) as wm:
-        r = wm.readiness(args.tenant, args.agent_id, args.window)
-
-    def text() -> None:
-        for k in ("episodes", "zero_intervention_ratio", "constitutional_compliance", "mean_confidence",
-                  "success_rate"):
-            mark = "FAIL" if k in r["failing"] else "ok"
-            print(f"{k:28} {r[k]!s:>10}  (min {r['thresholds'][k]})  {mark}")
-        print(f"{'ready':28} {r['ready']!s:>10}")
-
-    emit(args, r, text)
-    return 0
-
-
-def cmd_reindex(args: argparse.Namespace) -> int:
-    if args.pending:
-        with open_wm(args) as wm:
-            n = wm.retry_indexing(progress=progress_bar("re-indexing", not args.json))
-    else:
-        # A full rebuild also recovers from a changed embedder (another model or dimension),
-        # which the index refuses to open with otherwise.
-        with open_wm(args, rebuild_index=True) as wm:
-            n = wm.index.count()
-    emit(args, {"indexed": n}, lambda: print(f"indexed {n} episode(s)"))
-    return 0
-
-
-def cmd_stats(args: argparse.Namespace) -> int:
-    with open_wm(args) as wm:
-        s = wm.stats(args.tenant)
-    emit(args, s, lambda: print("\n".join(f"{k:16} {v}" for k, v in s.items())))
-    return 0
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    from worldgraph.kg.world import replay_log
-
-    with open_wm(args) as wm:
-        summary = replay_log(wm, args.tenant, args.env, args.log, use_shipped_deltas=args.offline,
-                             progress=progress_bar("rounds", not args.json))
-    emit(args, summary, lambda: print(
-        f"{summary['rounds']} rounds, {summary['flagged']} flagged, {summary['merged']} merged, "
-        f"{summary['pending']} pending, {summary['failed']} failed"))
-    return 0
-
-
-def cmd_delta_apply(args: argparse.Namespace) -> int:
-    with open_wm(args) as wm:
-        reports = []
-        for line, delta in read_json_items(args.file):
-            reason = f"delta apply {args.file}" + (f":{line}" if line > 1 else "")
-            reports.append(wm.apply_delta(args.tenant, args.env, delta, scene=reason).to_dict())
-    def text() -> None:
-        for r in reports:
-            print_report(r)
-
-    emit(args, reports, text)
-    return 0
-
-
-def print_report(r: dict[str, Any]) -> None:
-    c, m, x = r["created"], r["merged"], r["closed"]
-    print(f"graph version {r['graph_version']}: created {len(c['nodes'])} nodes, {len(c['edges'])} edges, "
-          f"{len(c['rules'])} rules; merged {len(m['nodes'])}/{len(m['edges'])}/{len(m['rules'])}; "
-          f"closed {len(x['nodes'])} nodes, {len(x['edges'])} edges, {len(x['rules'])} rules")
-    for d in r["dropped"]:
-        print(f"  dropped {d['kind']}[{d['index']}]: {d['reason']}")
-    if r.get("error"):
-        print(f"  error: {r['error']}")
-
-
-def cmd_world_show(args: argparse.Namespace) -> int:
-    from worldgraph.kg.summary import render_summary, summarize_graph
-
-    with open_wm(args) as wm:
-        graph = wm.world_graph(args.tenant, args.env)
-    summary = summarize_graph(graph, None, args.max_items)
-    data = {"meta": graph["meta"], "summary": summary, "rules": graph["rules"]}
-
-    def text() -> None:
-        meta = graph["meta"] or {}
-        print(f"{args.env}: version {meta.get('graph_version', 0)}, updated {meta.get('updated_at', '-')}, "
-              f"counts {meta.get('counts', {})}")
-        print(f"last trigger: {meta.get('last_trigger_reason') or '-'}\n")
-        print(render_summary(summary))
-        current = [r for r in graph["rules"] if r.get("valid_to") is None]
-        if current:
-            print("\nrules (condition -> outcome, confidence, evidence count):")
-            for r in sorted(current, key=lambda r: (-r.get("evidence_count", 0), r["id"])):
-                print(f"  IF {r['condition']} THEN {r['outcome']}  ({r['confidence']:.2f}, "
-                      f"{r.get('evidence_count', 0)})")
-
-    emit(args, data, text)
-    return 0
-
-
-def cmd_world_retry(args: argparse.Namespace) -> int:
-    with open_wm(args) as wm:
-        reports = [r.to_dict() for r in wm.retry_updates(args.tenant, args.env, args.stale_minutes * 60)]
-    def text() -> None:
-        print(f"retried {len(reports)} packet(s): {sum(1 for r in reports if r['ok'])} merged, "
-              f"{sum(1 for r in reports if not r['ok'])} not merged")
-        for r in reports:
-            if not r["ok"]:
-                print(f"  {r['scene_id']}: {r['error']}")
-
-    emit(args, reports, text)
-    return 0
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    with open_wm(args) as wm:
-        path = wm.export(args.tenant, args.env, args.out)
-    emit(args, {"path": str(path)}, lambda: print(path))
-    return 0
-
-
-def cmd_view(args: argparse.Namespace) -> int:
-    from worldgraph.server.view_cmd import run_view
-
-    return run_view(args)
-
-
-def cmd_import(args: argparse.Namespace) -> int:
-    with open_wm(args) as wm:
-        result = wm.import_snapshot(args.tenant, args.dir)
-    emit(args, result, lambda: print(f"imported {result['env_name']}: {result['counts']}"))
-    return 0
-
-
-def cmd_cypher(args: argparse.Namespace) -> int:
-    params: dict[str, Any] = {}
-    for p in args.param or []:
-        key, _, value = p.partition("=")
-        try:
-            params[key] = json.loads(value)
-        except json.JSONDecodeError:
-            params[key] = value
-    with open_wm(args) as wm:
-        rows = wm.cypher(args.tenant, args.query, params)
-
-    def text() -> None:
-        if not rows:
-            print("(no rows)")
-            return
-        headers = list(rows[0].keys())
-        _table([[_short(json.dumps(r.get(h), default=str, ensure_ascii=False), 50) for h in headers] for r in rows],
-               headers)
-
-    emit(args, rows, text)
-    return 0
-
-
-def cmd_neo4j(args: argparse.Namespace) -> int:
-    from worldgraph import neo4j_local
-
-    if args.action == "start":
-        uri = neo4j_local.start(port=args.port, data_dir=args.neo4j_data)
-        emit(args, {"uri": uri}, lambda: print(f"Neo4j is running at {uri}\n  export NEO4J_URI={uri}"))
-    elif args.action == "stop":
-        neo4j_local.stop()
-        emit(args, {"stopped": True}, lambda: print("stopped"))
-    else:
-        st = neo4j_local.status()
-        emit(args, st, lambda: print("\n".join(f"{k:10} {v}" for k, v in st.items())))
-    return 0
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from worldgraph.demo import run_demo
-
-    return run_demo(args)
-
-
-# ---------------------------------------------------------------------- parser
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="worldgraph", description="World model and long-term memory for LLM agents.")
-    p.add_argument("--data", default=os.environ.get("WORLDGRAPH_DATA", "./data"), help="data directory (default ./data)")
-    p.add_argument("--graph", default=os.environ.get("WORLDGRAPH_GRAPH", "embedded"), choices=["embedded", "neo4j"],
+    g = argparse.ArgumentParser(add_help=False)
+    g.add_argument("--data", default=default("data"), help="data directory (default ./data, env WORLDGRAPH_DATA)")
+    g.add_argument("--graph", default=default("graph"), choices=["embedded", "neo4j"],
                    help="graph store: embedded (no server) or neo4j (NEO4J_URI)")
-    p.add_argument("--tenant", default=os.environ.get("WORLDGRAPH_TENANT", "default"))
-    p.add_argument("--read-only", dest="read_only", action="store_true",
+    g.add_argument("--tenant", default=default("tenant"), help="tenant (default 'default', env WORLDGRAPH_TENANT)")
+    g.add_argument("--read-only", dest="read_only", action="store_true", default=default("read_only"),
                    help="open the data directory without writing anything (a backup, a snapshot); writes fail")
-    json_parent = argparse.ArgumentParser(add_help=False)
-    json_parent.add_argument("--json", action="store_true", help="machine-readable output")
+    g.add_argument("--json", action="store_true", default=default("json"),
+                   help="machine-readable output (errors too: one JSON object on stderr)")
+    g.add_argument("-v", "--verbose", action="store_true", default=default("verbose"),
+                   help="show third-party warnings, logs and tracebacks")
+    return g
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="worldgraph", description="World model and long-term memory for LLM agents.",
+           parents=[global_options(suppress=True)])
+    p.add_argument("--version", action="version", version=f"worldgraph {version()}")
     sub = p.add_subparsers(title="commands")
 
     def add(name: str, handler: Handler, help_: str, parent: Any = sub) -> argparse.ArgumentParser:
-        sp = parent.add_parser(name, help=help_, description=help_, parents=[json_parent])
+        # "resolve": a command may define its own --tenant (worker, mcp, keys) and it replaces the global
+        # one there; so each command gets its own copy of the options (a parent's actions are shared)
+        sp: argparse.ArgumentParser = parent.add_parser(name, help=help_, description=help_,
+                                                         parents=[global_options(suppress=True)],
+                                                         conflict_handler="resolve")
         sp.set_defaults(handler=handler)
         return sp
 
-    sp = add("record", cmd_record, "record experiences from a JSON/JSONL file ('-' for stdin)")
-    sp.add_argument("file")
-
-    sp = add("record-conversation", cmd_record_conversation,
-             "record a transcript turn by turn: {'session_id', 'turns': [...]} or bare turns with --session")
-    sp.add_argument("file")
-    sp.add_argument("--session", default=None, help="session id for a file of bare turns")
-
-    sp = add("recall", cmd_recall, "recall past experiences by meaning")
-    sp.add_argument("query")
-    sp.add_argument("--role", default=None, help="agent role filter (e.g. Finance)")
-    sp.add_argument("--limit", type=int, default=5)
-    sp.add_argument("--canvas", action="append", help="canvas id filter (repeatable)")
-    sp.add_argument("--agent-id", dest="agent_id", default=None)
-    sp.add_argument("--since", default=None, help="ISO date/time")
-    sp.add_argument("--until", default=None, help="ISO date/time")
-    sp.add_argument("--now", default=None, help="ISO date/time that 'last week', 'yesterday' ... are read against")
-    sp.add_argument("--success-only", action="store_true")
-    sp.add_argument("--min-similarity", type=float, default=None)
-    sp.add_argument("--min-feedback", dest="min_feedback_score", type=float, default=None,
-                    help="min normalised average feedback in [0, 1]")
-    sp.add_argument("--feedback-category", default=None)
-    sp.add_argument("--canvas-context", action="store_true", help="include canvas snapshot and actions")
-    sp.add_argument("--neighborhood", action="store_true",
-                    help="include canvas, feedback, scenes, world nodes, rules and the adjacent episodes of the session")
-    sp.add_argument("--vector-only", action="store_true", help="no full-text candidates")
-    sp.add_argument("--explain", action="store_true", help="show how each score was made")
-
-    sp = add("feedback", cmd_feedback, "rate an episode in [-1, 1]")
-    sp.add_argument("episode_id")
-    sp.add_argument("score", type=float)
-    sp.add_argument("--notes")
-    sp.add_argument("--category")
-    sp.add_argument("--by", default=None)
-
-    sp = add("episodes", cmd_episodes, "an agent's newest episodes")
-    sp.add_argument("agent_id")
-    sp.add_argument("--limit", type=int, default=30)
-
-    sp = add("readiness", cmd_readiness, "graduation exam over an agent's last episodes")
-    sp.add_argument("agent_id")
-    sp.add_argument("--window", type=int, default=30)
-
-    sp = add("reindex", cmd_reindex, "rebuild the LanceDB index (all tenants) from the graph store")
-    sp.add_argument("--pending", action="store_true", help="only episodes whose indexing is pending or failed")
-
-    add("stats", cmd_stats, "counts for a tenant")
-
-    sp = add("demo", cmd_demo, "the main job: record sample experiences, rate, recall; grow and export a world graph")
-    sp.add_argument("--out", default=None, help="export folder (default <data>/export)")
-    sp.add_argument("--fresh", action="store_true", help="delete the demo tenant's data first")
-
-    sp = add("run", cmd_run, "replay an agent log (one round per line) through observe_round")
-    sp.add_argument("log")
-    sp.add_argument("--env", required=True)
-    sp.add_argument("--offline", action="store_true", default=None,
-                    help="merge the deltas shipped in the log instead of calling the LLM "
-                         "(the default when no OPENAI_API_KEY / OPENAI_BASE_URL is set)")
-
-    group = sub.add_parser("delta", help="graph deltas").add_subparsers(title="delta commands")
-    sp2 = add("apply", cmd_delta_apply, "merge a delta file (JSON or JSONL) without an LLM", parent=group)
-    sp2.add_argument("file")
-    sp2.add_argument("--env", required=True)
-
-    group = sub.add_parser("world", help="the world graph").add_subparsers(title="world commands")
-    sp2 = add("show", cmd_world_show, "summary and rules of one environment", parent=group)
-    sp2.add_argument("--env", required=True)
-    sp2.add_argument("--max-items", type=int, default=40)
-    sp2 = add("retry", cmd_world_retry, "re-run pending and failed scene packets", parent=group)
-    sp2.add_argument("--env", default=None)
-    sp2.add_argument("--stale-minutes", type=float, default=10.0,
-                     help="also re-run packets left 'running' this long by a process that died (default 10)")
-
-    sp = add("export", cmd_export, "write the canonical snapshot of an environment")
-    sp.add_argument("--env", required=True)
-    sp.add_argument("--out", required=True)
-
-    sp = add("view", cmd_view, "write one self-contained HTML page drawing an environment's world graph")
-    sp.add_argument("--env", required=True)
-    sp.add_argument("--out", default=None, help="the HTML file (default <env>.html)")
-
-    sp = add("import", cmd_import, "load a snapshot folder written by export")
-    sp.add_argument("dir")
-
-    sp = add("cypher", cmd_cypher, "read-only, tenant-scoped Cypher (Neo4j store); $tenant_id is bound")
-    sp.add_argument("query")
-    sp.add_argument("--param", action="append", help="key=value (JSON values allowed)")
-
-    sp = add("neo4j", cmd_neo4j, "manage the local Neo4j (Java + Maven, no Docker)")
-    sp.add_argument("action", choices=["start", "stop", "status"])
-    sp.add_argument("--port", type=int, default=7687)
-    sp.add_argument("--neo4j-data", default=None, help="database directory")
-
+    add_admin_commands(add)
+    add_memory_commands(add)
+    add_world_commands(sub, add)
     from worldgraph.server.commands import add_server_commands  # serve, mcp, keys
-
-    add_server_commands(sub, add)
     from worldgraph.worker_cli import add_worker_command  # worker
 
+    add_server_commands(sub, add)
     add_worker_command(add)
     return p
 

@@ -1,17 +1,34 @@
 """Settings: the seed's WorldModelConfig with its defaults, plus every weight the recall uses.
 
-Each field can be overridden by an environment variable ``WORLDGRAPH_<FIELD>`` (upper case),
-e.g. ``WORLDGRAPH_MIN_SIMILARITY_THRESHOLD=0.3``. Explicit keyword arguments win over the
-environment, which wins over the defaults.
+One pydantic-settings model reads them: each field can be set by an environment variable
+``WORLDGRAPH_<FIELD>`` (upper case), e.g. ``WORLDGRAPH_MIN_SIMILARITY_THRESHOLD=0.3`` (``null``
+unsets an optional one); the usual ``NEO4J_URI`` / ``NEO4J_USER`` (``NEO4J_USERNAME``) /
+``NEO4J_PASSWORD`` / ``NEO4J_DATABASE`` are honoured after their ``WORLDGRAPH_NEO4J_*`` names.
+Explicit keyword arguments win over the environment, which wins over the defaults. This module
+is the only one that reads the environment (LLM and object-store variables included).
 """
 
 from __future__ import annotations
 
-import json
 import os
-from typing import Any, Literal
+from collections.abc import Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Iterator, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+try:  # where pydantic-settings keeps it since 2.7; before, in pydantic_settings.sources
+    from pydantic_settings.sources.utils import parse_env_vars
+except ImportError:  # pragma: no cover - older pydantic-settings
+    from pydantic_settings.sources import parse_env_vars  # type: ignore[attr-defined,no-redef]
 
 from worldgraph.errors import InvalidInputError
 
@@ -20,10 +37,20 @@ SEED_MIN_SIMILARITY = 0.6
 HYBRID_MIN_SIMILARITY = 0.3
 
 
-class WorldGraphConfig(BaseModel):
+# The usual names of the Neo4j variables, read after WORLDGRAPH_NEO4J_* (the first one set wins).
+NEO4J_VARIABLES: tuple[tuple[str, str], ...] = (
+    ("NEO4J_URI", "neo4j_uri"), ("NEO4J_USER", "neo4j_user"), ("NEO4J_USERNAME", "neo4j_user"),
+    ("NEO4J_PASSWORD", "neo4j_password"), ("NEO4J_DATABASE", "neo4j_database"))
+
+# The variables a config is read from: os.environ, or the mapping given to from_env (tests).
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("worldgraph_environ", default=None)
+
+
+class WorldGraphConfig(BaseSettings):
     """Every setting of the seed's WorldModelConfig, with its defaults, and the rest of ours."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, case_sensitive=False, extra="forbid",
+                                      validate_assignment=True, env_parse_none_str="null")
 
     # Embedding (seed)
     embedding_model: str = "text-embedding-3-small"
@@ -172,30 +199,78 @@ class WorldGraphConfig(BaseModel):
     cypher_max_rows: int = Field(10_000, gt=0)
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> "WorldGraphConfig":
-        """Defaults, then ``WORLDGRAPH_*`` variables, then ``overrides``."""
-        environ = dict(os.environ if environ is None else environ)
-        values: dict[str, Any] = {}
-        for name in cls.model_fields:
-            raw = environ.get(ENV_PREFIX + name.upper())
-            if raw is not None:
-                values[name] = _parse_env(raw)
-        # The usual names of the Neo4j and LLM variables are honoured too.
-        for var, name in (("NEO4J_URI", "neo4j_uri"), ("NEO4J_USER", "neo4j_user"),
-                          ("NEO4J_USERNAME", "neo4j_user"), ("NEO4J_PASSWORD", "neo4j_password"),
-                          ("NEO4J_DATABASE", "neo4j_database")):
-            if var in environ and ENV_PREFIX + name.upper() not in environ:
-                values[name] = environ[var]
-        values.update(overrides)
-        try:
-            return cls(**values)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            field = ".".join(str(p) for p in err["loc"]) or "config"
-            env_name = ENV_PREFIX + field.upper()
-            raise InvalidInputError(
-                f"config.{field}", f"{err['msg']} (set it with {env_name} or a keyword argument)"
-            ) from exc
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Keywords, then WORLDGRAPH_* variables, then the usual Neo4j names; no .env file (a
+        stray one in the working folder must not change where data goes)."""
+        return init_settings, _Variables(settings_cls), _Neo4jVariables(settings_cls)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "WorldGraphConfig":
+        """Defaults, then ``WORLDGRAPH_*`` variables (of ``environ``, default ``os.environ``), then
+        ``overrides``. A bad value is an InvalidInputError naming the variable or keyword to fix."""
+        with _reading(environ):
+            try:
+                return cls(**overrides)
+            except ValidationError as exc:
+                raise _config_error(exc, overrides, _environ()) from exc
+
+
+class _Variables(EnvSettingsSource):
+    """The WORLDGRAPH_* variables, of the mapping from_env was given or of os.environ."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(_environ(), self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
+
+
+class _Neo4jVariables(PydanticBaseSettingsSource):
+    """NEO4J_URI and friends (what Neo4j's own tools read), below their WORLDGRAPH_ names."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # __call__ gives every value at once
+
+    def __call__(self) -> dict[str, Any]:
+        environ, out = _environ(), {}
+        for var, name in NEO4J_VARIABLES:
+            if var in environ and name not in out:
+                out[name] = environ[var]
+        return out
+
+
+def _environ() -> Mapping[str, str]:
+    given = _ENVIRON.get()
+    return os.environ if given is None else given
+
+
+@contextmanager
+def _reading(environ: Mapping[str, str] | None) -> Iterator[None]:
+    token = _ENVIRON.set(None if environ is None else dict(environ))
+    try:
+        yield
+    finally:
+        _ENVIRON.reset(token)
+
+
+def _config_error(exc: ValidationError, overrides: Mapping[str, Any], environ: Mapping[str, str]) -> InvalidInputError:
+    """The first problem, naming where the bad value came from: a keyword, a WORLDGRAPH_*
+    variable (or a NEO4J_* one), and how to fix it."""
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"]) or "config"
+    variable = ENV_PREFIX + field.upper()
+    if err["type"] == "extra_forbidden":
+        return InvalidInputError(f"config.{field}", "is not a setting of WorldGraphConfig (check the spelling)")
+    if field in overrides:
+        where = f"the keyword argument {field}={overrides[field]!r}"
+    elif variable in environ or variable.lower() in {k.lower() for k in environ}:
+        where = f"the environment variable {variable}={err.get('input')!r}: fix or unset it"
+    else:
+        usual = [v for v, name in NEO4J_VARIABLES if name == field and v in environ]
+        where = (f"the environment variable {usual[0]}={err.get('input')!r}: fix or unset it" if usual else
+                 f"set it with {variable} or a keyword argument")
+    return InvalidInputError(f"config.{field}", f"{err['msg']} ({where})", err.get("input"))
 
 
 # The standard variables of AWS SDKs, as LanceDB storage options (object stores: lancedb_path
@@ -216,7 +291,7 @@ def object_store_options(environ: dict[str, str] | None = None) -> dict[str, str
     """LanceDB storage options from the standard ``AWS_*`` variables that are set. Kept out of
     WorldGraphConfig on purpose: secrets never enter a config dump (the index maintenance child
     process gets its config on the command line and these from its environment)."""
-    environ = dict(os.environ if environ is None else environ)
+    environ = dict(_environ() if environ is None else environ)
     options: dict[str, str] = {}
     for var, key in AWS_VARIABLES.items():  # the first variable of a key wins (AWS_REGION before AWS_DEFAULT_REGION)
         if environ.get(var) and key not in options:
@@ -224,9 +299,16 @@ def object_store_options(environ: dict[str, str] | None = None) -> dict[str, str
     return options
 
 
-def _parse_env(raw: str) -> Any:
-    """Numbers and booleans come in as text; JSON parsing turns '0.3' into 0.3 and keeps words."""
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
+def openai_endpoint(environ: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
+    """``(OPENAI_BASE_URL, OPENAI_API_KEY)``, each None when unset or empty: where the LLM and the
+    OpenAI embedder are. Kept out of WorldGraphConfig like the AWS variables: a key never enters a
+    config dump."""
+    env = _environ() if environ is None else environ
+    return env.get("OPENAI_BASE_URL") or None, env.get("OPENAI_API_KEY") or None
+
+
+def llm_configured(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether an OpenAI-compatible LLM is configured (``OPENAI_API_KEY`` or ``OPENAI_BASE_URL``):
+    without one, scene packets wait for ``worldgraph world retry``."""
+    base_url, api_key = openai_endpoint(environ)
+    return bool(base_url or api_key)

@@ -14,38 +14,34 @@ The demo works in its own folder (default ``./worldgraph-demo``), which it recre
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
-import sys
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+
+from worldgraph.bundled import examples_dir
+from worldgraph.commands.common import read_json_items
+from worldgraph.commands.samples import split_samples, store_ratings
+from worldgraph.console import print_recall, print_report, progress_bar, say
+from worldgraph.errors import InvalidInputError
 
 MARKER = ".worldgraph-demo"
 ENV = "CottageEscape"
 
 
-def examples_dir() -> Path:
-    here = Path(__file__).resolve().parent.parent / "examples"
-    if not (here / "experiences.jsonl").exists():
-        raise SystemExit(f"sample data not found under {here}: run the demo from a source checkout "
-                         "(pip install -e .), see README")
-    return here
-
-
 def run_demo(args: argparse.Namespace) -> int:
-    from worldgraph.cli import print_recall, print_report, progress_bar
     from worldgraph.kg.summary import render_summary, summarize_graph
-    from worldgraph.kg.world import llm_configured, replay_log
+    from worldgraph.config import llm_configured
+    from worldgraph.replay import replay_log
     from worldgraph.service import WorldModel
 
     data = Path(args.data if args.data != "./data" else "./worldgraph-demo")
     if data.exists() and (data / MARKER).exists():
         shutil.rmtree(data)
     elif data.exists() and any(data.iterdir()):
-        raise SystemExit(f"{data} exists and is not a demo folder; pass --data to an empty or new folder")
+        raise InvalidInputError("--data", f"{data} exists and is not a demo folder; pass --data to an empty or "
+                                "new folder")
     data.mkdir(parents=True, exist_ok=True)
     (data / MARKER).write_text("created by `worldgraph demo`; deleted and recreated on the next run\n")
     ex = examples_dir()
@@ -58,25 +54,15 @@ def run_demo(args: argparse.Namespace) -> int:
             f"({wm.embedder.dimensions} dims); graph store: {wm.store.name}")
 
         # 1. record
-        samples = [json.loads(line) for line in (ex / "experiences.jsonl").read_text("utf-8").splitlines() if line.strip()]
-        now = datetime.now(timezone.utc)
-        experiences, canvases = [], []
-        for i, s in enumerate(samples):
-            exp = dict(s["experience"])
-            exp["timestamp"] = (now - timedelta(days=float(s.get("days_ago", 0)))).isoformat()
+        samples = split_samples(list(read_json_items(str(ex / "experiences.jsonl"))), "experiences.jsonl")
+        for i, exp in enumerate(samples.experiences):
             exp.setdefault("episode_id", str(uuid.uuid5(uuid.NAMESPACE_URL, f"worldgraph-demo/{tenant}/{i}")))
-            experiences.append(exp)
-            canvases.append(s.get("canvas"))
-        say(f"\n1. recording {len(experiences)} sample experiences")
-        ids = wm.record_experiences(tenant, experiences, canvases=canvases, progress=progress_bar("   embedding"))
+        say(f"\n1. recording {len(samples.experiences)} sample experiences")
+        ids = wm.record_experiences(tenant, samples.experiences, canvases=samples.canvases,
+                                    progress=progress_bar("   embedding"))
 
         # 2. feedback
-        rated = 0
-        for sample, eid in zip(samples, ids):
-            for fb in sample.get("feedback") or []:
-                wm.submit_feedback(tenant, eid, fb["score"], notes=fb.get("notes"), category=fb.get("category"),
-                                   created_by=fb.get("created_by"))
-                rated += 1
+        rated = store_ratings(wm, tenant, ids, samples)
         say(f"2. stored {rated} human ratings in [-1, 1] (scoring uses (mean + 1) / 2)")
 
         # 3. recall
@@ -127,8 +113,3 @@ def run_demo(args: argparse.Namespace) -> int:
         "--min-similarity 0.2\n"
         f"  worldgraph --data {data} --tenant {tenant} world show --env {ENV}")
     return 0
-
-
-def say(text: str) -> None:
-    print(text)
-    sys.stdout.flush()

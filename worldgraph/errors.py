@@ -50,11 +50,17 @@ class TenantScopeError(ReadOnlyQueryError):
 
 
 class DeltaValidationError(WorldGraphError, ValueError):
-    """A graph delta that is not an object with four arrays of objects; nothing was written."""
+    """A graph delta that is not an object with four arrays of objects; nothing was written.
 
-    def __init__(self, errors: list[str]) -> None:
+    Given to ``apply_delta`` by a caller, or returned by the LLM and still invalid after the
+    repair round (then ``raw`` holds the answer's start). ``kg.extractor.InvalidDeltaError`` is
+    this class under its old name."""
+
+    def __init__(self, errors: list[str], raw: str | None = None) -> None:
         self.errors = errors
-        super().__init__("invalid graph delta: " + "; ".join(errors[:10]))
+        self.raw = raw
+        what = "invalid graph delta" if raw is None else "the LLM returned an invalid graph delta twice (answer and repair)"
+        super().__init__(f"{what}: " + "; ".join(errors[:10]))
 
 
 class NotSupportedError(WorldGraphError):

@@ -8,27 +8,32 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
-import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
-from worldgraph.access import open_storage, open_store  # noqa: F401 - open_store: its old home
+from worldgraph.access import open_storage
+from worldgraph.access import open_store as open_store  # re-exported: its old home
+from worldgraph.clock import utcnow
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError, NotFoundError, ReadOnlyError
+from worldgraph.export.environment import export_environment, import_environment
 from worldgraph.kg.store import GraphStore
+from worldgraph.kg.world import WorldUpdater
 from worldgraph.limits import MAX_PAGE, check_batch, check_delta_size, check_query, check_text, check_value
 from worldgraph.memory.conversation import check_session, parse_turns, quoted, turn_experiences
-from worldgraph.memory.embeddings import Embedder, check_embeddings, embedder_name, index_name, make_embedder
+from worldgraph.memory.embeddings import Embedder, embedder_name, index_name, make_embedder
+from worldgraph.memory.feedback import FeedbackResult, submit_feedback
 from worldgraph.memory.index import EpisodeIndex, stored_embedder_name
+from worldgraph.memory.indexing import EpisodeIndexer, Progress
+from worldgraph.memory.models import AgentExperience, CanvasContext, RecallOptions
 from worldgraph.memory.objectstore import index_location
-from worldgraph.memory.models import AgentExperience, CanvasContext, EpisodeFeedback, RecallOptions, iso, utcnow
 from worldgraph.memory.recall import RecallResult, recall
-from worldgraph.memory.record import build_episode, check_tenant, index_row, parse_canvas, parse_experience, searchable_text
+from worldgraph.memory.record import build_episode, parse_canvas, parse_experience
+from worldgraph.memory.retrier import IndexRetrier
+from worldgraph.names import check_env, check_tenant
 
 log = logging.getLogger("worldgraph")
 
-Progress = Callable[[int, int], None]
 
 
 class WorldModel:
@@ -43,10 +48,9 @@ class WorldModel:
         self.index = index
         self.embedder = embedder
         self.config = config
-        from worldgraph.kg.world import WorldUpdater
-        from worldgraph.memory.retrier import IndexRetrier
-
-        self.world = WorldUpdater(self)
+        # the world updater gets the store, the settings and how to record a round, not the facade
+        self.world = WorldUpdater(store, config, self.record_experience)
+        self.indexer = EpisodeIndexer(store, index, embedder, config, on_failure=lambda: self._index_retrier.kick())
         # after an index failure (an unreachable object store), re-index in the background
         self._index_retrier = IndexRetrier(self.retry_indexing, lambda: bool(self.store.unindexed_episodes(limit=1)),
                                            config.index_retry_seconds)
@@ -168,7 +172,7 @@ class WorldModel:
         # unchanged. An unreachable embedding server is not: the episodes are stored and indexed later.
         vectors = None
         try:
-            vectors = self._embed([self._text(e) for e in episodes], progress)
+            vectors = self.indexer.embed([self.indexer.text(e) for e in episodes], progress)
         except EmbeddingDimensionError:
             raise
         except Exception as exc:  # noqa: BLE001 - any embedder failure: keep the data, index later
@@ -181,14 +185,14 @@ class WorldModel:
         ids = [e["id"] for e in episodes]
         if vectors is None:
             self.store.add_episodes(tenant_id, episodes, list(canvas_recs.values()), audits)
-            self._mark(tenant_id, ids, "failed", embed_error)
+            self.indexer.mark(tenant_id, ids, "failed", embed_error)
             self._index_retrier.kick()
             return ids
         # New episodes are appended to the index, not merged: the window holds the table's write
         # lock around the store commit (see EpisodeIndex.adding); it neither fails to open nor raises.
         with self.index.adding(tenant_id) as add:
             self.store.add_episodes(tenant_id, episodes, list(canvas_recs.values()), audits)
-            self._index(tenant_id, episodes, vectors, add)
+            self.indexer.index_rows(tenant_id, episodes, vectors, add)
         return ids
 
     def record_conversation(self, tenant_id: str, session_id: str, turns: Iterable[dict[str, Any]]) -> list[str]:
@@ -209,130 +213,26 @@ class WorldModel:
         previous = quoted(before["agent_id"], before["task_description"]) if before else None
         return self.record_experiences(tenant_id, turn_experiences(sid, parsed, previous))
 
-    def _text(self, episode: dict[str, Any]) -> str:
-        return searchable_text(episode, self.config.max_search_text_bytes)
-
-    def _mark(self, tenant_id: str, ids: list[str], status: str, error: str | None = None) -> bool:
-        """Record the indexing state of stored episodes; never raises. If the write fails (a full
-        disk) they stay "pending", which retry_indexing re-runs like "failed"; True if recorded."""
-        try:
-            self.store.set_index_status(tenant_id, ids, status, error)
-        except Exception as exc:  # noqa: BLE001 - the episodes are stored; only their state is stale
-            log.warning("could not mark %d stored episodes %r (%s); they stay pending and are re-indexed "
-                        "by retry_indexing", len(ids), status, exc)
-            return False
-        return True
-
-    def _embed(self, texts: list[str], progress: Progress | None = None, batch: int = 256) -> Any:
-        import numpy as np
-
-        out = []
-        for start in range(0, len(texts), batch):
-            chunk = texts[start:start + batch]
-            out.append(check_embeddings(self.embedder.embed(chunk), len(chunk), int(self.embedder.dimensions)))
-            if progress:
-                progress(min(start + batch, len(texts)), len(texts))
-        return np.concatenate(out) if out else np.zeros((0, int(self.embedder.dimensions)), dtype=np.float32)
-
-    def _index(self, tenant_id: str, episodes: list[dict[str, Any]], vectors: Any,
-               write: Callable[[list[dict[str, Any]]], None] | None = None) -> bool:
-        """Write the episodes' index rows (``write``, default ``index.upsert``), then mark them
-        "indexed" (in that order: an episode marked indexed always has its row); True if both
-        happened. Never raises."""
-        ids = [e["id"] for e in episodes]
-        max_text = self.config.max_search_text_bytes
-        try:
-            (write or self.index.upsert)([index_row(e, v, max_text) for e, v in zip(episodes, vectors)])
-        except Exception as exc:  # noqa: BLE001 - the store holds them; retry_indexing re-runs them
-            log.warning("indexing %d episodes failed (%s); marked for retry", len(ids), exc)
-            self._mark(tenant_id, ids, "failed", f"indexing failed: {exc}")
-            self._index_retrier.kick()
-            return False
-        return self._mark(tenant_id, ids, "indexed")
-
     def retry_indexing(self, progress: Progress | None = None) -> int:
         """Index every episode whose indexing is pending or failed; returns how many were indexed."""
         self._writable("retry_indexing")
-        done = 0
-        while True:
-            pending = self.store.unindexed_episodes(limit=1000)
-            if not pending:
-                return done
-            by_tenant: dict[str, list[dict[str, Any]]] = {}
-            for e in pending:
-                by_tenant.setdefault(e["tenant_id"], []).append(e)
-            for tenant, eps in by_tenant.items():
-                try:
-                    vectors = self._embed([self._text(e) for e in eps])
-                except Exception as exc:  # noqa: BLE001
-                    log.warning("re-indexing %d episodes failed: %s", len(eps), exc)
-                    self._mark(tenant, [e["id"] for e in eps], "failed", f"embedding failed: {exc}")
-                    return done
-                if not self._index(tenant, eps, vectors):
-                    return done  # the index or the store is failing: stop, the episodes stay marked for later
-                done += len(eps)
-                if progress:
-                    progress(done, done + len(pending) - len(eps))
+        return self.indexer.retry(progress)
 
     def reindex(self, tenant_id: str | None = None, progress: Progress | None = None, batch_size: int = 1000) -> int:
-        """Rewrite the LanceDB rows of every episode (all tenants, or one) from the graph store.
-
-        Safe to kill at any moment (``kill -9`` included): every episode is first marked "pending"
-        (before any row changes), then its row is overwritten in place, never deleted first, and
-        it is marked "indexed"; rows of episodes the store does not hold are dropped last. So at
-        every moment each stored episode has a row (old or new) and is recallable, and each one
-        not rewritten yet is pending, which the next open (or ``retry_indexing``, ``worldgraph
-        reindex --pending``) finishes."""
+        """Rewrite the LanceDB rows of every episode (all tenants, or one) from the graph store;
+        safe to kill at any moment (see ``EpisodeIndexer.reindex``)."""
         self._writable("reindex")
         if tenant_id is not None:
             check_tenant(tenant_id)
-        self.store.mark_pending(tenant_id)
-        total = 0
-        stored: dict[str, set[str]] = {}
-        for batch in self.store.iter_episodes(tenant_id, batch_size=batch_size):
-            by_tenant: dict[str, list[dict[str, Any]]] = {}
-            for e in batch:
-                by_tenant.setdefault(e["tenant_id"], []).append(e)
-            for tenant, eps in by_tenant.items():
-                stored.setdefault(tenant, set()).update(e["id"] for e in eps)
-                self._index(tenant, eps, self._embed([self._text(e) for e in eps]))
-            total += len(batch)
-            if progress:
-                progress(total, 0)
-        self.index.prune(stored, tenant_id)
-        self.index.ensure_indexes(tenant_id=tenant_id)
-        return total
+        return self.indexer.reindex(tenant_id, progress, batch_size)
 
     # ------------------------------------------------------------------ feedback
     def submit_feedback(self, tenant_id: str, episode_id: str, score: float, notes: str | None = None,
-                        category: str | None = None, created_by: str | None = None) -> dict[str, Any]:
+                        category: str | None = None, created_by: str | None = None) -> FeedbackResult:
         """Rate an episode in [-1, 1]. Returns the feedback record plus the episode's new
-        aggregates (``average``: normalised to [0, 1], ``count``)."""
-        check_tenant(tenant_id)
+        aggregates (``average``: normalised to [0, 1], ``count``): a FeedbackResult."""
         self._writable("submit_feedback")
-        if not isinstance(episode_id, str) or not episode_id:
-            raise InvalidInputError("episode_id", "must be a non-empty string", episode_id)
-        check_text(episode_id, "episode_id", self.config.max_text_bytes, "max_text_bytes")
-        if isinstance(score, bool) or not isinstance(score, (int, float)) or math.isnan(score):
-            raise InvalidInputError("score", "must be a number in [-1, 1]", score)
-        if not -1.0 <= float(score) <= 1.0:
-            raise InvalidInputError("score", f"must be in [-1, 1] (-1 = harmful, 0 = neutral, 1 = excellent), got {score}",
-                                    score)
-        for name, val in (("notes", notes), ("category", category), ("created_by", created_by)):
-            if val is not None and not isinstance(val, str):
-                raise InvalidInputError(name, "must be a string or None", val)
-            check_text(val, name, self.config.max_text_bytes, "max_text_bytes")
-        fb = EpisodeFeedback(id=str(uuid.uuid4()), episode_id=episode_id, tenant_id=tenant_id,
-                             feedback_score=float(score), feedback_notes=notes, feedback_category=category,
-                             created_by=created_by or "anonymous", created_at=iso(utcnow()))
-        record = fb.model_dump(mode="json")
-        self.store.add_feedback(tenant_id, record)  # raises NotFoundError for another tenant's episode
-        try:  # committed: from here on the call succeeds
-            mean, count = self.store.feedback_stats(tenant_id, [episode_id])[episode_id]
-        except Exception as exc:  # noqa: BLE001
-            log.warning("feedback %s stored; reading the episode's new aggregates failed: %s", record["id"], exc)
-            return RecallResult(record, average=None, mean_score=None, count=None)
-        return RecallResult(record, average=round((mean + 1) / 2, 6), mean_score=round(mean, 6), count=count)
+        return submit_feedback(self.store, self.config, tenant_id, episode_id, score, notes, category, created_by)
 
     # ------------------------------------------------------------------ recall
     def recall_experiences(self, tenant_id: str, agent_role: str | None, query: str, limit: int = 5,
@@ -423,7 +323,7 @@ class WorldModel:
                 if not isinstance(packet.get(key), str) or not packet[key]:
                     raise InvalidInputError(f"packet.{key}", "is required (give the packet returned by observe_round)")
             check_tenant(packet["tenant_id"], "packet.tenant_id")
-            self.world.check_env(packet["env_name"])
+            check_env(packet["env_name"])
         return self.world.update(packet)
 
     def apply_delta(self, tenant_id: str, env_name: str, delta: Any, scene: Any = None) -> Any:
@@ -446,16 +346,16 @@ class WorldModel:
 
     def world_graph(self, tenant_id: str, env_name: str) -> dict[str, Any]:
         check_tenant(tenant_id)
-        return self.store.world_graph(tenant_id, self.world.check_env(env_name))
+        return self.store.world_graph(tenant_id, check_env(env_name))
 
     def export(self, tenant_id: str, env_name: str, out_dir: str | Path) -> Path:
         """Write the five canonical files under ``out_dir/<tenant>/<app>/world_model_graph/<env>/``."""
-        return self.world.export(tenant_id, env_name, Path(out_dir))
+        return export_environment(self.store, tenant_id, env_name, Path(out_dir), self.config.app_name)
 
     def import_snapshot(self, tenant_id: str, path: str | Path) -> dict[str, Any]:
         """Load a folder written by ``export`` (replaces that environment's graph)."""
         self._writable("import_snapshot")
-        return self.world.import_snapshot(tenant_id, Path(path))
+        return import_environment(self.store, tenant_id, Path(path))
 
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Read-only, tenant-scoped Cypher (Neo4j store): ``$tenant_id`` is bound for you."""

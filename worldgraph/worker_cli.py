@@ -24,16 +24,16 @@ def add_worker_command(add: Add) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from worldgraph.cli import open_wm
+    from worldgraph.commands.common import open_wm
     from worldgraph.kg.worker import WorldWorker
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                             stream=sys.stderr)
     # this process's own background threads stay off: the worker takes packets from the queue itself
-    wm = open_wm(args, world_background_updates=False)
+    wm = open_wm(args, create=True, world_background_updates=False)
     try:
-        worker = WorldWorker(wm, args.worker_tenant, args.env, args.concurrency, args.poll_seconds)
+        worker = WorldWorker(wm.world, args.worker_tenant, args.env, args.concurrency, args.poll_seconds)
         previous = {sig: signal.signal(sig, lambda *_: worker.stop()) for sig in (signal.SIGTERM, signal.SIGINT)}
         scope = f"tenant {args.worker_tenant}" if args.worker_tenant else "all tenants"
         print(f"worldgraph worker on the {wm.store.name} store: {scope}"

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import DeltaValidationError
 from worldgraph.kg.delta_items import (  # noqa: F401 - re-exported: the item models are part of this module's API
     DEFAULT_CONFIDENCE,
@@ -40,7 +41,7 @@ from worldgraph.kg.records import DroppedItem
 
 DELTA_KEYS: tuple[str, ...] = ("entities", "states", "edges", "rules")
 KIND_OF: dict[str, str] = {"entities": "entity", "states": "state", "edges": "edge", "rules": "rule"}
-MAX_ITEMS = 500
+MAX_ITEMS: int = WorldGraphConfig.model_fields["max_delta_items"].default  # the config default, one number
 MAX_DEPTH = 8  # containers nested inside one item's field (attributes: {"a": [..]} is 2)
 MAX_STRING = 4000
 MAX_ERRORS = 50
@@ -105,10 +106,11 @@ def load_delta_schema(strict: bool = False) -> dict[str, Any]:
     return _strict_variant(schema) if strict else schema
 
 
-def validate_delta(obj: Any, max_items: int = MAX_ITEMS) -> dict[str, Any]:
+def validate_delta(obj: Any, max_items: int | None = MAX_ITEMS) -> dict[str, Any]:
     """The structural gate: return the delta as a dict, or raise ``DeltaValidationError`` naming
     every broken rule (``edges: must be an array, got string``). A ``str`` / ``bytes`` is parsed
-    first. Items are not looked at here beyond counting them (``parse_delta`` does that)."""
+    first. Items are not looked at here beyond counting them (``parse_delta`` does that).
+    ``max_items``: the caller's limit (config ``max_delta_items``); None counts nothing."""
     if isinstance(obj, (bytes, bytearray)):
         try:
             obj = obj.decode("utf-8")
@@ -127,7 +129,7 @@ def validate_delta(obj: Any, max_items: int = MAX_ITEMS) -> dict[str, Any]:
             errors.append(f"{key}: must be an array, got {json_type(obj[key])}")
         else:
             total += len(obj[key])
-    if total > max_items:
+    if max_items is not None and total > max_items:
         errors.append(f"$: {total} items in entities/states/edges/rules, more than the limit of {max_items} "
                       "(config max_delta_items)")
     if errors:
@@ -137,7 +139,7 @@ def validate_delta(obj: Any, max_items: int = MAX_ITEMS) -> dict[str, Any]:
 
 def parse_delta(
     obj: Any,
-    max_items: int = MAX_ITEMS,
+    max_items: int | None = MAX_ITEMS,
     max_depth: int = MAX_DEPTH,
     max_string: int = MAX_STRING,
 ) -> ParsedDelta:

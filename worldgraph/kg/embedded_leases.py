@@ -9,6 +9,7 @@ from typing import Any, Callable, ContextManager
 
 from worldgraph.errors import LeaseLostError
 from worldgraph.kg import lease
+from worldgraph.kg.codec import loads
 from worldgraph.kg.records import SceneRecord
 
 __all__ = ["SqliteSceneLeases"]
@@ -52,7 +53,5 @@ def check_fence(cur: sqlite3.Cursor, tenant_id: str, fence: tuple[str, str] | No
 
 
 def _scene(cur: sqlite3.Cursor, tenant_id: str, scene_id: str) -> SceneRecord | None:
-    from worldgraph.kg.embedded import _loads
-
     row: Any = cur.execute("SELECT data FROM scenes WHERE tenant_id = ? AND id = ?", (tenant_id, scene_id)).fetchone()
-    return _loads(row[0]) if row else None
+    return loads(row[0]) if row else None

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import secrets
 import threading
@@ -26,7 +25,7 @@ from typing import Any, Callable
 
 import openai
 
-from worldgraph.config import WorldGraphConfig
+from worldgraph.config import WorldGraphConfig, openai_endpoint
 from worldgraph.errors import DeltaValidationError, ExtractionError
 from worldgraph.kg.delta import ParsedDelta, parse_delta
 from worldgraph.kg.records import DroppedItem, SceneRecord
@@ -57,16 +56,9 @@ class LLMUnavailableError(ExtractionError):
         super().__init__(message)
 
 
-class InvalidDeltaError(ExtractionError):
-    """The model's answer was still not a well-formed delta after the repair round."""
-
-    def __init__(self, errors: list[str], raw: str) -> None:
-        self.errors = errors
-        self.raw = raw
-        super().__init__(
-            "the LLM returned an invalid graph delta twice (answer and repair): "
-            + "; ".join(errors[:10])
-        )
+# The model's answer was still not a well-formed delta after the repair round: the same error as
+# a caller's invalid delta (one name, errors.DeltaValidationError); the old name stays importable.
+InvalidDeltaError = DeltaValidationError
 
 
 class DeltaExtractor:
@@ -106,7 +98,7 @@ class DeltaExtractor:
         """The parsed delta for ``scene``. ``check`` (optional) names the items the merge would
         drop beyond parsing (unresolved refs): they are asked about in the repair round too.
         Raises ExtractionError (LLMUnavailableError when the server is the problem,
-        InvalidDeltaError when the answer is)."""
+        DeltaValidationError when the answer is)."""
         messages: list[dict[str, str]] = build_messages(scene, summary_text)
         raw = self._complete(messages)
         delta, errors = self._check(raw)
@@ -117,7 +109,7 @@ class DeltaExtractor:
             raw = self._complete(messages)
             delta, errors = self._check(raw)
             if delta is None:
-                raise InvalidDeltaError(errors, raw[:2000])
+                raise DeltaValidationError(errors, raw[:2000])
             return delta
         dropped = delta.dropped()
         if check is not None:
@@ -253,8 +245,7 @@ def strip_fences(raw: str) -> str:
 
 
 def _client_from_env(config: WorldGraphConfig) -> openai.OpenAI:
-    base_url = os.environ.get("OPENAI_BASE_URL") or None
-    api_key = os.environ.get("OPENAI_API_KEY") or None
+    base_url, api_key = openai_endpoint()
     if api_key is None and base_url is None:
         raise ExtractionError(
             "no LLM configured: set OPENAI_API_KEY (OpenAI) or OPENAI_BASE_URL (any "

@@ -19,9 +19,10 @@ import copy
 import os
 import socket
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Callable
 
+from worldgraph.clock import utcnow
 from worldgraph.kg.records import SceneRecord
 
 __all__ = ["HeldLeases", "CLAIMABLE", "claimable", "holds", "leased", "released", "new_owner", "iso_after", "LEASE_KEYS"]
@@ -32,7 +33,7 @@ LEASE_KEYS = ("lease_owner", "lease_until")
 
 def iso_after(seconds: float, now: datetime | None = None) -> str:
     """The ISO time ``seconds`` after ``now`` (default: the current time, UTC)."""
-    base = now or datetime.now(timezone.utc)
+    base = now or utcnow()
     return (base + timedelta(seconds=seconds)).isoformat(timespec="microseconds")
 
 
@@ -48,13 +49,13 @@ def claimable(scene: SceneRecord, now: str) -> bool:
     status = scene.get("status")
     if status in CLAIMABLE:
         return True
-    until = scene.get("lease_until")  # type: ignore[misc]
+    until = scene.get("lease_until")
     return status == "running" and isinstance(until, str) and until < now
 
 
 def holds(scene: SceneRecord | None, owner: str) -> bool:
     """Whether ``owner`` holds ``scene``'s lease (it is running under that owner's lease)."""
-    return scene is not None and scene.get("status") == "running" and scene.get("lease_owner") == owner  # type: ignore[misc]
+    return scene is not None and scene.get("status") == "running" and scene.get("lease_owner") == owner
 
 
 def leased(scene: SceneRecord, owner: str, until: str, now: str) -> SceneRecord:

@@ -12,9 +12,11 @@ import logging
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator
 
+from worldgraph.clock import now_iso
 from worldgraph.kg.lease import iso_after
+from worldgraph.kg.store import WorldStore
 
 log = logging.getLogger("worldgraph.world")
 
@@ -30,7 +32,7 @@ class Hold:
 
 
 class LeaseKeeper:
-    def __init__(self, store: Any, lease_seconds: float) -> None:
+    def __init__(self, store: WorldStore, lease_seconds: float) -> None:
         self.store = store
         self.lease_seconds = lease_seconds
         self._holds: dict[str, Hold] = {}
@@ -70,8 +72,6 @@ class LeaseKeeper:
         self._wake.set()
 
     def _loop(self) -> None:
-        from worldgraph.kg.world import now_iso
-
         while True:
             self._wake.wait(self.lease_seconds / 3)
             self._wake.clear()

@@ -23,24 +23,28 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from worldgraph.kg.delta import DELTA_KEYS, MAX_ITEMS, ParsedDelta, parse_delta
-from worldgraph.kg.ids import node_id, normalise_name, normalise_type
+from worldgraph.kg.delta import ParsedDelta, parse_delta
+from worldgraph.kg.ids import node_id, normalise_name
 from worldgraph.kg.merge_refs import NODE_KINDS, ref_ids
 from worldgraph.kg.merge_rules import SIMILAR, RulesMixin, jaccard  # noqa: F401 - part of this module's API
 from worldgraph.kg.merge_states import StatesMixin
 from worldgraph.kg.records import GraphView, MergePlan, MergeReport, MetaRecord, SceneRecord
 
 
-def referenced_node_ids(tenant_id: str, env_name: str, delta: Any, max_items: int = MAX_ITEMS) -> list[str]:
+def referenced_node_ids(tenant_id: str, env_name: str, delta: ParsedDelta | Any) -> list[str]:
     """Every node id the merge of ``delta`` may look at (sorted). Tolerates any input."""
-    return referenced(tenant_id, env_name, delta, max_items)[0]
+    return referenced(tenant_id, env_name, delta)[0]
 
 
-def referenced(tenant_id: str, env_name: str, delta: Any, max_items: int = MAX_ITEMS) -> tuple[list[str], list[str]]:
+def referenced(tenant_id: str, env_name: str, delta: ParsedDelta | Any) -> tuple[list[str], list[str]]:
     """``(node ids, normalised names)`` the merge of ``delta`` may look at, both sorted: what
-    ``GraphStore.load_view`` needs. Tolerates any input (a delta that does not parse: nothing)."""
+    ``WorldStore.load_view`` needs. Tolerates any input (a delta that does not parse: nothing).
+
+    ``delta`` is the ``ParsedDelta`` the caller made with its limits (``parse_delta(raw,
+    max_items=config.max_delta_items)``, once, at the gate); a raw delta is parsed here without
+    a count limit, for pure callers (tests, benchmarks) that have no config."""
     try:
-        parsed = parse_delta(delta, max_items=max_items)
+        parsed = _parsed(delta)
     except Exception:  # noqa: BLE001 - a delta that does not parse references nothing
         return [], []
     ids: set[str] = set()
@@ -70,19 +74,25 @@ def referenced(tenant_id: str, env_name: str, delta: Any, max_items: int = MAX_I
 
 def plan_merge(
     view: GraphView,
-    delta: Any,
+    delta: ParsedDelta | Any,
     scene: SceneRecord | None,
     now: str,
     app_name: str = "general",
-    max_items: int = MAX_ITEMS,
 ) -> tuple[MergePlan, MergeReport]:
-    """Plan the merge of ``delta`` (a ``ParsedDelta``, or anything ``parse_delta`` takes, with
-    ``max_items``) into ``view``. Raises DeltaValidationError (nothing planned) when the delta's
-    top level is wrong; item-level problems drop the item, listed in the report."""
-    parsed = parse_delta(delta, max_items=max_items)
+    """Plan the merge of ``delta`` into ``view``: the ``ParsedDelta`` the caller made once with its
+    limits (a raw delta is parsed here, with no count limit: see ``referenced``). Raises
+    DeltaValidationError (nothing planned) when a raw delta's top level is wrong; item-level
+    problems drop the item, listed in the report."""
+    parsed = _parsed(delta)
     if scene is not None and not scene.get("id"):
         raise ValueError("scene: needs an 'id' (ids.new_scene_id()) to be merged")
     return _Merge(view, scene, now, app_name).run(parsed)
+
+
+def _parsed(delta: ParsedDelta | Any) -> ParsedDelta:
+    """The count limit is the caller's (config ``max_delta_items``), checked once where the delta
+    enters; here there is no second, different one."""
+    return delta if isinstance(delta, ParsedDelta) else parse_delta(delta, max_items=None)
 
 
 def apply_plan_to_view(view: GraphView, plan: MergePlan) -> GraphView:

@@ -3,7 +3,6 @@ one-statement reads in a single round trip (``_rows``)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, TypeVar
 
 from neo4j import READ_ACCESS, Driver
@@ -11,6 +10,7 @@ from neo4j import Record as Row
 from neo4j.exceptions import ServiceUnavailable, SessionExpired, TransientError
 
 from worldgraph.errors import ReadOnlyError, StoreUnavailableError
+from worldgraph.kg.codec import loads
 from worldgraph.kg.neo4j_rows import _episode
 from worldgraph.kg.store import Record
 
@@ -55,7 +55,7 @@ class Neo4jBase:
 
     def _records(self, query: str, **params: Any) -> list[Record]:
         """Run one read query whose rows have a ``record`` column; decode them."""
-        return [json.loads(r["record"]) for r in self._rows(query, **params) if r["record"] is not None]
+        return [loads(r["record"]) for r in self._rows(query, **params) if r["record"] is not None]
 
     def _episodes(self, query: str, **params: Any) -> list[Record]:
         """Run one read query returning q.EPISODE_COLUMNS; the episode records, state put back."""

@@ -53,6 +53,12 @@ MATCH (e:Episode) WHERE e.tenant_id = $tenant_id AND e.id IN $ids
 RETURN collect([e.record, e.index_status, e.index_error]) AS episodes
 """
 
+# The short ids the CLI prints: a prefix seek on the (tenant_id, id) index.
+EPISODE_IDS_WITH_PREFIX = """
+MATCH (e:Episode) WHERE e.tenant_id = $tenant_id AND e.id STARTS WITH $prefix
+RETURN e.id AS id ORDER BY e.id LIMIT $limit
+"""
+
 AGENT_EPISODES = f"""
 MATCH (e:Episode {{tenant_id: $tenant_id, agent_id: $agent_id}})
 RETURN {EPISODE_COLUMNS} ORDER BY e.ts DESC, e.id DESC LIMIT $limit

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Iterator
 
 from neo4j import ManagedTransaction
@@ -10,6 +9,7 @@ from neo4j.exceptions import Neo4jError, ServiceUnavailable, SessionExpired
 
 from worldgraph.errors import NotFoundError, StoreUnavailableError
 from worldgraph.kg import neo4j_queries as q
+from worldgraph.kg.codec import loads
 from worldgraph.kg.neo4j_base import Neo4jBase, _unreachable
 from worldgraph.kg.neo4j_rows import BATCH, _by_id, _chunks, _dedupe, _dumps, _episode, _row, _run_batched
 from worldgraph.kg.sessions import Link, by_session, new_links, relink
@@ -76,6 +76,10 @@ class Neo4jEpisodeStore(Neo4jBase):
         rows = self._rows(q.GET_EPISODES, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)))
         recs = [_listed_episode(x) for x in rows[0]["episodes"]]
         return {r["id"]: r for r in recs}
+
+    def episode_ids_with_prefix(self, tenant_id: str, prefix: str, limit: int = 10) -> list[str]:
+        return [r["id"] for r in self._rows(q.EPISODE_IDS_WITH_PREFIX, tenant_id=tenant_id, prefix=prefix,
+                                            limit=int(limit))]
 
     def agent_episodes(self, tenant_id: str, agent_id: str, limit: int) -> list[Record]:
         return self._episodes(q.AGENT_EPISODES, tenant_id=tenant_id, agent_id=agent_id, limit=int(limit))
@@ -170,19 +174,19 @@ class Neo4jEpisodeStore(Neo4jBase):
         found: dict[str, Record] = {}
         for r in self._rows(q.NEIGHBORHOOD, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids))):
             found[r["id"]] = {
-                "canvas": json.loads(r["canvas"]) if r["canvas"] is not None else None,
-                "canvas_actions": [json.loads(x) for x in r["canvas_actions"]],
-                "feedback": [json.loads(x) for x in r["feedback"]],
-                "scenes": [json.loads(x) for x in r["scenes"]],
-                "nodes": _by_id([json.loads(x) for x in r["nodes"]]),
-                "rules": _by_id([json.loads(x) for x in r["rules"]]),
+                "canvas": loads(r["canvas"]) if r["canvas"] is not None else None,
+                "canvas_actions": [loads(x) for x in r["canvas_actions"]],
+                "feedback": [loads(x) for x in r["feedback"]],
+                "scenes": [loads(x) for x in r["scenes"]],
+                "nodes": _by_id([loads(x) for x in r["nodes"]]),
+                "rules": _by_id([loads(x) for x in r["rules"]]),
             }
         return {eid: found[eid] for eid in episode_ids if eid in found}
 
 
 def _listed_episode(x: list[Any]) -> Record:
     """An episode record from [record JSON, index_status, index_error, ...] (q.GET_EPISODES)."""
-    rec: Record = json.loads(x[0])
+    rec: Record = loads(x[0])
     rec["index_status"], rec["index_error"] = x[1], x[2]
     return rec
 

@@ -13,7 +13,7 @@ from neo4j import ManagedTransaction
 from worldgraph.errors import LeaseLostError
 from worldgraph.kg import lease
 from worldgraph.kg import neo4j_queries as q
-from worldgraph.kg.neo4j_rows import _dumps
+from worldgraph.kg.codec import dumps
 from worldgraph.kg.records import SceneRecord
 
 __all__ = ["Neo4jSceneLeases", "check_fence"]
@@ -76,5 +76,5 @@ def _unlock(tx: ManagedTransaction, tenant_id: str, scene_id: str, scene: SceneR
 
 def _store(tx: ManagedTransaction, tenant_id: str, scene: SceneRecord) -> SceneRecord:
     tx.run(q.WRITE_SCENE_STATE, tenant_id=tenant_id, id=scene["id"], status=scene["status"],
-           record=_dumps(scene)).consume()
+           record=dumps(scene)).consume()
     return scene

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Iterable, Iterator
 
 from neo4j import ManagedTransaction, Result
 
 from worldgraph.kg import neo4j_queries as q
+from worldgraph.kg.codec import dumps, loads
 from worldgraph.kg.records import MetaRecord
 from worldgraph.kg.store import Record
 
@@ -15,7 +15,7 @@ BATCH = 5000  # rows per UNWIND statement; one public call still writes in one t
 
 
 def _dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return dumps(obj)
 
 
 def _dedupe(records: Iterable[Record]) -> list[Record]:
@@ -60,13 +60,13 @@ def _column(results: list[Result], column: str) -> list[Any]:
 
 def _episode(row: Any) -> Record:
     """An episode record from its ``record`` JSON and its indexing state (q.EPISODE_COLUMNS)."""
-    rec: Record = json.loads(row["record"])
+    rec: Record = loads(row["record"])
     rec["index_status"], rec["index_error"] = row["index_status"], row["index_error"]
     return rec
 
 
 def _decode(result: Iterable[Any]) -> list[Record]:
-    return [json.loads(r["record"]) for r in result if r["record"] is not None]
+    return [loads(r["record"]) for r in result if r["record"] is not None]
 
 
 def _by_id(records: list[Record]) -> list[Record]:

@@ -14,7 +14,6 @@ dicts and export identical bytes.
 
 from __future__ import annotations
 
-import json
 from typing import Any, cast
 
 from neo4j import Driver, GraphDatabase, ManagedTransaction, unit_of_work
@@ -24,6 +23,7 @@ from worldgraph.errors import (CypherQueryError, InvalidInputError, NotFoundErro
                                StoreUnavailableError)
 from worldgraph.kg import cypher_guard as guard
 from worldgraph.kg import neo4j_queries as q
+from worldgraph.kg.codec import loads
 from worldgraph.kg.neo4j_base import _unreachable
 from worldgraph.kg.neo4j_episodes import Neo4jEpisodeStore
 from worldgraph.kg.neo4j_leases import Neo4jSceneLeases
@@ -173,7 +173,7 @@ def _copy_index_errors(tx: ManagedTransaction) -> None:
     """Schema 3: give episodes written before it their index_error property (it was in the JSON)."""
     rows = []
     for r in tx.run(q.EPISODES_WITHOUT_ERROR_PROPERTY):
-        error = json.loads(r["record"]).get("index_error")
+        error = loads(r["record"]).get("index_error")
         if error is not None:
             rows.append({"tenant_id": r["tenant_id"], "id": r["id"], "error": error})
     _run_batched(tx, q.SET_INDEX_ERRORS, rows)

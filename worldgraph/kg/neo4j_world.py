@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Iterable, cast
 
 from neo4j import ManagedTransaction, Result
 
 from worldgraph.errors import InvalidInputError
 from worldgraph.kg import neo4j_queries as q
+from worldgraph.kg.codec import loads
 from worldgraph.kg.neo4j_base import Neo4jBase
-from worldgraph.kg.neo4j_leases import check_fence
 from worldgraph.kg.neo4j_import import graph_size, old_records, replace_world_in_batches
+from worldgraph.kg.neo4j_leases import check_fence
 from worldgraph.kg.neo4j_rows import (BATCH, _by_id, _chunks, _column, _decode, _dedupe, _dumps, _row, _run_batched,
                                       _set_meta)
 from worldgraph.kg.records import EdgeRecord, GraphView, MergePlan, MetaRecord, NodeRecord, RuleRecord, SceneRecord
@@ -136,7 +136,7 @@ class Neo4jWorldStore(Neo4jBase):
             if row["status"] not in ("pending", "failed"):
                 tx.run(q.UNLOCK_SCENE, tenant_id=tenant_id, id=scene_id).consume()
                 return False
-            scene = json.loads(row["record"])
+            scene = loads(row["record"])
             scene["status"] = "running"
             tx.run(q.CLAIM_SCENE, tenant_id=tenant_id, id=scene_id, record=_dumps(scene)).consume()
             return True

@@ -1,4 +1,13 @@
-"""The GraphStore interface: the system of record, implemented by the embedded store and Neo4j.
+"""The store interfaces: the system of record, implemented by the embedded store and Neo4j.
+
+Two protocols, one per kind of knowledge, so each layer depends on the half it uses:
+
+- ``EpisodeStore``: episodes, feedback, canvases and audits (what ``memory`` records and recalls);
+- ``WorldStore``: the world graph, its scenes (the durable update queue) and their leases (what
+  the world updater and the worker use).
+
+``GraphStore`` is both plus what spans them (tenants, stats, Cypher, API keys, close): one class
+per backend implements it (``EmbeddedGraphStore``, ``Neo4jGraphStore``).
 
 Everything is scoped by ``tenant_id``; no method returns another tenant's data. Records are the
 plain dicts of ``worldgraph.kg.records`` (world graph) and of ``worldgraph.memory.models``
@@ -15,16 +24,21 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterator
 
+from worldgraph.errors import NotSupportedError
 from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
 
 Record = dict[str, Any]
 
 
-class GraphStore(ABC):
-    """Abstract store. Writes of one call are atomic: all of it lands, or none of it."""
+class _Store(ABC):
+    """What every store says about itself. Writes of one call are atomic: all of it lands, or none."""
 
     name: str = "abstract"
     read_only: bool = False  # opened for reading only: every write raises ReadOnlyError
+
+
+class EpisodeStore(_Store):
+    """Episodes, their feedback, canvases and audits: the memory half of the system of record."""
 
     # ---------------------------------------------------------------- episodes
     @abstractmethod
@@ -56,6 +70,14 @@ class GraphStore(ABC):
     def agent_episodes(self, tenant_id: str, agent_id: str, limit: int) -> list[Record]:
         """The agent's newest ``limit`` episodes, newest first."""
 
+    def episode_ids_with_prefix(self, tenant_id: str, prefix: str, limit: int = 10) -> list[str]:
+        """This tenant's episode ids that start with ``prefix``, sorted, at most ``limit`` (how the
+        CLI accepts the short ids it prints). Stores override it with one index seek."""
+        found: list[str] = []
+        for page in self.iter_episodes(tenant_id):
+            found.extend(e["id"] for e in page if e["id"].startswith(prefix))
+        return sorted(found)[:limit]
+
     @abstractmethod
     def iter_episodes(self, tenant_id: str | None = None, batch_size: int = 1000) -> Iterator[list[Record]]:
         """Every episode (of one tenant, or all), in batches, for reindexing."""
@@ -83,14 +105,6 @@ class GraphStore(ABC):
     @abstractmethod
     def unindexed_episodes(self, limit: int = 1000) -> list[Record]:
         """Episodes whose indexing is pending or failed (all tenants), oldest first."""
-
-    @abstractmethod
-    def tenants(self) -> list[str]:
-        """Tenants that have at least one episode, scene or environment."""
-
-    @abstractmethod
-    def stats(self, tenant_id: str) -> dict[str, int]:
-        """Counts: episodes, agents, feedback, canvases, canvas_audits, scenes, nodes, edges, rules."""
 
     # ---------------------------------------------------------------- feedback
     @abstractmethod
@@ -123,6 +137,17 @@ class GraphStore(ABC):
     @abstractmethod
     def canvas_audits(self, tenant_id: str, episode_id: str) -> list[Record]:
         """Audits linked to one episode, ordered by timestamp then id."""
+
+    # ---------------------------------------------------------------- exploration
+    @abstractmethod
+    def neighborhood(self, tenant_id: str, episode_ids: list[str]) -> dict[str, Record]:
+        """Per episode: {"canvas": {...} | None, "canvas_actions": [...], "feedback": [...],
+        "scenes": [...], "nodes": [...], "rules": [...]} (nodes and rules learned from its scenes)."""
+
+
+
+class WorldStore(_Store):
+    """The world graph of each environment, its scenes and their leases: the world half."""
 
     # ---------------------------------------------------------------- world graph
     @abstractmethod
@@ -187,8 +212,6 @@ class GraphStore(ABC):
         raise self._no_leases()
 
     def _no_leases(self) -> Exception:
-        from worldgraph.errors import NotSupportedError
-
         return NotSupportedError(f"the {self.name!r} store has no scene leases; use the embedded or Neo4j store")
 
     @abstractmethod
@@ -209,15 +232,19 @@ class GraphStore(ABC):
     def replace_world(self, tenant_id: str, env_name: str, graph: dict[str, Any]) -> None:
         """Replace one env's nodes, edges, rules, scenes and meta by ``graph`` (snapshot import)."""
 
-    # ---------------------------------------------------------------- exploration
+
+class GraphStore(EpisodeStore, WorldStore):
+    """Both halves in one backend, plus what spans them."""
+
     @abstractmethod
-    def neighborhood(self, tenant_id: str, episode_ids: list[str]) -> dict[str, Record]:
-        """Per episode: {"canvas": {...} | None, "canvas_actions": [...], "feedback": [...],
-        "scenes": [...], "nodes": [...], "rules": [...]} (nodes and rules learned from its scenes)."""
+    def tenants(self) -> list[str]:
+        """Tenants that have at least one episode, scene or environment."""
+
+    @abstractmethod
+    def stats(self, tenant_id: str) -> dict[str, int]:
+        """Counts: episodes, agents, feedback, canvases, canvas_audits, scenes, nodes, edges, rules."""
 
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[Record]:
-        from worldgraph.errors import NotSupportedError
-
         raise NotSupportedError(
             f"Cypher needs the Neo4j store; this one is {self.name!r}. Open with "
             "WorldModel.open(path, graph='neo4j') (or `worldgraph --graph neo4j ...`) and start a "
@@ -247,8 +274,6 @@ class GraphStore(ABC):
         raise self._no_keys()
 
     def _no_keys(self) -> Exception:
-        from worldgraph.errors import NotSupportedError
-
         return NotSupportedError(f"the {self.name!r} store does not keep API keys; use the embedded or Neo4j store")
 
     @abstractmethod

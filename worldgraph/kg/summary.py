@@ -181,8 +181,8 @@ def _centrality(by_id: dict[str, Any], edges: Iterable[dict[str, Any]]) -> dict[
     Episodic edges point at scenes, not nodes, and are left out (evidence counts cover them).
     The graph is undirected (an edge counts for both ends), alpha 0.85, at most 100 power
     iterations until the L1 change is below ``N * 1e-6``; the degree if it does not converge.
-    This is networkx's pure-Python PageRank (``_pagerank_python``, what ``nx.pagerank`` used
-    without scipy) step for step, with each step done by numpy on index arrays: the same
+    This is networkx's pure-Python PageRank (``_pagerank_python``; ``nx.pagerank`` itself needs
+    scipy, so worldgraph does not depend on networkx) step for step, with each step done by numpy on index arrays: the same
     additions in the same order, so the same floats, at O(edges) array work per step instead
     of seconds of graph-view overhead at 10k nodes.
     """
@@ -235,7 +235,7 @@ def _pagerank(adj: dict[str, dict[str, None]], alpha: float = 0.85, max_iter: in
                  np.bincount(dst_a, weights=add, minlength=n_nodes))
         err = sum(np.abs(x - xlast).tolist())  # builtin sum: the same left-to-right additions
         if err < n_nodes * tol:
-            return x.tolist()
+            return cast("list[float]", x.tolist())
     return [float(len(nbrs)) for nbrs in adj.values()]  # did not converge: the degree
 
 

@@ -21,14 +21,11 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from worldgraph.errors import NotSupportedError
 from worldgraph.kg import lease
-from worldgraph.kg.world import llm_configured, now_iso
-
-if TYPE_CHECKING:
-    from worldgraph.service import WorldModel
+from worldgraph.kg.world import WorldUpdater, llm_configured, now_iso
 
 log = logging.getLogger("worldgraph.worker")
 
@@ -56,7 +53,7 @@ class WorldWorker:
     """Takes packets of ``tenant_id`` (None: every tenant) and ``env_name`` (None: every
     environment) with ``concurrency`` threads, polling every ``poll_seconds`` when idle."""
 
-    def __init__(self, wm: "WorldModel", tenant_id: str | None = None, env_name: str | None = None,
+    def __init__(self, world: WorldUpdater, tenant_id: str | None = None, env_name: str | None = None,
                  concurrency: int = 1, poll_seconds: float = 1.0) -> None:
         if not llm_configured():
             raise NotSupportedError("worldgraph worker extracts scene packets with an LLM: set OPENAI_BASE_URL "
@@ -65,7 +62,7 @@ class WorldWorker:
             from worldgraph.errors import InvalidInputError
 
             raise InvalidInputError("concurrency", "must be at least 1", concurrency)
-        self.wm = wm
+        self.world = world
         self.tenant_id = tenant_id
         self.env_name = env_name
         self.concurrency = concurrency
@@ -96,11 +93,11 @@ class WorldWorker:
 
     # ------------------------------------------------------------------ internals
     def _finish(self) -> None:
-        deadline = time.monotonic() + self.wm.config.shutdown_timeout_seconds
+        deadline = time.monotonic() + self.world.config.shutdown_timeout_seconds
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        for hold in self.wm.world.leases.held():
-            if self.wm.store.release_scene_lease(hold.tenant_id, hold.scene_id, hold.owner, "pending",
+        for hold in self.world.leases.held():
+            if self.world.store.release_scene_lease(hold.tenant_id, hold.scene_id, hold.owner, "pending",
                                                  "released by a worker shutting down", now_iso()):
                 log.warning("released scene %s back to pending (worker shutting down)", hold.scene_id)
                 with self._lock:
@@ -124,12 +121,12 @@ class WorldWorker:
     def _take(self) -> tuple[Any, str] | None:
         """Claim the oldest packet this worker may take; None when there is none."""
         now, clock = now_iso(), time.monotonic()
-        for scene in self.wm.store.list_scenes(self.tenant_id, self.env_name, statuses=["pending", "running"]):
+        for scene in self.world.store.list_scenes(self.tenant_id, self.env_name, statuses=["pending", "running"]):
             if not lease.claimable(scene, now) or self._not_before.get(scene["id"], 0.0) > clock:
                 continue
             owner = lease.new_owner()
-            taken = self.wm.store.claim_scene_lease(scene["tenant_id"], scene["id"], owner,
-                                                    self.wm.world.leases.until(), now)
+            taken = self.world.store.claim_scene_lease(scene["tenant_id"], scene["id"], owner,
+                                                    self.world.leases.until(), now)
             if taken is not None:
                 return taken, owner
         return None
@@ -137,13 +134,13 @@ class WorldWorker:
     def _run(self, scene: Any, owner: str) -> None:
         sid = scene["id"]
         try:
-            report = self.wm.world.run_claimed(scene, owner)
+            report = self.world.run_claimed(scene, owner)
         except Exception:  # noqa: BLE001 - run_claimed left the packet failed; the worker goes on
             log.exception("world update of scene %s failed", sid)
             with self._lock:
                 self.stats.failed.append(sid)
             return
-        current = self.wm.store.get_scene(scene["tenant_id"], sid) or {}
+        current = self.world.store.get_scene(scene["tenant_id"], sid) or {}
         with self._lock:
             if (report.skipped or "").startswith(f"scene {sid} was taken over"):
                 self.stats.lost.append(sid)

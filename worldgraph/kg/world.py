@@ -9,7 +9,7 @@ threads (config ``world_workers``), ``update_world``, ``world retry`` and other 
 waiting for one another: the merge places a packet's facts at the round's time (the scene's
 ``created_at``), so whatever order extractions finish in, the graph ends as if they had merged in
 round order (``merge_base``). Each merge reads its view and writes its plan in one store
-transaction holding the environment's write lock (``GraphStore.merge``), so two processes never
+transaction holding the environment's write lock (``WorldStore.merge``), so two processes never
 plan from the same graph and no update is lost. The MergeReport is kept with the scene:
 ``update_world`` on a packet another worker holds waits for that merge and returns its report.
 """
@@ -17,68 +17,70 @@ plan from the same graph and no update is lost. The MergeReport is kept with the
 from __future__ import annotations
 
 import logging
-import os
 import queue
-import re
 import threading
 import time
 import uuid
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Callable, cast
 
-from worldgraph.errors import (DeltaValidationError, ExtractionError, InvalidInputError, LeaseLostError,
-                               NotFoundError, PartialWriteError)
+from worldgraph.clock import now_iso
+from worldgraph.config import WorldGraphConfig, llm_configured
+from worldgraph.errors import (
+    DeltaValidationError,
+    ExtractionError,
+    InvalidInputError,
+    LeaseLostError,
+    NotFoundError,
+    PartialWriteError,
+)
 from worldgraph.kg import lease
 from worldgraph.kg.curiosity import AgentRound, RoundHistory, build_scene_packet, parse_curiosity
 from worldgraph.kg.delta import ParsedDelta, parse_delta
 from worldgraph.kg.lease_keeper import LeaseKeeper
 from worldgraph.kg.merge import plan_merge, referenced
 from worldgraph.kg.records import DroppedItem, MergePlan, MergeReport, SceneRecord
-from worldgraph.memory.record import check_tenant
+from worldgraph.kg.rounds import packet_ids, report_from_dict, round_experience
+from worldgraph.kg.store import WorldStore
+from worldgraph.names import check_env, check_tenant
 
-if TYPE_CHECKING:
-    from worldgraph.service import WorldModel
+__all__ = ["WorldUpdater", "RecordRound", "round_experience", "llm_configured", "now_iso"]
 
 log = logging.getLogger("worldgraph.world")
 
-ENV_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_FAILURE_RE = re.compile(
-    r"\b(can't|cannot|can not|couldn't|fail(?:s|ed)?|nothing happens|not possible|invalid|"
-    r"don't understand|unknown command|is locked|won't)\b", re.I)
 
 
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+# Records an agent round's experience (tenant_id, experience dict) and returns its episode id:
+# the service's record_experience, so a round is stored, embedded and indexed like any episode.
+RecordRound = Callable[[str, dict[str, Any]], str]
 
 
 class WorldUpdater:
-    def __init__(self, wm: "WorldModel") -> None:
-        self.wm = wm
-        self.history = RoundHistory(wm.config.history_rounds)
+    """Turns flagged rounds into merged world-graph updates. It needs the store, the settings and
+    a way to record a round as an episode, nothing more: the service hands it those."""
+
+    def __init__(self, store: WorldStore, config: WorldGraphConfig, record_round: RecordRound) -> None:
+        self.store = store
+        self.config = config
+        self.record_round = record_round
+        self.history = RoundHistory(config.history_rounds)
         self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._start_lock = threading.Lock()
         self._extractor: Any = None
         self._warned_no_llm = False
         self.auto_update = True  # hand flagged packets to the background worker
-        self.leases = LeaseKeeper(wm.store, wm.config.worker_lease_seconds)
+        self.leases = LeaseKeeper(store, config.worker_lease_seconds)
 
     # ------------------------------------------------------------------ helpers
-    @staticmethod
-    def check_env(env_name: Any) -> str:
-        if not isinstance(env_name, str) or not ENV_RE.fullmatch(env_name):
-            raise InvalidInputError(
-                "env_name", "must be 1-128 characters of letters, digits, '_', '-' or '.', starting with a letter "
-                "or digit (it names a folder of the snapshot)", env_name)
-        return env_name
+    check_env = staticmethod(check_env)  # the one rule (worldgraph.names); kept as a method for callers
 
     @property
     def extractor(self) -> Any:
         if self._extractor is None:
             from worldgraph.kg.extractor import DeltaExtractor
 
-            self._extractor = DeltaExtractor(self.wm.config)
+            self._extractor = DeltaExtractor(self.config)
         return self._extractor
 
     # ------------------------------------------------------------------ rounds
@@ -88,7 +90,7 @@ class WorldUpdater:
         rnd = AgentRound.from_input(raw_round)
         flagged, reason = parse_curiosity(rnd.response)
         agent_id = raw_round.get("agent_id") if isinstance(raw_round, dict) else None
-        episode_id = self.wm.record_experience(tenant_id, round_experience(env_name, rnd, reason, agent_id))
+        episode_id = self.record_round(tenant_id, round_experience(env_name, rnd, reason, agent_id))
         excerpt = self.history.excerpt(tenant_id, env_name)
         self.history.add(tenant_id, env_name, rnd)
         if not flagged:
@@ -96,13 +98,13 @@ class WorldUpdater:
         scene = build_scene_packet(tenant_id, env_name, rnd, reason, excerpt, str(uuid.uuid4()), now_iso(),
                                    episode_id=episode_id)
         try:
-            self.wm.store.upsert_scene(scene)  # durable before any LLM call
+            self.store.upsert_scene(scene)  # durable before any LLM call
         except Exception as exc:  # the episode is committed: say so, so that a retry does not record it twice
             raise PartialWriteError(f"round {rnd.round} was recorded, but its scene packet could not be stored "
                                     f"({exc})", {"episode_ids": [episode_id]}) from exc
         if not self.auto_update:
             pass  # the caller merges it (replay of a log that carries its deltas)
-        elif not self.wm.config.world_background_updates:
+        elif not self.config.world_background_updates:
             pass  # left pending for `worldgraph worker` processes
         elif llm_configured():
             self._enqueue(tenant_id, scene["id"])
@@ -116,8 +118,9 @@ class WorldUpdater:
     def _enqueue(self, tenant_id: str, scene_id: str) -> None:
         with self._start_lock:
             self._threads = [t for t in self._threads if t.is_alive()]
-            while len(self._threads) < self.wm.config.world_workers:
-                thread = threading.Thread(target=self._run, name=f"worldgraph-updates-{len(self._threads)}", daemon=True)
+            while len(self._threads) < self.config.world_workers:
+                thread = threading.Thread(target=self._run, name=f"worldgraph-updates-{len(self._threads)}",
+                                          daemon=True)
                 thread.start()
                 self._threads.append(thread)
         self._queue.put((tenant_id, scene_id))
@@ -128,7 +131,7 @@ class WorldUpdater:
             try:
                 if item is None:
                     return
-                scene = self.wm.store.get_scene(*item)
+                scene = self.store.get_scene(*item)
                 if scene is not None:
                     self.update(scene)
             except Exception:  # noqa: BLE001 - the scene records the error; the worker lives on
@@ -158,13 +161,13 @@ class WorldUpdater:
         """Extract (LLM) and merge one scene packet now, and return its MergeReport. A packet
         another worker holds is not run twice: this waits for that merge and returns its report
         (``wait=False``: returns at once, the report saying it is running elsewhere)."""
-        tenant_id, scene_id = _packet_ids(packet)
-        stored = self.wm.store.get_scene(tenant_id, scene_id)
+        tenant_id, scene_id = packet_ids(packet)
+        stored = self.store.get_scene(tenant_id, scene_id)
         if stored is None:
             if not isinstance(packet, dict):
                 raise NotFoundError("scene", scene_id, "give the packet returned by observe_round")
             stored = cast(SceneRecord, {"status": "pending", **packet})
-            self.wm.store.upsert_scene(stored)
+            self.store.upsert_scene(stored)
         claimed = self._claim(stored, wait)
         if isinstance(claimed, MergeReport):
             return claimed
@@ -203,15 +206,15 @@ class WorldUpdater:
 
     def release(self, scene: SceneRecord, owner: str, status: str, error: str | None) -> bool:
         """Let go of ``owner``'s lease on the scene, leaving it ``status``; False if it was lost."""
-        return bool(self.wm.store.release_scene_lease(scene["tenant_id"], scene["id"], owner, status, error,
+        return bool(self.store.release_scene_lease(scene["tenant_id"], scene["id"], owner, status, error,
                                                       now_iso()))
 
     def _dry_run(self, tenant_id: str, env: str, delta: ParsedDelta, scene: SceneRecord) -> list[DroppedItem]:
         """What the merge would drop, beyond what parsing dropped (unresolved refs, ...): asked
         about in the extractor's repair round. A read, no write."""
-        ids, names = referenced(tenant_id, env, delta, self.wm.config.max_delta_items)
-        view = self.wm.store.load_view(tenant_id, env, ids, names)
-        _, report = plan_merge(view, delta, scene, now_iso(), app_name=self.wm.config.app_name)
+        ids, names = referenced(tenant_id, env, delta)
+        view = self.store.load_view(tenant_id, env, ids, names)
+        _, report = plan_merge(view, delta, scene, now_iso(), app_name=self.config.app_name)
         # a state whose entity_ref resolves to nothing is kept without its entity: worth asking too
         loose = [DroppedItem("state", n.index, n.reason, delta.states[n.index].raw) for n in report.notes
                  if n.kind == "state" and n.reason.startswith("entity_ref") and n.index < len(delta.states)]
@@ -220,18 +223,18 @@ class WorldUpdater:
     def _fail(self, scene: SceneRecord, status: str, error: str) -> None:
         scene = dict(scene)  # type: ignore[assignment]
         scene["status"], scene["error"], scene["updated_at"] = status, error, now_iso()
-        self.wm.store.upsert_scene(scene)
+        self.store.upsert_scene(scene)
 
     def _summary(self, tenant_id: str, env: str, scene: SceneRecord) -> str:
         from worldgraph.kg.summary import render_summary, summarize_graph
 
-        graph = self.wm.store.world_graph(tenant_id, env)
-        return render_summary(summarize_graph(graph, scene, self.wm.config.summary_max_items))
+        graph = self.store.world_graph(tenant_id, env)
+        return render_summary(summarize_graph(graph, scene, self.config.summary_max_items))
 
     def apply_delta(self, tenant_id: str, env_name: str, delta: Any, scene: Any = None) -> MergeReport:
         check_tenant(tenant_id)
         self.check_env(env_name)
-        parsed = parse_delta(delta, max_items=self.wm.config.max_delta_items)
+        parsed = parse_delta(delta, max_items=self.config.max_delta_items)
         scene_rec: SceneRecord | None = None
         stored = self._stored_scene(tenant_id, scene)
         if stored is not None:
@@ -263,15 +266,15 @@ class WorldUpdater:
 
     def _stored_scene(self, tenant_id: str, scene: Any) -> SceneRecord | None:
         if isinstance(scene, dict) and isinstance(scene.get("id"), str):
-            return self.wm.store.get_scene(tenant_id, scene["id"])
+            return self.store.get_scene(tenant_id, scene["id"])
         return None
 
     def _merge(self, tenant_id: str, env: str, delta: ParsedDelta, scene: SceneRecord | None,
                fence: tuple[str, str] | None = None) -> MergeReport:
-        cfg = self.wm.config
+        cfg = self.config
         if scene is not None and any(k in scene for k in lease.LEASE_KEYS):  # the merged scene keeps no lease
             scene = cast(SceneRecord, {k: v for k, v in scene.items() if k not in lease.LEASE_KEYS})
-        ids, names = referenced(tenant_id, env, delta, cfg.max_delta_items)
+        ids, names = referenced(tenant_id, env, delta)
         made: list[MergeReport] = []
 
         def planner(view: Any) -> MergePlan:
@@ -280,7 +283,7 @@ class WorldUpdater:
             made[:] = [report]
             return plan
 
-        meta = self.wm.store.merge(tenant_id, env, ids, names, planner, fence=fence)
+        meta = self.store.merge(tenant_id, env, ids, names, planner, fence=fence)
         report = made[-1]
         report.graph_version = (meta or {}).get("graph_version")
         return report
@@ -291,21 +294,21 @@ class WorldUpdater:
         ``update_wait_seconds``; a lease that runs out meanwhile is taken over here), or a report
         saying why it is not merged again."""
         tenant_id, scene_id = scene["tenant_id"], scene["id"]
-        deadline = time.monotonic() + (self.wm.config.update_wait_seconds if wait else 0)
+        deadline = time.monotonic() + (self.config.update_wait_seconds if wait else 0)
         delay = 0.01
         while True:
             owner = lease.new_owner()
-            taken = self.wm.store.claim_scene_lease(tenant_id, scene_id, owner, self.leases.until(), now_iso())
+            taken = self.store.claim_scene_lease(tenant_id, scene_id, owner, self.leases.until(), now_iso())
             if taken is not None:
                 return taken, owner
-            current = self.wm.store.get_scene(tenant_id, scene_id) or scene
+            current = self.store.get_scene(tenant_id, scene_id) or scene
             if current.get("status") != "running" or time.monotonic() >= deadline:
                 break
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
-        stored = self.wm.store.get_scene_report(tenant_id, scene_id)
+        stored = self.store.get_scene_report(tenant_id, scene_id)
         if stored is not None and current.get("status") == "merged":
-            done = _report_from_dict(stored)
+            done = report_from_dict(stored)
             done.skipped = f"scene {scene_id} was merged already (not twice); this is the report of that merge"
             return done
         report = MergeReport(tenant_id=tenant_id, env_name=scene["env_name"], scene_id=scene_id)
@@ -321,92 +324,10 @@ class WorldUpdater:
         than that (by a version without leases)."""
         if stale_after is not None:
             cutoff = datetime.fromtimestamp(time.time() - stale_after, timezone.utc).isoformat(timespec="microseconds")
-            for scene in self.wm.store.list_scenes(tenant_id, env_name, statuses=["running"]):
+            for scene in self.store.list_scenes(tenant_id, env_name, statuses=["running"]):
                 if "lease_until" not in scene and scene.get("updated_at", "") < cutoff:
                     self._fail(scene, "pending", f"interrupted while running (no progress since "
                                                  f"{scene.get('updated_at')}); queued again by retry")
         now = now_iso()
-        scenes = self.wm.store.list_scenes(tenant_id, env_name, statuses=["pending", "failed", "running"])
+        scenes = self.store.list_scenes(tenant_id, env_name, statuses=["pending", "failed", "running"])
         return [self.update(s, wait=False) for s in scenes if lease.claimable(s, now)]
-
-    # ------------------------------------------------------------------ snapshots
-    def export(self, tenant_id: str, env_name: str, out_dir: Path) -> Path:
-        from worldgraph.export.snapshot import snapshot_dir, write_snapshot
-
-        check_tenant(tenant_id)
-        self.check_env(env_name)
-        graph = self.wm.store.world_graph(tenant_id, env_name)
-        if graph.get("meta") is None and not graph["nodes"] and not graph["scenes"]:
-            known = ", ".join(self.wm.store.environments(tenant_id)) or "none yet"
-            raise NotFoundError("environment", env_name, f"tenant {tenant_id!r} has no world graph there "
-                                f"(environments: {known})")
-        app = (graph.get("meta") or {}).get("app_name") or self.wm.config.app_name
-        return write_snapshot(graph, snapshot_dir(out_dir, tenant_id, app, env_name))
-
-    def import_snapshot(self, tenant_id: str, path: Path) -> dict[str, Any]:
-        from worldgraph.export.snapshot import read_snapshot
-
-        check_tenant(tenant_id)
-        graph = read_snapshot(path)
-        meta = graph.get("meta") or {}
-        env = self.check_env(meta.get("env_name"))
-        for key in ("nodes", "edges", "rules", "scenes"):
-            for rec in graph.get(key, []):
-                if rec.get("tenant_id", tenant_id) != tenant_id:
-                    rec["tenant_id"] = tenant_id
-        if meta.get("tenant_id", tenant_id) != tenant_id:
-            meta["tenant_id"] = tenant_id
-        self.wm.store.replace_world(tenant_id, env, graph)
-        return {"tenant_id": tenant_id, "env_name": env,
-                "counts": {k: len(graph.get(k, [])) for k in ("nodes", "edges", "rules", "scenes")}}
-
-
-def llm_configured() -> bool:
-    return bool(os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"))
-
-
-def replay_log(wm: "WorldModel", tenant_id: str, env_name: str, log_path: str | Path,
-               use_shipped_deltas: bool | None = None, progress: Any = None) -> dict[str, Any]:
-    """Feed an agent log through observe_round: see ``worldgraph.kg.replay.replay_log``."""
-    from worldgraph.kg.replay import replay_log as replay
-
-    return replay(wm, tenant_id, env_name, log_path, use_shipped_deltas, progress)
-
-
-def round_experience(env_name: str, rnd: AgentRound, reason: str | None, agent_id: str | None) -> dict[str, Any]:
-    """An agent round as an episode: the action is the approach, the observation the outcome."""
-    outcome_text = " ".join(x for x in (rnd.feedback, rnd.after_observation) if x)
-    failed = bool(_FAILURE_RE.search(outcome_text))
-    return {
-        "agent_id": agent_id or f"{env_name}-agent",
-        "agent_role": "explorer",
-        "task_type": "environment_round",
-        "task_description": f"{env_name} round {rnd.round}: {rnd.action or '(no action)'}",
-        "input_summary": rnd.before_observation,
-        "approach_taken": rnd.action,
-        "actions_taken": [rnd.action] if rnd.action else [],
-        "outcome": "failure" if failed else "success",
-        "error_message": outcome_text[:500] if failed else None,
-        "learnings": [reason] if reason else [],
-        "confidence_score": 0.5,
-    }
-
-
-def _report_from_dict(data: dict[str, Any]) -> MergeReport:
-    fields = {k: v for k, v in data.items() if k not in ("dropped", "notes")}
-    report = MergeReport(**fields)
-    report.dropped = [DroppedItem(**d) for d in data.get("dropped") or []]
-    report.notes = [DroppedItem(**d) for d in data.get("notes") or []]
-    return report
-
-
-def _packet_ids(packet: Any) -> tuple[str, str]:
-    if hasattr(packet, "model_dump"):
-        packet = packet.model_dump()
-    if not isinstance(packet, dict):
-        raise InvalidInputError("packet", f"must be the scene packet dict returned by observe_round, got "
-                                f"{type(packet).__name__}")
-    for key in ("tenant_id", "id"):
-        if not isinstance(packet.get(key), str) or not packet[key]:
-            raise InvalidInputError(f"packet.{key}", "is required (give the packet returned by observe_round)")
-    return packet["tenant_id"], packet["id"]

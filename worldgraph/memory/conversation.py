@@ -14,8 +14,9 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from worldgraph.clock import to_utc
 from worldgraph.errors import InvalidInputError
-from worldgraph.memory.models import AgentExperience, check_session_id, to_utc
+from worldgraph.memory.models import AgentExperience, check_session_id
 from worldgraph.memory.record import CONVERSATION_TASK_TYPE, parse_experience, pydantic_error
 
 TURN_TASK_TYPE = CONVERSATION_TASK_TYPE

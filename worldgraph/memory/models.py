@@ -7,26 +7,16 @@ reads a few fields under shorter names (``approach``, ``actions``, ``confidence`
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from worldgraph.clock import iso as iso  # re-exported: their old home
+from worldgraph.clock import to_utc as to_utc
+from worldgraph.clock import utcnow as utcnow
+
 MaturityLevel = Literal["student", "intern", "supervised", "autonomous"]
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def to_utc(value: datetime) -> datetime:
-    """Naive datetimes are taken as UTC; aware ones are converted."""
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
-
-
-def iso(value: datetime) -> str:
-    """The one timestamp format stored everywhere (sorts as text, round-trips exactly)."""
-    return to_utc(value).isoformat(timespec="microseconds")
 
 
 class ReasoningStep(BaseModel):

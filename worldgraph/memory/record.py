@@ -5,27 +5,18 @@ Storing (step 3) and indexing (step 5) are the service's job; this module is pur
 
 from __future__ import annotations
 
-import re
 import uuid
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from worldgraph.clock import iso, utcnow
 from worldgraph.errors import InvalidInputError
-from worldgraph.memory.models import AgentExperience, CanvasAudit, CanvasContext, iso, utcnow
+from worldgraph.memory.models import AgentExperience, CanvasAudit, CanvasContext
+from worldgraph.names import check_tenant  # noqa: F401 - re-exported: its old home
 
-TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 INPUT_SUMMARY_MAX = 500
-
-
-def check_tenant(tenant_id: Any, field: str = "tenant_id") -> str:
-    """Tenants name folders in exports, so they are plain identifiers."""
-    if not isinstance(tenant_id, str) or not TENANT_RE.fullmatch(tenant_id):  # match() lets 'acme\n' through
-        raise InvalidInputError(
-            field, "must be 1-128 characters of letters, digits, '_', '-' or '.', starting with a letter or digit",
-            tenant_id)
-    return tenant_id
 
 
 def pydantic_error(exc: ValidationError, prefix: str) -> InvalidInputError:

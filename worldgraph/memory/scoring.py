@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from worldgraph.config import WorldGraphConfig
+from worldgraph.memory.cosine import cosine_matrix  # noqa: F401 - also importable from here, its old home
 
 SECONDS_PER_DAY = 86400.0
 NEUTRAL_FEEDBACK = 0.5
@@ -114,15 +115,6 @@ def relevance(
     if feedback_aware:
         parts.feedback_aware = feedback_aware_adjustment(avg_feedback, cfg)
     return parts
-
-
-def cosine_matrix(vectors: np.ndarray) -> np.ndarray:
-    """Pairwise cosine similarity of the rows of ``vectors``."""
-    v = np.asarray(vectors, dtype=np.float64)
-    norms = np.linalg.norm(v, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    unit = v / norms
-    return unit @ unit.T
 
 
 def diversity_order(scores: list[float], vectors: np.ndarray, cfg: WorldGraphConfig) -> tuple[list[int], list[float]]:

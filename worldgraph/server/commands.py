@@ -46,10 +46,10 @@ def add_server_commands(sub: Any, add: Add) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from worldgraph.cli import open_wm
+    from worldgraph.commands.common import open_wm
     from worldgraph.server.app import create_app
 
-    wm = open_wm(args)
+    wm = open_wm(args, create=True)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"note: listening on {args.host}: other machines can reach this server (keys still required)",
               file=sys.stderr)
@@ -88,12 +88,12 @@ def _serve_then_close(server: Any, wm: Any) -> None:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from worldgraph.cli import open_wm
-    from worldgraph.memory.record import check_tenant
+    from worldgraph.commands.common import open_wm
+    from worldgraph.names import check_tenant
     from worldgraph.server.mcp_server import build_mcp
 
     tenant = check_tenant(args.mcp_tenant or args.tenant, "--tenant")
-    wm = open_wm(args)
+    wm = open_wm(args, create=True)
     try:
         build_mcp(lambda: wm, tenant=tenant).run("stdio")
     finally:
@@ -103,12 +103,14 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- keys
 @contextmanager
-def _keys(args: argparse.Namespace) -> Iterator[Any]:
+def _keys(args: argparse.Namespace, create: bool = False) -> Iterator[Any]:
     """The key registry of the data folder's store (no index or embedder is opened)."""
+    from worldgraph.commands.common import check_data_dir
     from worldgraph.config import WorldGraphConfig
     from worldgraph.server.keys import ApiKeys
-    from worldgraph.service import open_store
+    from worldgraph.access import open_store
 
+    check_data_dir(args.data, create)
     store = open_store(Path(args.data), args.graph, WorldGraphConfig.from_env())
     try:
         yield ApiKeys(store)
@@ -117,9 +119,9 @@ def _keys(args: argparse.Namespace) -> Iterator[Any]:
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
-    from worldgraph.cli import emit
+    from worldgraph.console import emit
 
-    with _keys(args) as keys:
+    with _keys(args, create=True) as keys:
         key, record = keys.create(args.key_tenant, args.name)
     emit(args, {"key": key, **record}, lambda: print(
         f"{key}\n\nAPI key {record['id']} for tenant {record['tenant_id']!r}. It is shown only now: store it "
@@ -128,18 +130,18 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 
 
 def cmd_keys_list(args: argparse.Namespace) -> int:
-    from worldgraph.cli import _table, emit
+    from worldgraph.console import emit, table
 
     with _keys(args) as keys:
         records = keys.list(args.key_tenant)
-    emit(args, records, lambda: _table(
+    emit(args, records, lambda: table(
         [[r["id"], r["tenant_id"], r["name"] or "-", r["created_at"][:19], (r["revoked_at"] or "-")[:19]]
          for r in records], ["id", "tenant", "name", "created", "revoked"]) if records else print("(no keys)"))
     return 0
 
 
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
-    from worldgraph.cli import emit
+    from worldgraph.console import emit
 
     with _keys(args) as keys:
         record = keys.revoke(args.key_id)

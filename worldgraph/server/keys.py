@@ -18,12 +18,12 @@ import hashlib
 import hmac
 import re
 import secrets
-from datetime import datetime, timezone
 from typing import Any
 
+from worldgraph.clock import now_iso
 from worldgraph.errors import InvalidInputError
 from worldgraph.kg.store import GraphStore
-from worldgraph.memory.record import check_tenant
+from worldgraph.names import check_tenant
 
 PREFIX = "wg"
 _KEY_RE = re.compile(r"^wg_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
@@ -49,7 +49,7 @@ class ApiKeys:
         key_id = secrets.token_hex(8)
         key = f"{PREFIX}_{key_id}_{secrets.token_urlsafe(32)}"
         record = {"id": key_id, "tenant_id": tenant_id, "name": name or "", "key_hash": hash_key(key),
-                  "created_at": _now(), "revoked_at": None}
+                  "created_at": now_iso(), "revoked_at": None}
         self.store.add_api_key(record)
         return key, _public(record)
 
@@ -73,12 +73,8 @@ class ApiKeys:
         """Revoke a key by its id (idempotent); NotFoundError for an unknown id."""
         if not isinstance(key_id, str) or not _ID_RE.fullmatch(key_id):
             raise InvalidInputError("key_id", "must be the 16 hex digits `worldgraph keys list` shows", key_id)
-        return _public(self.store.revoke_api_key(key_id, _now()))
+        return _public(self.store.revoke_api_key(key_id, now_iso()))
 
 
 def _public(record: dict[str, Any]) -> dict[str, Any]:
     return {k: record.get(k) for k in PUBLIC_FIELDS}
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")

@@ -5,20 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from worldgraph.errors import InvalidInputError
-
 
 def run_view(args: argparse.Namespace) -> int:
-    from worldgraph.cli import emit, open_wm
+    from worldgraph.commands.common import open_wm, require_env
+    from worldgraph.console import emit
     from worldgraph.server.view import render_view
 
     with open_wm(args) as wm:
-        known = wm.store.environments(args.tenant)
-        if args.env not in known:
-            raise InvalidInputError(
-                "--env", f"no environment {args.env!r} for tenant {args.tenant!r}; known: "
-                + (", ".join(known) if known else "none yet (grow one with `worldgraph run` or `delta apply`)"),
-                args.env)
+        require_env(wm, args.tenant, args.env)
         graph = wm.world_graph(args.tenant, args.env)
     out = Path(args.out or f"{args.env}.html")
     out.parent.mkdir(parents=True, exist_ok=True)

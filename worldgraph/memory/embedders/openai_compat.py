@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
 import numpy as np
 
+from worldgraph.config import openai_endpoint
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
 from worldgraph.memory.embedders.base import EmbeddingServiceError, check_embeddings, check_texts, l2_normalise
+
 
 class OpenAIEmbedder:
     """Embeddings from any OpenAI-compatible server through the ``openai`` client.
@@ -55,8 +56,9 @@ class OpenAIEmbedder:
                 "embedding_provider", "the openai package is not installed (pip install openai)"
             ) from exc
         kwargs: dict[str, Any] = {}
-        if not os.environ.get("OPENAI_API_KEY"):
-            if os.environ.get("OPENAI_BASE_URL"):
+        base_url, api_key = openai_endpoint()
+        if not api_key:
+            if base_url:
                 kwargs["api_key"] = "not-needed"  # local servers usually ignore the key
             else:
                 raise EmbeddingServiceError(
@@ -69,7 +71,7 @@ class OpenAIEmbedder:
         try:
             return str(self.client.base_url)
         except Exception:  # pragma: no cover
-            return os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
+            return openai_endpoint()[0] or "https://api.openai.com/v1"
 
     def embed(self, texts: list[str]) -> np.ndarray:
         texts = check_texts(texts)

@@ -1,14 +1,17 @@
 """Replaying an agent log (JSONL, one round a line) through ``observe_round``: ``worldgraph run``
 and the demo. Flagged rounds are extracted by the LLM when one is configured; otherwise (or with
-``use_shipped_deltas``) a line's own ``delta`` is merged."""
+``use_shipped_deltas``) a line's own ``delta`` is merged.
+
+It drives the whole facade (record, observe, merge, wait), so it sits beside ``service``, above
+``kg``: the world updater below never sees the facade."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from worldgraph.config import llm_configured
 from worldgraph.errors import InvalidInputError
-from worldgraph.kg.world import llm_configured
 
 if TYPE_CHECKING:
     from worldgraph.service import WorldModel

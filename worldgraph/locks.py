@@ -1,0 +1,34 @@
+"""The one cross-process file lock (the ``filelock`` library: ``flock`` on POSIX, ``LockFileEx``
+on Windows). Each ``file_lock`` call opens its own handle, so it excludes other threads of this
+process as well as other processes; it is released on exit, exceptions included."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from filelock import FileLock, Timeout
+
+from worldgraph.errors import StorageError
+
+__all__ = ["file_lock"]
+
+
+@contextmanager
+def file_lock(path: str | Path, timeout: float | None = None) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created, with its folder, if missing) for the block.
+    ``timeout``: seconds to wait (None: as long as it takes); raises StorageError naming the file
+    when it runs out."""
+    lock_path = Path(path)
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(lock_path), timeout=-1 if timeout is None else timeout, thread_local=False)
+    try:
+        lock.acquire()
+    except Timeout as exc:
+        raise StorageError(f"{lock_path} is locked by another process or thread (waited {timeout} s); "
+                           "retry when it is done") from exc
+    try:
+        yield
+    finally:
+        lock.release()
