@@ -13,10 +13,10 @@ from worldgraph.kg.codec import loads
 from worldgraph.kg.neo4j_base import Neo4jBase, _unreachable
 from worldgraph.kg.neo4j_rows import BATCH, _by_id, _chunks, _dedupe, _dumps, _episode, _row, _run_batched
 from worldgraph.kg.sessions import Link, by_session, new_links, relink
-from worldgraph.kg.store import Record
+from worldgraph.kg.store import EpisodeStore, Record
 
 
-class Neo4jEpisodeStore(Neo4jBase):
+class Neo4jEpisodeStore(Neo4jBase, EpisodeStore):
     """The episode methods of Neo4jGraphStore (see its module for the transaction rules)."""
 
     _sessions_ready = False  # q.SESSION_SCHEMA ensured (on the first session write)

@@ -15,10 +15,10 @@ from worldgraph.kg.neo4j_leases import check_fence
 from worldgraph.kg.neo4j_rows import (BATCH, _by_id, _chunks, _column, _decode, _dedupe, _dumps, _row, _run_batched,
                                       _set_meta)
 from worldgraph.kg.records import EdgeRecord, GraphView, MergePlan, MetaRecord, NodeRecord, RuleRecord, SceneRecord
-from worldgraph.kg.store import Record
+from worldgraph.kg.store import Record, WorldStore
 
 
-class Neo4jWorldStore(Neo4jBase):
+class Neo4jWorldStore(Neo4jBase, WorldStore):
     """The world-graph methods of Neo4jGraphStore (see its module for the transaction rules)."""
 
     # ---------------------------------------------------------------- world graph
