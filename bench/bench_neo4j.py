@@ -6,7 +6,9 @@ the upsert path). Reports the median over ``--runs`` runs, in graph elements per
 Two more rows frame the Neo4j number: "neo4j floor", the same nodes and edges written by plain
 CREATE statements (nothing else apply_plan does), i.e. about the best this server and machine
 do for these writes; and "x N" (``--writers``), N threads applying create + update plans to
-their own tenants at once, total elements over wall time.
+their own tenants at once, total elements over wall time. Each Neo4j apply_plan run is followed by a floor
+run and their ratio is printed per pair (both see the same load); ``--server-pid`` adds the ratio
+in the Neo4j server's CPU seconds per element, which the machine's load moves less.
 
     python bench/bench_neo4j.py                      # starts a local Neo4j (tools/neo4j-local), stops it after
     python bench/bench_neo4j.py --uri bolt://127.0.0.1:7687 --elements 20000 --runs 5
@@ -103,12 +105,15 @@ def make_plan(tenant: str, elements: int, update: bool = False) -> MergePlan:
 
 
 def measure(store: GraphStore, elements: int, runs: int) -> dict[str, Any]:
-    create, update, read = [], [], []
+    create, update, read, cpu = [], [], [], []
     for _ in range(runs):
         tenant = f"bench-{uuid.uuid4().hex[:10]}"
         plan, again = make_plan(tenant, elements), make_plan(tenant, elements, update=True)
+        cpu0 = server_cpu_s()
         create.append(_timed(lambda: store.apply_plan(plan)))
+        cpu1 = server_cpu_s()
         update.append(_timed(lambda: store.apply_plan(again)))
+        cpu.append((cpu1 - cpu0, server_cpu_s() - cpu1))
         read.append(_timed(lambda: store.world_graph(tenant, ENV)))
         meta = store.world_graph(tenant, ENV)["meta"]
         assert meta["counts"]["nodes"] == len(plan.nodes) and meta["counts"]["edges"] == len(plan.edges), meta
@@ -116,7 +121,8 @@ def measure(store: GraphStore, elements: int, runs: int) -> dict[str, Any]:
     return {"store": store.name, "elements": size, "runs": runs,
             "create_s": statistics.median(create), "update_s": statistics.median(update),
             "world_graph_s": statistics.median(read),
-            "create_eps": size / statistics.median(create), "update_eps": size / statistics.median(update)}
+            "create_eps": size / statistics.median(create), "update_eps": size / statistics.median(update),
+            "server_cpu_s": (statistics.median(c for c, _ in cpu), statistics.median(u for _, u in cpu))}
 
 
 def measure_floor(store: Any, elements: int, runs: int) -> dict[str, Any]:
@@ -124,7 +130,7 @@ def measure_floor(store: Any, elements: int, runs: int) -> dict[str, Any]:
     CREATE statements in one transaction: no MERGE, rules, scene links, meta or counts. About
     what this server and machine do for these writes at best; apply_plan cannot beat it."""
     from worldgraph.kg import neo4j_queries as q
-    from worldgraph.kg.neo4j_store import _row
+    from worldgraph.kg.neo4j_rows import _row
 
     nodes_q = {kind: f"UNWIND $rows AS row CREATE (n:WorldNode:{label} {{key: row.key}}) "
                      f"SET n.tenant_id = $tenant_id, n.env_name = $env_name, n.id = row.id, "
@@ -135,7 +141,7 @@ def measure_floor(store: Any, elements: int, runs: int) -> dict[str, Any]:
                     f"SET r.tenant_id = $tenant_id, r.env_name = $env_name, r.id = row.id, "
                     f"{q._set('r', q.EDGE_PROPS)}, r.record = row.record"
                for rel, rtype in q.EDGE_TYPES.items() if rel != "episodic"}
-    times = []
+    times, cpus = [], []
     for _ in range(runs):
         tenant = f"floor-{uuid.uuid4().hex[:10]}"
         plan = make_plan(tenant, elements)
@@ -153,10 +159,32 @@ def measure_floor(store: Any, elements: int, runs: int) -> dict[str, Any]:
                 results.append(tx.run(query, params, rows=rows))
             for result in results:
                 result.consume()
+        cpu0 = server_cpu_s()
         times.append(_timed(lambda: store._write(work)))
+        cpus.append(server_cpu_s() - cpu0)
     size = len(plan.nodes) + len(plan.edges)
     return {"store": "neo4j floor", "elements": size, "runs": runs, "create_s": statistics.median(times),
-            "create_eps": size / statistics.median(times)}
+            "create_eps": size / statistics.median(times), "server_cpu_s": statistics.median(cpus)}
+
+
+def measure_paired(store: Any, elements: int, runs: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``measure`` and ``measure_floor`` one run each, alternated ``runs`` times, so both see the
+    same load; also the ratio of apply_plan to the floor (elements/s over elements/s) per pair."""
+    pairs = [(measure(store, elements, 1), measure_floor(store, elements, 1)) for _ in range(runs)]
+    row: dict[str, Any] = {"store": store.name, "elements": pairs[0][0]["elements"], "runs": runs}
+    for key in ("create_s", "update_s", "world_graph_s"):
+        row[key] = statistics.median(p[0][key] for p in pairs)
+    row["create_eps"], row["update_eps"] = row["elements"] / row["create_s"], row["elements"] / row["update_s"]
+    row["create_ratios"] = [p[0]["create_eps"] / p[1]["create_eps"] for p in pairs]
+    row["update_ratios"] = [p[0]["update_eps"] / p[1]["create_eps"] for p in pairs]
+    if SERVER_PID is not None:  # the same ratios in the server's CPU seconds per element (load-proof)
+        row["create_cpu_ratios"] = [p[1]["server_cpu_s"] / p[1]["elements"] / (p[0]["server_cpu_s"][0] / p[0]["elements"])
+                                    for p in pairs]
+        row["update_cpu_ratios"] = [p[1]["server_cpu_s"] / p[1]["elements"] / (p[0]["server_cpu_s"][1] / p[0]["elements"])
+                                    for p in pairs]
+    floor = dict(pairs[0][1], runs=runs, create_s=statistics.median(p[1]["create_s"] for p in pairs))
+    floor["create_eps"] = floor["elements"] / floor["create_s"]
+    return row, floor
 
 
 def measure_writers(make_store: Callable[[], GraphStore], elements: int, runs: int, writers: int) -> dict[str, Any]:
@@ -337,6 +365,17 @@ def print_recall(rows: list[dict[str, Any]], episodes: int) -> None:
 
 
 
+SERVER_PID: int | None = None  # --server-pid: the Neo4j JVM whose CPU time is sampled
+
+
+def server_cpu_s() -> float:
+    """User + system CPU seconds the Neo4j server process has used so far (0 without --server-pid)."""
+    if SERVER_PID is None:
+        return 0.0
+    fields = Path(f"/proc/{SERVER_PID}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _timed(fn: Callable[[], Any]) -> float:
     started = time.perf_counter()
     fn()
@@ -364,7 +403,10 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=1000, help="episodes per record_experiences call")
     ap.add_argument("--scenes", type=int, default=300, help="scenes linked to episodes")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--server-pid", type=int, help="also compare the Neo4j server's CPU seconds (its JVM's pid)")
     args = ap.parse_args()
+    global SERVER_PID
+    SERVER_PID = args.server_pid
 
     from worldgraph.kg.neo4j_store import Neo4jGraphStore
 
@@ -391,9 +433,11 @@ def main() -> int:
             if args.elements:
                 neo = Neo4jGraphStore(uri, args.user, args.password)
                 try:
-                    measure(neo, args.elements, args.warmup) if args.warmup else None
-                    results.append(measure(neo, args.elements, args.runs))
-                    floor = measure_floor(neo, args.elements, args.runs)
+                    if args.warmup:
+                        measure(neo, args.elements, args.warmup)
+                        measure_floor(neo, args.elements, args.warmup)
+                    neo_row, floor = measure_paired(neo, args.elements, args.runs)
+                    results.append(neo_row)
                 finally:
                     neo.close()
                 if args.writers > 1:
@@ -421,6 +465,17 @@ def main() -> int:
         for c in concurrent:
             print(f"{c['store']:<10} {c['wall_s']:>9.3f} {c['eps']:>12,.0f}"
                   f"   ({c['writers']} concurrent writers, create + update, total elements / wall time)")
+        if "create_ratios" in results[-1]:
+            r = results[-1]
+            print(f"apply_plan / floor, per alternated pair: create {' '.join(f'{x:.2f}' for x in r['create_ratios'])}"
+                  f" (median {statistics.median(r['create_ratios']):.2f}); update "
+                  f"{' '.join(f'{x:.2f}' for x in r['update_ratios'])} (median {statistics.median(r['update_ratios']):.2f})")
+            if "create_cpu_ratios" in r:
+                print(f"apply_plan / floor in server CPU per element: create "
+                      f"{' '.join(f'{x:.2f}' for x in r['create_cpu_ratios'])} "
+                      f"(median {statistics.median(r['create_cpu_ratios']):.2f}); update "
+                      f"{' '.join(f'{x:.2f}' for x in r['update_cpu_ratios'])} "
+                      f"(median {statistics.median(r['update_cpu_ratios']):.2f})")
         neo_eps = min(results[-1]["create_eps"], results[-1]["update_eps"])
         print(f"Neo4j target >= 20,000 elements/s: {'met' if neo_eps >= 20_000 else 'NOT met'}")
     if recall_rows:

@@ -32,7 +32,11 @@ STORES = ("worldgraph.kg.store", "worldgraph.kg.embedded", "worldgraph.kg.embedd
           "worldgraph.kg.embedded_world", "worldgraph.kg.embedded_leases", "worldgraph.kg.embedded_sql",
           "worldgraph.kg.neo4j_store", "worldgraph.kg.neo4j_leases", "worldgraph.kg.neo4j_queries",
           "worldgraph.kg.cypher_guard", "worldgraph.kg.sqlite_open", "worldgraph.kg.codec", "worldgraph.kg.sessions",
-          "worldgraph.kg.lease", "worldgraph.kg.records", "worldgraph.kg.ids")
+          "worldgraph.kg.lease", "worldgraph.kg.records", "worldgraph.kg.ids",
+          # the parts of the Neo4j store (neo4j_store assembles them; neo4j_queries re-exports the Cypher)
+          "worldgraph.kg.neo4j_base", "worldgraph.kg.neo4j_episodes", "worldgraph.kg.neo4j_world",
+          "worldgraph.kg.neo4j_import", "worldgraph.kg.neo4j_rows", "worldgraph.kg.neo4j_schema",
+          "worldgraph.kg.neo4j_episode_queries", "worldgraph.kg.neo4j_world_queries")
 
 
 def _in(module: str, names: tuple[str, ...]) -> bool:

@@ -272,8 +272,10 @@ def _operators(store: Neo4jGraphStore, query: str) -> list[str]:
 def test_bulk_writes_stream_their_rows(store: Neo4jGraphStore) -> None:
     """An Eager operator buffers every row of a batch before writing (a read/set conflict the
     planner sees, e.g. MATCH on row.props.src_id while SETting r.src_id): 2-3x slower plans."""
-    queries = [q.UPSERT_EPISODES, q.UPSERT_AUDITS, q.LINK_SCENE_NODES, q.LINK_SCENE_RULES,
-               *(q.upsert_nodes(kind) for kind in q.NODE_LABELS), *(q.upsert_edges(rel) for rel in q.EDGE_TYPES)]
+    queries = [q.UPSERT_EPISODES, q.UPSERT_AUDITS, q.LINK_SCENE_RULES,
+               *(q.upsert_nodes(kind) for kind in q.NODE_LABELS), *(q.upsert_edges(rel) for rel in q.EDGE_TYPES),
+               *(q.create_nodes(kind) for kind in q.NODE_LABELS), q.create_edges("containment"),
+               q.create_edges("transition")]
     for query in queries:
         assert "Eager" not in _operators(store, query), query
 

@@ -192,6 +192,8 @@ class WorldGraphConfig(BaseSettings):
     neo4j_user: str = "neo4j"
     neo4j_password: str = "worldgraph-dev"
     neo4j_database: str = "neo4j"
+    # a snapshot import (replace_world) of more records than this runs in transactions of this many
+    neo4j_import_batch: int = Field(10_000, gt=0)
     # cypher(): each query runs in one READ transaction with this timeout; more rows is an error
     cypher_timeout_seconds: float = Field(30.0, gt=0)
     cypher_max_rows: int = Field(10_000, gt=0)
