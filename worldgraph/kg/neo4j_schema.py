@@ -42,8 +42,12 @@ episode) use indexed properties (``episode_id``); the relationships exist for ex
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4  # 2: world nodes, rules and edges keyed on `key`; 3: episode index_error property;
-#                     4: a tenant_id index per label (TENANT_LABELS), what cypher() seeks from
+from worldgraph.schema import SCHEMA_VERSIONS
+
+# worldgraph.schema keeps every store's version. Here: 2: world nodes, rules and edges keyed on
+# `key`; 3: episode index_error property; 4: a tenant_id index per label (TENANT_LABELS), what
+# cypher() seeks from
+SCHEMA_VERSION = SCHEMA_VERSIONS["neo4j"]
 
 KEY_SEP, KEY_ESC = "\u001f", "\u001e"
 

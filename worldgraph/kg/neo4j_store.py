@@ -17,10 +17,21 @@ from __future__ import annotations
 from typing import Any, cast
 
 from neo4j import Driver, GraphDatabase, ManagedTransaction, unit_of_work
-from neo4j.exceptions import AuthError, DriverError, Neo4jError, ServiceUnavailable, SessionExpired
+from neo4j.exceptions import (
+    AuthError,
+    DriverError,
+    Neo4jError,
+    ServiceUnavailable,
+    SessionExpired,
+)
 
-from worldgraph.errors import (CypherQueryError, InvalidInputError, NotFoundError, ReadOnlyQueryError,
-                               StoreUnavailableError)
+from worldgraph.errors import (
+    CypherQueryError,
+    InvalidInputError,
+    NotFoundError,
+    ReadOnlyQueryError,
+    StoreUnavailableError,
+)
 from worldgraph.kg import cypher_guard as guard
 from worldgraph.kg import neo4j_queries as q
 from worldgraph.kg.codec import loads
@@ -30,6 +41,7 @@ from worldgraph.kg.neo4j_leases import Neo4jSceneLeases
 from worldgraph.kg.neo4j_rows import _run_batched
 from worldgraph.kg.neo4j_world import Neo4jWorldStore
 from worldgraph.kg.store import GraphStore, Record
+from worldgraph.schema import needs_upgrade
 
 
 class Neo4jGraphStore(Neo4jSceneLeases, Neo4jWorldStore, Neo4jEpisodeStore, GraphStore):
@@ -86,7 +98,8 @@ class Neo4jGraphStore(Neo4jSceneLeases, Neo4jWorldStore, Neo4jEpisodeStore, Grap
         try:
             with self._driver.session(database=self.database) as session:
                 current = session.execute_read(lambda tx: tx.run(q.SCHEMA_VERSION_READ).single())
-                if current is not None and current["version"] == q.SCHEMA_VERSION:
+                # raises StorageError for a database a newer worldgraph has migrated
+                if not needs_upgrade("neo4j", current["version"] if current is not None else None):
                     return
                 for stmt in (*q.CONSTRAINTS, *q.MIGRATIONS, *q.INDEXES):
                     try:
