@@ -30,12 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import measure  # noqa: E402
+from corpus import Corpus, PrecomputedEmbedder  # noqa: E402
+
 from worldgraph.config import WorldGraphConfig  # noqa: E402
 from worldgraph.memory.index import EpisodeIndex  # noqa: E402
 from worldgraph.memory.index_policy import ann_partitions_for  # noqa: E402
-
-import measure  # noqa: E402
-from corpus import Corpus, PrecomputedEmbedder  # noqa: E402
 
 TENANT = "bench"
 NAME = PrecomputedEmbedder.name

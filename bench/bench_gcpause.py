@@ -15,8 +15,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import lancedb  # noqa: F401 - a realistic heap, as in a server process
 
@@ -62,7 +63,7 @@ def paused_or_not(fn: Callable[[], Any]) -> dict[str, Callable[[], Any]]:
     def run(pause: Callable[[], Any]) -> Callable[[], Any]:
         def go() -> Any:
             for module in (snap, summ):  # the name each module calls
-                setattr(module, "gc_paused", pause)
+                module.gc_paused = pause
             return fn()
         return go
     return {"paused": run(gc_paused), "not paused": run(contextlib.nullcontext)}

@@ -32,13 +32,20 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from worldgraph import WorldModel  # noqa: E402
-from worldgraph.memory.embeddings import HashingEmbedder, MiniLMEmbedder, minilm_available  # noqa: E402
-
 import measure  # noqa: E402
 from corpus import (  # noqa: E402,F401  (re-exported: bench_neo4j imports them from here)
-    DAY, DIM, ROLES, Corpus, PrecomputedEmbedder, _iso, episode_text, unit_rows,
+    DAY,
+    DIM,
+    ROLES,
+    Corpus,
+    PrecomputedEmbedder,
+    _iso,
+    episode_text,
+    unit_rows,
 )
+
+from worldgraph import WorldModel  # noqa: E402
+from worldgraph.memory.embeddings import HashingEmbedder, MiniLMEmbedder, minilm_available  # noqa: E402
 
 TENANT = "bench"
 

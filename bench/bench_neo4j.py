@@ -41,13 +41,15 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_memory import Corpus, PrecomputedEmbedder, pct  # noqa: E402
+
 from worldgraph import WorldModel  # noqa: E402
 from worldgraph.kg.embedded import EmbeddedGraphStore  # noqa: E402
 from worldgraph.kg.records import MergePlan  # noqa: E402

@@ -223,7 +223,7 @@ class Server:
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

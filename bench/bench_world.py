@@ -36,8 +36,9 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -404,7 +405,7 @@ def profile(fn: Callable[[], Any], top: int = 18) -> tuple[str, list[dict[str, A
     stats = pstats.Stats(prof, stream=buf)
     stats.sort_stats("tottime").print_stats(top)
     rows = []
-    for (file, line, func), (cc, nc, tt, ct, _) in sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]:  # type: ignore[attr-defined]
+    for (file, line, func), (_cc, nc, tt, ct, _) in sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]:  # type: ignore[attr-defined]
         rows.append({"where": f"{_short(file)}:{line}:{func}", "calls": nc, "tottime_s": round(tt, 4),
                      "cumtime_s": round(ct, 4)})
     cum = sorted(stats.stats.items(), key=lambda kv: -kv[1][3])[:top]  # type: ignore[attr-defined]

@@ -8,8 +8,9 @@ runs). See bench/README.md, "The data".
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 

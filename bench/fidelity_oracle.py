@@ -12,7 +12,8 @@ from __future__ import annotations
 import copy
 import json
 import random
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from worldgraph.kg.ids import normalise_name
 

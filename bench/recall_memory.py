@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -23,10 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from worldgraph import WorldModel  # noqa: E402
-
 import measure  # noqa: E402
 from corpus import DAY, DIM, PrecomputedEmbedder, _iso  # noqa: E402
+
+from worldgraph import WorldModel  # noqa: E402
 
 TENANT = "bench"
 

@@ -31,8 +31,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -252,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({
-            "results": results, "latency": lat, "record_eps": rate, "embed_texts_per_s": embed_rate, "embedder": emb.name, "options": options,
+            "results": results, "latency": lat, "record_eps": rate, "embed_texts_per_s": embed_rate, "embedder": emb.name, "options": options,  # noqa: E501
             "config": overrides, "conversations": [c.sample_id for c in convs], "graph": args.graph,
             "optimized": args.optimize,
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),

@@ -163,7 +163,7 @@ class Browser:
             os.close(fd)
         self._profile.cleanup()
 
-    def __enter__(self) -> "Browser":
+    def __enter__(self) -> Browser:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -18,6 +18,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from tests.fake_openai import fake_openai  # noqa: E402,F401
 from tests.s3_fixture import s3_env, s3_server  # noqa: E402,F401
+
 try:
     from tests.neo4j_fixture import neo4j_server  # noqa: E402,F401
 except ImportError:  # pragma: no cover - while the launcher is being written

@@ -33,9 +33,10 @@ import struct
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -80,7 +81,7 @@ class FakeOpenAI:
 
     # ---------------------------------------------------------------- lifecycle
 
-    def start(self) -> "FakeOpenAI":
+    def start(self) -> FakeOpenAI:
         server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         server.daemon_threads = True
         server.block_on_close = False  # a handler still sleeping in a delay must not block close
@@ -98,7 +99,7 @@ class FakeOpenAI:
             self._server.server_close()
             self._server = None
 
-    def __enter__(self) -> "FakeOpenAI":
+    def __enter__(self) -> FakeOpenAI:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

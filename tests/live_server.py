@@ -48,7 +48,7 @@ class LiveServer:
     def create_key(self, tenant: str) -> str:
         return str(worldgraph(self.data, "keys", "create", "--tenant", tenant, env=self.env, graph=self.graph)["key"])
 
-    def __enter__(self) -> "LiveServer":
+    def __enter__(self) -> LiveServer:
         self.key = self.create_key(self.tenant)
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen([*WORLDGRAPH, "--data", str(self.data), "--graph", self.graph, "serve",

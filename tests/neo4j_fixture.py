@@ -20,11 +20,12 @@ The fixture returns ``{"uri", "user", "password", "source"}`` (``source`` is ``e
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 import shutil
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 

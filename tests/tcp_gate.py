@@ -24,7 +24,7 @@ class TcpGate:
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
 
-    def open(self) -> "TcpGate":
+    def open(self) -> TcpGate:
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", self.port))

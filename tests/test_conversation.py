@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from tests.test_service_stores import tenant, wm  # noqa: F401 - fixtures (both stores)
 from worldgraph import InvalidInputError, WorldModel
 from worldgraph.cli import main
-from tests.test_service_stores import tenant, wm  # noqa: F401 - fixtures (both stores)
 
 TURNS = [
     {"speaker": "Melanie", "text": "Where did you go last weekend?", "timestamp": "2023-05-08T13:56:00Z"},

@@ -254,6 +254,6 @@ def test_ids_are_deterministic_and_scoped():
     assert a == node_id("t", "env", "entity", "item", "brass key")
     assert a != node_id("t2", "env", "entity", "item", "brass key")
     assert a != node_id("t", "env", "state", "item", "brass key")
-    assert edge_id("t", "e", "transition", "a", "b", "Open the door") == edge_id("t", "e", "transition", "a", "b", "open the door")
+    assert edge_id("t", "e", "transition", "a", "b", "Open the door") == edge_id("t", "e", "transition", "a", "b", "open the door")  # noqa: E501
     assert edge_id("t", "e", "containment", "a", "b") != edge_id("t", "e", "containment", "a", "b", occurrence=1)
     assert rule_id("t", "e", "The door is locked.", "you fail") == rule_id("t", "e", "door is locked", "You fail")

@@ -11,10 +11,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 from fidelity_oracle import CORRUPTIONS, containment, corrupt, oracle_delta, score, transitions, visible  # noqa: E402
+
 from worldgraph.kg.merge import apply_plan_to_view, plan_merge  # noqa: E402
 from worldgraph.kg.records import GraphView  # noqa: E402
 
-R, P, I = ("kitchen", "r"), ("P", "P"), ("I", "I")
+R, P, I = ("kitchen", "r"), ("P", "P"), ("I", "I")  # noqa: E741 - the game's own one-letter names
 CHEST, APPLE, KEY, TABLE = ("chest", "c"), ("apple", "f"), ("brass key", "k"), ("table", "s")
 BEFORE = [("at", P, R), ("at", CHEST, R), ("at", TABLE, R), ("closed", CHEST), ("in", KEY, CHEST), ("in", APPLE, I)]
 AFTER = [("at", P, R), ("at", CHEST, R), ("at", TABLE, R), ("open", CHEST), ("in", KEY, CHEST)]  # opened, ate the apple

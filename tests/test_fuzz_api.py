@@ -6,11 +6,11 @@ writes nothing."""
 from __future__ import annotations
 
 import json
-
 import math
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -58,7 +58,7 @@ odd = json_like | st.sampled_from([deep(40), deep(5000), "x" * 70_000, ["l"] * 1
 
 # valid but unkind: any code point but surrogates (NUL, controls, RTL marks, astral planes)
 good_text = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=16)  # type: ignore[arg-type]
-good_json = st.recursive(st.none() | st.booleans() | st.integers(-(10**30), 10**30) | st.floats(allow_nan=False, allow_infinity=False)
+good_json = st.recursive(st.none() | st.booleans() | st.integers(-(10**30), 10**30) | st.floats(allow_nan=False, allow_infinity=False)  # noqa: E501
                          | good_text, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(good_text, inner, max_size=3),
                          max_leaves=10)
 
@@ -75,7 +75,7 @@ def experience() -> st.SearchStrategy[Any]:
     optional = {"agent_role": mostly(good_text), "input_summary": mostly(good_text), "approach_taken": mostly(good_text),
                 "actions_taken": mostly(st.lists(good_text, max_size=3)), "learnings": mostly(st.lists(good_text, max_size=3)),
                 "constitutional_violations": mostly(st.lists(good_text, max_size=2)),
-                "confidence": mostly(st.floats(0, 1)), "reasoning_chain": mostly(st.dictionaries(good_text, good_json, max_size=3)),
+                "confidence": mostly(st.floats(0, 1)), "reasoning_chain": mostly(st.dictionaries(good_text, good_json, max_size=3)),  # noqa: E501
                 "metacognitive_insights": mostly(st.dictionaries(good_text, good_json, max_size=3)),
                 "timestamp": mostly(st.datetimes().map(lambda d: d.isoformat())), "canvas_id": mostly(good_text),
                 "extra field": odd}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gc
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

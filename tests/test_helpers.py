@@ -104,7 +104,7 @@ def test_file_lock_excludes_other_threads_and_is_released_on_errors(tmp_path: Pa
                 pass
 
 
-def _hold(path: str, ready: "multiprocessing.synchronize.Event", done: "multiprocessing.synchronize.Event") -> None:
+def _hold(path: str, ready: multiprocessing.synchronize.Event, done: multiprocessing.synchronize.Event) -> None:
     with file_lock(path):
         ready.set()
         done.wait(10)

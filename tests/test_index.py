@@ -360,7 +360,7 @@ def test_ann_index_built_lazily_and_search_stays_exact(tmp_path):
 
     unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
     recalls = []
-    for qi in range(10):
+    for _qi in range(10):
         query = vecs[rng.integers(0, 4000)] + 0.2 * rng.normal(size=64).astype(np.float32)
         for tenant in ("small", "big"):
             res = idx.vector_search(tenant, query, k=50)

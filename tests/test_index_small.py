@@ -18,7 +18,7 @@ from worldgraph.memory.index_small import terms
 REPO = Path(__file__).resolve().parents[1]
 D = 64
 HASH = HashingEmbedder(D)
-WORDS = ["apple", "banana", "cherry", "invoice", "ledger", "flight", "hotel", "deploy", "service", "rollback", "audit", "payroll", "inventory", "warehouse", "refund", "customer", "tax", "report", "budget", "forecast"]
+WORDS = ["apple", "banana", "cherry", "invoice", "ledger", "flight", "hotel", "deploy", "service", "rollback", "audit", "payroll", "inventory", "warehouse", "refund", "customer", "tax", "report", "budget", "forecast"]  # noqa: E501
 
 
 def row(i: int, text: str, **kw: object) -> dict:

@@ -4,8 +4,9 @@ over one is refused before any work, naming the field, the limit and the setting
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 

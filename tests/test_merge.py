@@ -330,7 +330,7 @@ def test_a_new_state_closes_the_entitys_current_state_of_that_type():
 def test_rules_merge_when_similar_and_close_when_contradicted():
     w = World()
     w.merge(delta(rules=[{"condition": "The front door is locked.", "outcome": "going outside fails", "confidence": 0.5}]))
-    _, report = w.merge(delta(rules=[{"condition": "front door is locked", "outcome": "Going outside fails!", "confidence": 0.5}]))
+    _, report = w.merge(delta(rules=[{"condition": "front door is locked", "outcome": "Going outside fails!", "confidence": 0.5}]))  # noqa: E501
     first = rule_id(T, ENV, "front door is locked", "going outside fails")
     assert report.merged["rules"] == [first] and len(w.view.rules) == 1
     assert w.view.rules[first]["confidence"] == pytest.approx(0.75)
@@ -412,7 +412,7 @@ ODD = [None, True, False, 0, -1, 7, 1.5, -0.2, float("nan"), float("inf"), "", "
        [{"key": "color", "value": "red"}], ["e1", "e2"], ["e1", {"x": 1}]]
 GOOD_REFS = ["e1", "e2", "s1", "s2", "scene", "item:key", "room:hall", "door_state:open"]
 FIELDS = {
-    "entities": {"ref": ["e1", "e2", "e3"], "name": ["key", "The Key.", "hall", "open", "box"], "type": ["item", "room", "door_state"],
+    "entities": {"ref": ["e1", "e2", "e3"], "name": ["key", "The Key.", "hall", "open", "box"], "type": ["item", "room", "door_state"],  # noqa: E501
                  "attributes": [{"color": "red"}, {"n": [1, 2]}], "evidence": ["seen", ["a", "b"]], "confidence": [0.3, 0.9]},
     "edges": {"relation": [*RELATIONS, *RELATIONS, "friendship", "CONTAINMENT"], "src_ref": GOOD_REFS, "dst_ref": GOOD_REFS,
               "action": ["open", "take"], "evidence": ["seen"], "confidence": [0.4, 2]},
@@ -424,7 +424,7 @@ FIELDS["states"] = {**FIELDS["entities"], "ref": ["s1", "s2", "s3"], "entity_ref
 ABUSIVE = [
     {"entities": [{"name": "x", "type": "y"}] * 501, "states": [], "edges": [], "rules": []},
     {"entities": [{"name": "x" * 5000, "type": "y"}], "states": [], "edges": [], "rules": []},
-    {"entities": [{"name": "x", "type": "y", "attributes": json.loads("[" * 20 + "]" * 20)}], "states": [], "edges": [], "rules": []},
+    {"entities": [{"name": "x", "type": "y", "attributes": json.loads("[" * 20 + "]" * 20)}], "states": [], "edges": [], "rules": []},  # noqa: E501
     "[" * 3000 + "]" * 3000,
     '{"entities": [], "states": [], "edges": [], "rules": [',
 ]

@@ -10,15 +10,16 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
+from tests.test_store_contract import ENV, canonical, edge, first_plan, node, rule, scene
 from worldgraph.errors import InvalidInputError
 from worldgraph.kg.neo4j_import import import_state
 from worldgraph.kg.neo4j_store import Neo4jGraphStore
-from tests.test_store_contract import ENV, canonical, edge, first_plan, node, rule, scene
 
 pytestmark = pytest.mark.neo4j
 

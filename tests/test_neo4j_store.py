@@ -5,17 +5,17 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
+from tests.test_store_contract import ENV, add, edge, episode, first_plan, node
 from worldgraph.errors import CypherQueryError, InvalidInputError, ReadOnlyQueryError, StoreUnavailableError, TenantScopeError
 from worldgraph.kg import cypher_guard
 from worldgraph.kg import neo4j_queries as q
 from worldgraph.kg.cypher_guard import check_text
 from worldgraph.kg.neo4j_store import Neo4jGraphStore
 from worldgraph.kg.records import MergePlan
-from tests.test_store_contract import ENV, add, edge, episode, first_plan, node
 
 
 @pytest.fixture

@@ -11,8 +11,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -163,7 +164,7 @@ def test_a_snapshot_taken_after_a_crash_reads_its_write_ahead_log(tmp_path: Path
             assert wm.read_only
             assert len(wm.get_agent_episodes(T, "late")) == 5  # only in the -wal
             assert len(wm.get_agent_episodes(T, "cellarer")) == len(ids)
-            ro = getattr(wm.store, "_ro")
+            ro = wm.store._ro
             assert ro is not None and ro.how == ("ro" if keep_shm else "copy")
 
 

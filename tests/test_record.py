@@ -3,9 +3,10 @@ field and the rule, and leaves the store unchanged; good inputs keep what they w
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.test_scoring import VectorEmbedder, unit
 from worldgraph import WorldModel
 from worldgraph.config import WorldGraphConfig
 from worldgraph.memory.relevance import in_window, text_relevance
-from tests.test_scoring import VectorEmbedder, unit
 
 COS = np.array([0.5, 0.2, -0.1])
 BM25 = np.array([4.0, 0.0, 2.0])

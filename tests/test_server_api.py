@@ -4,8 +4,9 @@ success and failure, keys, tenants, size limits and the error shape, on both sto
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient

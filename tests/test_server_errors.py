@@ -5,19 +5,18 @@ from __future__ import annotations
 import pytest
 
 from worldgraph.errors import (
+    CypherQueryError,
     DeltaValidationError,
     EmbeddingDimensionError,
     ExtractionError,
     InvalidInputError,
     NotFoundError,
     NotSupportedError,
-    CypherQueryError,
     ReadOnlyQueryError,
     StoreUnavailableError,
     WorldGraphError,
 )
 from worldgraph.server.errors import describe, field_path
-
 
 
 @pytest.mark.parametrize("exc, status, type_, field", [

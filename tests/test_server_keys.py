@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
+from tests.test_store_contract import _open
 from worldgraph.errors import InvalidInputError, NotFoundError
 from worldgraph.kg.embedded import EmbeddedGraphStore
 from worldgraph.kg.store import GraphStore
-from tests.test_store_contract import _open
 from worldgraph.server.keys import ApiKeys, hash_key
 
 

@@ -4,8 +4,8 @@ from the store, a recall never returning what the store does not hold, Cypher ex
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

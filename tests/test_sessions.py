@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from worldgraph.kg.store import GraphStore
 from tests.test_store_contract import add, episode, store, tenant  # noqa: F401 - fixtures
+from worldgraph.kg.store import GraphStore
 
 
 def turn(tenant: str, minutes: int, task: str, session: str | None = "chat-1", **extra: Any) -> Any:

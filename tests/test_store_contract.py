@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 

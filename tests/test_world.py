@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fake_openai import Reply, closed_port_url
+from tests.fake_openai import closed_port_url
 from worldgraph import DeltaValidationError, InvalidInputError, WorldModel
 from worldgraph.memory.embeddings import HashingEmbedder
 

@@ -11,10 +11,10 @@ is the only one that reads the environment (LLM and object-store variables inclu
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 from pydantic.fields import FieldInfo
@@ -209,7 +209,7 @@ class WorldGraphConfig(BaseSettings):
         return init_settings, _Variables(settings_cls), _Neo4jVariables(settings_cls)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "WorldGraphConfig":
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> WorldGraphConfig:
         """Defaults, then ``WORLDGRAPH_*`` variables (of ``environ``, default ``os.environ``), then
         ``overrides``. A bad value is an InvalidInputError naming the variable or keyword to fix."""
         with _reading(environ):

@@ -31,8 +31,8 @@ ENV = "CottageEscape"
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from worldgraph.kg.summary import render_summary, summarize_graph
     from worldgraph.config import llm_configured
+    from worldgraph.kg.summary import render_summary, summarize_graph
     from worldgraph.replay import replay_log
     from worldgraph.service import WorldModel
 

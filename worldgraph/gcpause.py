@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import gc
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 __all__ = ["gc_paused", "pause_depth"]
 

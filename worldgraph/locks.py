@@ -4,9 +4,9 @@ process as well as other processes; it is released on exit, exceptions included.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from filelock import FileLock, Timeout
 

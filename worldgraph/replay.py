@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["replay_log"]
 
 
-def replay_log(wm: "WorldModel", tenant_id: str, env_name: str, log_path: str | Path,
+def replay_log(wm: WorldModel, tenant_id: str, env_name: str, log_path: str | Path,
                use_shipped_deltas: bool | None = None, progress: Any = None) -> dict[str, Any]:
     """Feed an agent log (JSONL, one round per line) through observe_round.
 
@@ -52,7 +52,7 @@ def replay_log(wm: "WorldModel", tenant_id: str, env_name: str, log_path: str | 
     return summary
 
 
-def _replay(wm: "WorldModel", tenant_id: str, env_name: str, log_path: str, rounds: list[Any], offline: bool,
+def _replay(wm: WorldModel, tenant_id: str, env_name: str, log_path: str, rounds: list[Any], offline: bool,
             summary: dict[str, Any], scene_ids: list[str], progress: Any) -> None:
     for i, rnd in enumerate(rounds, 1):
         if not isinstance(rnd, dict):

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from worldgraph.access import open_storage
 from worldgraph.access import open_store as open_store  # re-exported: its old home
@@ -59,7 +60,7 @@ class WorldModel:
     @classmethod
     def open(cls, path: str | Path = "./data", *, embedder: Embedder | None = None, graph: str | GraphStore = "embedded",
              config: WorldGraphConfig | None = None, rebuild_index: bool = False, read_only: bool = False,
-             **overrides: Any) -> "WorldModel":
+             **overrides: Any) -> WorldModel:
         """Open (or create) a world model under ``path``.
 
         ``graph="embedded"`` needs no server; ``graph="neo4j"`` connects to NEO4J_URI.
@@ -109,7 +110,7 @@ class WorldModel:
         self.world.shutdown()
         self.store.close()
 
-    def __enter__(self) -> "WorldModel":
+    def __enter__(self) -> WorldModel:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -8,7 +8,8 @@ import json
 import logging
 import signal
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Add = Callable[..., argparse.ArgumentParser]
 

@@ -93,7 +93,7 @@ class AgentRound(BaseModel):
         return value
 
     @classmethod
-    def from_input(cls, obj: "AgentRound | dict[str, Any]") -> "AgentRound":
+    def from_input(cls, obj: AgentRound | dict[str, Any]) -> AgentRound:
         """Validate a dict (extra keys ignored) or pass a model through; a bad value raises
         InvalidInputError naming the field, e.g. ``round.round: Input should be ...``."""
         if isinstance(obj, cls):

@@ -55,7 +55,8 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from neo4j.graph import Node, Path, Relationship
 

@@ -81,7 +81,7 @@ class ParsedDelta:
         """The delta as plain JSON (stringified items parsed): what was merged, for storage and tests."""
         return {k: [e.raw for e in self.entries(k)] for k in DELTA_KEYS}
 
-    def extended(self, other: "ParsedDelta") -> "ParsedDelta":
+    def extended(self, other: ParsedDelta) -> ParsedDelta:
         """This delta with ``other``'s items appended (numbered after this one's): the answer of a
         repair round added to the first answer."""
         out = ParsedDelta()

@@ -20,7 +20,7 @@ from worldgraph.kg.records import RELATIONS
 
 DEFAULT_CONFIDENCE = 0.5
 
-Scalar = Union[str, int, float, bool, None]
+Scalar = Union[str, int, float, bool, None]  # noqa: UP007 - a runtime alias pydantic reads on 3.10
 
 
 class _Item(BaseModel):

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from worldgraph.errors import NotFoundError, ReadOnlyError, StorageError
 from worldgraph.kg.codec import dumps as _dumps

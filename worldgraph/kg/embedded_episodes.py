@@ -4,7 +4,8 @@ canvases, audits and the per-episode neighbourhood, on the tables ``kg/embedded.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from worldgraph.errors import NotFoundError
 from worldgraph.kg.codec import dumps as _dumps

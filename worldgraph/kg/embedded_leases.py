@@ -5,7 +5,9 @@ renewals, releases and fenced merges of a scene never interleave, across threads
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Callable, ContextManager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 from worldgraph.errors import LeaseLostError
 from worldgraph.kg import lease
@@ -18,7 +20,7 @@ __all__ = ["SqliteSceneLeases"]
 class SqliteSceneLeases(lease.HeldLeases):
     """Mixin of EmbeddedGraphStore: needs ``_tx`` and ``_upsert_scene``."""
 
-    _tx: Callable[[], ContextManager[sqlite3.Cursor]]
+    _tx: Callable[[], AbstractContextManager[sqlite3.Cursor]]
     _upsert_scene: Callable[[sqlite3.Cursor, SceneRecord], None]
 
     def claim_scene_lease(self, tenant_id: str, scene_id: str, owner: str, until: str,

@@ -4,7 +4,9 @@ each half needs from ``EmbeddedGraphStore`` (its transaction and its read)."""
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Callable, ContextManager, Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any
 
 __all__ = ["SqliteAccess", "placeholders", "chunks"]
 
@@ -13,7 +15,7 @@ class SqliteAccess:
     """Declares what a mixin of EmbeddedGraphStore may call: ``_tx()`` (one IMMEDIATE write
     transaction) and ``_query(sql, params)`` (one read, under the store's lock)."""
 
-    _tx: Callable[[], ContextManager[sqlite3.Cursor]]
+    _tx: Callable[[], AbstractContextManager[sqlite3.Cursor]]
     _query: Callable[..., list[tuple[Any, ...]]]
 
 

@@ -4,7 +4,8 @@ and meta of each environment, merged in one IMMEDIATE transaction (the environme
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from worldgraph.gcpause import gc_paused
 from worldgraph.kg.codec import dumps as _dumps

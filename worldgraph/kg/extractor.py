@@ -20,8 +20,9 @@ import logging
 import re
 import secrets
 import threading
+from collections.abc import Callable
 from string import Template
-from typing import Any, Callable
+from typing import Any
 
 import openai
 

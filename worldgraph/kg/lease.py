@@ -19,8 +19,8 @@ import copy
 import os
 import socket
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Callable
 
 from worldgraph.clock import utcnow
 from worldgraph.kg.records import SceneRecord

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 from worldgraph.clock import now_iso
 from worldgraph.kg.lease import iso_after

@@ -160,7 +160,7 @@ def _contradicts(item: Any, other: Any) -> bool:
     return jaccard(item.condition, cond) >= SIMILAR and jaccard(item.outcome, out) < SIMILAR
 
 
-_TOKEN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]|[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
+_TOKEN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]|[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")  # noqa: E501
 
 
 _ARTICLES = frozenset({"a", "an", "the"})

@@ -3,7 +3,8 @@ one-statement reads in a single round trip (``_rows``)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from neo4j import READ_ACCESS, Driver
 from neo4j import Record as Row

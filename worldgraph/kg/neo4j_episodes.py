@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from neo4j import ManagedTransaction
 from neo4j.exceptions import Neo4jError, ServiceUnavailable, SessionExpired

@@ -62,7 +62,7 @@ def replace_world_in_batches(store: Neo4jWorldStore, tenant_id: str, env_name: s
         if deleted < batch:
             break
     def write(scenes: list[Record] = [], nodes: list[Record] = [], rules: list[Record] = [],  # noqa: B006
-              edges: list[Record] = []) -> None:  # (never mutated)
+              edges: list[Record] = []) -> None:  # noqa: B006 - never mutated
         def work(tx: ManagedTransaction) -> None:
             tx.run(q.LOCK_ENV, params).consume()  # every writer of the env holds it (see q.upsert_nodes)
             store._write_world(tx, tenant_id, env_name, cast(list[SceneRecord], scenes), nodes, rules, edges,

@@ -6,7 +6,8 @@ interleave, whichever server process runs them."""
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from neo4j import ManagedTransaction
 

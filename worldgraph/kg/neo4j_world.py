@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, cast
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 from neo4j import ManagedTransaction, Result
 
@@ -12,8 +13,7 @@ from worldgraph.kg.codec import loads
 from worldgraph.kg.neo4j_base import Neo4jBase
 from worldgraph.kg.neo4j_import import graph_size, old_records, replace_world_in_batches
 from worldgraph.kg.neo4j_leases import check_fence
-from worldgraph.kg.neo4j_rows import (BATCH, _by_id, _chunks, _column, _decode, _dedupe, _dumps, _row, _run_batched,
-                                      _set_meta)
+from worldgraph.kg.neo4j_rows import BATCH, _by_id, _chunks, _column, _decode, _dedupe, _dumps, _row, _run_batched, _set_meta
 from worldgraph.kg.records import EdgeRecord, GraphView, MergePlan, MetaRecord, NodeRecord, RuleRecord, SceneRecord
 from worldgraph.kg.store import Record, WorldStore
 

@@ -9,7 +9,6 @@ strings in UTC (``2026-11-30T05:00:00.000000+00:00``), lists keep first-seen ord
 from __future__ import annotations
 
 import json
-
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict

@@ -9,8 +9,9 @@ order they were given in, and a late turn with an older timestamp is linked in w
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 Record = dict[str, Any]
 

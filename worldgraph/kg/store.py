@@ -22,7 +22,8 @@ Episode records (dict) carry every AgentExperience field plus: ``id``, ``tenant_
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from worldgraph.errors import NotSupportedError
 from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
@@ -30,7 +31,7 @@ from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
 Record = dict[str, Any]
 
 
-class _Store(ABC):
+class _Store(ABC):  # noqa: B024 - the base of the two store protocols; its methods have defaults
     """What every store says about itself. Writes of one call are atomic: all of it lands, or none."""
 
     name: str = "abstract"

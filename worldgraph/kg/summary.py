@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Iterable, cast
+from collections.abc import Iterable
+from typing import Any, cast
 
 import numpy as np
 

@@ -21,8 +21,9 @@ import queue
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any, Callable, cast
+from typing import Any, cast
 
 from worldgraph.clock import now_iso
 from worldgraph.config import WorldGraphConfig, llm_configured

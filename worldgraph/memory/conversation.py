@@ -9,8 +9,9 @@ AgentExperience field may ride along (``agent_role``, ``episode_id``, ``learning
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 

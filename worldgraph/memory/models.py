@@ -155,7 +155,7 @@ class AgentExperience(BaseModel):
         return None if v is None else check_session_id(v)
 
     @model_validator(mode="after")
-    def _outcome_matches_success(self) -> "AgentExperience":
+    def _outcome_matches_success(self) -> AgentExperience:
         if self.success is None:
             self.success = self.outcome == "success"
         elif self.success != (self.outcome == "success"):
@@ -220,7 +220,7 @@ class DateRange(BaseModel):
         return None if v is None else to_utc(v)
 
     @model_validator(mode="after")
-    def _ordered(self) -> "DateRange":
+    def _ordered(self) -> DateRange:
         if self.start is None and self.end is None:
             raise ValueError("give start, end or both (ISO-8601 dates)")
         if self.start and self.end and self.start > self.end:

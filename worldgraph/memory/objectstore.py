@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar, cast
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 from worldgraph.config import object_store_options

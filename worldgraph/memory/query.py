@@ -13,8 +13,8 @@ embedded and searched.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 from datetime import datetime, time, timedelta, timezone
 
 _CANVAS = re.compile(r"\bcanvas[-_](\w[\w-]*)", re.I)

@@ -8,8 +8,9 @@ it after uvicorn's graceful shutdown, which is when background world updates are
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 import anyio.to_thread
 from fastapi import FastAPI

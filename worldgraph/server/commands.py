@@ -10,9 +10,10 @@ import argparse
 import os
 import signal
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 Add = Callable[..., argparse.ArgumentParser]
 # How long an idle keep-alive connection stays open. Longer than clients keep idle pooled
@@ -105,10 +106,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 @contextmanager
 def _keys(args: argparse.Namespace, create: bool = False) -> Iterator[Any]:
     """The key registry of the data folder's store (no index or embedder is opened)."""
+    from worldgraph.access import open_store
     from worldgraph.commands.common import check_data_dir
     from worldgraph.config import WorldGraphConfig
     from worldgraph.server.keys import ApiKeys
-    from worldgraph.access import open_store
 
     check_data_dir(args.data, create)
     store = open_store(Path(args.data), args.graph, WorldGraphConfig.from_env())

@@ -27,7 +27,8 @@ by policy (read-only, sealed tenants); a query Neo4j itself rejects is the calle
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -98,7 +99,7 @@ def describe(exc: BaseException) -> ApiError:
     """The ApiError for any exception a facade call raised."""
     if isinstance(exc, ApiError):
         return exc
-    for cls, status, type_ in _STATUS:
+    for cls, status, type_ in _STATUS:  # noqa: B007 - the match is read after the loop
         if isinstance(exc, cls):
             break
     else:

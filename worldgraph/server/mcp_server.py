@@ -12,7 +12,8 @@ read it: a tool never takes a tenant as an argument. Tool arguments are the Pyth
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError

@@ -11,7 +11,8 @@ returns is dropped on the way out.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable, Literal, Union
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from pydantic.json_schema import SkipJsonSchema
@@ -136,7 +137,7 @@ def _experience_kind(value: Any) -> str:
 # location of a validation error; errors.field_path shows "experience.outcome" for the first
 # and "experiences[0].outcome" for the second, the Python API's own field names.
 ExperiencesBody = Annotated[
-    Union[Annotated[ExperienceBatch, Tag("batch")], Annotated[AgentExperience, Tag("experience")]],
+    Annotated[ExperienceBatch, Tag("batch")] | Annotated[AgentExperience, Tag("experience")],
     Discriminator(_experience_kind),
 ]
 UNION_TAGS = frozenset({"batch"})  # tags that are not part of the field path

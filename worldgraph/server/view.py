@@ -20,7 +20,7 @@ import hashlib
 import html
 import json
 import math
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
@@ -94,7 +94,7 @@ def script_json(data: Any) -> str:
 
 
 # ---------------------------------------------------------------------- assets
-@lru_cache(maxsize=None)
+@cache
 def _asset(name: str) -> str:
     text = resources.files("worldgraph.server").joinpath("view_assets").joinpath(name).read_text(encoding="utf-8")
     # The HTML parser turns CR LF into LF before the browser hashes a script; hash what it will see.
@@ -156,7 +156,8 @@ _BODY = """<header id="bar">
   <h1>{title}</h1>
   <span id="meta"></span>
   <span class="spacer"></span>
-  <label title="closed records: facts that stopped being true (valid_to set)"><input type="checkbox" id="t-history"> closed history</label>
+  <label title="closed records: facts that stopped being true (valid_to set)"><input type="checkbox" id="t-history">
+    closed history</label>
   <label title="the scenes each fact was learned in (episodic edges)"><input type="checkbox" id="t-scenes"> scenes</label>
   <input type="search" id="find" placeholder="find a node" list="names" aria-label="find a node by name">
   <datalist id="names"></datalist>

@@ -52,7 +52,8 @@ def same_fallback_label(old: str, new: str) -> bool:
 def embed_query(embedder: Any, texts: list[str]) -> np.ndarray:
     """Vectors for search queries: ``embedder.embed_query`` when it has one, else ``embed``."""
     fn = getattr(embedder, "embed_query", None)
-    return fn(texts) if callable(fn) else embedder.embed(texts)
+    vectors: np.ndarray = fn(texts) if callable(fn) else embedder.embed(texts)
+    return vectors
 
 
 def check_embeddings(arr: Any, n_texts: int, dimensions: int) -> np.ndarray:
@@ -78,7 +79,8 @@ def check_embeddings(arr: Any, n_texts: int, dimensions: int) -> np.ndarray:
 def l2_normalise(arr: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(arr, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return (arr / norms).astype(np.float32, copy=False)
+    unit: np.ndarray = (arr / norms).astype(np.float32, copy=False)
+    return unit
 
 
 def check_texts(texts: Any) -> list[str]:

@@ -9,9 +9,10 @@ bench/README.md), so an index built by one is searched and extended by another w
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from worldgraph.errors import InvalidInputError
 from worldgraph.memory.embedders.numpy_bert import MINILM_INSTALL_HINT, MiniLMEmbedder, minilm_available

@@ -28,7 +28,7 @@ _HASHING_NAME = re.compile(r"^hashing-v1-(\d+)$")
 _warned: set[str] = set()
 
 
-def make_embedder(config: "WorldGraphConfig", built_by: str | None = None) -> Embedder:
+def make_embedder(config: WorldGraphConfig, built_by: str | None = None) -> Embedder:
     """The embedder ``config.embedding_provider`` asks for.
 
     ``built_by`` is the name recorded beside an existing index (None for a new or rebuilt one):
@@ -67,7 +67,7 @@ def index_name(name: str, built_by: str | None) -> str:
     return name
 
 
-def _pick_local(config: "WorldGraphConfig", built_by: str | None) -> LocalModel | None:
+def _pick_local(config: WorldGraphConfig, built_by: str | None) -> LocalModel | None:
     if config.embedding_local_model != "auto":
         chosen = local_model(config.embedding_local_model)
         if not chosen.available():

@@ -80,7 +80,8 @@ def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.n
     mean = x.mean(axis=-1, keepdims=True)
     xc = x - mean
     var = np.mean(xc * xc, axis=-1, keepdims=True)
-    return xc / np.sqrt(var + eps) * w + b
+    normed: np.ndarray = xc / np.sqrt(var + eps) * w + b
+    return normed
 
 
 class _BertLayer(TypedDict):
@@ -165,7 +166,8 @@ class _NumpyBert:
             inter = _gelu(x @ L["wi"] + L["bi"])
             out = inter @ L["wout"] + L["bout"]
             x = _layer_norm(out + x, *L["ln2"], self.eps)
-        return x.reshape(bsz, seq, h)
+        hidden: np.ndarray = x.reshape(bsz, seq, h)
+        return hidden
 
 
 _NUMPY_MODELS: dict[str, tuple[Any, _NumpyBert]] = {}
