@@ -98,6 +98,16 @@ def parse_query(query: str, now: datetime | None = None) -> ParsedQuery:
     now = now or datetime.now(timezone.utc)
     text = clean(query)
     parsed = ParsedQuery(text=text, original=query)
+    rest = _take_dates(parsed, text, now)
+    rest = _take_relative_spans(parsed, rest, now)
+    rest = _take_ids(parsed, rest)
+    parsed.text = rest if rest else text
+    return parsed
+
+
+def _take_dates(parsed: ParsedQuery, text: str, now: datetime) -> str:
+    """Named dates and ranges ("between A and B", "since", "on 2026-01-02", "8 May 2023", "in
+    May", "in 2023") become ``parsed``'s window; returns the text without them."""
 
     def take(pattern: re.Pattern[str], s: str, handle: Callable[[re.Match[str]], bool]) -> str:
         """Remove the matches ``handle`` accepts; a match it rejects (an impossible date such
@@ -178,7 +188,12 @@ def parse_query(query: str, now: datetime | None = None) -> ParsedQuery:
     rest = take(_MONTH_DAY_YEAR, rest, lambda m: written_day(m, m.group(2), m.group(1), m.group(3)))
     rest = take(_MONTH_YEAR, rest, month_year)
     rest = take(_IN_MONTH, rest, in_month)
-    rest = take(_IN_YEAR, rest, in_year)
+    return take(_IN_YEAR, rest, in_year)
+
+
+def _take_relative_spans(parsed: ParsedQuery, rest: str, now: datetime) -> str:
+    """"last 3 days", "yesterday", "this week", ... become a window ending ``now`` (marked
+    relative: recall may re-read it against the newest memory); returns the text without them."""
     found = list(_LAST_N.finditer(rest))
     rest = _LAST_N.sub(" ", rest)
     for m in found:
@@ -208,12 +223,14 @@ def parse_query(query: str, now: datetime | None = None) -> ParsedQuery:
                 else (now - timedelta(days=365), now)
         parsed.relative = True
         parsed.date_phrases.append(m.group(0))
+    return rest
 
+
+def _take_ids(parsed: ParsedQuery, rest: str) -> str:
+    """Canvas, artifact and agent ids named in the text; agent phrases leave the text, canvas and
+    artifact names stay in it (they often carry meaning: "canvas-sales")."""
     parsed.canvas_ids = [f"canvas-{m.group(1)}" for m in _CANVAS.finditer(rest)]
     parsed.artifact_ids = [f"artifact-{m.group(1)}" for m in _ARTIFACT.finditer(rest)]
     parsed.agent_ids = [m.group(1).rstrip(".,") for m in _AGENT.finditer(rest)]
     rest = _AGENT.sub(" ", rest)
-    rest = _SPACES.sub(" ", rest).strip(" ,.")
-    # Canvas and artifact names stay in the text: they often carry meaning ("canvas-sales").
-    parsed.text = rest if rest else text
-    return parsed
+    return _SPACES.sub(" ", rest).strip(" ,.")
