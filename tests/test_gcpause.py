@@ -68,3 +68,30 @@ def test_a_collector_turned_off_elsewhere_stays_off() -> None:
     with gc_paused():
         assert not gc.isenabled()
     assert not gc.isenabled()
+
+
+def test_overlapping_pauses_still_collect_cycles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads whose pauses overlap without a break (a busy server) must not stop the collector
+    for good: a pause ending after MAX_CONTINUOUS_S collects the young generations."""
+    import time
+    import weakref
+
+    from worldgraph import gcpause
+
+    monkeypatch.setattr(gcpause, "MAX_CONTINUOUS_S", 0.05)
+
+    class Node:
+        pass
+
+    with gc_paused():  # the other thread's pause, held across the whole test
+        with gc_paused():
+            a, b = Node(), Node()
+            a.other, b.other = b, a  # type: ignore[attr-defined]
+            ref = weakref.ref(a)
+            del a, b
+        assert ref() is not None  # a cycle: refcounts alone never free it, and the GC is off
+        time.sleep(0.1)
+        with gc_paused():
+            pass  # ends more than MAX_CONTINUOUS_S into the run of pauses
+        assert ref() is None
+        assert not gc.isenabled() and pause_depth() == 1

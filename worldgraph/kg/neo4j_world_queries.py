@@ -241,14 +241,16 @@ RETURN record
 
 ENV_SCENES = "MATCH (s:Scene {tenant_id: $tenant_id, env_name: $env_name}) RETURN s.record AS record"
 
-# replace_world: DETACH DELETE also removes the env's edges, CONCERNS and PRODUCED links.
-DELETE_ENV = """
-CALL () {
+# The environment's nodes, rules and scenes (its edges and links hang off them).
+_ENV_PARTS = """
   MATCH (n:WorldNode) WHERE n.key STARTS WITH $prefix RETURN n
   UNION ALL
   MATCH (n:Rule) WHERE n.key STARTS WITH $prefix RETURN n
   UNION ALL
-  MATCH (n:Scene {tenant_id: $tenant_id, env_name: $env_name}) RETURN n
+  MATCH (n:Scene {tenant_id: $tenant_id, env_name: $env_name}) RETURN n"""
+
+# replace_world: DETACH DELETE also removes the env's edges, CONCERNS and PRODUCED links.
+DELETE_ENV = "\nCALL () {" + _ENV_PARTS + """
   UNION ALL
   MATCH (n:Environment {tenant_id: $tenant_id, env_name: $env_name}) RETURN n
 }
@@ -264,14 +266,8 @@ MERGE (m:Environment {tenant_id: $tenant_id, env_name: $env_name})
 SET m.import_incomplete = $import_id, m.record = null, m.graph_version = null, m.updated_at = null
 """
 
-# The environment's nodes, rules and scenes (its edges and links hang off them), $limit at most.
-_ENV_RECORDS = """
-CALL () {
-  MATCH (n:WorldNode) WHERE n.key STARTS WITH $prefix RETURN n
-  UNION ALL
-  MATCH (n:Rule) WHERE n.key STARTS WITH $prefix RETURN n
-  UNION ALL
-  MATCH (n:Scene {tenant_id: $tenant_id, env_name: $env_name}) RETURN n
+# _ENV_PARTS, $limit at most.
+_ENV_RECORDS = "\nCALL () {" + _ENV_PARTS + """
 }
 WITH n LIMIT $limit"""
 
