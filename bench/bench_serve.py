@@ -77,9 +77,17 @@ def pct(values: list[float], p: float) -> float:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (Linux /proc): what it cost, whatever the machine's load."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time of a process and its live children (``serve --workers N``), from
+    Linux /proc: what it cost, whatever the machine's load."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        if stat.parent.name == str(pid) or fields[1] == str(pid):  # fields[1]: the parent's pid
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def ms(values: list[float]) -> dict[str, float]:
@@ -213,13 +221,13 @@ def light(rng: random.Random, k: int, n: int) -> Request:
 class Server:
     """``worldgraph serve`` in a subprocess on a free loopback port."""
 
-    def __init__(self, data: Path, graph: str, env: dict[str, str]) -> None:
+    def __init__(self, data: Path, graph: str, env: dict[str, str], workers: int = 1) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.cmd = [sys.executable, "-m", "worldgraph.cli", "--data", str(data), "--graph", graph, "serve",
-                    "--port", str(self.port)]
+                    "--port", str(self.port), "--workers", str(workers)]
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -254,6 +262,7 @@ def main() -> int:
     p.add_argument("--record-share", type=float, default=0.2, help="share of records in the HTTP load")
     p.add_argument("--graph", choices=["embedded", "neo4j"], default="embedded")
     p.add_argument("--embedder", choices=["hashing", "local"], default="hashing")
+    p.add_argument("--workers", type=int, default=1, help="worldgraph serve --workers (server processes)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--tmp", default=None)
     p.add_argument("--out", default=None)
@@ -275,7 +284,7 @@ def main() -> int:
                 wm.record_experiences(TENANT, exps[i:i + 500])
             key, _ = ApiKeys(wm.store).create(TENANT, "bench_serve")
             print(f"seeded {args.episodes} episodes; starting worldgraph serve ...", file=sys.stderr)
-            with Server(data, args.graph, env) as srv:
+            with Server(data, args.graph, env, args.workers) as srv:
                 pid = srv.proc.pid  # type: ignore[union-attr]
                 seq = sequential_pair(wm, srv.url, key, queries)
                 print(f"{args.clients} concurrent: in-process and HTTP recall, {args.rounds} rounds each ...",
@@ -302,7 +311,8 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     result = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "graph": args.graph,
-              "embedder": args.embedder, "episodes": args.episodes, "load_average": os.getloadavg(),
+              "embedder": args.embedder, "episodes": args.episodes, "workers": args.workers,
+              "load_average": os.getloadavg(),
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
               "sequential": seq, "in_process_concurrent": summary(merge(local_runs), args.clients),
               "http_recall_only": summary(merge(http_runs), args.clients),
@@ -325,7 +335,8 @@ def report(r: dict[str, Any]) -> str:
             (f"recall HTTP, {n} clients, mixed", r["http_mixed"]["recall"], r["http_mixed"]["cpu_ms_per_request"]),
             (f"record HTTP, {n} clients, mixed", r["http_mixed"].get("record", {}), ""),
             (f"GET episodes?limit=1, {n} clients", r["http_layer"]["episodes"], r["http_layer"]["cpu_ms_per_request"])]
-    lines = [f"{r['graph']} store, {r['embedder']} embedder, {r['episodes']} episodes, {r['record_share']:.0%} records "
+    lines = [f"{r['graph']} store, {r['embedder']} embedder, {r['episodes']} episodes, "
+             f"{r.get('workers', 1)} server process(es), {r['record_share']:.0%} records "
              f"in the mixed phase, load average {', '.join(f'{x:.1f}' for x in r['load_average'])}", "",
              f"{'phase':36}| {'n':>6} | {'per s':>6} | {'p50 ms':>7} | {'p99 ms':>7} | errors | server CPU ms/req",
              f"{'-' * 36}+{'-' * 8}+{'-' * 8}+{'-' * 9}+{'-' * 9}+--------+------------------"]

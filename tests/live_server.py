@@ -34,8 +34,9 @@ def worldgraph(data: Path, *args: str, env: dict[str, str] | None = None, graph:
 
 class LiveServer:
     def __init__(self, tmp: Path, tenant: str = "acme", env: dict[str, str] | None = None,
-                 graph: str = "embedded") -> None:
+                 graph: str = "embedded", serve_args: tuple[str, ...] = ()) -> None:
         self.data = tmp / "data"
+        self.serve_args = serve_args
         self.env = {**os.environ, "WORLDGRAPH_EMBEDDING_PROVIDER": "hashing", **(env or {})}
         self.graph = graph
         self.port = free_port()
@@ -52,7 +53,7 @@ class LiveServer:
         self.key = self.create_key(self.tenant)
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen([*WORLDGRAPH, "--data", str(self.data), "--graph", self.graph, "serve",
-                                          "--port", str(self.port)], env=self.env, stdout=log,
+                                          "--port", str(self.port), *self.serve_args], env=self.env, stdout=log,
                                          stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:

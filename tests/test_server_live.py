@@ -114,3 +114,45 @@ def test_graceful_shutdown_finishes_the_background_update(tmp_path: Path) -> Non
         scene = wm.store.get_scene("acme", packet["id"])
         assert scene is not None and scene["status"] == "merged", scene
         assert sorted(n["name"] for n in wm.world_graph("acme", "Kitchen")["nodes"]) == ["brass key", "kitchen table"]
+
+
+def _children(pid: int) -> list[int]:
+    return [int(p.parent.name) for p in Path("/proc").glob("[0-9]*/stat")
+            if p.exists() and p.read_text().rsplit(")", 1)[1].split()[1] == str(pid)]
+
+
+def test_workers_share_the_port_and_the_data_folder(tmp_path: Path) -> None:
+    """``serve --workers 2``: two processes answer on one port over one data folder; what one
+    acknowledges the other recalls, and a SIGTERM to the parent stops both gracefully."""
+    with LiveServer(tmp_path, serve_args=("--workers", "2")) as srv:
+        assert srv.proc is not None
+        deadline = time.monotonic() + 60
+        while len(_children(srv.proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        workers = _children(srv.proc.pid)
+        assert len(workers) == 2
+        with httpx.Client(base_url=srv.url, headers=srv.headers(), timeout=30) as client:
+            ids = []
+            for n in range(12):  # new connections: the kernel spreads them over both workers
+                r = httpx.post(f"{srv.url}/v1/experiences", headers=srv.headers(), timeout=30,
+                               json={"experiences": [{**EXPERIENCE, "task_description": f"Reconcile SKU-{n} inventory"}]})
+                assert r.status_code == 200, r.text
+                ids += r.json()["episode_ids"]
+            for n in range(12):
+                found = httpx.post(f"{srv.url}/v1/recall", headers=srv.headers(), timeout=30,
+                                   json={"query": f"Reconcile SKU-{n} inventory", "limit": 12}).json()["results"]
+                assert {res["episode_id"] for res in found} >= set(ids[n:n + 1])
+            assert client.get("/health").status_code == 200
+        assert srv.stop() == 0
+        assert not any(Path(f"/proc/{w}").exists() for w in workers)  # reaped by the parent
+    with WorldModel.open(srv.data, embedder=HashingEmbedder(), read_only=True) as wm:
+        assert set(wm.store.get_episodes("acme", ids)) == set(ids)
+
+
+def test_workers_must_be_a_small_positive_number(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "worldgraph.cli", "--data", str(tmp_path / "d"), "serve",
+                          "--workers", "0"], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "--workers" in out.stderr and "Traceback" not in out.stderr

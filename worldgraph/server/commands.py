@@ -28,6 +28,9 @@ def add_server_commands(sub: Any, add: Add) -> None:
     sp.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     sp.add_argument("--port", type=int, default=8765)
     sp.add_argument("--access-log", action="store_true", help="log every request")
+    sp.add_argument("--workers", type=int, default=1,
+                    help="server processes sharing the port, each with the data folder open (default 1; "
+                         "one process is bound to one core by Python's GIL)")
 
     sp = add("mcp", cmd_mcp, "serve MCP over stdio for one tenant (for Claude Desktop and other MCP clients)")
     sp.add_argument("--tenant", dest="mcp_tenant", default=None, help="the tenant (default: the global --tenant)")
@@ -45,24 +48,110 @@ def add_server_commands(sub: Any, add: Add) -> None:
 
 # ---------------------------------------------------------------------- serve / mcp
 def cmd_serve(args: argparse.Namespace) -> int:
+    from worldgraph.errors import InvalidInputError
+
+    if isinstance(args.workers, bool) or not isinstance(args.workers, int) or not 1 <= args.workers <= 64:
+        raise InvalidInputError("--workers", f"must be a whole number from 1 to 64, got {args.workers!r}")
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"note: listening on {args.host}: other machines can reach this server (keys still required)",
+              file=sys.stderr)
+    if args.workers == 1:
+        _serve(args)
+        return 0
+    return _serve_workers(args)
+
+
+def _serve(args: argparse.Namespace, sockets: list[Any] | None = None) -> None:
+    """One server process: open the data folder, serve until SIGINT / SIGTERM, close."""
     import uvicorn
 
     from worldgraph.commands.common import open_wm
     from worldgraph.server.app import create_app
 
     wm = open_wm(args, create=True)
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"note: listening on {args.host}: other machines can reach this server (keys still required)",
-              file=sys.stderr)
-    print(f"worldgraph {wm.store.name} store at {wm.path}; REST /v1, docs /docs, MCP /mcp", file=sys.stderr)
+    print(f"worldgraph {wm.store.name} store at {wm.path}; REST /v1, docs /docs, MCP /mcp (pid {os.getpid()})",
+          file=sys.stderr)
     config = uvicorn.Config(create_app(wm, host=args.host), host=args.host, port=args.port,
                             access_log=args.access_log, log_level="info", timeout_keep_alive=KEEP_ALIVE_SECONDS,
                             timeout_graceful_shutdown=int(wm.config.shutdown_timeout_seconds) or None)
-    _serve_then_close(uvicorn.Server(config), wm)
-    return 0
+    _serve_then_close(uvicorn.Server(config), wm, sockets)
 
 
-def _serve_then_close(server: Any, wm: Any) -> None:
+def _serve_workers(args: argparse.Namespace) -> int:
+    """``--workers N``: bind the port here, fork N server processes that share it (the kernel hands
+    each connection to one of them), forward SIGINT / SIGTERM to them, and exit with the worst of
+    their exit codes. Each worker opens the data folder itself after the fork (nothing opened is
+    shared): the stores already serve several processes at once (SQLite WAL and its locks,
+    LanceDB's commit lock, scene leases for the background world updates). Workers run in their
+    own session, so a terminal's Ctrl-C reaches them once, through this process; a worker whose
+    parent died stops itself."""
+    import socket
+    import threading
+    import time
+    import traceback
+
+    if not hasattr(os, "fork"):
+        from worldgraph.errors import InvalidInputError
+        raise InvalidInputError("--workers", "needs os.fork (Linux, macOS); use --workers 1 here")
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((args.host, args.port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    parent = os.getpid()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pids: list[int] = []
+    for _ in range(args.workers):
+        pid = os.fork()
+        if pid == 0:  # a worker
+            code = 1
+            try:
+                os.setsid()
+
+                def orphaned() -> None:
+                    while os.getppid() == parent:
+                        time.sleep(1.0)
+                    os.kill(os.getpid(), signal.SIGTERM)
+
+                threading.Thread(target=orphaned, name="worldgraph-parent-watch", daemon=True).start()
+                _serve(args, sockets=[sock])
+                code = 0
+            except BaseException:  # noqa: BLE001 - a worker reports and exits; the parent sees its code
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        pids.append(pid)
+    sock.close()
+    print(f"worldgraph serve: {args.workers} workers on http://{args.host}:{args.port} (pids "
+          f"{', '.join(map(str, pids))})", file=sys.stderr)
+
+    def forward(sig: int, frame: Any) -> None:
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, forward)
+    worst = 0
+    for pid in pids:
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for old kernels
+                continue
+        code = os.waitstatus_to_exitcode(status)
+        worst = max(worst, code if code >= 0 else 128 - code)
+    return worst
+
+
+def _serve_then_close(server: Any, wm: Any, sockets: list[Any] | None = None) -> None:
     """Run uvicorn until SIGINT / SIGTERM (it stops accepting and lets in-flight requests finish),
     then close the model, which waits for the background world updates. Each merge is one
     transaction, so nothing is half-written; a second signal while closing exits at once, and an
@@ -77,7 +166,7 @@ def _serve_then_close(server: Any, wm: Any) -> None:
     handled = (signal.SIGINT, signal.SIGTERM)
     previous = {sig: signal.signal(sig, after_uvicorn) for sig in handled}
     try:
-        server.run()
+        server.run(sockets=sockets)
     finally:
         for sig in handled:
             signal.signal(sig, force)
