@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from worldgraph.errors import InvalidInputError
+
 Add = Callable[..., argparse.ArgumentParser]
 # How long an idle keep-alive connection stays open. Longer than clients keep idle pooled
 # connections (httpx 5 s, Node's fetch 4 s), so the client always closes first: with equal
@@ -48,8 +50,6 @@ def add_server_commands(sub: Any, add: Add) -> None:
 
 # ---------------------------------------------------------------------- serve / mcp
 def cmd_serve(args: argparse.Namespace) -> int:
-    from worldgraph.errors import InvalidInputError
-
     if isinstance(args.workers, bool) or not isinstance(args.workers, int) or not 1 <= args.workers <= 64:
         raise InvalidInputError("--workers", f"must be a whole number from 1 to 64, got {args.workers!r}")
     if args.host not in ("127.0.0.1", "localhost", "::1"):
@@ -91,7 +91,6 @@ def _serve_workers(args: argparse.Namespace) -> int:
     import traceback
 
     if not hasattr(os, "fork"):
-        from worldgraph.errors import InvalidInputError
         raise InvalidInputError("--workers", "needs os.fork (Linux, macOS); use --workers 1 here")
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
