@@ -31,7 +31,8 @@ def open_store(path: Path, graph: str | GraphStore, cfg: WorldGraphConfig, read_
     if graph == "embedded":
         from worldgraph.kg.embedded import EmbeddedGraphStore
 
-        return EmbeddedGraphStore(path / "worldgraph.db", read_only=read_only)
+        return EmbeddedGraphStore(path / "worldgraph.db", read_only=read_only, cache_mb=cfg.sqlite_cache_mb,
+                                  wal_autocheckpoint_pages=cfg.sqlite_wal_autocheckpoint_pages)
     if graph == "neo4j":
         from worldgraph.kg.neo4j_store import Neo4jGraphStore
 

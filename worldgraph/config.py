@@ -118,6 +118,15 @@ class WorldGraphConfig(BaseSettings):
     # "s3://bucket/prefix" (credentials and endpoint from the standard AWS_* variables: see
     # object_store_options)
     lancedb_path: str = "lancedb"
+    # The embedded store's SQLite file (worldgraph.db). Page cache of the writing connection, in
+    # MiB: the episode indexes of a million episodes (~100 MB) stay in memory instead of being
+    # read back for each batch's inserts. WAL pages written before SQLite copies them into the
+    # database: a page that batch after batch rewrites (the index pages random ids land on) is
+    # copied once per checkpoint, not once a batch. Measured at 50-100k episodes (bench/README,
+    # "Recording"): the store's share of a batch 90 -> 32 us an episode. The WAL file grows to
+    # about this many 4 KiB pages between checkpoints.
+    sqlite_cache_mb: int = Field(256, ge=2)
+    sqlite_wal_autocheckpoint_pages: int = Field(16_384, ge=1)
     postgres_connection_pool: int = 20  # kept for parity with the seed; the graph store pools itself
 
     # LanceDB maintenance

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel
@@ -74,38 +75,53 @@ def check_value(value: Any, field: str, cfg: WorldGraphConfig, total_limit: int,
     (each value carries a link to its parent instead): the walk is on every write's path."""
     if isinstance(value, BaseModel):
         value = value.model_dump()
+    max_text, max_items, max_depth = cfg.max_text_bytes, cfg.max_list_items, cfg.max_nesting_depth
     total = 0
     stack: list[tuple[Any, _Ref, int]] = [(value, (None, field), 0)]
     while stack:
         v, ref, depth = stack.pop()
-        total += 1
-        if isinstance(v, str):
-            n = len(v) if v.isascii() else utf8_size(v, _spell(ref))
-            if n > cfg.max_text_bytes:
-                raise InvalidInputError(_spell(ref), limit_rule("is UTF-8 bytes:", n, cfg.max_text_bytes,
-                                                                "max_text_bytes"))
-            total += n
-        elif isinstance(v, float):
-            if not math.isfinite(v):
-                raise InvalidInputError(_spell(ref), f"must be a finite number, got {v!r}")
-        elif isinstance(v, (dict, list, tuple)):
-            if depth >= cfg.max_nesting_depth:
-                raise InvalidInputError(_spell(ref), f"nests containers deeper than {cfg.max_nesting_depth} levels "
+        if not isinstance(v, (dict, list, tuple)):
+            total += 1 + _scalar_size(v, ref, max_text)
+        else:
+            total += 1
+            if depth >= max_depth:
+                raise InvalidInputError(_spell(ref), f"nests containers deeper than {max_depth} levels "
                                         f"({raise_hint('max_nesting_depth')})")
-            if len(v) > cfg.max_list_items:
-                raise InvalidInputError(_spell(ref), limit_rule("has items:", len(v), cfg.max_list_items,
-                                                                "max_list_items"))
-            if isinstance(v, dict):
-                for k, x in v.items():
+            if len(v) > max_items:
+                raise InvalidInputError(_spell(ref), limit_rule("has items:", len(v), max_items, "max_list_items"))
+            is_dict = isinstance(v, dict)
+            pairs: Iterable[tuple[Any, Any]] = v.items() if isinstance(v, dict) else enumerate(v)
+            for k, x in pairs:
+                if is_dict:
                     key = k if isinstance(k, str) else str(k)
                     sub: _Ref = (ref, key)
                     total += len(key) if key.isascii() else utf8_size(key, _spell(sub))
+                else:
+                    sub = (ref, k)  # a list index
+                # Strings and other scalars, the bulk of any record, are sized here; only
+                # containers go on the stack (the walk is on every write's path).
+                if isinstance(x, (dict, list, tuple)):
                     stack.append((x, sub, depth + 1))
-            else:
-                stack.extend((x, (ref, i), depth + 1) for i, x in enumerate(v))
+                else:
+                    total += 1 + _scalar_size(x, sub, max_text)
+                    if total > total_limit:
+                        break
         if total > total_limit:
             raise InvalidInputError(field, f"is more than {total_limit} bytes ({raise_hint(total_setting)})")
     return total
+
+
+def _scalar_size(v: Any, ref: _Ref, max_text: int) -> int:
+    """UTF-8 bytes of a string (at most ``max_text``, valid Unicode); 0 for any other scalar,
+    which must be finite if it is a float."""
+    if isinstance(v, str):
+        n = len(v) if v.isascii() else utf8_size(v, _spell(ref))
+        if n > max_text:
+            raise InvalidInputError(_spell(ref), limit_rule("is UTF-8 bytes:", n, max_text, "max_text_bytes"))
+        return n
+    if isinstance(v, float) and not math.isfinite(v):
+        raise InvalidInputError(_spell(ref), f"must be a finite number, got {v!r}")
+    return 0
 
 
 _Ref = tuple[Any, "str | int"]  # (parent's ref or None, key, list index, or the root field's name)

@@ -97,7 +97,9 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, GraphSt
 
     name = "embedded"
 
-    def __init__(self, path: str | Path, read_only: bool = False) -> None:
+    def __init__(self, path: str | Path, read_only: bool = False, cache_mb: int = 256,
+                 wal_autocheckpoint_pages: int = 16_384) -> None:
+        """``cache_mb`` and ``wal_autocheckpoint_pages``: see the config fields ``sqlite_*``."""
         self.path = Path(path)
         self.read_only = read_only
         self._lock = threading.RLock()
@@ -119,6 +121,8 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, GraphSt
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute("PRAGMA busy_timeout=30000")
         self._conn.execute("PRAGMA foreign_keys=OFF")
+        self._conn.execute(f"PRAGMA cache_size=-{int(cache_mb) * 1024}")
+        self._conn.execute(f"PRAGMA wal_autocheckpoint={int(wal_autocheckpoint_pages)}")
         with self._lock:
             self._conn.executescript(_SCHEMA)
         with self._tx() as cur:
