@@ -104,6 +104,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=20260101)
     ap.add_argument("--tmp", default=None, help="where the LanceDB sidecar goes (default: the system temp dir)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--keep", type=Path, metavar="DATA_DIR",
+                    help="put the WorldModel folder (its LanceDB index) here and keep it, for --recall-only")
     ap.add_argument("--recall-only", type=Path, metavar="DATA_DIR",
                     help="only time recall, on a copy of an earlier run's WorldModel folder (its LanceDB "
                          "index) and its tenant (--tenant) on the same Neo4j")
@@ -121,7 +123,9 @@ def main() -> int:
     tenant = f"scale-{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         store = Neo4jGraphStore(args.uri, args.user, args.password)
-        wm = WorldModel.open(Path(tmp) / "wm", embedder=emb, graph=store)
+        folder = args.keep if args.keep is not None else Path(tmp) / "wm"
+        out["tenant"] = tenant
+        wm = WorldModel.open(folder, embedder=emb, graph=store)
         try:
             log(f"recording up to {args.episodes:,} episodes into {args.uri}, tenant {tenant}")
             out["record"] = rec = record(wm, tenant, corpus, emb, args.batch, args.max_record_minutes * 60, log)
