@@ -224,6 +224,55 @@ def test_segment_merging_is_size_tiered():
     assert segments_to_merge([10, 10, 10], 2) == 3  # equal sizes: everything
 
 
+def test_compaction_target_tiers() -> None:
+    """Small fragments merge once they fill one; COMPACT_TIER full ones merge into one COMPACT_TIER
+    times as big; deletions past lance's share force a rewrite; an explicit optimize merges all."""
+    from types import SimpleNamespace
+
+    from worldgraph.memory.index_policy import COMPACT_TIER, compaction_target
+
+    def ds(*frags: int | tuple[int, int]) -> Any:
+        out = []
+        for f in frags:
+            rows, deleted = f if isinstance(f, tuple) else (f, 0)
+            dfile = SimpleNamespace(num_deleted_rows=deleted) if deleted else None
+            out.append(SimpleNamespace(metadata=SimpleNamespace(physical_rows=rows, deletion_file=dfile)))
+        return SimpleNamespace(get_fragments=lambda: out)
+
+    big = 100 * COMPACT_TIER
+    assert compaction_target(ds(40, 50), 100) is None  # 90 small rows: not a full fragment yet
+    assert compaction_target(ds(100), 100) is None
+    assert compaction_target(ds(40, 60), 100) == 100
+    assert compaction_target(ds(*[150] * (COMPACT_TIER - 1), 30), 100) is None
+    assert compaction_target(ds(*[150] * COMPACT_TIER, 30), 100) == big  # the second tier
+    assert compaction_target(ds(*[big] * 5, 30, 20), 100) is None  # full-size fragments stay
+    assert compaction_target(ds(big, (100, 11)), 100) == 100  # 11 % deleted
+    assert compaction_target(ds(big, (100, 10)), 100) is None
+    assert compaction_target(ds(big), 100, full=True) == big
+
+
+def test_the_second_compaction_tier_merges_full_fragments(tmp_path: Path) -> None:
+    cfg = WorldGraphConfig(ann_index_min_rows=10**6, compact_every_writes=10**6, optimize_every_rows=10**6,
+                           compact_target_rows=100)
+    idx = EpisodeIndex(tmp_path / "db", 16, "synthetic", cfg)
+    rng = np.random.default_rng(6)
+    part = idx._part("A", create=True)
+
+    def sizes() -> list[int]:
+        return [f.metadata.physical_rows for f in idx.table_for("A").to_lance().get_fragments()]
+    for b in range(4):  # fragments of exactly compact_target_rows: the first tier leaves them alone
+        with idx.adding("A") as add:
+            add(rows(100 * b, 100 * (b + 1), rng))
+        if b < 3:
+            idx._optimize_part(part)  # what the background runs; each fold adds an index segment
+            assert sizes() == [100] * (b + 1)
+    idx._optimize_part(part)  # the 4th: the segments are merged, then the fragments
+    assert sizes() == [400]
+    assert max(segments(idx).values()) == 1
+    assert idx.count("A") == 400 and idx.get("A", ["e0"])[0]["episode_id"] == "e0"
+    idx.close()
+
+
 def test_background_compaction_waits_for_a_full_fragment(tmp_path: Path):
     cfg = WorldGraphConfig(ann_index_min_rows=10**6, compact_every_writes=10**6, optimize_every_rows=10**6,
                            compact_target_rows=300)

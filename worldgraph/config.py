@@ -145,11 +145,16 @@ class WorldGraphConfig(BaseSettings):
     ann_nprobes: int = Field(20, gt=0)
     ann_candidates: int = Field(100, gt=0)
     # Retrain the ANN index once the table wants this many times the partitions it was built with.
-    ann_retrain_growth: float = Field(4.0, gt=1.0)
+    # 2, not 4: a search probes ann_nprobes partitions whatever their size, so partitions grown 4x
+    # scanned up to 4x the codes (at 1M, an index trained at 300k: 37 partitions for 122).
+    ann_retrain_growth: float = Field(2.0, gt=1.0)
     # Old table versions (and the files only they use) are deleted this long after they stop being
     # the newest; a reader always works on the newest, so this only needs to outlast one search.
     index_version_retention_seconds: float = Field(300.0, ge=0)
-    # Compaction merges small fragments up to this many rows; bigger ones are not rewritten again.
+    # Compaction merges small fragments into fragments of this many rows, and once there are
+    # index_policy.COMPACT_TIER of those, them into fragments of COMPACT_TIER times as many (each
+    # row is rewritten about twice). Fewer fragments, faster reads: every search reads its rows
+    # from each fragment they are in (measured at 1M: 39 fragments 15.2 ms, 4 fragments 9.5 ms).
     compact_target_rows: int = Field(65_536, gt=0)
     # New rows are indexed as small delta segments; an index with more segments than this (every
     # search reads each one) is merged back into one by the next background optimize.

@@ -20,7 +20,7 @@ from typing import Any
 
 from worldgraph.memory.index_policy import (
     ann_due_rows,
-    compaction_due,
+    compaction_target,
     fold_new_rows,
     index_partitions,
     vector_index_config,
@@ -271,11 +271,16 @@ class IndexMaintenance(IndexTables):
             except Exception:  # pragma: no cover - no pylance: lancedb's all-in-one optimize
                 self._retry(part, lambda: table.optimize(), "optimize")
             else:
-                # Fragments reaching compact_target_rows are left alone: with lance's default
-                # (1M rows) the growing fragment was rewritten by every compaction. The background
-                # compacts only once the small fragments fill one (index_policy.compaction_due).
-                target = self.config.compact_target_rows
-                if full or compaction_due(table.to_lance(), target):
+                # With lance's default target (1M rows) the growing fragment was rewritten by every
+                # compaction: the background compacts only when index_policy.compaction_target says
+                # a rewrite is due, and to the size it says.
+                target = compaction_target(table.to_lance(), self.config.compact_target_rows, full)
+                if target is not None and target > self.config.compact_target_rows:
+                    # lance merges only fragments covered by the same index segments: the second
+                    # tier (and an explicit optimize) first merges each index into one segment
+                    self._retry(part, lambda: fold_new_rows(table.to_lance(), self.config, True), "optimize indexes",
+                                lock=False)
+                if target is not None:
                     self._retry(part, lambda: table.to_lance().optimize.compact_files(target_rows_per_fragment=target),
                                 "compact")
                 self._retry(part, lambda: fold_new_rows(table.to_lance(), self.config, full), "optimize indexes",

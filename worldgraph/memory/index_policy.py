@@ -93,26 +93,39 @@ def index_partitions(dataset: Any, name: str) -> int | None:
 DELETED_SHARE = 0.1  # lance's compaction rewrites a fragment for its deletions past this share
 
 
-def compaction_due(dataset: Any, target_rows: int) -> bool:
-    """Whether compacting is worth a rewrite: the fragments smaller than ``target_rows`` add up to
-    a full one, or a fragment has more than ``DELETED_SHARE`` of its rows deleted (by updates
-    and deletes; compaction then drops them).
+COMPACT_TIER = 4  # fragments of compact_target_rows merge into one COMPACT_TIER times as big
+
+
+def compaction_target(dataset: Any, target_rows: int, full: bool = False) -> int | None:
+    """The fragment size a compaction should aim at now, or None when none is worth a rewrite.
 
     Each write adds a small fragment. Compacting at every optimize rewrote the growing merged
-    fragment again and again (and held the table's write lock meanwhile); waiting until the
-    small ones fill a fragment writes each row about once more.
+    fragment again and again (and held the table's write lock meanwhile), so small fragments
+    wait until they add up to a full one (``target_rows``), and a fragment with more than
+    ``DELETED_SHARE`` of its rows deleted is rewritten to drop them. A second tier keeps the
+    count of fragments down as the table grows (a search reads its hits from every fragment
+    they are in, at a cost per fragment): once ``COMPACT_TIER`` fragments of ``target_rows``
+    to ``COMPACT_TIER * target_rows`` rows exist, they are merged into fragments of up to
+    ``COMPACT_TIER * target_rows``. Each row is so rewritten about twice. ``full`` (an
+    explicit optimize) merges everything below the second tier's size at once.
     """
-    small = 0
-    count = 0
+    big = target_rows * COMPACT_TIER
+    if full:
+        return big
+    small = count = mid = 0
     for frag in dataset.get_fragments():
         meta = frag.metadata
         deleted = meta.deletion_file.num_deleted_rows if meta.deletion_file is not None else 0
         if deleted > DELETED_SHARE * meta.physical_rows:
-            return True
+            return target_rows
         if meta.physical_rows < target_rows:
             small += meta.physical_rows
             count += 1
-    return count >= 2 and small >= target_rows
+        elif meta.physical_rows < big:
+            mid += 1
+    if mid >= COMPACT_TIER:
+        return big
+    return target_rows if count >= 2 and small >= target_rows else None
 
 
 def segments_to_merge(sizes: list[int], max_segments: int) -> int:
