@@ -146,3 +146,59 @@ def test_other_databases_and_query_types_are_refused() -> None:
         check_plan(plan_of(SEEK), "neo4j", query_type="rw")
     with pytest.raises(TenantScopeError, match="no plan"):
         check_plan(None, "neo4j")
+
+
+# ----------------------------------------------------------------------------- scans a Filter pins
+# What Neo4j plans for a scoped pattern when its statistics give the tenant index one value (a
+# database of one tenant, or a fresh one): a scan, then a Filter on $tenant_id.
+INDEX_SCAN = "RANGE INDEX a:Episode(tenant_id) WHERE tenant_id IS NOT NULL, cache[a.tenant_id]"
+NEXT_SCAN = "(a)-[anon_0:NEXT]->(b)"
+
+
+@pytest.mark.parametrize("predicate, leaf", [
+    ("cache[a.tenant_id] = $tenant_id", op("NodeIndexScan", INDEX_SCAN)),
+    ("a.tenant_id = $tenant_id AND a.ts > $since", op("NodeByLabelScan", "a:Episode")),
+    ("$tenant_id = a.tenant_id", op("NodeByLabelScan", "a:Episode")),
+    ("a.tenant_id = $tenant_id AND (a:Episode AND b:Episode)", op("DirectedRelationshipTypeScan", NEXT_SCAN)),
+    ("b:Episode AND b.tenant_id = $tenant_id", op("UndirectedRelationshipTypeScan", "(a)-[r:NEXT]-(b)")),
+    ("a.name = 'x OR y' AND a.tenant_id = $tenant_id", op("NodeIndexScan", INDEX_SCAN)),
+    ("`odd ``name`.tenant_id = $tenant_id",
+     op("NodeIndexScan", "RANGE INDEX `odd ``name`:Episode(tenant_id) WHERE tenant_id IS NOT NULL")),
+])
+def test_a_scan_pinned_by_the_filter_above_it_passes(predicate: str, leaf: dict[str, Any]) -> None:
+    check_plan(op("ProduceResults", "a", op("Projection", "a.id AS id", op("Filter", predicate, leaf))), "neo4j")
+
+
+@pytest.mark.parametrize("predicate, leaf", [
+    ("a.tenant_id = $tenant_id OR true", op("NodeIndexScan", INDEX_SCAN)),
+    ("a.tenant_id = $tenant_id XOR a.x = 1", op("NodeIndexScan", INDEX_SCAN)),
+    ("a.x = 1 AND a.tenant_id = $tenant_id OR a.y = 2", op("NodeIndexScan", INDEX_SCAN)),
+    ("NOT a.tenant_id = $tenant_id", op("NodeIndexScan", INDEX_SCAN)),
+    ("NOT (a.tenant_id = $tenant_id AND a.x = 1)", op("NodeIndexScan", INDEX_SCAN)),
+    ("a.tenant_id = 'victim'", op("NodeIndexScan", INDEX_SCAN)),
+    ("a.tenant_id = $tenant_id2", op("NodeIndexScan", INDEX_SCAN)),
+    ("a.tenant_id = $tenant_id + 'x'", op("NodeIndexScan", INDEX_SCAN)),
+    ("b.tenant_id = $tenant_id", op("NodeIndexScan", INDEX_SCAN)),  # another node than the scanned one
+    ("a.name = 'x AND a.tenant_id = $tenant_id'", op("NodeIndexScan", INDEX_SCAN)),  # inside a string
+    ("anon_0.tenant_id = $tenant_id", op("DirectedRelationshipTypeScan", NEXT_SCAN)),  # not an end
+    ("a.tenant_id = $tenant_id", op("AllNodesScan", "a")),  # no label: still refused
+    ("k.tenant_id = $tenant_id", op("NodeByLabelScan", "k:ApiKey")),  # not a label a tenant explores
+    ("cache[k.tenant_id] = $tenant_id",
+     op("NodeIndexScan", "RANGE INDEX k:ApiKey(tenant_id) WHERE tenant_id IS NOT NULL, cache[k.tenant_id]")),
+    ("a.tenant_id = $tenant_id", op("DirectedAllRelationshipsScan", "(a)-[r]->(b)")),
+])
+def test_a_scan_the_filter_does_not_pin_is_refused(predicate: str, leaf: dict[str, Any]) -> None:
+    with pytest.raises(TenantScopeError):
+        check_plan(op("ProduceResults", "a", op("Filter", predicate, leaf)), "neo4j")
+
+
+def test_a_pinning_filter_must_be_the_scans_parent() -> None:
+    scan = op("NodeIndexScan", INDEX_SCAN)
+    with pytest.raises(TenantScopeError, match="NodeIndexScan"):  # the expansion reads other tenants' rows first
+        check_plan(op("ProduceResults", "b", op("Filter", "a.tenant_id = $tenant_id",
+                                                op("Expand(All)", "(a)-[:NEXT]->(b)", scan))), "neo4j")
+    with pytest.raises(TenantScopeError, match="NodeIndexScan"):  # a pinned scan does not pin a second one
+        check_plan(op("ProduceResults", "a", op("CartesianProduct", None,
+                                                op("Filter", "a.tenant_id = $tenant_id", op("NodeIndexScan", INDEX_SCAN)),
+                                                op("NodeIndexScan", INDEX_SCAN.replace("a:", "c:").replace("[a.", "[c.")))),
+                   "neo4j")

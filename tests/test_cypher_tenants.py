@@ -194,6 +194,13 @@ ATTACKS: list[tuple[str, str, dict[str, Any]]] = [
     ("prefix of tenant_id", "MATCH (e:Episode) WHERE e.tenant_id STARTS WITH left($tenant_id, 3) "
                             "RETURN e.task_description", {}),
     ("IN list", "MATCH (e:Episode) WHERE e.tenant_id IN [$tenant_id, '{victim}'] RETURN e.task_description", {}),
+    # a scan forced by a hint: only a Filter on exactly $tenant_id right above it lets it through
+    ("forced scan, OR true", "MATCH (e:Episode) USING SCAN e:Episode WHERE e.tenant_id = $tenant_id OR true "
+                             "RETURN properties(e)", {}),
+    ("forced scan, the victim's tenant", "MATCH (e:Episode) USING SCAN e:Episode WHERE e.tenant_id = '{victim}' "
+                                         "RETURN e.task_description", {}),
+    ("forced scan, tenant after an expansion", "MATCH (e:Episode)-[:PERFORMED_BY]->(a:Agent) USING SCAN e:Episode "
+                                               "WHERE a.tenant_id = $tenant_id RETURN e.task_description", {}),
     ("OR another tenant", "MATCH (e:Episode) WHERE e.tenant_id = $tenant_id OR e.tenant_id = '{victim}' "
                           "RETURN e.task_description", {}),
     ("OR another property", "MATCH (e:Episode) WHERE e.tenant_id = $tenant_id OR e.outcome = 'success' "
@@ -374,6 +381,8 @@ LEGIT: list[tuple[str, dict[str, Any]]] = [
      "RETURN a.action_type, e.id", {}),
     ("MATCH (s:Scene {tenant_id: $tenant_id, env_name: $env}) RETURN s.status, count(*) AS n", {}),
     ("MATCH (m:Environment {tenant_id: $tenant_id}) RETURN m.env_name AS env", {}),
+    # a scan and a Filter on $tenant_id: Neo4j's plan when the tenant index holds one value (forced here)
+    ("MATCH (e:Episode {tenant_id: $tenant_id}) USING SCAN e:Episode RETURN e.task_description AS t", {}),
     ("MATCH (n:WorldNode {tenant_id: $tenant_id, env_name: $env}) RETURN n.kind, count(*) AS n", {}),
     ("MATCH (r:Rule {tenant_id: $tenant_id})-[:CONCERNS]->(n) RETURN r.condition, collect(n.name) AS about", {}),
     ("MATCH (s:Scene {tenant_id: $tenant_id})-[:PRODUCED]->(x) RETURN s.id, count(x) AS n", {}),

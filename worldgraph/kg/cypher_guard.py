@@ -14,6 +14,11 @@ walks the plan tree. The query runs only if every operator is on an allow-list:
   id = $x, cache[e.id]``; it is parsed from the start (Neo4j quotes odd variable names in
   backticks and doubles the ones inside, so a variable cannot imitate the rest), and the tenant
   predicate must be followed by nothing, ``, cache[`` or `` AND <next index property> ``.
+* **Or a scan the next step pins.** A node index or label scan, or a relationship type scan,
+  whose parent is a Filter with the top-level term ``v.tenant_id = $tenant_id`` for the scanned
+  node (or an end of the scanned relationship): only the caller's rows leave the Filter. Neo4j
+  plans a scoped pattern so when its statistics give the tenant index a single value (a
+  database holding one tenant, or a fresh one), where a seek costs the same as the scan.
 * **How rows grow.** Everything else must be an operator that reads the graph only through the
   nodes and relationships already in its rows: expansions (``Expand``, ``VarLengthExpand``,
   ``ShortestPath``, ``Repeat(Trail)``, ...), filters, projections, joins, unions, sorts,
@@ -46,8 +51,10 @@ What this costs, and what it does not cover: a query whose planner chose another
 add ``USING INDEX f:Episode(tenant_id)``. Whether a plan is accepted depends on database-wide
 statistics only through the planner's choice of index, and ``id()`` / ``elementId()`` of the
 caller's own nodes are database-wide counters: both hint at the size of the database, never at a
-record. A tenant can still spend the server's time and memory on its own data; the timeout and the
-row cap bound the first, Neo4j's ``db.memory.transaction.max`` (server config) the second.
+record. A tenant can still spend the server's time and memory on its own data, and on scanning
+(never seeing) other tenants' nodes of a label by forcing a pinned scan (``USING SCAN``); the
+timeout and the row cap bound the time, Neo4j's ``db.memory.transaction.max`` (server config)
+the memory.
 """
 
 from __future__ import annotations
@@ -173,6 +180,75 @@ _WHY = {
 }
 
 
+# Scans a Filter right above them may pin to the caller (``_pinned_scans``). Not AllNodesScan
+# nor scans of every relationship: a pattern without a label or type is refused, as it says.
+_NODE_SCANS = frozenset({"NodeIndexScan", "NodeByLabelScan", "NodeIndexContainsScan", "NodeIndexEndsWithScan"})
+_REL_SCANS = frozenset({"DirectedRelationshipTypeScan", "UndirectedRelationshipTypeScan"})
+# "(a)-[anon_0:NEXT]->(b)", "(a)-[r:NEXT]-(b)"
+_REL_SCANNED_RE = re.compile(rf"\((?P<a>{_NAME})\)-\[{_NAME}:[A-Za-z_][A-Za-z0-9_]*\]->?\((?P<b>{_NAME})\)\Z")
+
+
+def _pinned_scans(plan: Mapping[str, Any]) -> set[int]:
+    """The scans (``id()`` of their operator) whose every row goes straight into a Filter that keeps
+    only the caller's: the Filter is the scan's parent, and one of its top-level ``AND`` terms is
+    ``v.tenant_id = $tenant_id`` for the scanned node, of a label in ``TENANT_LABELS`` (or for
+    either end of a scanned relationship: no relationship joins two tenants, as for expansions).
+    The rows above the Filter are then the caller's as surely as a seek's. This is how Neo4j
+    plans a scoped pattern when its statistics say the tenant index holds a single value (a
+    database with one tenant, or a fresh one): an index or type scan and a Filter, not a seek.
+    A predicate with a top-level ``OR`` / ``XOR`` pins nothing."""
+    pinned: set[int] = set()
+    for op in _walk(plan):
+        children: list[Mapping[str, Any]] = list(op.get("children") or ())
+        if _operator(op)[0] != "Filter" or len(children) != 1:
+            continue
+        child = children[0]
+        name, details = _operator(child)[0], _details(child)
+        if name in _NODE_SCANS:
+            m = _SEEK_RE.match(details) if name != "NodeByLabelScan" else _SCANNED_RE.match(details)
+            # as for seeks, only the labels a tenant explores (not ApiKey, say)
+            ends = [m.group("var")] if m is not None and m.group("label") in q.TENANT_LABELS else []
+        elif name in _REL_SCANS:
+            m = _REL_SCANNED_RE.match(details)
+            ends = [m.group("a"), m.group("b")] if m is not None else []
+        else:
+            continue
+        terms = _conjuncts(_details(op))
+        if terms and any(term in terms for v in ends for term in (
+                f"{v}.{TENANT_PARAM} = ${TENANT_PARAM}", f"cache[{v}.{TENANT_PARAM}] = ${TENANT_PARAM}",
+                f"${TENANT_PARAM} = {v}.{TENANT_PARAM}", f"${TENANT_PARAM} = cache[{v}.{TENANT_PARAM}]")):
+            pinned.add(id(child))
+    return pinned
+
+
+def _conjuncts(predicate: str) -> set[str]:
+    """The top-level ``AND`` terms of a Filter's predicate; none if it has a top-level ``OR`` or
+    ``XOR`` (which bind looser than ``AND``). Brackets, quoted strings and backticked names are
+    skipped whole, so words inside them do not count."""
+    terms, depth, start, i, n = set(), 0, 0, 0, len(predicate)
+    while i < n:
+        ch = predicate[i]
+        if ch in "'\"`":
+            i += 1
+            while i < n and predicate[i] != ch:
+                i += 2 if predicate[i] == "\\" and ch != "`" else 1
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif depth == 0 and ch == " ":
+            word = predicate[i + 1:].split(" ", 1)[0].upper()
+            if word in ("OR", "XOR"):
+                return set()
+            if word == "AND":
+                terms.add(predicate[start:i].strip())
+                start = i + 5
+                i += 4
+        i += 1
+    terms.add(predicate[start:].strip())
+    return terms
+
+
 def check_plan(plan: Mapping[str, Any] | None, database: str, query_type: str | None = "r") -> None:
     """Refuse the query unless its plan provably reads only the caller's tenant (module docstring).
 
@@ -182,13 +258,14 @@ def check_plan(plan: Mapping[str, Any] | None, database: str, query_type: str | 
                                  "(w: write, rw: read-write, s: schema or administration)")
     if not plan:
         raise TenantScopeError("Neo4j gave no plan for this query, so cypher() cannot check it; " + HOW)
+    pinned = _pinned_scans(plan)
     for op in _walk(plan):
         name, db = _operator(op)
         if db is not None and db != database:
             raise TenantScopeError(f"the query runs on database {db!r}; cypher() runs only on {database!r} "
                                    "(drop the USE clause)")
         details = _details(op)
-        row_operator = name in _ROW_OPERATORS or name.split("(")[0] in _EXPANSIONS
+        row_operator = name in _ROW_OPERATORS or name.split("(")[0] in _EXPANSIONS or id(op) in pinned
         if not row_operator and name not in _SEEKS:
             raise TenantScopeError(f"the query's plan step {name} ({_short(details) or 'no details'}) "
                                    f"{_why(name)}; {_fix(name, details)}")
