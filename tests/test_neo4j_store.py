@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.test_store_contract import ENV, add, edge, episode, first_plan, node
+from tests.test_store_contract import ENV, add, edge, episode, first_plan, node, scene
 from worldgraph.errors import CypherQueryError, InvalidInputError, ReadOnlyQueryError, StoreUnavailableError, TenantScopeError
 from worldgraph.kg import cypher_guard
 from worldgraph.kg import neo4j_queries as q
@@ -307,3 +307,22 @@ def test_unreachable_server_names_the_uri_and_the_fix() -> None:
     assert "worldgraph neo4j start" in message and "docker compose up -d neo4j" in message
     assert "NEO4J_URI" in message
 
+
+
+@pytest.mark.neo4j
+def test_a_plan_into_an_environment_without_nodes_counts_like_a_full_count(store: Neo4jGraphStore,
+                                                                           tenant: str) -> None:
+    """Into an environment without world nodes, apply_plan CREATEs and counts only rules and scenes
+    (it knows it wrote every node and edge there is): the meta's counts equal a full count, with
+    the rules and scenes of an earlier plan that had no nodes."""
+    plan = first_plan(tenant)
+    store.apply_plan(MergePlan(tenant_id=tenant, env_name=ENV, rules=plan.rules,
+                               scene=scene(tenant, "scene-0", status="merged"),
+                               meta={"env_name": ENV, "graph_version": 1}))
+    store.apply_plan(plan)
+    counts = store.world_graph(tenant, ENV)["meta"]["counts"]
+    with store._driver.session(database=store.database) as session:
+        full = session.run(q.ENV_COUNTS, tenant_id=tenant, env_name=ENV, prefix=q.env_prefix(tenant, ENV)).single()
+    assert full is not None
+    assert counts == {k: full[k] for k in ("nodes", "edges", "rules", "scenes")} == \
+        {"nodes": 5, "edges": 3, "rules": 1, "scenes": 2}

@@ -161,6 +161,13 @@ RETURN
   COUNT { MATCH (n:Scene {tenant_id: $tenant_id, env_name: $env_name}) } AS scenes
 """
 
+# ENV_COUNTS' rules and scenes only (apply_plan into an environment without world nodes knows the rest).
+ENV_RULE_SCENE_COUNTS = """
+RETURN
+  COUNT { MATCH (n:Rule) WHERE n.key STARTS WITH $prefix } AS rules,
+  COUNT { MATCH (n:Scene {tenant_id: $tenant_id, env_name: $env_name}) } AS scenes
+"""
+
 SET_META = """
 MERGE (m:Environment {tenant_id: $tenant_id, env_name: $env_name})
 SET m.record = $record, m.graph_version = $graph_version, m.updated_at = $updated_at
