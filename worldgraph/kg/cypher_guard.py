@@ -221,6 +221,9 @@ def _pinned_scans(plan: Mapping[str, Any]) -> set[int]:
     return pinned
 
 
+_KEYWORD_RE = re.compile(r"(?:AND|X?OR)(?![\w$])", re.I)
+
+
 def _conjuncts(predicate: str) -> set[str]:
     """The top-level ``AND`` terms of a Filter's predicate; none if it has a top-level ``OR`` or
     ``XOR`` (which bind looser than ``AND``). Brackets, quoted strings and backticked names are
@@ -236,14 +239,14 @@ def _conjuncts(predicate: str) -> set[str]:
             depth += 1
         elif ch in ")]}":
             depth -= 1
-        elif depth == 0 and ch == " ":
-            word = predicate[i + 1:].split(" ", 1)[0].upper()
-            if word in ("OR", "XOR"):
+        elif depth == 0 and ch.isspace():
+            word = _KEYWORD_RE.match(predicate, i + 1)  # matched in place: the walk stays linear
+            if word is not None and word.group(0).upper() in ("OR", "XOR"):
                 return set()
-            if word == "AND":
+            if word is not None:  # AND
                 terms.add(predicate[start:i].strip())
-                start = i + 5
-                i += 4
+                start = word.end()
+                i = word.end() - 1
         i += 1
     terms.add(predicate[start:].strip())
     return terms
