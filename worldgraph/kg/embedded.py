@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import NotFoundError, ReadOnlyError, StorageError
 from worldgraph.kg.codec import dumps as _dumps
 from worldgraph.kg.codec import loads as _loads
@@ -97,9 +98,15 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, GraphSt
 
     name = "embedded"
 
-    def __init__(self, path: str | Path, read_only: bool = False, cache_mb: int = 256,
-                 wal_autocheckpoint_pages: int = 16_384) -> None:
-        """``cache_mb`` and ``wal_autocheckpoint_pages``: see the config fields ``sqlite_*``."""
+    def __init__(self, path: str | Path, read_only: bool = False, cache_mb: int | None = None,
+                 wal_autocheckpoint_pages: int | None = None) -> None:
+        """``cache_mb`` and ``wal_autocheckpoint_pages``: see the config fields ``sqlite_*``, whose
+        defaults apply when they are None (one place for the numbers)."""
+        fields = WorldGraphConfig.model_fields
+        if cache_mb is None:
+            cache_mb = int(fields["sqlite_cache_mb"].default)
+        if wal_autocheckpoint_pages is None:
+            wal_autocheckpoint_pages = int(fields["sqlite_wal_autocheckpoint_pages"].default)
         self.path = Path(path)
         self.read_only = read_only
         self._lock = threading.RLock()
