@@ -17,7 +17,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from pydantic.json_schema import SkipJsonSchema
 
+from worldgraph.config import SEED_MIN_SIMILARITY, WorldGraphConfig
 from worldgraph.kg import curiosity
+from worldgraph.memory import conversation
 from worldgraph.memory import models as lib
 
 
@@ -60,9 +62,17 @@ CANVAS_DOCS = {
     "state": "The canvas state (free-form object).",
     "actions": "Actions taken on it during the run: [{id, type, component_id, timestamp, details}].",
 }
+# The defaults a description states are read from the config class itself (its field defaults,
+# through the property recall uses), never written out again: a description cannot drift.
+_DEFAULTS = WorldGraphConfig.model_construct()  # field defaults, without the environment
+DEFAULT_MIN_SIMILARITY = _DEFAULTS.min_similarity
+MIN_SIMILARITY_DOC = (f"Minimum semantic (cosine) similarity, -1 to 1. Default: the server's min_similarity_threshold, "
+                      f"{DEFAULT_MIN_SIMILARITY} unless the server sets it (relevance_signal "
+                      f"{_DEFAULTS.relevance_signal!r}; {SEED_MIN_SIMILARITY} with 'vector').")
+
 RECALL_OPTION_DOCS = {
     "limit": "How many results (overrides the request's limit).",
-    "min_similarity": "Minimum semantic (cosine) similarity, -1 to 1; default the server's 0.6.",
+    "min_similarity": MIN_SIMILARITY_DOC,
     "agent_role": "Only episodes of this role.",
     "agent_id": "Only episodes of this agent.",
     "canvas_ids": "Only episodes on these canvases.",
@@ -116,6 +126,11 @@ class AgentRound(curiosity.AgentRound):
     agent_id: str | None = Field(None, description="The agent, for the episode recorded for this round.")
 
 
+class ConversationTurn(conversation.ConversationTurn):
+    """One turn of a transcript: who spoke, what was said, when. Other fields of an
+    AgentExperience (e.g. outcome, learnings) may be given too."""
+
+
 # ---------------------------------------------------------------------------- requests
 class ExperienceBatch(BaseModel):
     """Several runs at once: all are validated first (one bad item rejects the batch), then
@@ -159,6 +174,29 @@ class FeedbackRequest(BaseModel):
     notes: str | None = Field(None, description="Why.")
     category: str | None = Field(None, description="e.g. accuracy, helpfulness, safety.")
     created_by: str | None = Field(None, description="Who rated it (default anonymous).")
+
+
+class ConversationRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    session_id: str = Field(description="The chat, thread or run the turns belong to; recall can follow a "
+                                         "session's neighbours.")
+    turns: list[ConversationTurn] = Field(description="The turns in order: one episode per turn (speaker -> "
+                                                      "agent_id, text -> task_description, the turn before -> "
+                                                      "input_summary). All are checked before any is recorded.")
+
+
+class Snapshot(BaseModel):
+    """An environment's world graph as its canonical snapshot: the records of the snapshot folder's
+    nodes.jsonl, edges.jsonl, rules.jsonl, scenes.jsonl and meta.json (see `worldgraph export`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    meta: dict[str, Any] | None = Field(None, description="graph_version, updated_at, app_name, counts, ... "
+                                                          "(counts are recomputed; env_name is the path's).")
+    nodes: list[dict[str, Any]] = Field(default_factory=list, description="Entities and states (id, kind, type, "
+                                                                          "name required).")
+    edges: list[dict[str, Any]] = Field(default_factory=list, description="id, relation, src_id, dst_id required.")
+    rules: list[dict[str, Any]] = Field(default_factory=list, description="id, condition, outcome required.")
+    scenes: list[dict[str, Any]] = Field(default_factory=list, description="Scene packets (id required).")
 
 
 class CypherRequest(BaseModel):
@@ -206,7 +244,8 @@ class ScoreBreakdown(_Open):
     clamped: float
     feedback_aware: float
     diversity_penalty: float
-    final: float
+    final: float = Field(description="The ranking value: clamped + feedback_aware - diversity_penalty; it can "
+                                     "exceed 1 or drop below 0 (relevance_score is it clamped to [0, 1]).")
 
 
 class RecallResultOut(_Open):
@@ -220,7 +259,8 @@ class RecallResultOut(_Open):
     learnings: list[str]
     confidence: float
     timestamp: str
-    relevance_score: float = Field(description="The final score, 0 to 1: what results are ordered by.")
+    relevance_score: float = Field(description="The score, 0 to 1: score_breakdown.final (what results are ordered "
+                                               "by) clamped to [0, 1].")
     semantic_score: float = Field(description="Cosine similarity of the query and the run.")
     canvas_id: str | None = None
     canvas_name: str | None = None
@@ -298,9 +338,16 @@ class ScenePacket(_Open):
     created_at: str
 
 
+LLM_CONFIGURED_DOC = ("Whether the server has an LLM to extract graph updates with (OPENAI_API_KEY or "
+                      "OPENAI_BASE_URL in its environment). Without one, scene packets stay pending.")
+NOTE_DOC = "What happens to the pending packets next, and what to do when nothing will (e.g. no LLM configured)."
+
+
 class RoundResponse(BaseModel):
     packet: ScenePacket | None = Field(description="The scene packet when the round carried "
                                                    "FLAG_CURIOSITY: yes, else null.")
+    llm_configured: bool = Field(description=LLM_CONFIGURED_DOC)
+    note: str | None = Field(None, description=NOTE_DOC + " Null when the round stored no packet.")
 
 
 class DroppedItemOut(_Open):
@@ -325,6 +372,18 @@ class MergeReportOut(_Open):
     dropped: list[DroppedItemOut] = Field(description="Items left out, each with its reason.")
     notes: list[DroppedItemOut] = Field(default_factory=list)
     skipped: str | None = None
+
+
+class RetryResponse(BaseModel):
+    reports: list[MergeReportOut] = Field(description="One merge report per packet retried (ok false: not merged, "
+                                                      "with the error; the packet stays pending or failed).")
+    llm_configured: bool = Field(description=LLM_CONFIGURED_DOC)
+    note: str | None = Field(None, description=NOTE_DOC)
+
+
+class ImportResult(_Open):
+    env_name: str
+    counts: dict[str, int] = Field(description="How many nodes, edges, rules and scenes were loaded.")
 
 
 class WorldGraphOut(_Open):
