@@ -199,6 +199,16 @@ class Snapshot(BaseModel):
     scenes: list[dict[str, Any]] = Field(default_factory=list, description="Scene packets (id required).")
 
 
+class SnapshotOut(Snapshot):
+    """An exported snapshot: every list is present (each sorted by id, every contract key filled)."""
+
+    meta: dict[str, Any] | None = Field(description="graph_version, updated_at, app_name, env_name, counts, ...")
+    nodes: list[dict[str, Any]] = Field(description="Entities and states.")
+    edges: list[dict[str, Any]] = Field(description="Containment, transition and episodic edges.")
+    rules: list[dict[str, Any]] = Field(description="If-then rules.")
+    scenes: list[dict[str, Any]] = Field(description="Scene packets with their status.")
+
+
 class CypherRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: str = Field(min_length=1, description="Read-only Cypher in which every labelled node it starts from is "

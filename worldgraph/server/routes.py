@@ -47,6 +47,7 @@ from worldgraph.server.models import (
     RetryResponse,
     RoundResponse,
     Snapshot,
+    SnapshotOut,
     WorldGraphOut,
 )
 from worldgraph.service import WorldModel
@@ -197,7 +198,7 @@ async def world_graph(env: str, tenant: Tenant, wm: WM) -> dict[str, Any]:
     return await in_thread(wm.world_graph, tenant, env)
 
 
-@router.get("/envs/{env}/snapshot", response_model=Snapshot, tags=["world"], responses=_NOT_FOUND,
+@router.get("/envs/{env}/snapshot", response_model=SnapshotOut, tags=["world"], responses=_NOT_FOUND,
             summary="Export an environment's canonical snapshot (`worldgraph export`)",
             description="The records of the five snapshot files (nodes, edges, rules, scenes, meta), each list "
                         "sorted by id with every contract key; PUT it back to import it.")
