@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from worldgraph import WorldModel
+from worldgraph.config import WorldGraphConfig
 from worldgraph.memory.embeddings import HashingEmbedder
 from worldgraph.server.app import create_app, openapi_document
 from worldgraph.server.keys import ApiKeys
@@ -114,3 +115,6 @@ def test_the_routes_are_in_the_openapi_document() -> None:
     props = doc["components"]["schemas"]["RoundResponse"]["properties"]
     assert {"llm_configured", "note"} <= set(props) and "LLM" in props["llm_configured"]["description"]
     assert "llm_configured" in doc["components"]["schemas"]["RetryResponse"]["properties"]
+    # the stated default is the one recall uses when the server sets nothing (0.3 with hybrid, not 0.6)
+    floor = doc["components"]["schemas"]["RecallOptions"]["properties"]["min_similarity"]["description"]
+    assert f"{WorldGraphConfig().min_similarity} unless the server sets it" in floor

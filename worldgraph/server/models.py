@@ -45,7 +45,8 @@ EXPERIENCE_DOCS = {
     "outcome": "success or failure.",
     "success": "Derived from outcome when left out; must agree with it.",
     "error_message": "What went wrong, for a failure.",
-    "confidence_score": "The agent's confidence in its result, 0 to 1 (default 0.5).",
+    "confidence_score": f"The agent's confidence in its result, 0 to 1 (default "
+                        f"{lib.AgentExperience.model_fields['confidence_score'].default}).",
     "constitutional_violations": "Rules it broke (readiness counts runs with none).",
     "human_intervention_required": "Whether a human had to step in.",
     "learnings": "What to remember for next time (recall matches these too).",
@@ -83,7 +84,8 @@ RECALL_OPTION_DOCS = {
     "feedback_category": "Count only feedback of this category (e.g. accuracy).",
     "include_canvas_context": "Add each episode's canvas snapshot and actions.",
     "include_neighborhood": "Add each episode's canvas, feedback, scenes and the world nodes and rules learned from it.",
-    "hybrid": "Add BM25 full-text hits to the vector candidates (default true).",
+    "hybrid": f"Add BM25 full-text hits to the vector candidates (default "
+              f"{str(lib.RecallOptions.model_fields['hybrid'].default).lower()}).",
     "extract_filters": "Turn references in the query (canvas-123, agent:bob, dates, 'last week') into filters.",
 }
 ROUND_DOCS = {

@@ -144,14 +144,18 @@ def _counts(graph: dict[str, Any]) -> str:
 
 def _sections(graph: dict[str, Any], keep: set[str] | None, history: bool) -> list[tuple[str, list[str]]]:
     nodes = {n["id"]: n for n in graph.get("nodes") or []}
-    shown = (lambda i: i in nodes) if keep is None else (lambda i: i in keep)
+
+    def shown(node_id: str) -> bool:
+        return node_id in (nodes if keep is None else keep)
+
     edges = graph.get("edges") or []
     parent: dict[str, str] = {}
     for e in edges:
         if e.get("relation") == "containment" and _current(e):
             parent[e["dst_id"]] = e["src_id"]
 
-    entities, states = [], []
+    entities: list[str] = []
+    states: list[str] = []
     for n in sorted(nodes.values(), key=lambda n: (_label(n).lower(), n["id"])):
         if not _current(n) or not shown(n["id"]):
             continue
