@@ -119,3 +119,12 @@ def test_tools_state_true_defaults_and_one_id(demo: WorldModel) -> None:
     ready = call(demo, "readiness", {"agent_id": "amy", "window": 20}).structured_content
     assert ready["episodes"] == 10 and ready["window"] == 20 and isinstance(ready["ready"], bool)
     assert call(demo, "readiness", {"agent_id": "nobody"}).is_error
+
+
+def test_observe_round_says_when_no_llm_is_configured(demo: WorldModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    flagged = {"round": 30, "action": "look", "response": "hm\nFLAG_CURIOSITY: yes\nCURIOSITY_REASON: odd"}
+    answer = call(demo, "observe_round", {"env_name": "Attic", "round": flagged}).structured_content
+    assert answer["packet"]["status"] == "pending" and answer["llm_configured"] is False
+    assert "no LLM is configured" in answer["note"] and "OPENAI_API_KEY" in answer["note"]
