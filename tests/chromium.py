@@ -39,7 +39,8 @@ def find_chromium() -> str | None:
 class Browser:
     """One headless Chromium with one page. ``with Browser(path) as b: b.open(file); b.eval(js)``."""
 
-    def __init__(self, chromium: str, size: tuple[int, int] = (1400, 900), timeout: float = 60) -> None:
+    def __init__(self, chromium: str, size: tuple[int, int] = (1400, 900), timeout: float = 60,
+                 flags: tuple[str, ...] = ()) -> None:
         self.size = size
         self.timeout = timeout
         self._profile = tempfile.TemporaryDirectory(prefix="wg-chromium-")
@@ -52,7 +53,7 @@ class Browser:
         for fd in (cmd_r, out_w):
             os.close(fd)
         self._proc = subprocess.Popen(
-            ["bash", "-c", f'exec "$0" "$@" 3<&{far[0]} 4>&{far[1]} {far[0]}<&- {far[1]}>&-', chromium, *FLAGS,
+            ["bash", "-c", f'exec "$0" "$@" 3<&{far[0]} 4>&{far[1]} {far[0]}<&- {far[1]}>&-', chromium, *FLAGS, *flags,
              f"--user-data-dir={self._profile.name}", f"--window-size={size[0]},{size[1]}", "about:blank"],
             pass_fds=tuple(far), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for fd in far:
@@ -110,8 +111,11 @@ class Browser:
     def open(self, path: Path, fragment: str = "", ready: str = "document.body && document.body.dataset.ready === '1'",
              timeout: float | None = None) -> float:
         """Load a file and wait until ``ready`` is true; returns the seconds from navigation."""
+        return self.open_url(path.resolve().as_uri() + (f"#{fragment}" if fragment else ""), ready, timeout)
+
+    def open_url(self, url: str, ready: str, timeout: float | None = None) -> float:
+        """Load ``url`` and wait until the expression ``ready`` is true; returns the seconds from navigation."""
         self.events.clear()
-        url = path.resolve().as_uri() + (f"#{fragment}" if fragment else "")
         # via about:blank: the same file with another #fragment would otherwise not reload
         self.call("Page.navigate", session=True, url="about:blank")
         t0 = time.perf_counter()
@@ -119,7 +123,7 @@ class Browser:
         deadline = time.monotonic() + (timeout or self.timeout)
         while not self.eval(f"Boolean({ready})"):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{path.name}: not ready after {timeout or self.timeout}s; console: {self.console}")
+                raise TimeoutError(f"{url}: not ready after {timeout or self.timeout}s; console: {self.console}")
             time.sleep(0.05)
         return time.perf_counter() - t0
 

@@ -159,9 +159,11 @@ def test_feedback_aware_recall(scored) -> None:  # type: ignore[no-untyped-def]
     assert [(r["episode_id"], r["relevance_score"]) for r in res] == [(ids[1], pytest.approx(0.98, abs=1e-6))]
     res = wm.recall_experiences("t1", "Finance", "qqq",
                                 options={"min_similarity": 0.0, "min_feedback_score": 0.0, "hybrid": False})
-    # unrated episodes are excluded once a feedback threshold is set; -1 rated ones get -0.3
+    # unrated episodes are excluded once a feedback threshold is set; -1 rated ones get -0.3, which
+    # ranks them (score_breakdown.final) but the score callers get is clamped to [0, 1]
     assert [r["episode_id"] for r in res] == [ids[1], ids[2], ids[3]]
-    assert res[1]["relevance_score"] == pytest.approx(0.22 - 0.3, abs=1e-6)
+    assert res[1]["score_breakdown"]["final"] == pytest.approx(0.22 - 0.3, abs=1e-6)
+    assert res[1]["relevance_score"] == 0.0
 
 
 def test_five_near_copies_do_not_fill_the_top(tmp_path) -> None:  # type: ignore[no-untyped-def]

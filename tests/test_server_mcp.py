@@ -26,7 +26,7 @@ from worldgraph.memory.embeddings import HashingEmbedder
 pytestmark = pytest.mark.slow
 
 TOOLS = {"record_experience", "recall_experiences", "submit_feedback", "get_agent_episodes", "observe_round",
-         "apply_delta", "world_graph", "cypher"}
+         "apply_delta", "world_graph", "cypher", "readiness", "record_conversation"}
 EXPERIENCE = {"agent_id": "fin-1", "agent_role": "Finance", "task_type": "reconciliation",
               "task_description": "Reconcile SKU-123 inventory discrepancy", "outcome": "success",
               "learnings": ["count twice"]}
@@ -69,12 +69,16 @@ async def _exercise(client: Client, neo4j: bool) -> str:
     assert [r["episode_id"] for r in results] == [eid]
     fb = await _call(client, "submit_feedback", {"episode_id": eid, "score": 1, "category": "accuracy"})
     assert fb["average"] == 1.0 and fb["count"] == 1
-    assert [e["id"] for e in (await _call(client, "get_agent_episodes", {"agent_id": "fin-1"}))["episodes"]] == [eid]
+    assert [e["episode_id"] for e in (await _call(client, "get_agent_episodes", {"agent_id": "fin-1"}))["episodes"]
+            ] == [eid]
     packet = (await _call(client, "observe_round", {"env_name": "Kitchen", "round": ROUND}))["packet"]
     assert packet["status"] == "pending" and packet["trigger_reason"] == "a key"
     report = await _call(client, "apply_delta", {"env_name": "Kitchen", "delta": DELTA, "scene": "mcp test"})
     assert report["ok"] and len(report["created"]["nodes"]) == 2
-    graph = await _call(client, "world_graph", {"env_name": "Kitchen"})
+    text = (await client.call_tool("world_graph", {"env_name": "Kitchen"})).content[0].text  # type: ignore[union-attr]
+    assert "item:brass key: in furniture:kitchen table" in text
+    full = await client.call_tool("world_graph", {"env_name": "Kitchen", "format": "json"})
+    graph = json.loads(full.content[0].text)  # type: ignore[union-attr]
     assert sorted(n["name"] for n in graph["nodes"]) == ["brass key", "kitchen table"]
     query = "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e.id AS id ORDER BY id"
     if neo4j:

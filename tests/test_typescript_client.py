@@ -1,5 +1,5 @@
 """The TypeScript client's committed types are those of the service as it is: openapi.json is the
-document the app serves now, and src/schema.d.ts was generated from exactly that file. When this
+document the app serves now, and src/schema.ts was generated from exactly that file. When this
 fails, run `npm run generate` in clients/typescript and commit both files."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from worldgraph.server.app import openapi_document
 
 CLIENT = Path(__file__).resolve().parent.parent / "clients" / "typescript"
-FIX = "stale: run `npm run generate` in clients/typescript and commit openapi.json and src/schema.d.ts"
+FIX = "stale: run `npm run generate` in clients/typescript and commit openapi.json and src/schema.ts"
 
 
 def test_committed_openapi_document_is_current() -> None:
@@ -22,7 +22,7 @@ def test_committed_openapi_document_is_current() -> None:
 
 
 def test_generated_types_come_from_the_committed_document() -> None:
-    header = (CLIENT / "src" / "schema.d.ts").read_text(encoding="utf-8").splitlines()[0]
+    header = (CLIENT / "src" / "schema.ts").read_text(encoding="utf-8").splitlines()[0]
     m = re.search(r"sha256 ([0-9a-f]{64})", header)
-    assert m, f"src/schema.d.ts has no generator header; {FIX}"
+    assert m, f"src/schema.ts has no generator header; {FIX}"
     assert m.group(1) == hashlib.sha256((CLIENT / "openapi.json").read_bytes()).hexdigest(), FIX

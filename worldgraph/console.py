@@ -77,7 +77,8 @@ def print_recall(results: list[Any], explain: bool = True) -> None:
     table(rows, ["#", "score", "semantic", "feedback", "outcome", "task", "episode"])
     if explain:
         print("\nwhy (score = relevance x w + recency + feedback + confidence x w + date match, clamped; then "
-              "feedback-aware boost and diversity penalty; relevance = vector + bm25 [+ neighbour] parts):")
+              "feedback-aware boost and diversity penalty, which rank; the score shown is clamped to [0, 1]; "
+              "relevance = vector + bm25 [+ neighbour] parts):")
         for i, r in enumerate(results, 1):
             b = r["score_breakdown"]
             print(f"  #{i}: {b['semantic_weighted']:+.3f} relevance ({b.get('vector_part', 0):.3f} vector "
@@ -89,7 +90,9 @@ def print_recall(results: list[Any], explain: bool = True) -> None:
                   + f"=> {b['clamped']:.3f}"
                   + (f"  {b['feedback_aware']:+.3f} feedback-aware" if b["feedback_aware"] else "")
                   + (f"  -{b['diversity_penalty']:.3f} diversity" if b["diversity_penalty"] else "")
-                  + f"  = {b['final']:.3f}")
+                  + f"  = {b['final']:.3f}"
+                  + (f" (score {min(1.0, max(0.0, b['final'])):.3f}: clamped to [0, 1])"
+                     if not 0.0 <= b["final"] <= 1.0 else ""))
 
 
 def print_report(r: dict[str, Any]) -> None:

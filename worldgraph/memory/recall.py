@@ -311,7 +311,7 @@ def format_results(store: EpisodeStore, tenant_id: str, opts: RecallOptions, fou
             learnings=ep.get("learnings", []),
             confidence=ep["confidence_score"],
             timestamp=ep["timestamp"],
-            relevance_score=round(parts[i].final, 6),
+            relevance_score=round(parts[i].score, 6),
             canvas_id=ep.get("canvas_id"),
             canvas_name=ep.get("canvas_name"),
             canvas_actions=ep.get("canvas_action_ids", []),

@@ -72,7 +72,15 @@ class ScoreParts:
 
     @property
     def final(self) -> float:
+        """The ranking value: the clamped score plus the feedback-aware boost (which can lift it
+        over 1) minus the diversity penalty (which can push it under 0). Results are ordered by it."""
         return self.clamped + self.feedback_aware - self.diversity_penalty
+
+    @property
+    def score(self) -> float:
+        """What callers get as ``relevance_score``: ``final`` clamped to [0, 1]. Clamping is
+        monotone, so the reported scores keep the order ``final`` gave (ties at 0 or 1 included)."""
+        return min(1.0, max(0.0, self.final))
 
     def as_dict(self) -> dict[str, float]:
         return {

@@ -1,5 +1,5 @@
 """The FastAPI application of ``worldgraph serve``: the REST routes under ``/v1``, ``/health``,
-the OpenAPI document at ``/openapi.json`` (docs at ``/docs``) and the MCP server at ``/mcp``.
+the OpenAPI document at ``/openapi.json`` (Swagger UI at ``/docs``, offline) and the MCP server at ``/mcp``.
 
 ``create_app(wm)`` serves a WorldModel the caller opened and closes (``worldgraph serve`` closes
 it after uvicorn's graceful shutdown, which is when background world updates are waited for).
@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio.to_thread
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 from starlette.routing import Route
 
 from worldgraph import __version__
@@ -53,8 +54,14 @@ def create_app(wm: WorldModel | None, *, max_request_bytes: int | None = None, t
         async with mcp.session_manager.run():
             yield
 
-    app = FastAPI(title="worldgraph", version=__version__, description=DESCRIPTION, lifespan=lifespan,
-                  generate_unique_id_function=lambda route: route.name)  # operationId = the function's name
+    # FastAPIOffline: /docs (Swagger UI) loads its script and styles from the assets the
+    # fastapi-offline package ships (served under /static-offline-docs), never from a CDN, so the
+    # docs work on a machine without internet access. No /redoc: ReDoc's page still fetches its
+    # vendor's logo from a CDN.
+    app = FastAPIOffline(title="worldgraph", version=__version__, description=DESCRIPTION, lifespan=lifespan,
+                         redoc_url=None,
+                         generate_unique_id_function=lambda route: route.name,  # operationId = the function's name
+                         swagger_ui_parameters={"validatorUrl": None})  # no badge fetched from swagger.io
     app.state.wm = wm
     app.state.keys = ApiKeys(wm.store) if wm is not None else None
     errors.install(app)

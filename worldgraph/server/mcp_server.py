@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -23,7 +23,16 @@ from pydantic import Field
 from worldgraph import __version__
 from worldgraph.server.auth import scope_tenant
 from worldgraph.server.errors import describe
-from worldgraph.server.models import AgentExperience, AgentRound, CanvasContext, GraphDelta, RecallOptions
+from worldgraph.server.models import (
+    DEFAULT_MIN_SIMILARITY,
+    AgentExperience,
+    AgentRound,
+    CanvasContext,
+    ConversationTurn,
+    GraphDelta,
+    RecallOptions,
+)
+from worldgraph.server.world_text import DEFAULT_MAX_CHARS, MAX_DEPTH, WorldFilter, filtered_graph, world_text
 from worldgraph.service import WorldModel
 
 T = TypeVar("T")
@@ -35,10 +44,13 @@ went; when a human rates a run, call submit_feedback. In an environment (a game,
 call observe_round after each round; end your response with the lines 'FLAG_CURIOSITY: yes' and
 'CURIOSITY_REASON: <why>' when the round taught you something about how the world works, and the
 world graph (entities, states, transitions, rules) is updated in the background. world_graph shows
-what is known about an environment."""
+what is known about an environment, compactly (filter it with name, node_type or around)."""
 
 READ = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
 WRITE = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False)
+
+# Internal columns of a stored episode that are no use to a model; "id" repeats "episode_id".
+_NOT_FOR_MODELS = frozenset({"id", "tenant_id", "ts"})
 
 EnvName = Annotated[str, Field(description="The environment's name, e.g. CottageEscape (letters, digits, "
                                            "'_', '-', '.').")]
@@ -79,9 +91,10 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         agent_role: Annotated[str | None, Field(description="Only runs of this role (e.g. Finance); "
                                                             "null for all.")] = None,
         limit: Annotated[int, Field(gt=0, le=100, description="How many results at most.")] = 5,
-        options: Annotated[RecallOptions | None, Field(description="Filters: min_similarity (default 0.6; lower it "
-                                                             "to see more), success_only, agent_id, canvas_ids, "
-                                                             "date_range, min_feedback_score, ...")] = None,
+        options: Annotated[RecallOptions | None, Field(description=f"Filters: min_similarity (default "
+                                                             f"{DEFAULT_MIN_SIMILARITY}; lower it to see more), "
+                                                             "success_only, agent_id, canvas_ids, date_range, "
+                                                             "min_feedback_score, ...")] = None,
     ) -> dict[str, Any]:
         """Find past runs similar to a task, best first. Each result has the task, outcome, learnings,
         relevance_score (0-1), semantic_score and feedback_score. Use before starting a task."""
@@ -106,8 +119,33 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         ctx: Context,
         limit: Annotated[int, Field(gt=0, le=1000, description="How many, newest first.")] = 30,
     ) -> dict[str, Any]:
-        """An agent's newest recorded runs, newest first."""
-        return {"episodes": call(ctx, lambda wm, t: wm.get_agent_episodes(t, agent_id, limit))}
+        """An agent's newest recorded runs, newest first (each names its id episode_id)."""
+        episodes = call(ctx, lambda wm, t: wm.get_agent_episodes(t, agent_id, limit))
+        return {"episodes": [{k: v for k, v in e.items() if k not in _NOT_FOR_MODELS} for e in episodes]}
+
+    @server.tool(annotations=READ)
+    def readiness(
+        agent_id: Annotated[str, Field(description="The agent's id.")],
+        ctx: Context,
+        window: Annotated[int, Field(gt=0, le=1000, description="How many of its newest runs to judge.")] = 30,
+    ) -> dict[str, Any]:
+        """The graduation exam of an agent over its last `window` runs: zero-intervention ratio,
+        constitutional compliance, mean confidence and success rate against their thresholds.
+        Returns the ratios, score, ready (true when every check passes) and the failing checks."""
+        return call(ctx, lambda wm, t: wm.readiness(t, agent_id, window))
+
+    @server.tool(annotations=WRITE)
+    def record_conversation(
+        session_id: Annotated[str, Field(description="The chat, thread or run the turns belong to.")],
+        turns: Annotated[list[ConversationTurn], Field(description="The turns in order: {speaker, text, timestamp "
+                                                                   "(optional)}.")],
+        ctx: Context,
+    ) -> dict[str, Any]:
+        """Record a conversation turn by turn, in order: one recallable run per turn (the speaker is
+        the agent, the text the task, the turn before it the input), linked in time order within the
+        session. All turns are checked before any is recorded. Returns {"episode_ids"}."""
+        raw = [turn.model_dump(exclude_unset=True) for turn in turns]  # the facade checks plain turns
+        return {"episode_ids": call(ctx, lambda wm, t: wm.record_conversation(t, session_id, raw))}
 
     @server.tool(annotations=WRITE)
     def observe_round(env_name: EnvName, round: Annotated[AgentRound, Field(description="The round.")],  # noqa: A002
@@ -115,8 +153,17 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         """Report one round of acting in an environment (action, observations before and after, your full
         response). It is recorded as a run; if your response ends with 'FLAG_CURIOSITY: yes' and
         'CURIOSITY_REASON: ...', a scene packet is returned and the world graph is updated from it in the
-        background. Returns {"packet": ... or null}."""
-        return {"packet": call(ctx, lambda wm, t: wm.observe_round(t, env_name, round.model_dump()))}
+        background when the server has an LLM. Returns {"packet": ... or null, "llm_configured", "note"}:
+        the note says what becomes of the packet (e.g. it stays pending: no LLM is configured)."""
+        from worldgraph.config import llm_configured
+        from worldgraph.server.routes import world_update_note
+
+        def run(wm: WorldModel, t: str) -> dict[str, Any]:
+            packet = wm.observe_round(t, env_name, round.model_dump())
+            pending = int(packet is not None and packet.get("status") == "pending")
+            return {"packet": packet, "llm_configured": llm_configured(), "note": world_update_note(wm, pending)}
+
+        return call(ctx, run)
 
     @server.tool(annotations=WRITE)
     def apply_delta(
@@ -132,12 +179,40 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         created, merged, closed ids and dropped items with reasons."""
         return call(ctx, lambda wm, t: wm.apply_delta(t, env_name, delta, scene).to_dict())
 
-    @server.tool(annotations=READ)
-    def world_graph(env_name: EnvName, ctx: Context) -> dict[str, Any]:
-        """Everything known about an environment: nodes (entities, states), edges (containment,
-        transitions with their actions), if-then rules, scenes and meta (version, counts). Closed facts
-        have valid_to set."""
-        return call(ctx, lambda wm, t: wm.world_graph(t, env_name))
+    @server.tool(annotations=READ, structured_output=False)
+    def world_graph(
+        env_name: EnvName,
+        ctx: Context,
+        node_type: Annotated[str | None, Field(description="Only nodes of this type (e.g. room, item, door_state) "
+                                                           "or kind (entity, state).")] = None,
+        name: Annotated[str | None, Field(description="Only nodes whose name contains this (any case).")] = None,
+        around: Annotated[str | None, Field(description="Only the neighbourhood of this node (its id, type:name or "
+                                                        "name): what contains it, what it contains, its states and "
+                                                        "transitions, to `depth` steps.")] = None,
+        depth: Annotated[int, Field(ge=0, le=MAX_DEPTH, description="Steps from `around`.")] = 1,
+        history: Annotated[bool, Field(description="Also closed facts (where things were, former states, "
+                                                   "retired rules).")] = False,
+        max_chars: Annotated[int, Field(ge=500, le=1_000_000, description="Cut the text answer at this many "
+                                                                          "characters; the last line says what "
+                                                                          "was left out.")] = DEFAULT_MAX_CHARS,
+        format: Annotated[Literal["text", "json"], Field(description="text: counts and one line per current "
+                                                                     "fact; json: every record (large), "
+                                                                     "with the same filters.")] = "text",  # noqa: A002
+    ) -> str:
+        """What is known about an environment. By default a compact text: counts, then the current
+        facts one per line (rules IF -> THEN; entities with where they are and their attributes;
+        current states; transitions with their actions), at most max_chars characters, ending with
+        what was left out. Narrow it with name, node_type or around; history=true adds closed facts;
+        format="json" returns the full records (nodes, edges, rules, scenes, meta)."""
+        flt = WorldFilter(node_type=node_type, name=name, around=around, depth=depth, history=history)
+
+        def run(wm: WorldModel, t: str) -> str:
+            graph = wm.world_graph(t, env_name)
+            if format == "json":
+                return json.dumps(filtered_graph(graph, flt), ensure_ascii=False, separators=(",", ":"), default=str)
+            return world_text(graph, env_name, flt, max_chars)
+
+        return call(ctx, run)
 
     @server.tool(annotations=READ)
     def cypher(

@@ -17,7 +17,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from pydantic.json_schema import SkipJsonSchema
 
+from worldgraph.config import SEED_MIN_SIMILARITY, WorldGraphConfig
 from worldgraph.kg import curiosity
+from worldgraph.memory import conversation
 from worldgraph.memory import models as lib
 
 
@@ -43,7 +45,8 @@ EXPERIENCE_DOCS = {
     "outcome": "success or failure.",
     "success": "Derived from outcome when left out; must agree with it.",
     "error_message": "What went wrong, for a failure.",
-    "confidence_score": "The agent's confidence in its result, 0 to 1 (default 0.5).",
+    "confidence_score": f"The agent's confidence in its result, 0 to 1 (default "
+                        f"{lib.AgentExperience.model_fields['confidence_score'].default}).",
     "constitutional_violations": "Rules it broke (readiness counts runs with none).",
     "human_intervention_required": "Whether a human had to step in.",
     "learnings": "What to remember for next time (recall matches these too).",
@@ -60,9 +63,17 @@ CANVAS_DOCS = {
     "state": "The canvas state (free-form object).",
     "actions": "Actions taken on it during the run: [{id, type, component_id, timestamp, details}].",
 }
+# The defaults a description states are read from the config class itself (its field defaults,
+# through the property recall uses), never written out again: a description cannot drift.
+_DEFAULTS = WorldGraphConfig.model_construct()  # field defaults, without the environment
+DEFAULT_MIN_SIMILARITY = _DEFAULTS.min_similarity
+MIN_SIMILARITY_DOC = (f"Minimum semantic (cosine) similarity, -1 to 1. Default: the server's min_similarity_threshold, "
+                      f"{DEFAULT_MIN_SIMILARITY} unless the server sets it (relevance_signal "
+                      f"{_DEFAULTS.relevance_signal!r}; {SEED_MIN_SIMILARITY} with 'vector').")
+
 RECALL_OPTION_DOCS = {
     "limit": "How many results (overrides the request's limit).",
-    "min_similarity": "Minimum semantic (cosine) similarity, -1 to 1; default the server's 0.6.",
+    "min_similarity": MIN_SIMILARITY_DOC,
     "agent_role": "Only episodes of this role.",
     "agent_id": "Only episodes of this agent.",
     "canvas_ids": "Only episodes on these canvases.",
@@ -73,7 +84,8 @@ RECALL_OPTION_DOCS = {
     "feedback_category": "Count only feedback of this category (e.g. accuracy).",
     "include_canvas_context": "Add each episode's canvas snapshot and actions.",
     "include_neighborhood": "Add each episode's canvas, feedback, scenes and the world nodes and rules learned from it.",
-    "hybrid": "Add BM25 full-text hits to the vector candidates (default true).",
+    "hybrid": f"Add BM25 full-text hits to the vector candidates (default "
+              f"{str(lib.RecallOptions.model_fields['hybrid'].default).lower()}).",
     "extract_filters": "Turn references in the query (canvas-123, agent:bob, dates, 'last week') into filters.",
 }
 ROUND_DOCS = {
@@ -114,6 +126,11 @@ class AgentRound(curiosity.AgentRound):
 
     model_config = ConfigDict(json_schema_extra=_described(ROUND_DOCS))
     agent_id: str | None = Field(None, description="The agent, for the episode recorded for this round.")
+
+
+class ConversationTurn(conversation.ConversationTurn):
+    """One turn of a transcript: who spoke, what was said, when. Other fields of an
+    AgentExperience (e.g. outcome, learnings) may be given too."""
 
 
 # ---------------------------------------------------------------------------- requests
@@ -161,6 +178,39 @@ class FeedbackRequest(BaseModel):
     created_by: str | None = Field(None, description="Who rated it (default anonymous).")
 
 
+class ConversationRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    session_id: str = Field(description="The chat, thread or run the turns belong to; recall can follow a "
+                                         "session's neighbours.")
+    turns: list[ConversationTurn] = Field(description="The turns in order: one episode per turn (speaker -> "
+                                                      "agent_id, text -> task_description, the turn before -> "
+                                                      "input_summary). All are checked before any is recorded.")
+
+
+class Snapshot(BaseModel):
+    """An environment's world graph as its canonical snapshot: the records of the snapshot folder's
+    nodes.jsonl, edges.jsonl, rules.jsonl, scenes.jsonl and meta.json (see `worldgraph export`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    meta: dict[str, Any] | None = Field(None, description="graph_version, updated_at, app_name, counts, ... "
+                                                          "(counts are recomputed; env_name is the path's).")
+    nodes: list[dict[str, Any]] = Field(default_factory=list, description="Entities and states (id, kind, type, "
+                                                                          "name required).")
+    edges: list[dict[str, Any]] = Field(default_factory=list, description="id, relation, src_id, dst_id required.")
+    rules: list[dict[str, Any]] = Field(default_factory=list, description="id, condition, outcome required.")
+    scenes: list[dict[str, Any]] = Field(default_factory=list, description="Scene packets (id required).")
+
+
+class SnapshotOut(Snapshot):
+    """An exported snapshot: every list is present (each sorted by id, every contract key filled)."""
+
+    meta: dict[str, Any] | None = Field(description="graph_version, updated_at, app_name, env_name, counts, ...")
+    nodes: list[dict[str, Any]] = Field(description="Entities and states.")
+    edges: list[dict[str, Any]] = Field(description="Containment, transition and episodic edges.")
+    rules: list[dict[str, Any]] = Field(description="If-then rules.")
+    scenes: list[dict[str, Any]] = Field(description="Scene packets with their status.")
+
+
 class CypherRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: str = Field(min_length=1, description="Read-only Cypher in which every labelled node it starts from is "
@@ -206,7 +256,8 @@ class ScoreBreakdown(_Open):
     clamped: float
     feedback_aware: float
     diversity_penalty: float
-    final: float
+    final: float = Field(description="The ranking value: clamped + feedback_aware - diversity_penalty; it can "
+                                     "exceed 1 or drop below 0 (relevance_score is it clamped to [0, 1]).")
 
 
 class RecallResultOut(_Open):
@@ -220,7 +271,8 @@ class RecallResultOut(_Open):
     learnings: list[str]
     confidence: float
     timestamp: str
-    relevance_score: float = Field(description="The final score, 0 to 1: what results are ordered by.")
+    relevance_score: float = Field(description="The score, 0 to 1: score_breakdown.final (what results are ordered "
+                                               "by) clamped to [0, 1].")
     semantic_score: float = Field(description="Cosine similarity of the query and the run.")
     canvas_id: str | None = None
     canvas_name: str | None = None
@@ -298,9 +350,16 @@ class ScenePacket(_Open):
     created_at: str
 
 
+LLM_CONFIGURED_DOC = ("Whether the server has an LLM to extract graph updates with (OPENAI_API_KEY or "
+                      "OPENAI_BASE_URL in its environment). Without one, scene packets stay pending.")
+NOTE_DOC = "What happens to the pending packets next, and what to do when nothing will (e.g. no LLM configured)."
+
+
 class RoundResponse(BaseModel):
     packet: ScenePacket | None = Field(description="The scene packet when the round carried "
                                                    "FLAG_CURIOSITY: yes, else null.")
+    llm_configured: bool = Field(description=LLM_CONFIGURED_DOC)
+    note: str | None = Field(None, description=NOTE_DOC + " Null when the round stored no packet.")
 
 
 class DroppedItemOut(_Open):
@@ -325,6 +384,18 @@ class MergeReportOut(_Open):
     dropped: list[DroppedItemOut] = Field(description="Items left out, each with its reason.")
     notes: list[DroppedItemOut] = Field(default_factory=list)
     skipped: str | None = None
+
+
+class RetryResponse(BaseModel):
+    reports: list[MergeReportOut] = Field(description="One merge report per packet retried (ok false: not merged, "
+                                                      "with the error; the packet stays pending or failed).")
+    llm_configured: bool = Field(description=LLM_CONFIGURED_DOC)
+    note: str | None = Field(None, description=NOTE_DOC)
+
+
+class ImportResult(_Open):
+    env_name: str
+    counts: dict[str, int] = Field(description="How many nodes, edges, rules and scenes were loaded.")
 
 
 class WorldGraphOut(_Open):

@@ -11,6 +11,8 @@ threadpool before the body is parsed, so a bad key is a 401 whatever the body).
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Request
@@ -18,9 +20,14 @@ from fastapi.responses import HTMLResponse
 from starlette.concurrency import run_in_threadpool as in_thread
 
 from worldgraph import __version__
+from worldgraph.config import llm_configured
+from worldgraph.errors import InvalidInputError, NotFoundError
+from worldgraph.export.snapshot import read_snapshot, write_snapshot
+from worldgraph.names import check_env
 from worldgraph.server.auth import Tenant
 from worldgraph.server.models import (
     AgentRound,
+    ConversationRequest,
     CypherRequest,
     CypherResponse,
     EpisodeIds,
@@ -32,11 +39,15 @@ from worldgraph.server.models import (
     FeedbackRequest,
     GraphDelta,
     Health,
+    ImportResult,
     MergeReportOut,
     Readiness,
     RecallRequest,
     RecallResponse,
+    RetryResponse,
     RoundResponse,
+    Snapshot,
+    SnapshotOut,
     WorldGraphOut,
 )
 from worldgraph.service import WorldModel
@@ -78,6 +89,16 @@ async def record_experiences(body: Annotated[ExperiencesBody, Body()], tenant: T
     return {"episode_ids": ids}
 
 
+@router.post("/conversations", response_model=EpisodeIds, tags=["memory"], summary="Record a conversation",
+             description="A transcript, turn by turn, in order: one episode per turn (speaker -> agent_id, text -> "
+                         "task_description, the turn before -> input_summary), linked in time order within "
+                         "the session. All turns are checked before anything is recorded.")
+async def record_conversation(body: ConversationRequest, tenant: Tenant, wm: WM) -> dict[str, Any]:
+    # plain dicts, so that the facade's own checks (e.g. a turn may not set agent_id) run on them
+    turns = [t.model_dump(exclude_unset=True) for t in body.turns]
+    return {"episode_ids": await in_thread(wm.record_conversation, tenant, body.session_id, turns)}
+
+
 @router.post("/recall", response_model=RecallResponse, tags=["memory"], summary="Recall past runs by meaning",
              description="Candidates by vector similarity (plus BM25 hits), filtered, scored (semantic, recency, "
                          "feedback, confidence), diversified; the best `limit`.")
@@ -110,12 +131,56 @@ async def readiness(agent_id: str, tenant: Tenant, wm: WM,
 
 
 # ------------------------------------------------------------------------------ world graph
+def world_update_note(wm: WorldModel, pending: int) -> str | None:
+    """What becomes of ``pending`` scene packets on this server, and what to do when nothing
+    will (no LLM configured): the answer of a round or a retry says it, not only the server log."""
+    if pending == 0:
+        return None
+    if not llm_configured():
+        return (f"no LLM is configured on the server, so {pending} scene packet(s) stay pending: set OPENAI_API_KEY "
+                "(or OPENAI_BASE_URL for a local OpenAI-compatible server) in the server's environment, restart "
+                "it, then POST /v1/world/retry (or run `worldgraph world retry`).")
+    if not wm.config.world_background_updates:
+        return (f"{pending} scene packet(s) pending: background world updates are off on this server "
+                "(world_background_updates), so a `worldgraph worker` process merges them.")
+    return (f"{pending} scene packet(s) pending: the server's background worker extracts a delta with the LLM and "
+            "merges it; the scene's status shows in GET /v1/envs/{env}/graph.")
+
+
 @router.post("/envs/{env}/rounds", response_model=RoundResponse, tags=["world"], summary="Observe an agent round",
              description="Records the round as an episode. When its response ends with `FLAG_CURIOSITY: yes`, a "
                          "scene packet is stored (pending) and the server's background worker extracts and merges "
-                         "a graph delta from it with the configured LLM.")
+                         "a graph delta from it with the configured LLM. Without an LLM on the server the packet "
+                         "stays pending: `llm_configured` is false and `note` says how to configure one.")
 async def observe_round(env: str, body: AgentRound, tenant: Tenant, wm: WM) -> dict[str, Any]:
-    return {"packet": await in_thread(wm.observe_round, tenant, env, body.model_dump())}
+    packet = await in_thread(wm.observe_round, tenant, env, body.model_dump())
+    pending = int(packet is not None and packet.get("status") == "pending")
+    return {"packet": packet, "llm_configured": llm_configured(), "note": world_update_note(wm, pending)}
+
+
+@router.post("/world/retry", response_model=RetryResponse, tags=["world"],
+             summary="Re-run pending and failed scene packets now (`worldgraph world retry`)",
+             description="Extracts and merges every pending or failed scene packet of the tenant (of one "
+                         "environment with `env`), and those left running by a process that died. Needs an LLM "
+                         "on the server: without one every packet stays pending, `llm_configured` is false and "
+                         "`note` says how to configure one.")
+async def retry_updates(tenant: Tenant, wm: WM,
+                        env: Annotated[str | None, Query(description="Only this environment")] = None,
+                        stale_minutes: Annotated[float, Query(ge=0, description="Also re-run packets left "
+                                                              "'running' this long by a process that died")] = 10.0,
+                        ) -> dict[str, Any]:
+    def run() -> list[dict[str, Any]]:
+        if env is not None:
+            known = wm.store.environments(tenant)
+            if check_env(env) not in known:
+                raise NotFoundError("environment", env, f"tenant {tenant!r} has no world graph there "
+                                    f"(environments: {', '.join(known) or 'none yet'})")
+        return [r.to_dict() for r in wm.retry_updates(tenant, env, stale_minutes * 60)]
+
+    reports = await in_thread(run)
+    pending = sum(1 for r in reports if not r["ok"])
+    return {"reports": reports, "llm_configured": llm_configured(),
+            "note": world_update_note(wm, pending) if not llm_configured() else None}
 
 
 @router.post("/envs/{env}/deltas", response_model=MergeReportOut, tags=["world"],
@@ -131,6 +196,41 @@ async def apply_delta(env: str, delta: Annotated[GraphDelta, Body()], tenant: Te
             summary="One environment's graph: nodes, edges, rules, scenes, meta")
 async def world_graph(env: str, tenant: Tenant, wm: WM) -> dict[str, Any]:
     return await in_thread(wm.world_graph, tenant, env)
+
+
+@router.get("/envs/{env}/snapshot", response_model=SnapshotOut, tags=["world"], responses=_NOT_FOUND,
+            summary="Export an environment's canonical snapshot (`worldgraph export`)",
+            description="The records of the five snapshot files (nodes, edges, rules, scenes, meta), each list "
+                        "sorted by id with every contract key; PUT it back to import it.")
+async def export_snapshot(env: str, tenant: Tenant, wm: WM) -> dict[str, Any]:
+    def run() -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="worldgraph-export-") as tmp:
+            return read_snapshot(wm.export(tenant, env, tmp))
+
+    return await in_thread(run)
+
+
+@router.put("/envs/{env}/snapshot", response_model=ImportResult, tags=["world"],
+            summary="Import a snapshot into an environment (`worldgraph import`): replaces its graph",
+            description="Loads a snapshot (as GET /v1/envs/{env}/snapshot returns it, or the files of "
+                        "`worldgraph export`) into this environment of the key's tenant, replacing its world "
+                        "graph; records of another tenant are moved to the key's tenant (meta.env_name, when "
+                        "given, must be the path's). Everything is checked "
+                        "before anything is replaced; a bad record is named (e.g. nodes[3]). The body is bound by "
+                        "max_request_bytes: import larger snapshots with `worldgraph import`.")
+async def import_snapshot(env: str, body: Snapshot, tenant: Tenant, wm: WM) -> dict[str, Any]:
+    def run() -> dict[str, Any]:
+        check_env(env)  # before it names a folder
+        graph = body.model_dump()
+        meta = graph["meta"] or {}
+        if meta.get("env_name") not in (None, env):  # its records name that environment too
+            raise InvalidInputError("meta.env_name", f"is {meta['env_name']!r}, but the path names {env!r}: import "
+                                    f"it at /v1/envs/{meta['env_name']}/snapshot")
+        graph["meta"] = {**meta, "env_name": env}
+        with tempfile.TemporaryDirectory(prefix="worldgraph-import-") as tmp:
+            return wm.import_snapshot(tenant, write_snapshot(graph, Path(tmp) / env))
+
+    return await in_thread(run)
 
 
 @router.get("/envs/{env}/view", response_class=HTMLResponse, tags=["world"],

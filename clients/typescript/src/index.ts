@@ -2,8 +2,8 @@
  * Typed client for the worldgraph REST API.
  *
  * `createWorldgraphClient` is the openapi-fetch client over the generated `paths` (every route,
- * body and response typed from the service's OpenAPI document); `Worldgraph` wraps the calls
- * agents make most and throws `WorldgraphError` (status, type, message, field) on an error.
+ * body and response typed from the service's OpenAPI document); `Worldgraph` has one method per
+ * route (`ROUTES` lists which) and throws `WorldgraphError` (status, type, message, field) on an error.
  *
  *   const wg = new Worldgraph({ baseUrl: "http://127.0.0.1:8765", apiKey: process.env.WORLDGRAPH_KEY! });
  *   const [id] = await wg.record({ agent_id: "a1", task_type: "t", task_description: "...", outcome: "success" });
@@ -24,6 +24,13 @@ export type Episode = Schemas["EpisodeOut"];
 export type Readiness = Schemas["Readiness"];
 export type AgentRound = Schemas["AgentRound"];
 export type ScenePacket = Schemas["ScenePacket"];
+export type RoundAnswer = Schemas["RoundResponse"];
+export type RetryAnswer = Schemas["RetryResponse"];
+export type ConversationTurn = Schemas["ConversationTurn"];
+export type Snapshot = Schemas["SnapshotOut"];
+export type SnapshotInput = Schemas["Snapshot"];
+export type ImportResult = Schemas["ImportResult"];
+export type Health = Schemas["Health"];
 export type MergeReport = Schemas["MergeReportOut"];
 export type WorldGraph = Schemas["WorldGraphOut"];
 export type GraphDelta = paths["/v1/envs/{env}/deltas"]["post"]["requestBody"]["content"]["application/json"];
@@ -72,12 +79,36 @@ function unwrap<T>(answer: Answer<T>): T {
     body?.message ?? answer.response.statusText, body?.field ?? null);
 }
 
-/** The calls agents make most; each returns the data or throws WorldgraphError. */
+/** Which `Worldgraph` method calls each route of the service ("METHOD path" -> method name). */
+export const ROUTES = {
+  "GET /health": "health",
+  "POST /v1/experiences": "record",
+  "POST /v1/conversations": "recordConversation",
+  "POST /v1/recall": "recall",
+  "POST /v1/episodes/{episode_id}/feedback": "feedback",
+  "GET /v1/agents/{agent_id}/episodes": "episodes",
+  "GET /v1/agents/{agent_id}/readiness": "readiness",
+  "POST /v1/envs/{env}/rounds": "observeRound",
+  "POST /v1/world/retry": "retryUpdates",
+  "POST /v1/envs/{env}/deltas": "applyDelta",
+  "GET /v1/envs/{env}/graph": "worldGraph",
+  "GET /v1/envs/{env}/snapshot": "exportSnapshot",
+  "PUT /v1/envs/{env}/snapshot": "importSnapshot",
+  "GET /v1/envs/{env}/view": "view",
+  "POST /v1/cypher": "cypher",
+} as const satisfies Record<string, keyof Worldgraph>;
+
+/** One method per route; each returns the data or throws WorldgraphError. */
 export class Worldgraph {
   readonly api: Client<paths>;
 
   constructor(options: WorldgraphOptions) {
     this.api = createWorldgraphClient(options);
+  }
+
+  /** Liveness, version and graph store of the server (no key needed). */
+  async health(): Promise<Health> {
+    return unwrap(await this.api.GET("/health"));
   }
 
   /** Record one run or several (one transaction); their new episode ids. */
@@ -86,7 +117,12 @@ export class Worldgraph {
     return unwrap(await this.api.POST("/v1/experiences", { body })).episode_ids;
   }
 
-  /** Past runs like `query`, best first. */
+  /** Record a conversation turn by turn (one episode per turn, linked within the session); their ids. */
+  async recordConversation(sessionId: string, turns: ConversationTurn[]): Promise<string[]> {
+    return unwrap(await this.api.POST("/v1/conversations", { body: { session_id: sessionId, turns } })).episode_ids;
+  }
+
+  /** Past runs like `query`, best first; `relevance_score` is in [0, 1]. */
   async recall(query: string, opts: { agentRole?: string; limit?: number; options?: RecallOptions } = {}): Promise<RecallResult[]> {
     const body = { query, agent_role: opts.agentRole ?? null, limit: opts.limit ?? 5, options: opts.options ?? null };
     return unwrap(await this.api.POST("/v1/recall", { body })).results;
@@ -113,9 +149,16 @@ export class Worldgraph {
       params: { path: { agent_id: agentId }, query: { window } } }));
   }
 
-  /** Report a round; the scene packet when it carried FLAG_CURIOSITY: yes, else null. */
-  async observeRound(env: string, round: AgentRound): Promise<ScenePacket | null> {
-    return unwrap(await this.api.POST("/v1/envs/{env}/rounds", { params: { path: { env } }, body: round })).packet ?? null;
+  /** Report a round: `packet` is the scene packet when it carried FLAG_CURIOSITY: yes, else null;
+   * `llm_configured` false and `note` say when the packet stays pending because the server has no LLM. */
+  async observeRound(env: string, round: AgentRound): Promise<RoundAnswer> {
+    return unwrap(await this.api.POST("/v1/envs/{env}/rounds", { params: { path: { env } }, body: round }));
+  }
+
+  /** Re-run pending and failed scene packets now (all environments, or `env`); one report per packet. */
+  async retryUpdates(opts: { env?: string; staleMinutes?: number } = {}): Promise<RetryAnswer> {
+    return unwrap(await this.api.POST("/v1/world/retry", {
+      params: { query: { env: opts.env ?? null, stale_minutes: opts.staleMinutes } } }));
   }
 
   /** Merge a graph delta you already have (no LLM). */
@@ -127,6 +170,16 @@ export class Worldgraph {
   /** One environment's graph: nodes, edges, rules, scenes, meta. */
   async worldGraph(env: string): Promise<WorldGraph> {
     return unwrap(await this.api.GET("/v1/envs/{env}/graph", { params: { path: { env } } }));
+  }
+
+  /** An environment's canonical snapshot (nodes, edges, rules, scenes, meta). */
+  async exportSnapshot(env: string): Promise<Snapshot> {
+    return unwrap(await this.api.GET("/v1/envs/{env}/snapshot", { params: { path: { env } } }));
+  }
+
+  /** Load a snapshot into `env`, replacing its graph; what was loaded. */
+  async importSnapshot(env: string, snapshot: SnapshotInput): Promise<ImportResult> {
+    return unwrap(await this.api.PUT("/v1/envs/{env}/snapshot", { params: { path: { env } }, body: snapshot }));
   }
 
   /** The HTML page drawing an environment's graph. */

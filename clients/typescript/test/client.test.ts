@@ -3,14 +3,14 @@
 // WORLDGRAPH_BIN picks the command (default: the repository's .venv/bin/worldgraph).
 import assert from "node:assert/strict";
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { createWorldgraphClient, Worldgraph, WorldgraphError, type AgentExperience } from "../src/index.js";
+import { createWorldgraphClient, ROUTES, Worldgraph, WorldgraphError, type AgentExperience } from "../src/index.js";
 
 const repo = resolve(fileURLToPath(import.meta.url), "..", "..", "..", "..", "..");
 const bin = process.env.WORLDGRAPH_BIN ?? join(repo, ".venv", "bin", "worldgraph");
@@ -96,9 +96,14 @@ test("records, rates and recalls", async () => {
 
 test("the world graph", async () => {
   const wg = new Worldgraph({ baseUrl, apiKey: key });
-  const packet = await wg.observeRound("Kitchen", {
+  const answer = await wg.observeRound("Kitchen", {
     round: 1, action: "take brass key", response: "ok\nFLAG_CURIOSITY: yes\nCURIOSITY_REASON: a key" });
-  assert.equal(packet?.status, "pending");
+  assert.equal(answer.packet?.status, "pending");
+  assert.equal(answer.llm_configured, false);   // the server runs without OPENAI_* here
+  assert.match(answer.note ?? "", /no LLM is configured/);
+  const retried = await wg.retryUpdates({ env: "Kitchen" });
+  assert.deepEqual(retried.reports.map((r) => r.scene_id), [answer.packet?.id]);
+  assert.equal(retried.reports[0].ok, false);
   const report = await wg.applyDelta("Kitchen", {
     entities: [{ ref: "k", name: "brass key", type: "item" }, { ref: "t", name: "table", type: "furniture" }],
     states: [], edges: [{ relation: "containment", src_ref: "t", dst_ref: "k" }], rules: [] }, "ts test");
@@ -106,6 +111,30 @@ test("the world graph", async () => {
   const graph = await wg.worldGraph("Kitchen");
   assert.deepEqual(graph.nodes.map((n) => n.name).sort(), ["brass key", "table"]);
   assert.match(await wg.view("Kitchen"), /brass key/);
+
+  const snapshot = await wg.exportSnapshot("Kitchen");
+  assert.deepEqual(snapshot.nodes.map((n) => n.name).sort(), ["brass key", "table"]);
+  const loaded = await wg.importSnapshot("Kitchen", snapshot);
+  assert.equal(loaded.counts.nodes, 2);
+  assert.equal((await wg.health()).status, "ok");
+});
+
+test("conversations", async () => {
+  const wg = new Worldgraph({ baseUrl, apiKey: key });
+  const ids = await wg.recordConversation("chat-1", [
+    { speaker: "bob", text: "Where is the brass key?" }, { speaker: "amy", text: "On the table." }]);
+  assert.equal(ids.length, 2);
+  assert.deepEqual((await wg.episodes("amy")).map((e) => e.id), [ids[1]]);
+});
+
+test("every route of the OpenAPI document has a method", () => {
+  const doc = JSON.parse(readFileSync(resolve(repo, "clients", "typescript", "openapi.json"), "utf8"));
+  const operations = Object.entries(doc.paths as Record<string, Record<string, unknown>>)
+    .flatMap(([path, ops]) => Object.keys(ops).map((method) => `${method.toUpperCase()} ${path}`));
+  assert.deepEqual(operations.sort(), Object.keys(ROUTES).sort());
+  for (const name of Object.values(ROUTES)) {
+    assert.equal(typeof Worldgraph.prototype[name], "function", name);
+  }
 });
 
 test("errors are typed", async () => {
