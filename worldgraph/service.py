@@ -216,8 +216,8 @@ class WorldModel:
                              progress: Progress | None = None) -> dict[str, list[str]]:
         """Record many sessions of a transcript at once (``{session_id: turns}`` or pairs, in
         order): each session as ``record_conversation`` records it, but all turns embedded and
-        stored in batches of up to ``max_batch_experiences`` (one embedding call of many turns
-        runs ~2x the texts/s of one call per session). All sessions are checked before anything
+        stored in batches of up to ``max_batch_experiences`` (the embedder sorts and batches the
+        whole transcript at once, not one short session at a time). All sessions are checked before anything
         is recorded; a session named twice is an error. Sessions that together exceed the batch
         limit go in several calls, whole sessions each, each stored as a whole. Returns the
         episode ids per session, in the order given."""
