@@ -4,9 +4,10 @@
     python bench/recall_quality.py --embedder hashing   # or local, or a factory: pkg.module:make
     python bench/recall_quality.py --data other.json --out bench/results/recall_quality.json
 
-Each conversation goes into its own tenant of a fresh store through the public API: every
-session is one ``wm.record_conversation(tenant, session, turns)`` call, one episode per turn,
-timestamped with the session's date. Every category 1-4 question is then asked with
+Each conversation goes into its own tenant of a fresh store through the public API: all its
+sessions in one ``wm.record_conversations(tenant, {session: turns})`` call (one
+``record_conversation`` call per session with a worldgraph that lacks it), one episode per
+turn, timestamped with the session's date. Every category 1-4 question is then asked with
 ``wm.recall_experiences(tenant, None, question, limit=10, options)`` (default options unless
 ``--options`` is given), and R@5 / R@10 is the share of its evidence turns among the first 5 /
 10 results, averaged over questions. The baselines rank the same turns in the same run from the
@@ -16,7 +17,7 @@ over the turn texts; RRF = reciprocal rank fusion (k = 60) of those two rankings
 Latency: each recall call is timed whole (query parsing and the query's embedding included:
 the embedding cache is off while recall is timed), first on a quiet machine, then again beside
 ``--load`` processes that burn a CPU each. ``rec eps/s`` records one conversation into a fresh
-store with the uncached embedder (model load excluded). See bench/README.md.
+store with the uncached embedder (model load excluded), session by session and then in one call. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -67,9 +68,15 @@ def turn_payload(turns: list[Any]) -> list[dict[str, Any]]:
     return [{"speaker": t.speaker, "text": t.text, "timestamp": t.timestamp.isoformat()} for t in turns]
 
 
-def record(wm: WorldModel, tenant: str, conv: Conversation) -> dict[str, str]:
-    """Record every session of ``conv``; returns episode_id -> dia_id."""
+def record(wm: WorldModel, tenant: str, conv: Conversation, bulk: bool = True) -> dict[str, str]:
+    """Record every session of ``conv`` (all sessions in one ``record_conversations`` call when
+    the API has it, else one ``record_conversation`` call per session); returns episode_id -> dia_id."""
     out: dict[str, str] = {}
+    if bulk and hasattr(wm, "record_conversations"):
+        ids_by = wm.record_conversations(tenant, {name: turn_payload(turns) for name, turns in conv.sessions.items()})
+        for name, turns in conv.sessions.items():
+            out.update(zip(ids_by[name], (t.dia_id for t in turns)))
+        return out
     for name, turns in conv.sessions.items():
         if hasattr(wm, "record_conversation"):
             ids = wm.record_conversation(tenant, name, turn_payload(turns))
@@ -153,22 +160,29 @@ def pct(values: list[float], p: float) -> float:
     return round(float(np.percentile(values, p)), 1) if values else float("nan")
 
 
-def record_rate(inner: Any, conv: Conversation, graph: str, overrides: dict[str, Any]) -> tuple[float, float]:
-    """Episodes/s recording ``conv`` session by session, and texts/s of the embedder alone on the
-    same texts in the same calls, measured right after (what bounds the first)."""
+def record_rate(inner: Any, conv: Conversation, graph: str, overrides: dict[str, Any]) -> tuple[float, float, float | None]:
+    """Episodes/s recording ``conv`` session by session (one ``record_conversation`` call each),
+    texts/s of the embedder alone on the same texts in the same calls, measured right after
+    (what bounds the first), and episodes/s recording all sessions in one
+    ``record_conversations`` call (None when the API has none)."""
     inner.embed(["warm up the model"])
-    with tempfile.TemporaryDirectory(prefix="wg-rate-") as tmp:
-        wm = WorldModel.open(tmp, embedder=inner, graph=graph, **overrides)
-        try:
-            t0 = time.perf_counter()
-            n = len(record(wm, f"rate-{uuid.uuid4().hex[:8]}", conv))
-            eps = n / (time.perf_counter() - t0)
-        finally:
-            wm.close()
+
+    def timed(bulk: bool) -> float:
+        with tempfile.TemporaryDirectory(prefix="wg-rate-") as tmp:
+            wm = WorldModel.open(tmp, embedder=inner, graph=graph, **overrides)
+            try:
+                t0 = time.perf_counter()
+                n = len(record(wm, f"rate-{uuid.uuid4().hex[:8]}", conv, bulk=bulk))
+                return n / (time.perf_counter() - t0)
+            finally:
+                wm.close()
+
+    eps = timed(bulk=False)
     t0 = time.perf_counter()
     for turns in conv.sessions.values():
         inner.embed([said(t) for t in turns])
-    return eps, len(conv.turns) / (time.perf_counter() - t0)
+    embed_rate = len(conv.turns) / (time.perf_counter() - t0)
+    return eps, embed_rate, timed(bulk=True) if hasattr(WorldModel, "record_conversations") else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
                                                for c, (t, d) in zip(convs, tenants)])
         finally:
             wm.close()
-    rate, embed_rate = (None, None) if args.no_rate else record_rate(inner, convs[0], args.graph, overrides)
+    rate, embed_rate, bulk_rate = (None, None, None) if args.no_rate else record_rate(inner, convs[0], args.graph,
+                                                                                       overrides)
 
     results = {name: score(convs, lists) for name, lists in ranked.items()}
     labels = {"dense": "dense cosine", "bm25": "BM25", "rrf": "RRF(dense, BM25)", "worldgraph": "worldgraph recall"}
@@ -249,11 +264,12 @@ def main(argv: list[str] | None = None) -> int:
     if rate is not None:
         print(f"record: {rate:.1f} episodes/s ({convs[0].sample_id}, {len(convs[0].turns)} turns, "
               f"uncached {emb.name}, embedding included); the embedder alone on the same calls: "
-              f"{embed_rate:.1f} texts/s")
+              f"{embed_rate:.1f} texts/s"
+              + (f"; all sessions in one record_conversations call: {bulk_rate:.1f} episodes/s" if bulk_rate else ""))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({
-            "results": results, "latency": lat, "record_eps": rate, "embed_texts_per_s": embed_rate, "embedder": emb.name, "options": options,  # noqa: E501
+            "results": results, "latency": lat, "record_eps": rate, "record_bulk_eps": bulk_rate, "embed_texts_per_s": embed_rate, "embedder": emb.name, "options": options,  # noqa: E501
             "config": overrides, "conversations": [c.sample_id for c in convs], "graph": args.graph,
             "optimized": args.optimize,
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),

@@ -125,3 +125,75 @@ def test_session_order_in_cypher(tmp_path: Path, neo4j_server: dict[str, str], t
         assert rows == [{"id": "chat-1", "n": 2}]
     finally:
         wm.close()
+
+
+class _CountingEmbedder:
+    """The hashing embedder, counting the texts of each embed call."""
+
+    def __init__(self) -> None:
+        from worldgraph.config import WorldGraphConfig
+        from worldgraph.memory.embeddings import make_embedder
+        self.inner = make_embedder(WorldGraphConfig(embedding_provider="hashing"))
+        self.name, self.dimensions = self.inner.name, self.inner.dimensions
+        self.calls: list[int] = []
+
+    def embed(self, texts: list[str]) -> Any:
+        self.calls.append(len(texts))
+        return self.inner.embed(texts)
+
+
+def _session(n: int, day: int) -> list[dict[str, Any]]:
+    return [{"speaker": ("Melanie", "Caroline")[i % 2], "text": f"session {day} turn {i}",
+             "timestamp": f"2023-05-{day:02d}T13:{i:02d}:00Z"} for i in range(n)]
+
+
+def test_record_conversations_embeds_many_sessions_in_one_call(tmp_path: Path) -> None:
+    sessions = {"s1": _session(3, 8), "s2": _session(4, 9), "s3": _session(2, 10)}
+    emb = _CountingEmbedder()
+    wm = WorldModel.open(tmp_path / "bulk", embedder=emb)
+    try:
+        emb.calls.clear()
+        ids = wm.record_conversations("t", sessions)
+        assert emb.calls == [9]  # all three sessions' turns in one embedding call, not 3 + 4 + 2
+        assert {s: len(v) for s, v in ids.items()} == {"s1": 3, "s2": 4, "s3": 2}
+        # each session is what record_conversation makes of it: linked turns, each with the turn it answers
+        eps = [wm.get_episode("t", i) for i in ids["s2"]]
+        assert [e["task_description"] for e in eps] == [t["text"] for t in sessions["s2"]]
+        assert all(e["session_id"] == "s2" for e in eps)
+        assert eps[0]["input_summary"] == "" and eps[1]["input_summary"] == "Melanie: session 9 turn 0"
+        assert wm.store.session_neighbors("t", ids["s2"])[ids["s2"][1]] == (ids["s2"][0], ids["s2"][2])
+        # a session that continues a stored one follows its last turn, as with record_conversation
+        more = wm.record_conversations("t", [("s1", [{"speaker": "Caroline", "text": "later",
+                                                       "timestamp": "2023-05-08T14:00:00Z"}])])
+        assert wm.get_episode("t", more["s1"][0])["input_summary"] == "Melanie: session 8 turn 2"
+        assert {r["episode_id"] for r in wm.recall_experiences("t", None, "session 9 turn 3", limit=20,
+                                                               options={"min_similarity": -1.0})} >= set(ids["s2"])
+    finally:
+        wm.close()
+
+
+def test_record_conversations_checks_every_session_first(tmp_path: Path) -> None:
+    wm = WorldModel.open(tmp_path / "bad", embedder=_CountingEmbedder())
+    try:
+        with pytest.raises(InvalidInputError) as err:
+            wm.record_conversations("t", {"s1": _session(2, 8), "s2": [{"speaker": "Caroline", "text": "  "}]})
+        assert err.value.field == "sessions['s2'].turns[0].text"  # names the session and the turn
+        with pytest.raises(InvalidInputError, match="appears twice"):
+            wm.record_conversations("t", [("s1", _session(2, 8)), ("s1", _session(1, 9))])
+        with pytest.raises(InvalidInputError, match="sessions"):
+            wm.record_conversations("t", "s1")  # type: ignore[arg-type]
+        assert wm.get_agent_episodes("t", "Melanie") == []  # nothing was recorded
+    finally:
+        wm.close()
+
+
+def test_record_conversations_splits_at_the_batch_limit(tmp_path: Path) -> None:
+    emb = _CountingEmbedder()
+    wm = WorldModel.open(tmp_path / "split", embedder=emb, max_batch_experiences=5)
+    try:
+        emb.calls.clear()
+        ids = wm.record_conversations("t", {"s1": _session(3, 8), "s2": _session(2, 9), "s3": _session(4, 10)})
+        assert emb.calls == [5, 4]  # whole sessions per call, each call within the limit
+        assert [len(ids[s]) for s in ("s1", "s2", "s3")] == [3, 2, 4]
+    finally:
+        wm.close()

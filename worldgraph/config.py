@@ -85,6 +85,9 @@ class WorldGraphConfig(BaseSettings):
     relevance_signal: Literal["vector", "hybrid"] = "hybrid"
     hybrid_text_weight: float = Field(0.4, ge=0.0, le=1.0)  # BM25's share of the fused relevance
     neighbor_weight: float = Field(0.0, ge=0.0, le=1.0)  # lift from the best session neighbour's relevance
+    # Added to the fused relevance of a memory said by a person the query names, when the query
+    # names some of the candidates' speakers and not others (memory/relevance.py)
+    speaker_match_weight: float = Field(0.15, ge=0.0, le=1.0)
     # Dates and relative phrases in the query ("in May 2023", "last week") add this much to the
     # memories inside their window: a soft signal, never a filter
     date_match_boost: float = Field(0.1, ge=0.0, le=1.0)

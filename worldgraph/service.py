@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -209,10 +209,74 @@ class WorldModel:
         check_batch(len(parsed), cfg, "turns")
         if not parsed:
             return []
+        return self.record_experiences(tenant_id, self._session_experiences(tenant_id, sid, parsed))
+
+    def record_conversations(self, tenant_id: str,
+                             sessions: Mapping[str, Iterable[dict[str, Any]]] | Iterable[tuple[str, Iterable[dict[str, Any]]]],
+                             progress: Progress | None = None) -> dict[str, list[str]]:
+        """Record many sessions of a transcript at once (``{session_id: turns}`` or pairs, in
+        order): each session as ``record_conversation`` records it, but all turns embedded and
+        stored in batches of up to ``max_batch_experiences`` (the embedder sorts and batches the
+        whole transcript at once, not one short session at a time). All sessions are checked before anything
+        is recorded; a session named twice is an error. Sessions that together exceed the batch
+        limit go in several calls, whole sessions each, each stored as a whole. Returns the
+        episode ids per session, in the order given."""
+        check_tenant(tenant_id)
+        self._writable("record_conversations")
+        cfg = self.config
+        if isinstance(sessions, (str, bytes)) or not hasattr(sessions, "__iter__"):
+            raise InvalidInputError("sessions", "must be a dict {session_id: turns} or a list of (session_id, turns)")
+        pairs = list(sessions.items()) if isinstance(sessions, Mapping) else list(sessions)
+        batches: list[tuple[str, list[AgentExperience]]] = []
+        total = 0
+        for n, pair in enumerate(pairs):
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise InvalidInputError(f"sessions[{n}]", "must be a (session_id, turns) pair")
+            sid = check_session(pair[0])
+            if any(sid == done for done, _ in batches):
+                raise InvalidInputError(f"sessions[{n}]", f"session {sid!r} appears twice: give each session once")
+            try:
+                parsed = parse_turns(pair[1], cfg.max_batch_experiences + 1, lambda i, raw: check_value(
+                    raw, f"turns[{i}]", cfg, cfg.max_experience_bytes, "max_experience_bytes"))
+                check_batch(len(parsed), cfg, "turns")
+                exps = self._session_experiences(tenant_id, sid, parsed) if parsed else []
+            except InvalidInputError as exc:  # name the session: "sessions['s2'].turns[0].text"
+                raise InvalidInputError(f"sessions[{sid!r}].{exc.field}", exc.rule, exc.value) from None
+            total += len(parsed)
+            batches.append((sid, exps))
+        out: dict[str, list[str]] = {sid: [] for sid, _ in batches}
+        # Whole sessions go into one record_experiences call while they fit its batch limit
+        # (a session never exceeds it: checked above); each call is stored and indexed as one.
+        chunk: list[tuple[str, list[AgentExperience]]] = []
+        done = 0
+
+        def flush() -> None:
+            nonlocal done
+            if not chunk:
+                return
+            exps = [e for _, es in chunk for e in es]
+            ids = iter(self.record_experiences(tenant_id, exps, progress=None))
+            for sid, es in chunk:
+                out[sid].extend(itertools.islice(ids, len(es)))
+            done += len(exps)
+            if progress:
+                progress(done, total)
+            chunk.clear()
+
+        for sid, exps in batches:
+            if chunk and sum(len(es) for _, es in chunk) + len(exps) > cfg.max_batch_experiences:
+                flush()
+            chunk.append((sid, exps))
+        flush()
+        return out
+
+    def _session_experiences(self, tenant_id: str, sid: str, parsed: list[Any]) -> list[AgentExperience]:
+        """The experiences of one session's turns; the first one's context is the stored turn
+        of the same session before it, if any."""
         first = parsed[0].timestamp or utcnow()
         before = self.store.session_episode_before(tenant_id, sid, first.timestamp())
         previous = quoted(before["agent_id"], before["task_description"]) if before else None
-        return self.record_experiences(tenant_id, turn_experiences(sid, parsed, previous))
+        return turn_experiences(sid, parsed, previous)
 
     def retry_indexing(self, progress: Progress | None = None) -> int:
         """Index every episode whose indexing is pending or failed; returns how many were indexed."""

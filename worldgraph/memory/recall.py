@@ -31,7 +31,7 @@ from worldgraph.memory.index import EpisodeIndex
 from worldgraph.memory.models import DateRange, RecallOptions
 from worldgraph.memory.query import ParsedQuery, parse_query
 from worldgraph.memory.record import parse_model
-from worldgraph.memory.relevance import in_window, text_relevance
+from worldgraph.memory.relevance import in_window, named_speakers, text_relevance
 from worldgraph.memory.scoring import (
     ScoreParts,
     diversity_order,
@@ -254,7 +254,7 @@ def score_candidates(store: EpisodeStore, cfg: WorldGraphConfig, tenant_id: str,
     the hybrid fusion), + the query's date window, + feedback-aware boosts when min_feedback_score is set."""
     ids, episodes = found.ids, found.episodes
     text_rel = _text_relevance(store, tenant_id, ids, found.semantic, found.bm25, cfg,
-                               searched_text=found.searched_text)
+                               searched_text=found.searched_text, query=q.text, episodes=episodes)
     dates = _date_boosts(q.window, q.query, q.opts.now is not None, ids, episodes, cfg)
     feedback_aware = q.opts.min_feedback_score is not None
     parts: dict[str, ScoreParts] = {}
@@ -335,9 +335,11 @@ def format_results(store: EpisodeStore, tenant_id: str, opts: RecallOptions, fou
 
 
 def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semantic: dict[str, float],
-                    bm25: dict[str, float], cfg: WorldGraphConfig, searched_text: bool) -> dict[str, dict[str, float]]:
+                    bm25: dict[str, float], cfg: WorldGraphConfig, searched_text: bool, query: str = "",
+                    episodes: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, float]]:
     """Per candidate: the text relevance and its parts (relevance.py), for score_breakdown; BM25
-    relative to the query's best hit, whether or not that one is still a candidate."""
+    relative to the query's best hit, whether or not that one is still a candidate; the speaker
+    match for the candidates whose speaker (agent_id) ``query`` names."""
     if not ids:
         return {}
     neighbors: list[tuple[int | None, int | None]] | None = None
@@ -348,10 +350,16 @@ def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semanti
         for i in ids:
             prev, nxt = links.get(i, (None, None))
             neighbors.append((pos.get(prev) if prev else None, pos.get(nxt) if nxt else None))
+    named = None
+    if episodes is not None and query and cfg.speaker_match_weight > 0:
+        agents = [str(episodes[i].get("agent_id") or "") for i in ids]
+        who = named_speakers(query, agents)
+        named = np.array([a in who for a in agents], dtype=bool)
     rel = text_relevance(np.array([semantic[i] for i in ids]), np.array([bm25.get(i, 0.0) for i in ids]),
-                         max(bm25.values(), default=0.0), neighbors, cfg, searched_text)
+                         max(bm25.values(), default=0.0), neighbors, cfg, searched_text, named)
     return {i: {"text_relevance": float(rel.relevance[n]), "vector_part": float(rel.vector[n]),
-                "bm25_part": float(rel.bm25[n]), "neighbor_part": float(rel.neighbor[n])}
+                "bm25_part": float(rel.bm25[n]), "speaker_part": float(rel.speaker[n]),
+                "neighbor_part": float(rel.neighbor[n])}
             for n, i in enumerate(ids)}
 
 

@@ -4,7 +4,7 @@ The seed's formula (scoring.py) takes one semantic term. With ``relevance_signal
 is the cosine similarity, as the seed has it. With ``"hybrid"`` it fuses everything recall
 fetched (ARCHITECTURE.md):
 
-    relevance = (1 - w) x vector + w x bm25 + neighbour lift, at most 1
+    relevance = (1 - w) x vector + w x bm25 + speaker match + neighbour lift, at most 1
 
 - ``vector`` = the cosine similarity, floored at 0 (an absolute scale: it does not depend on
   the other candidates);
@@ -12,6 +12,9 @@ fetched (ARCHITECTURE.md):
   (0 for a memory the full-text search did not return), so the best word match is 1 (BM25
   scores have no fixed scale: they grow with the query's length and the words' rarity);
 - ``w`` = ``hybrid_text_weight``;
+- speaker match = ``speaker_match_weight`` for a memory said by a person the query names
+  (``"What do Melanie's kids like?"``: Melanie's own turns), when the query names some of the
+  candidates' speakers and not others (it then says whose memories are meant);
 - neighbour lift = ``neighbor_weight`` x the fused relevance of the memory's best session
   neighbour (the turn before or after it) among the candidates: an answer that follows a
   question matching the query well is lifted with it.
@@ -21,6 +24,8 @@ Pure functions over arrays, so tests can pin the numbers.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +41,7 @@ class TextRelevance:
     vector: np.ndarray  # (1 - w) x vector evidence
     bm25: np.ndarray  # w x normalised BM25
     neighbor: np.ndarray  # the neighbour lift
+    speaker: np.ndarray  # the speaker match
 
 
 def text_relevance(
@@ -45,30 +51,40 @@ def text_relevance(
     neighbors: list[tuple[int | None, int | None]] | None,
     cfg: WorldGraphConfig,
     searched_text: bool = True,
+    named: np.ndarray | None = None,
 ) -> TextRelevance:
     """``cosine`` and ``bm25`` (0 where there is no full-text hit) per candidate; ``bm25_top``:
     the best BM25 score of the query's hits (whether or not that memory is still a candidate);
     ``neighbors[i]``: the candidate indices of i's previous / next session episode (or None).
     ``searched_text=False`` (no full-text search ran: ``hybrid=False``) leaves the cosine alone,
-    as with ``"vector"``; a search that matched nothing is evidence, and weighs in as 0."""
+    as with ``"vector"``; a search that matched nothing is evidence, and weighs in as 0.
+    ``named[i]``: the query names candidate i's speaker (``named_speakers``); the match counts
+    only when it tells candidates apart (some named, some not)."""
     cos = np.asarray(cosine, dtype=np.float64)
     n = cos.shape[0]
     if cfg.relevance_signal == "vector" or not searched_text:
         zeros = np.zeros(n)
-        return TextRelevance(relevance=cos, vector=cos.copy(), bm25=zeros, neighbor=zeros.copy())
+        return TextRelevance(relevance=cos, vector=cos.copy(), bm25=zeros, neighbor=zeros.copy(), speaker=zeros.copy())
     raw = np.asarray(bm25, dtype=np.float64)
     top = max(float(bm25_top), float(raw.max()) if n else 0.0)
     w = cfg.hybrid_text_weight
     vector = (1.0 - w) * np.clip(cos, 0.0, 1.0)
     lexical = w * (raw / top if top > 0 else np.zeros(n))
-    fused = vector + lexical
+    speaker = np.zeros(n)
+    if named is not None and cfg.speaker_match_weight > 0:
+        hit = np.asarray(named, dtype=bool)
+        if hit.any() and not hit.all():
+            # capped so that the parts still add up to the relevance, at most 1
+            speaker = np.minimum(cfg.speaker_match_weight * hit, 1.0 - (vector + lexical))
+    fused = vector + lexical + speaker
     lift = np.zeros(n)
     if neighbors is not None and cfg.neighbor_weight > 0:
         for i, (prev, nxt) in enumerate(neighbors):
             best = max((fused[j] for j in (prev, nxt) if j is not None), default=0.0)
             lift[i] = cfg.neighbor_weight * best
     relevance = np.minimum(1.0, fused + lift)
-    return TextRelevance(relevance=relevance, vector=vector, bm25=lexical, neighbor=relevance - fused)
+    return TextRelevance(relevance=relevance, vector=vector, bm25=lexical, neighbor=relevance - fused,
+                         speaker=speaker)
 
 
 def in_window(timestamps: np.ndarray, start: float | None, end: float | None) -> np.ndarray:
@@ -80,3 +96,23 @@ def in_window(timestamps: np.ndarray, start: float | None, end: float | None) ->
     if end is not None:
         inside &= ts <= end
     return inside
+
+
+_WORD = re.compile(r"\w+")
+
+
+def named_speakers(query: str, speakers: Iterable[str]) -> set[str]:
+    """The speakers (agent ids) ``query`` names: the whole id as words of the query ("agent 7",
+    "Caroline Smith"), or its first word as a word of the query ("Caroline's" names "Caroline
+    Smith"); case-insensitive, a first word of one letter never counts alone, nor does a one-letter id."""
+    words = _WORD.findall(query.lower())
+    said = " " + " ".join(words) + " "
+    vocab = set(words)
+    out = set()
+    for sp in set(speakers):
+        parts = _WORD.findall(sp.lower())
+        if len("".join(parts)) < 2:  # a one-letter id ("a") reads as a word of any query
+            continue
+        if f" {' '.join(parts)} " in said or (len(parts[0]) > 1 and parts[0] in vocab):
+            out.add(sp)
+    return out
