@@ -10,14 +10,16 @@ the caller waits at most ``cypher_timeout``:
    twice past its deadline) with the server-side timeout ``cypher_timeout`` and metadata naming
    the call (``{"worldgraph_cypher": <token>}``). EXPLAIN, the plan check (``cypher_guard``) and
    the run all happen in it, so the deadline covers the parse too.
-2. Rows are converted as they arrive and counted: more than ``cypher_max_rows`` rows, or more
-   than ``cypher_max_result_bytes`` bytes (their JSON size, roughly), stops the read with an
+2. Rows are sized (before they are converted) and counted as they arrive: more than
+   ``cypher_max_rows`` rows, or more than ``cypher_max_result_bytes`` bytes (their JSON size,
+   roughly), stops the read with an
    ``InvalidInputError`` and rolls the transaction back. A single row is decoded whole by the
    driver before it can be measured: Neo4j's ``db.memory.transaction.max`` bounds that.
 3. At the deadline the caller ends the transaction: ``TERMINATE TRANSACTIONS`` of the ids
    ``SHOW TRANSACTIONS`` lists under the call's token (another session, same user); if the worker
-   has still not finished ``END_GRACE`` seconds later (a server that does not answer), its
-   connection is killed, which frees the thread and makes Neo4j roll the transaction back. Then
+   has still not finished ``AFTER_TERMINATE`` seconds after Neo4j confirmed, or ``END_GRACE``
+   seconds after the deadline (a server that does not answer), its connection is killed, which
+   frees the thread (Neo4j rolls back a transaction whose connection closed). Then
    the call raises ``CypherQueryError`` naming ``cypher_timeout_seconds``: at most
    ``cypher_timeout + END_GRACE`` (+ a few ms) after it started.
 
@@ -52,6 +54,7 @@ from worldgraph.kg.store import Record
 log = logging.getLogger("worldgraph")
 
 END_GRACE = 1.0  # seconds past the deadline the caller waits for the transaction to end
+AFTER_TERMINATE = 0.25  # ... of which at most this long once Neo4j confirmed TERMINATE TRANSACTIONS
 META_KEY = "worldgraph_cypher"
 FETCH_SIZE = 100  # rows per PULL: the byte cap stops reading within one batch of rows
 SHOW = "SHOW TRANSACTIONS YIELD transactionId, metaData WHERE metaData[$key] = $token RETURN transactionId"
@@ -119,18 +122,27 @@ def _work(call: _Call, driver: Driver, database: str, tenant_id: str, query: str
 
 
 def _end(call: _Call, driver: Driver, token: str) -> None:
-    """At the deadline: terminate the call's transaction on the server, and if the worker is still
-    not done after ``END_GRACE`` seconds, kill its connection."""
+    """At the deadline: terminate the call's transaction on the server; if the worker is still not
+    done ``AFTER_TERMINATE`` seconds after the server confirmed (Neo4j answers a terminated query
+    only at its next check), or ``END_GRACE`` seconds after the deadline, kill its connection."""
     started = time.monotonic()
-    ender = threading.Thread(target=_terminate, args=(driver, token), name="worldgraph-cypher-end", daemon=True)
+    terminated: list[float] = []  # when Neo4j confirmed the TERMINATE
+    ender = threading.Thread(target=_terminate, args=(driver, token, terminated), name="worldgraph-cypher-end",
+                             daemon=True)
     ender.start()
-    if call.done.wait(END_GRACE):
+    kill_at = started + END_GRACE
+    while not call.done.wait(0.02):
+        if terminated:
+            kill_at = min(kill_at, terminated[0] + AFTER_TERMINATE)
+        if time.monotonic() >= kill_at:
+            break
+    else:
         return
     session = call.session
     connection = getattr(session, "_connection", None)  # the driver has no public cancel for a sync session
     if connection is not None:
-        log.warning("cypher(): Neo4j did not end a query %.1f s after its deadline; closing its connection",
-                    time.monotonic() - started)
+        log.info("cypher(): Neo4j had not ended a query %.1f s after its deadline; closing its connection",
+                 time.monotonic() - started)
         try:
             connection.kill()
         except Exception:  # noqa: BLE001 - best effort: the worker thread is a daemon either way
@@ -138,12 +150,13 @@ def _end(call: _Call, driver: Driver, token: str) -> None:
     call.done.wait(0.2)
 
 
-def _terminate(driver: Driver, token: str) -> None:
+def _terminate(driver: Driver, token: str, terminated: list[float]) -> None:
     try:
         with driver.session(database="system") as session:
             ids = [r["transactionId"] for r in session.run(SHOW, key=META_KEY, token=token)]
             if ids:
                 session.run(TERMINATE, ids=ids).consume()
+        terminated.append(time.monotonic())
     except Exception:  # noqa: BLE001 - the connection kill is the fallback
         log.debug("cypher(): terminating the transaction failed", exc_info=True)
 
