@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -97,6 +98,34 @@ def test_a_query_the_parser_chokes_on_ends_at_the_deadline(wm: WorldModel, tenan
     _, took = ended_in_time(lambda: store_of(wm).cypher(tenant, query))
     assert took < TIMEOUT + SLACK, took
     assert wm.cypher(tenant, "RETURN 1 AS one") == [{"one": 1}]
+
+
+def test_several_at_once_each_end_on_time_and_another_tenant_is_served(wm: WorldModel, tenant: str) -> None:
+    """8 at once made one request never answer and another tenant wait 22.5 s."""
+    store = store_of(wm)
+    hostile = ["RETURN reduce(s = 0, i IN range(1, 50000000) | s + i) AS x",
+               "RETURN " + "[" * 3000 + "1" + "]" * 3000 + " AS x"] * 2
+    took: list[float] = []
+
+    def one(query: str) -> None:
+        started = time.monotonic()
+        try:
+            store.cypher(tenant, query)
+        except CypherQueryError:
+            pass
+        took.append(time.monotonic() - started)
+
+    threads = [threading.Thread(target=one, args=(q,)) for q in hostile]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    assert wm.cypher(f"{tenant}-other", "RETURN 1 AS one") == [{"one": 1}]
+    other = time.monotonic() - started
+    for t in threads:
+        t.join()
+    assert len(took) == len(hostile) and max(took) < TIMEOUT + SLACK, took
+    assert other < TIMEOUT + SLACK, other
 
 
 def test_the_text_limits_refuse_it_before_the_server(wm: WorldModel, tenant: str) -> None:

@@ -81,7 +81,13 @@ def run(driver: Driver, uri: str, database: str, tenant_id: str, query: str, par
                               args=(call, driver, database, tenant_id, query, params, token, timeout,
                                     max_rows, max_bytes))
     worker.start()
-    if not call.done.wait(timeout):
+    try:
+        finished = call.done.wait(timeout)
+    except BaseException:  # e.g. Ctrl-C in the CLI: the query must not run on without its caller
+        call.timed_out = True
+        _end(call, driver, token)
+        raise
+    if not finished:
         call.timed_out = True
         _end(call, driver, token)
     if call.error is not None:
