@@ -14,6 +14,16 @@ examples/text_adventure.jsonl world. p50 over ``--queries`` repetitions after 5 
     python bench/bench_cypher.py --uri bolt://127.0.0.1:7797 --own-server
 
 It drops and re-creates indexes, so ``--uri`` needs ``--own-server``: never point it at a shared one.
+
+``--hostile`` measures something else: that cypher() ends on time whatever the query. It runs
+hostile queries (deep nesting at several depths, a long reduce, a huge range, many rows, cartesian
+products) with a short ``cypher_timeout`` (``--timeout``, 2 s), one at a time and then ``--together``
+at once, while another tenant runs a normal query in a loop; it prints how far past the timeout
+each call ended (target: at most 2 s) and the other tenant's latency. It drops nothing, so it may
+use a shared server (``--uri`` alone), but it does load it (each long expression keeps a Neo4j core
+busy until it finishes, after the call has ended):
+
+    python bench/bench_cypher.py --hostile --uri bolt://127.0.0.1:7687
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -34,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_neo4j import _free_port, make_plan  # noqa: E402
 
 from worldgraph import WorldModel  # noqa: E402
+from worldgraph.errors import WorldGraphError  # noqa: E402
 from worldgraph.kg import neo4j_queries as q  # noqa: E402
 from worldgraph.kg.neo4j_store import Neo4jGraphStore  # noqa: E402
 from worldgraph.memory.embeddings import HashingEmbedder  # noqa: E402
@@ -128,6 +140,109 @@ def measure_reads(store: Neo4jGraphStore, tenant: str, queries: int) -> list[tup
     return rows
 
 
+# ----------------------------------------------------------------------------- --hostile
+def nested(depth: int) -> str:
+    return "RETURN " + "[" * depth + "1" + "]" * depth + " AS x"
+
+
+SCOPED = "(a:Episode {tenant_id: $tenant_id}), (b:Episode {tenant_id: $tenant_id}), (c:Episode {tenant_id: $tenant_id})"
+# name -> (query, through): "store" calls Neo4jGraphStore.cypher, below the text limits (the
+# deadline alone must end it); "wm" calls WorldModel.cypher, where the limits refuse it first
+HOSTILE: dict[str, tuple[str, str]] = {
+    **{f"nested {d}": (nested(d), "store") for d in (100, 300, 900, 3000)},
+    "nested 900 via WorldModel": (nested(900), "wm"),
+    "nested 3000 via WorldModel": (nested(3000), "wm"),
+    "reduce over 300M": ("RETURN reduce(s = 0, i IN range(1, 300000000) | s + i) AS x", "store"),
+    "range(1, 3M), one row": ("RETURN range(1, 3000000) AS x", "store"),
+    "100M rows filtered": ("UNWIND range(1, 100000000) AS i WITH i WHERE i < 0 RETURN count(*) AS n", "store"),
+    "cartesian product": (f"MATCH {SCOPED}, (d:Episode {{tenant_id: $tenant_id}}) RETURN count(*) AS n", "store"),
+    "cartesian, all rows": (f"MATCH {SCOPED} RETURN a.id, b.id, c.id", "store"),
+}
+NORMAL = ("MATCH (e:Episode {tenant_id: $tenant_id}) WHERE e.outcome = 'success' "
+          "RETURN e.task_description AS task ORDER BY e.ts DESC LIMIT 5")
+
+
+def hostile_call(wm: WorldModel, store: Neo4jGraphStore, tenant: str, name: str) -> tuple[str, float]:
+    query, through = HOSTILE[name]
+    started = time.monotonic()
+    try:
+        (wm.cypher if through == "wm" else store.cypher)(tenant, query)
+        outcome = "rows"
+    except WorldGraphError as exc:
+        text = str(exc)
+        outcome = ("timeout" if "cypher_timeout_seconds" in text else "byte cap" if "cypher_max_result_bytes" in text
+                   else "refused (text limit)" if "cypher_max_nesting_depth" in text
+                   else "result too deep" if "nested too deep" in text else type(exc).__name__)
+    return outcome, time.monotonic() - started
+
+
+class OtherTenant(threading.Thread):
+    """Another tenant's normal query in a loop; latency of each call."""
+
+    def __init__(self, wm: WorldModel, tenant: str) -> None:
+        super().__init__(daemon=True)
+        self.wm, self.tenant, self.stop = wm, tenant, threading.Event()
+        self.samples: list[float] = []
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.samples.append(timed(lambda: self.wm.cypher(self.tenant, NORMAL)))
+            time.sleep(0.05)
+
+
+def run_hostile(uri: str, user: str, password: str, timeout: float, rounds: int, together: int) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        wm = WorldModel.open(Path(tmp) / "data", embedder=HashingEmbedder(64), graph="neo4j", neo4j_uri=uri,
+                             neo4j_user=user, neo4j_password=password, cypher_timeout_seconds=timeout)
+        store = wm.store
+        assert isinstance(store, Neo4jGraphStore)
+        attacker, other = f"hostile-{uuid.uuid4().hex[:8]}", f"other-{uuid.uuid4().hex[:8]}"
+        for tenant in (attacker, other):  # 300 episodes: 300^4 rows for the cartesian product
+            wm.record_experiences(tenant, [{"agent_id": "a", "task_type": "t", "task_description": f"task {i}",
+                                            "outcome": "success"} for i in range(300)])
+        baseline = [timed(lambda: wm.cypher(other, NORMAL)) for _ in range(30)]
+        neighbour = OtherTenant(wm, other)
+        neighbour.start()
+        results: dict[str, list[tuple[str, float]]] = {name: [] for name in HOSTILE}
+        for _ in range(rounds):  # one at a time
+            for name in HOSTILE:
+                results[name].append(hostile_call(wm, store, attacker, name))
+        names = [n for n in HOSTILE if HOSTILE[n][1] == "store"]
+        batch = [names[i % len(names)] for i in range(together)]
+        out: list[tuple[str, str, float]] = []
+        threads = [threading.Thread(target=lambda n=n: out.append((n, *hostile_call(wm, store, attacker, n))))
+                   for n in batch]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        neighbour.stop.set()
+        neighbour.join()
+        with store._driver.session(database=store.database) as session:  # leave a shared server as it was
+            for label in q.TENANT_LABELS:
+                session.run(f"MATCH (n:{label}) WHERE n.tenant_id IN $ts DETACH DELETE n", ts=[attacker, other]).consume()
+        wm.close()
+
+    def past(samples: list[float]) -> str:
+        over = [s - timeout for s in samples]
+        return f"{statistics.median(over):>+8.2f} {max(over):>+8.2f}"
+
+    print(f"\ncypher_timeout {timeout} s; seconds past it (negative: ended before it)")
+    print(f"{'query':<28} {'calls':>5} {'outcome':<30} {'median':>8} {'max':>8}")
+    for name, runs in results.items():
+        outcomes = ", ".join(sorted({o for o, _ in runs}))
+        print(f"{name:<28} {len(runs):>5} {outcomes:<30} {past([t for _, t in runs])}")
+    print(f"{f'{together} at once':<28} {len(out):>5} {', '.join(sorted({o for _, o, _ in out})):<30} "
+          f"{past([t for _, _, t in out])}")
+    ended = [t for runs in results.values() for o, t in runs if o == "timeout"] + [t for _, o, t in out if o == "timeout"]
+    print(f"{'all that hit the deadline':<28} {len(ended):>5} {'timeout':<30} {past(ended)}")
+    q50 = statistics.median
+    print(f"\nother tenant's query, ms: alone p50 {q50(baseline) * 1000:.1f} max {max(baseline) * 1000:.1f}; "
+          f"meanwhile ({len(neighbour.samples)} calls) p50 {q50(neighbour.samples) * 1000:.1f} "
+          f"p95 {statistics.quantiles(neighbour.samples, n=20)[-1] * 1000:.1f} max {max(neighbour.samples) * 1000:.1f}")
+    return 0 if ended and max(ended) - timeout <= 2.0 else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--uri", help="a Neo4j you own (indexes are dropped and re-created); default: start a local one")
@@ -138,7 +253,15 @@ def main() -> int:
     ap.add_argument("--elements", type=int, default=10_000, help="graph elements per plan")
     ap.add_argument("--batch", type=int, default=1000, help="episodes per add_episodes call")
     ap.add_argument("--queries", type=int, default=200, help="repetitions per read query")
+    ap.add_argument("--hostile", action="store_true", help="measure how hostile queries end instead (see above)")
+    ap.add_argument("--timeout", type=float, default=2.0, help="--hostile: cypher_timeout_seconds")
+    ap.add_argument("--rounds", type=int, default=2, help="--hostile: calls of each hostile query, one at a time")
+    ap.add_argument("--together", type=int, default=8, help="--hostile: hostile calls at once, last")
     args = ap.parse_args()
+    if args.hostile:
+        if not args.uri:
+            ap.error("--hostile needs --uri (a running Neo4j; it drops nothing)")
+        return run_hostile(args.uri, args.user, args.password, args.timeout, args.rounds, args.together)
     if args.uri and not args.own_server:
         ap.error("--uri drops and re-creates indexes on that server: add --own-server if nobody else uses it")
 

@@ -26,12 +26,13 @@ FRONT = ("worldgraph.cli", "worldgraph.console", "worldgraph.demo", "worldgraph.
 SERVICE = ("worldgraph", "worldgraph.service", "worldgraph.replay")
 # The ground floor: imported by every layer, importing none of them.
 BASE = ("worldgraph.errors", "worldgraph.config", "worldgraph.clock", "worldgraph.names", "worldgraph.schema",
-        "worldgraph.locks", "worldgraph.gcpause")
+        "worldgraph.locks", "worldgraph.gcpause", "worldgraph.limits")
 # The stores and what they are made of: below memory, the world updater, merge and export.
 STORES = ("worldgraph.kg.store", "worldgraph.kg.embedded", "worldgraph.kg.embedded_episodes",
           "worldgraph.kg.embedded_world", "worldgraph.kg.embedded_leases", "worldgraph.kg.embedded_sql",
           "worldgraph.kg.neo4j_store", "worldgraph.kg.neo4j_leases", "worldgraph.kg.neo4j_queries",
-          "worldgraph.kg.cypher_guard", "worldgraph.kg.sqlite_open", "worldgraph.kg.codec", "worldgraph.kg.sessions",
+          "worldgraph.kg.cypher_guard", "worldgraph.kg.cypher_limits", "worldgraph.kg.neo4j_cypher",
+          "worldgraph.kg.sqlite_open", "worldgraph.kg.codec", "worldgraph.kg.sessions",
           "worldgraph.kg.lease", "worldgraph.kg.records", "worldgraph.kg.ids",
           # the parts of the Neo4j store (neo4j_store assembles them; neo4j_queries re-exports the Cypher)
           "worldgraph.kg.neo4j_base", "worldgraph.kg.neo4j_episodes", "worldgraph.kg.neo4j_world",

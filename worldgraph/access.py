@@ -38,7 +38,8 @@ def open_store(path: Path, graph: str | GraphStore, cfg: WorldGraphConfig, read_
 
         return Neo4jGraphStore(cfg.neo4j_uri, cfg.neo4j_user, cfg.neo4j_password, database=cfg.neo4j_database,
                                read_only=read_only, cypher_timeout=cfg.cypher_timeout_seconds,
-                               cypher_max_rows=cfg.cypher_max_rows, import_batch=cfg.neo4j_import_batch)
+                               cypher_max_rows=cfg.cypher_max_rows, import_batch=cfg.neo4j_import_batch,
+                               cypher_max_result_bytes=cfg.cypher_max_result_bytes)
     raise InvalidInputError("graph", f"must be 'embedded' or 'neo4j', got {graph!r}")
 
 

@@ -212,9 +212,17 @@ class WorldGraphConfig(BaseSettings):
     neo4j_database: str = "neo4j"
     # a snapshot import (replace_world) of more records than this runs in transactions of this many
     neo4j_import_batch: int = Field(10_000, gt=0)
-    # cypher(): each query runs in one READ transaction with this timeout; more rows is an error
+    # cypher(): each query runs in one READ transaction with this timeout, and the call returns or
+    # fails by then (plus the ~1 s it may take to end the transaction); more rows is an error
     cypher_timeout_seconds: float = Field(30.0, gt=0)
     cypher_max_rows: int = Field(10_000, gt=0)
+    # ... and more than this many bytes of rows (their JSON size, roughly) is an error too
+    cypher_max_result_bytes: int = Field(16 * 1024 * 1024, gt=0)
+    # refused before any store sees them (worldgraph.kg.cypher_limits): a longer query text, one
+    # nesting brackets / CASE deeper (a parser recurses per level), params nested deeper or bigger
+    cypher_max_query_bytes: int = Field(65_536, gt=0)
+    cypher_max_nesting_depth: int = Field(64, gt=0)
+    cypher_max_params_bytes: int = Field(1_048_576, gt=0)
 
     @classmethod
     def settings_customise_sources(

@@ -18,6 +18,7 @@ from worldgraph.clock import utcnow
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError, NotFoundError, ReadOnlyError
 from worldgraph.export.environment import export_environment, import_environment
+from worldgraph.kg.cypher_limits import check_params, check_query_text
 from worldgraph.kg.store import GraphStore
 from worldgraph.kg.world import WorldUpdater
 from worldgraph.limits import MAX_PAGE, check_batch, check_delta_size, check_query, check_text, check_value
@@ -423,6 +424,9 @@ class WorldModel:
         return import_environment(self.store, tenant_id, Path(path))
 
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Read-only, tenant-scoped Cypher (Neo4j store): ``$tenant_id`` is bound for you."""
+        """Read-only, tenant-scoped Cypher: ``$tenant_id`` is bound for you. The query text and the
+        params are checked first, whatever the store (``kg.cypher_limits``)."""
         check_tenant(tenant_id)
+        check_query_text(query, self.config)
+        check_params(params, self.config)
         return self.store.cypher(tenant_id, query, params)

@@ -14,9 +14,9 @@ dicts and export identical bytes.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
-from neo4j import Driver, GraphDatabase, ManagedTransaction, unit_of_work
+from neo4j import Driver, GraphDatabase, ManagedTransaction
 from neo4j.exceptions import (
     AuthError,
     DriverError,
@@ -26,13 +26,12 @@ from neo4j.exceptions import (
 )
 
 from worldgraph.errors import (
-    CypherQueryError,
     InvalidInputError,
     NotFoundError,
-    ReadOnlyQueryError,
     StoreUnavailableError,
 )
 from worldgraph.kg import cypher_guard as guard
+from worldgraph.kg import neo4j_cypher
 from worldgraph.kg import neo4j_queries as q
 from worldgraph.kg.codec import loads
 from worldgraph.kg.neo4j_base import _unreachable
@@ -51,11 +50,13 @@ class Neo4jGraphStore(Neo4jSceneLeases, Neo4jWorldStore, Neo4jEpisodeStore, Grap
 
     def __init__(self, uri: str, user: str, password: str, database: str = "neo4j",
                  connection_timeout: float = 5.0, read_only: bool = False, cypher_timeout: float = 30.0,
-                 cypher_max_rows: int = 10_000, import_batch: int = 10_000) -> None:
+                 cypher_max_rows: int = 10_000, import_batch: int = 10_000,
+                 cypher_max_result_bytes: int = 16 * 1024 * 1024) -> None:
         self.uri = uri
         self.database = database
         self.read_only = read_only
         self.cypher_timeout, self.cypher_max_rows = cypher_timeout, cypher_max_rows
+        self.cypher_max_result_bytes = cypher_max_result_bytes
         self.import_batch = import_batch
         driver: Driver | None = None
         try:
@@ -115,32 +116,13 @@ class Neo4jGraphStore(Neo4jSceneLeases, Neo4jWorldStore, Neo4jEpisodeStore, Grap
 
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[Record]:
         """Run a read-only query that provably stays in the caller's tenant (``cypher_guard``): its
-        EXPLAIN plan is checked, then it runs, in one READ transaction with a timeout."""
+        EXPLAIN plan is checked, then it runs, in one READ transaction that ends by
+        ``cypher_timeout`` (``neo4j_cypher``: the call returns or fails by then, + ~1 s)."""
         params = guard.bind_params(tenant_id, params)
         guard.check_text(query)
-        limit = self.cypher_max_rows
-
-        @unit_of_work(timeout=self.cypher_timeout)
-        def work(tx: ManagedTransaction) -> list[Record]:
-            summary = tx.run(cast(Any, "EXPLAIN " + query), params).consume()
-            guard.check_plan(summary.plan, self.database, summary.query_type)
-            rows: list[Record] = []
-            for rec in tx.run(cast(Any, query), params):
-                if len(rows) == limit:
-                    raise InvalidInputError("query", f"returns more than {limit} rows (cypher_max_rows); add LIMIT "
-                                                     "or aggregate")
-                rows.append({k: guard.plain(v, tenant_id) for k, v in cast(Any, rec).items()})
-            return rows
-        try:
-            return self._read(work)
-        except Neo4jError as exc:
-            code = exc.code or ""
-            if "TransactionTimedOut" in code:
-                raise CypherQueryError(f"the query ran longer than {self.cypher_timeout} s (cypher_timeout_seconds); "
-                                       "narrow it or add LIMIT") from exc
-            if "AccessMode" in code or ".Security." in code:  # the READ transaction refused a write
-                raise ReadOnlyQueryError(f"Neo4j refused the query: {exc.message or exc}") from exc
-            raise CypherQueryError(f"Neo4j could not run the query: {exc.message or exc}") from exc
+        return neo4j_cypher.run(self._driver, self.uri, self.database, tenant_id, query, params,
+                                timeout=self.cypher_timeout, max_rows=self.cypher_max_rows,
+                                max_bytes=self.cypher_max_result_bytes)
 
     # ---------------------------------------------------------------- API keys
     def add_api_key(self, key: Record) -> None:
