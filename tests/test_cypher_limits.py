@@ -140,14 +140,14 @@ def test_rest_answers_invalid_input_naming_the_limit_or_parameter(wm: WorldModel
     with TestClient(create_app(wm), raise_server_exceptions=False) as client:
         def post(body: dict[str, Any]) -> dict[str, Any]:
             r = client.post("/v1/cypher", json=body, headers={"Authorization": f"Bearer {key}"})
-            assert r.status_code == 422, r.text
+            assert r.status_code == 400, r.text
             return r.json()["error"]  # type: ignore[no-any-return]
 
         err = post({"query": DEEP_QUERY})
         assert err["type"] == "invalid_input" and err["field"] == "query" and "cypher_max_nesting_depth" in err["message"]
         err = post({"query": "RETURN $x", "params": {"x": HUGE}})
         assert err["type"] == "invalid_input" and err["field"] == "params.x" and "64-bit" in err["message"]
-        # 900 deep: JSON the server parses (its own limit would give 422 too, but not naming x)
+        # 900 deep: JSON the server parses, refused by the Cypher limits (400), naming x
         err = post({"query": "RETURN $x", "params": {"x": deep_list(900)}})
         assert err["type"] == "invalid_input" and err["field"].startswith("params.x"), err
 

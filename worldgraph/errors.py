@@ -17,6 +17,13 @@ class InvalidInputError(WorldGraphError, ValueError):
         super().__init__(f"{field}: {rule}")
 
 
+class CypherInputError(InvalidInputError):
+    """A Cypher query, its parameters or its result break a limit (text size, nesting, 64-bit
+    integers, rows, bytes). Refused before the query reaches a store, or as soon as the result
+    passes a cap; REST answers 400 ``invalid_input`` (the request is well-formed JSON whose query
+    no store will run), other bad fields stay 422."""
+
+
 class NotFoundError(WorldGraphError, LookupError):
     """An id (episode, tenant, scene, ...) that the store does not hold."""
 

@@ -2,7 +2,7 @@
 
 Store-independent (no driver, no database): ``WorldModel.cypher`` calls both functions before it
 hands the query to its store, whichever store that is, so every surface (Python, CLI, REST, MCP)
-refuses the same inputs with the same ``InvalidInputError`` (REST / MCP: ``invalid_input``).
+refuses the same inputs with the same ``CypherInputError`` (REST: 400 ``invalid_input``, MCP: ``invalid_input``).
 
 * ``check_query_text``: the query is valid Unicode, at most ``cypher_max_query_bytes`` UTF-8
   bytes, and nests brackets (``( [ {``) and ``CASE ... END`` at most ``cypher_max_nesting_depth``
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from worldgraph.config import WorldGraphConfig
-from worldgraph.errors import InvalidInputError
+from worldgraph.errors import CypherInputError
 from worldgraph.limits import limit_rule, raise_hint, utf8_size
 
 __all__ = ["INT64_MAX", "INT64_MIN", "check_params", "check_query_text", "json_size", "nesting_depth"]
@@ -64,14 +64,14 @@ def nesting_depth(query: str) -> int:
 def check_query_text(query: Any, cfg: WorldGraphConfig) -> None:
     """Refuse, before any store sees it, a query too long or nested too deep for a parser."""
     if not isinstance(query, str) or not query.strip():
-        raise InvalidInputError("query", "must be a non-empty Cypher string")
+        raise CypherInputError("query", "must be a non-empty Cypher string")
     size = utf8_size(query, "query")
     if size > cfg.cypher_max_query_bytes:
-        raise InvalidInputError("query", limit_rule("is UTF-8 bytes:", size, cfg.cypher_max_query_bytes,
+        raise CypherInputError("query", limit_rule("is UTF-8 bytes:", size, cfg.cypher_max_query_bytes,
                                                     "cypher_max_query_bytes"))
     depth = nesting_depth(query)
     if depth > cfg.cypher_max_nesting_depth:
-        raise InvalidInputError(
+        raise CypherInputError(
             "query", f"nests brackets or CASE {depth} levels deep, over the limit of {cfg.cypher_max_nesting_depth} "
             f"({raise_hint('cypher_max_nesting_depth')}); pass deep values as a parameter, or flatten the query")
 
@@ -81,7 +81,7 @@ def check_params(params: Any, cfg: WorldGraphConfig) -> None:
     if params is None:
         return
     if not isinstance(params, Mapping):
-        raise InvalidInputError("params", f"must be a map of parameter names to values, got {type(params).__name__}")
+        raise CypherInputError("params", f"must be a map of parameter names to values, got {type(params).__name__}")
     max_depth, limit = cfg.cypher_max_nesting_depth, cfg.cypher_max_params_bytes
     total = 0
     # (value, path, depth); paths are short strings built as the walk goes (params are small)
@@ -93,12 +93,12 @@ def check_params(params: Any, cfg: WorldGraphConfig) -> None:
             if total > limit:
                 break
             if value and depth >= max_depth:
-                raise InvalidInputError(path, f"nests lists and maps deeper than {max_depth} levels "
+                raise CypherInputError(path, f"nests lists and maps deeper than {max_depth} levels "
                                         f"({raise_hint('cypher_max_nesting_depth')})")
             if isinstance(value, Mapping):
                 for k, v in value.items():
                     if not isinstance(k, str):
-                        raise InvalidInputError(path, f"map keys must be strings, got {type(k).__name__} {k!r}")
+                        raise CypherInputError(path, f"map keys must be strings, got {type(k).__name__} {k!r}")
                     total += utf8_size(k, f"{path}.{k!r}")
                     stack.append((v, f"{path}.{k}", depth + 1))
             else:
@@ -108,23 +108,23 @@ def check_params(params: Any, cfg: WorldGraphConfig) -> None:
         if total > limit:
             break
     if total > limit:
-        raise InvalidInputError("params", f"are more than {limit} bytes ({raise_hint('cypher_max_params_bytes')})")
+        raise CypherInputError("params", f"are more than {limit} bytes ({raise_hint('cypher_max_params_bytes')})")
 
 
 def _scalar_size(value: Any, path: str) -> int:
     if not isinstance(value, _SCALARS) and value is not None:
-        raise InvalidInputError(path, f"a {type(value).__name__} is not a Cypher value (use null, a boolean, a number, "
+        raise CypherInputError(path, f"a {type(value).__name__} is not a Cypher value (use null, a boolean, a number, "
                                 "a string, bytes, a list, a map, or a datetime date / time / timedelta)")
     if isinstance(value, bool) or value is None:
         return 0
     if isinstance(value, int):
         if not INT64_MIN <= value <= INT64_MAX:
-            raise InvalidInputError(path, f"is an integer outside Cypher's 64-bit range [{INT64_MIN}, {INT64_MAX}] "
+            raise CypherInputError(path, f"is an integer outside Cypher's 64-bit range [{INT64_MIN}, {INT64_MAX}] "
                                     f"({value.bit_length()} bits); pass it as a string or a float")
         return 0
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise InvalidInputError(path, f"must be a finite number, got {value!r}")
+            raise CypherInputError(path, f"must be a finite number, got {value!r}")
         return 0
     if isinstance(value, str):
         return utf8_size(value, path)

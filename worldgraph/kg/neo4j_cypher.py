@@ -13,7 +13,7 @@ the caller waits at most ``cypher_timeout``:
 2. Rows are sized (before they are converted) and counted as they arrive: more than
    ``cypher_max_rows`` rows, or more than ``cypher_max_result_bytes`` bytes (their JSON size,
    roughly), stops the read with an
-   ``InvalidInputError`` and rolls the transaction back. A single row is decoded whole by the
+   ``CypherInputError`` and rolls the transaction back. A single row is decoded whole by the
    driver before it can be measured: Neo4j's ``db.memory.transaction.max`` bounds that.
 3. At the deadline the caller ends the transaction: ``TERMINATE TRANSACTIONS`` of the ids
    ``SHOW TRANSACTIONS`` lists under the call's token (another session, same user); if the worker
@@ -40,8 +40,8 @@ from neo4j import READ_ACCESS, Driver, Session
 from neo4j.exceptions import DriverError, Neo4jError, ServiceUnavailable, SessionExpired
 
 from worldgraph.errors import (
+    CypherInputError,
     CypherQueryError,
-    InvalidInputError,
     ReadOnlyQueryError,
     StoreUnavailableError,
     WorldGraphError,
@@ -111,12 +111,12 @@ def _work(call: _Call, driver: Driver, database: str, tenant_id: str, query: str
                     if call.timed_out:
                         return
                     if len(rows) == max_rows:
-                        raise InvalidInputError("query", f"returns more than {max_rows} rows (cypher_max_rows); "
+                        raise CypherInputError("query", f"returns more than {max_rows} rows (cypher_max_rows); "
                                                          "add LIMIT or aggregate")
                     raw = dict(cast(Any, rec).items())
                     size += json_size(raw, max_bytes - size)  # before converting: a huge row is not converted
                     if size > max_bytes:
-                        raise InvalidInputError("query", f"returns more than {max_bytes} bytes of rows "
+                        raise CypherInputError("query", f"returns more than {max_bytes} bytes of rows "
                                                          "(cypher_max_result_bytes); return fewer or smaller "
                                                          "values, add LIMIT or aggregate")
                     rows.append({k: guard.plain(v, tenant_id) for k, v in raw.items()})

@@ -5,6 +5,7 @@ that maps worldgraph's exceptions to HTTP status codes. The MCP tools report the
 |---------------------------------------------|--------|--------------------|
 | no key, unknown or revoked key              | 401    | unauthorized       |
 | body over ``max_request_bytes``             | 413    | payload_too_large  |
+| CypherInputError: a Cypher query, params or result over a limit | 400 | invalid_input |
 | malformed JSON, a bad field, InvalidInputError | 422 | invalid_input      |
 | DeltaValidationError (delta refused whole)  | 422    | invalid_delta      |
 | NotFoundError (also another tenant's id)    | 404    | not_found          |
@@ -36,6 +37,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from worldgraph.errors import (
+    CypherInputError,
     CypherQueryError,
     DeltaValidationError,
     EmbeddingDimensionError,
@@ -57,6 +59,7 @@ log = logging.getLogger("worldgraph.server")
 # First match wins: subclasses before their bases.
 _STATUS: tuple[tuple[type[BaseException], int, str], ...] = (
     (EmbeddingDimensionError, 500, "embedder_error"),
+    (CypherInputError, 400, "invalid_input"),
     (InvalidInputError, 422, "invalid_input"),
     (DeltaValidationError, 422, "invalid_delta"),
     (NotFoundError, 404, "not_found"),
