@@ -60,7 +60,7 @@ class WorldModel:
     @classmethod
     def open(cls, path: str | Path = "./data", *, embedder: Embedder | None = None, graph: str | GraphStore = "embedded",
              config: WorldGraphConfig | None = None, rebuild_index: bool = False, read_only: bool = False,
-             **overrides: Any) -> WorldModel:
+             progress: Progress | None = None, **overrides: Any) -> WorldModel:
         """Open (or create) a world model under ``path``.
 
         ``graph="embedded"`` needs no server; ``graph="neo4j"`` connects to NEO4J_URI.
@@ -69,6 +69,8 @@ class WorldModel:
         ``read_only=True`` writes nothing (no folder, schema, index upkeep or re-indexing): recall,
         episodes, readiness, world_graph and export work; every write raises ReadOnlyError. A folder
         that is not writable, or whose disk is full, is opened read-only by itself (logged).
+        ``progress(done, total)`` is called as the indexing done while opening (the rebuild, or
+        the re-indexing of pending episodes) goes on.
         """
         cfg = config or WorldGraphConfig.from_env(**overrides)
         root = Path(path)
@@ -94,9 +96,9 @@ class WorldModel:
         if reason is not None:
             return wm
         if rebuild_index:
-            wm.reindex()
+            wm.reindex(progress=progress)
         else:
-            wm.retry_indexing()
+            wm.retry_indexing(progress)
         return wm
 
     def _writable(self, operation: str) -> None:
@@ -196,7 +198,8 @@ class WorldModel:
             self.indexer.index_rows(tenant_id, episodes, vectors, add)
         return ids
 
-    def record_conversation(self, tenant_id: str, session_id: str, turns: Iterable[dict[str, Any]]) -> list[str]:
+    def record_conversation(self, tenant_id: str, session_id: str, turns: Iterable[dict[str, Any]],
+                            progress: Progress | None = None) -> list[str]:
         """Record a transcript turn by turn, in order: one episode per turn (speaker -> agent_id,
         text -> task_description, the turn before -> input_summary), linked in time order
         within the session. All turns are checked before anything is recorded."""
@@ -212,7 +215,7 @@ class WorldModel:
         first = parsed[0].timestamp or utcnow()
         before = self.store.session_episode_before(tenant_id, sid, first.timestamp())
         previous = quoted(before["agent_id"], before["task_description"]) if before else None
-        return self.record_experiences(tenant_id, turn_experiences(sid, parsed, previous))
+        return self.record_experiences(tenant_id, turn_experiences(sid, parsed, previous), progress=progress)
 
     def retry_indexing(self, progress: Progress | None = None) -> int:
         """Index every episode whose indexing is pending or failed; returns how many were indexed."""
@@ -225,7 +228,11 @@ class WorldModel:
         self._writable("reindex")
         if tenant_id is not None:
             check_tenant(tenant_id)
-        return self.indexer.reindex(tenant_id, progress, batch_size)
+        expected = 0
+        if progress is not None:  # how many, for the progress bar's total
+            tenants = [tenant_id] if tenant_id is not None else self.store.tenants()
+            expected = sum(int(self.store.stats(t).get("episodes", 0)) for t in tenants)
+        return self.indexer.reindex(tenant_id, progress, batch_size, expected)
 
     # ------------------------------------------------------------------ feedback
     def submit_feedback(self, tenant_id: str, episode_id: str, score: float, notes: str | None = None,
@@ -349,14 +356,16 @@ class WorldModel:
         check_tenant(tenant_id)
         return self.store.world_graph(tenant_id, check_env(env_name))
 
-    def export(self, tenant_id: str, env_name: str, out_dir: str | Path) -> Path:
+    def export(self, tenant_id: str, env_name: str, out_dir: str | Path, progress: Progress | None = None) -> Path:
         """Write the five canonical files under ``out_dir/<tenant>/<app>/world_model_graph/<env>/``."""
-        return export_environment(self.store, tenant_id, env_name, Path(out_dir), self.config.app_name)
+        return export_environment(self.store, tenant_id, env_name, Path(out_dir), self.config.app_name, progress)
 
-    def import_snapshot(self, tenant_id: str, path: str | Path) -> dict[str, Any]:
-        """Load a folder written by ``export`` (replaces that environment's graph)."""
+    def import_snapshot(self, tenant_id: str, path: str | Path, env_name: str | None = None,
+                        progress: Progress | None = None) -> dict[str, Any]:
+        """Load a snapshot (replaces that environment's graph): the folder ``export`` returned, or
+        the ``out_dir`` given to it (``env_name`` picks one when it holds several)."""
         self._writable("import_snapshot")
-        return import_environment(self.store, tenant_id, Path(path))
+        return import_environment(self.store, tenant_id, Path(path), env_name, progress)
 
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Read-only, tenant-scoped Cypher (Neo4j store): ``$tenant_id`` is bound for you."""

@@ -158,7 +158,7 @@ class FeedbackRequest(BaseModel):
     score: float = Field(ge=-1.0, le=1.0, description="-1 harmful, 0 neutral, 1 excellent.")
     notes: str | None = Field(None, description="Why.")
     category: str | None = Field(None, description="e.g. accuracy, helpfulness, safety.")
-    created_by: str | None = Field(None, description="Who rated it (default anonymous).")
+    created_by: str | None = Field(None, description="Who rated it (default: the API key's name; anonymous for an unnamed key).")
 
 
 class CypherRequest(BaseModel):

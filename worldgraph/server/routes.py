@@ -18,6 +18,7 @@ from fastapi.responses import HTMLResponse
 from starlette.concurrency import run_in_threadpool as in_thread
 
 from worldgraph import __version__
+from worldgraph.errors import NotFoundError
 from worldgraph.server.auth import Tenant
 from worldgraph.server.models import (
     AgentRound,
@@ -87,10 +88,27 @@ async def recall_experiences(body: RecallRequest, tenant: Tenant, wm: WM) -> dic
 
 
 @router.post("/episodes/{episode_id}/feedback", response_model=FeedbackOut, tags=["memory"],
-             responses=_NOT_FOUND, summary="Rate an episode in [-1, 1]")
-async def submit_feedback(episode_id: str, body: FeedbackRequest, tenant: Tenant, wm: WM) -> dict[str, Any]:
-    return await in_thread(wm.submit_feedback, tenant, episode_id, body.score, body.notes, body.category,
-                           body.created_by)
+             responses=_NOT_FOUND, summary="Rate an episode in [-1, 1]",
+             description="`episode_id` is the full id or a unique start of it (at least 4 characters). "
+                         "`created_by` defaults to the API key's name (anonymous for an unnamed key).")
+async def submit_feedback(episode_id: str, body: FeedbackRequest, tenant: Tenant, wm: WM,
+                          request: Request) -> dict[str, Any]:
+    from worldgraph.commands.common import resolve_episode_id
+
+    created_by = body.created_by or getattr(request.state, "key_name", None)
+
+    def rate() -> Any:
+        # the episode id, or a unique start of it (at least 4 characters) as the CLI accepts; the full
+        # id is looked up first, so a prefix costs nothing to callers that send whole ids
+        try:
+            return wm.submit_feedback(tenant, episode_id, body.score, body.notes, body.category, created_by)
+        except NotFoundError:
+            full = resolve_episode_id(wm, tenant, episode_id)
+            if full == episode_id:
+                raise
+            return wm.submit_feedback(tenant, full, body.score, body.notes, body.category, created_by)
+
+    return await in_thread(rate)
 
 
 @router.get("/agents/{agent_id}/episodes", response_model=EpisodesResponse, tags=["memory"],
