@@ -353,6 +353,8 @@ class ErrorBody(BaseModel):
     type: str = Field(description="e.g. unauthorized, not_found, payload_too_large, invalid_input.")
     message: str = Field(description="What is wrong and how to fix it.")
     field: str | None = Field(None, description="The field at fault (e.g. experience.outcome), when there is one.")
+    request_id: str | None = Field(None, description="The request's id (also its X-Request-ID header and the "
+                                                     "prefix of its server log lines).")
 
 
 class ErrorResponse(BaseModel):

@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool as in_thread
 from worldgraph import __version__
 from worldgraph.errors import NotFoundError
 from worldgraph.server.auth import Tenant
+from worldgraph.server.metrics import metrics_of
 from worldgraph.server.models import (
     AgentRound,
     CypherRequest,
@@ -70,21 +71,24 @@ async def health(wm: WM) -> dict[str, Any]:
 @router.post("/experiences", response_model=EpisodeIds, tags=["memory"], summary="Record agent runs",
              description="One experience (an AgentExperience object), or a batch "
                          "`{\"experiences\": [...], \"canvases\": [...]}` stored in one transaction.")
-async def record_experiences(body: Annotated[ExperiencesBody, Body()], tenant: Tenant, wm: WM) -> dict[str, Any]:
-    if isinstance(body, ExperienceBatch):
-        canvases: list[Any] | None = body.canvases
-        ids = await in_thread(wm.record_experiences, tenant, body.experiences, canvases)
-    else:
-        ids = await in_thread(wm.record_experiences, tenant, [body])
+async def record_experiences(body: Annotated[ExperiencesBody, Body()], tenant: Tenant, wm: WM,
+                             request: Request) -> dict[str, Any]:
+    with metrics_of(request).timed("record"):
+        if isinstance(body, ExperienceBatch):
+            canvases: list[Any] | None = body.canvases
+            ids = await in_thread(wm.record_experiences, tenant, body.experiences, canvases)
+        else:
+            ids = await in_thread(wm.record_experiences, tenant, [body])
     return {"episode_ids": ids}
 
 
 @router.post("/recall", response_model=RecallResponse, tags=["memory"], summary="Recall past runs by meaning",
              description="Candidates by vector similarity (plus BM25 hits), filtered, scored (semantic, recency, "
                          "feedback, confidence), diversified; the best `limit`.")
-async def recall_experiences(body: RecallRequest, tenant: Tenant, wm: WM) -> dict[str, Any]:
-    return {"results": await in_thread(wm.recall_experiences, tenant, body.agent_role, body.query, body.limit,
-                                       body.options)}
+async def recall_experiences(body: RecallRequest, tenant: Tenant, wm: WM, request: Request) -> dict[str, Any]:
+    with metrics_of(request).timed("recall"):
+        return {"results": await in_thread(wm.recall_experiences, tenant, body.agent_role, body.query, body.limit,
+                                           body.options)}
 
 
 @router.post("/episodes/{episode_id}/feedback", response_model=FeedbackOut, tags=["memory"],
