@@ -22,6 +22,7 @@ from worldgraph.kg.store import GraphStore
 from worldgraph.kg.world import WorldUpdater
 from worldgraph.limits import MAX_PAGE, check_batch, check_delta_size, check_query, check_text, check_value
 from worldgraph.memory.conversation import check_session, parse_turns, quoted, turn_experiences
+from worldgraph.memory.embedders.coalesce import CoalescingEmbedder
 from worldgraph.memory.embeddings import Embedder, embedder_name, index_name, make_embedder
 from worldgraph.memory.feedback import FeedbackResult, submit_feedback
 from worldgraph.memory.index import EpisodeIndex, stored_embedder_name
@@ -51,7 +52,11 @@ class WorldModel:
         self.config = config
         # the world updater gets the store, the settings and how to record a round, not the facade
         self.world = WorldUpdater(store, config, self.record_experience)
-        self.indexer = EpisodeIndexer(store, index, embedder, config, on_failure=lambda: self._index_retrier.kick())
+        # records embed through a coalescing wrapper: concurrent calls share batches (queries do not wait)
+        record_embedder = (CoalescingEmbedder(embedder, config.embedding_coalesce_max, config.embedding_coalesce_ms / 1000)
+                           if config.embedding_coalesce else embedder)
+        self.indexer = EpisodeIndexer(store, index, record_embedder, config,
+                                      on_failure=lambda: self._index_retrier.kick())
         # after an index failure (an unreachable object store), re-index in the background
         self._index_retrier = IndexRetrier(self.retry_indexing, lambda: bool(self.store.unindexed_episodes(limit=1)),
                                            config.index_retry_seconds)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from worldgraph.commands.common import open_wm, read_json_items, resolve_episode_id
@@ -12,6 +15,8 @@ from worldgraph.console import emit, note, print_context, print_recall, progress
 from worldgraph.errors import InvalidInputError, NotFoundError
 
 Add = Callable[..., argparse.ArgumentParser]
+# record-conversation: sessions recorded side by side, sharing embedding batches
+SESSION_THREADS = 8
 
 
 def add_memory_commands(add: Add) -> None:
@@ -85,7 +90,11 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 def cmd_record_conversation(args: argparse.Namespace) -> int:
     """FILE holds sessions ({"session_id": ..., "turns": [...]}, one or several) or bare turns
-    (a JSON array or JSON Lines of {"speaker", "text", "timestamp"}) for the session --session."""
+    (a JSON array or JSON Lines of {"speaker", "text", "timestamp"}) for the session --session.
+
+    Sessions are recorded side by side (``SESSION_THREADS`` at a time), so their turns share the
+    embedder's batches (see memory/embedders/coalesce.py); items of one session id stay in file
+    order, one after the other (each links to the turn before it)."""
     items = [item for _, item in read_json_items(args.file)]
     if items and all(isinstance(i, dict) and "turns" in i for i in items):
         sessions = [(i.get("session_id", args.session), i["turns"]) for i in items]
@@ -94,15 +103,38 @@ def cmd_record_conversation(args: argparse.Namespace) -> int:
                                 'or write it as {"session_id": "...", "turns": [...]}')
     else:
         sessions = [(args.session, items)]
-    ids: list[str] = []
     total = sum(len(t) if isinstance(t, list) else 0 for _, t in sessions)
     show = progress_bar("turns", not args.json and total > 50)
+    done = [0] * len(sessions)  # turns embedded so far, per item
+    results: list[list[str] | None] = [None] * len(sessions)
+    lock = threading.Lock()
+    by_session: dict[Any, list[int]] = {}
+    for n, (session_id, _) in enumerate(sessions):
+        by_session.setdefault(session_id if isinstance(session_id, str) else repr(session_id), []).append(n)
+
     with open_wm(args, create=True) as wm:
-        for session_id, turns in sessions:
-            base = len(ids)
-            ids.extend(wm.record_conversation(args.tenant, session_id, turns,
-                                              progress=lambda done, _n, base=base: show(base + done, total)))
-            show(len(ids), total)
+        def record(positions: list[int]) -> None:
+            for n in positions:
+                def step(d: int, _total: int, n: int = n) -> None:
+                    with lock:
+                        done[n] = d
+                        show(sum(done), total)
+
+                session_id, turns = sessions[n]
+                results[n] = wm.record_conversation(args.tenant, session_id, turns, progress=step)
+                step(len(results[n] or []), 0)
+
+        with ThreadPoolExecutor(max_workers=min(SESSION_THREADS, len(by_session)) or 1) as pool:
+            futures = [pool.submit(record, positions) for positions in by_session.values()]
+            errors = [f.exception() for f in futures]
+        failed = next((e for e in errors if e is not None), None)
+        if failed is not None:
+            recorded = [str(sessions[n][0]) for n, r in enumerate(results) if r is not None]
+            if recorded and not args.json:  # under --json stderr holds only the error object
+                print(f"note: {len(recorded)} of {len(sessions)} session item(s) were recorded despite the error "
+                      f"({short(', '.join(recorded), 200)}); re-run only the others", file=sys.stderr)
+            raise failed
+    ids = [i for r in results for i in (r or [])]
     emit(args, {"recorded": len(ids), "sessions": len(sessions), "episode_ids": ids},
          lambda: print(f"recorded {len(ids)} turn(s) of {len(sessions)} session(s) for tenant {args.tenant!r}"
                        + (" (`--json` lists their episode ids)" if ids else "")))
