@@ -14,6 +14,11 @@ One run, in this order, on one data folder (embedded store unless ``--graph neo4
    errors (any non-200 or transport error);
 6. SIGTERM the server (graceful), reopen the folder and check every acknowledged episode
    (a 200 with its id) is stored, and indexed for recall.
+7. coalesced embedding: record-only load (one experience a request) at ``--clients`` for
+   ``--coalesce-seconds``, against a server with ``WORLDGRAPH_EMBEDDING_COALESCE=false`` (each
+   record embeds alone, as before) and one with it on (concurrent records share batches),
+   alternated ``--coalesce-rounds`` times on the same folder; reports both throughputs and their
+   ratio. ``--only-coalescing`` runs just this phase (after seeding).
 
 The embedder is the deterministic hashing one (``--embedder hashing``, the default) so the
 numbers measure the service and the recall pipeline, not a model; ``--embedder local`` uses the
@@ -213,6 +218,26 @@ def mixed(queries: list[str], record_share: float) -> Any:
     return pick
 
 
+def records(rng: random.Random, k: int, n: int) -> Request:
+    return "record", "POST", "/v1/experiences", {"experiences": [experience(rng, 50_000_000 + k * 1_000_000 + n)]}
+
+
+def coalescing_phase(data: Path, graph: str, env: dict[str, str], workers: int, key: str, clients: int,
+                     seconds: float, rounds: int) -> dict[str, Any]:
+    """Record throughput with coalescing off, then on, alternated ``rounds`` times."""
+    runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
+    for _ in range(rounds):
+        for mode in ("off", "on"):
+            mode_env = {**env, "WORLDGRAPH_EMBEDDING_COALESCE": "true" if mode == "on" else "false"}
+            with Server(data, graph, mode_env, workers) as srv:
+                pid = srv.proc.pid  # type: ignore[union-attr]
+                runs[mode].append(asyncio.run(http_phase(srv.url, key, clients, seconds, records, pid)))
+    out = {mode: summary(merge(r), clients) for mode, r in runs.items()}
+    off, on = out["off"]["record"]["per_s"], out["on"]["record"]["per_s"]
+    out["ratio"] = round(on / off, 2) if off else None
+    return out
+
+
 def light(rng: random.Random, k: int, n: int) -> Request:
     """The layer alone: key check, routing, one small store read, JSON out."""
     return "episodes", "GET", f"/v1/agents/agent-{rng.randrange(32)}/episodes?limit=1", None
@@ -263,6 +288,10 @@ def main() -> int:
     p.add_argument("--graph", choices=["embedded", "neo4j"], default="embedded")
     p.add_argument("--embedder", choices=["hashing", "local"], default="hashing")
     p.add_argument("--workers", type=int, default=1, help="worldgraph serve --workers (server processes)")
+    p.add_argument("--coalesce-seconds", type=float, default=20.0,
+                   help="length of each record-only phase of the coalescing comparison")
+    p.add_argument("--coalesce-rounds", type=int, default=2, help="off/on pairs of the coalescing comparison")
+    p.add_argument("--only-coalescing", action="store_true", help="seed, then run only the coalescing comparison")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--tmp", default=None)
     p.add_argument("--out", default=None)
@@ -284,6 +313,16 @@ def main() -> int:
                 wm.record_experiences(TENANT, exps[i:i + 500])
             key, _ = ApiKeys(wm.store).create(TENANT, "bench_serve")
             print(f"seeded {args.episodes} episodes; starting worldgraph serve ...", file=sys.stderr)
+        if args.only_coalescing:
+            print(f"record-only, {args.clients} clients: coalescing off / on ...", file=sys.stderr)
+            co = coalescing_phase(data, args.graph, env, args.workers, key, args.clients, args.coalesce_seconds,
+                                  args.coalesce_rounds)
+            print(coalescing_report(co, args))
+            if args.out:
+                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.out).write_text(json.dumps({"coalescing": co, "embedder": args.embedder}, indent=2) + "\n")
+            return 0
+        with WorldModel.open(data, graph=args.graph) as wm:
             with Server(data, args.graph, env, args.workers) as srv:
                 pid = srv.proc.pid  # type: ignore[union-attr]
                 seq = sequential_pair(wm, srv.url, key, queries)
@@ -301,6 +340,9 @@ def main() -> int:
                 load = asyncio.run(http_phase(srv.url, key, args.clients, args.seconds,
                                               mixed(queries, args.record_share), pid))
                 layer = asyncio.run(http_phase(srv.url, key, args.clients, args.seconds, light, pid))
+        print(f"record-only, {args.clients} clients: coalescing off / on ...", file=sys.stderr)
+        co = coalescing_phase(data, args.graph, env, args.workers, key, args.clients, args.coalesce_seconds,
+                              args.coalesce_rounds)
         with WorldModel.open(data, graph=args.graph) as wm:
             acked = load["acked"]
             stored = wm.store.get_episodes(TENANT, acked)
@@ -317,8 +359,9 @@ def main() -> int:
               "sequential": seq, "in_process_concurrent": summary(merge(local_runs), args.clients),
               "http_recall_only": summary(merge(http_runs), args.clients),
               "http_mixed": summary(load, args.clients), "http_layer": summary(layer, args.clients),
-              "record_share": args.record_share, "check": check}
+              "record_share": args.record_share, "check": check, "coalescing": co}
     print(report(result))
+    print(coalescing_report(co, args))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
@@ -348,6 +391,19 @@ def report(r: dict[str, Any]) -> str:
               f"HTTP - in-process recall p50: 1 at a time {seq['http']['p50_ms'] - seq['in_process']['p50_ms']:+.2f} ms, "
               f"{n} concurrent {only['recall']['p50_ms'] - ipc['recall']['p50_ms']:+.2f} ms; "
               f"client CPU ms/req (httpx): {only['client_cpu_ms_per_request']}"]
+    return "\n".join(lines)
+
+
+def coalescing_report(co: dict[str, Any], args: argparse.Namespace) -> str:
+    lines = ["", f"record-only, {args.clients} clients, {args.embedder} embedder, "
+                 f"{args.coalesce_rounds} x {args.coalesce_seconds:g} s each, alternated",
+             f"{'embedding':20}| {'records/s':>9} | {'p50 ms':>7} | {'p99 ms':>7} | errors | server CPU ms/req",
+             f"{'-' * 20}+{'-' * 11}+{'-' * 9}+{'-' * 9}+--------+------------------"]
+    for mode, name in (("off", "each call alone"), ("on", "coalesced")):
+        m = co[mode]["record"]
+        lines.append(f"{name:20}| {m['per_s']:>9} | {m['p50_ms']:>7} | {m['p99_ms']:>7} | {m['errors']:>6} | "
+                     f"{co[mode]['cpu_ms_per_request']}")
+    lines.append(f"coalesced / alone: {co['ratio']}x")
     return "\n".join(lines)
 
 

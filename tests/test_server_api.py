@@ -75,7 +75,7 @@ def other(wm: WorldModel, client: TestClient) -> Api:
 
 
 def _error(body: Any, type_: str, field: str | None = None) -> str:
-    assert set(body) == {"error"} and set(body["error"]) == {"type", "message", "field"}, body
+    assert set(body) == {"error"} and set(body["error"]) == {"type", "message", "field", "request_id"}, body
     assert body["error"]["type"] == type_, body
     assert body["error"]["field"] == field, body
     return str(body["error"]["message"])

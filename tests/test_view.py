@@ -295,3 +295,108 @@ def test_empty_and_unknown_shapes_still_draw(browser: Browser, tmp_path: Path) -
     assert _dataset(browser)["nodeCount"] == "2"
     assert browser.eval("worldgraphView.cy.nodes().filter(n => n.isParent()).length") == 1
     assert not [c for c in browser.console if c.startswith("exception")], browser.console
+
+
+# ---------------------------------------------------------------------- the map, routing, history
+def _moves(graph: dict[str, Any]) -> set[frozenset[str]]:
+    """Pairs of rooms something was in one after the other (the map layer's rule, from the data)."""
+    rooms = {n["id"] for n in graph["nodes"] if n.get("type") == "room"}
+    by_child: dict[str, list[dict[str, Any]]] = {}
+    for e in graph["edges"]:
+        if e["relation"] == "containment":
+            by_child.setdefault(e["dst_id"], []).append(e)
+    pairs = set()
+    for edges in by_child.values():
+        edges.sort(key=lambda e: str(e.get("valid_from")))
+        for a, b in zip(edges, edges[1:]):
+            if a["valid_to"] and a["src_id"] in rooms and b["src_id"] in rooms and a["src_id"] != b["src_id"]:
+                pairs.add(frozenset((a["src_id"], b["src_id"])))
+    return pairs
+
+
+_CROSSINGS = """(() => {
+    const cy = worldgraphView.cy, bad = [];
+    const leaves = cy.nodes().filter(n => !n.isParent());
+    const cross = (p, q, b) => {  // segment p-q through box b (shrunk by 2 px)
+      const x1 = b.x1 + 2, x2 = b.x2 - 2, y1 = b.y1 + 2, y2 = b.y2 - 2;
+      for (let i = 0; i <= 200; i++) {
+        const x = p.x + (q.x - p.x) * i / 200, y = p.y + (q.y - p.y) * i / 200;
+        if (x > x1 && x < x2 && y > y1 && y < y2) return true;
+      }
+      return false;
+    };
+    cy.edges().not('.episodic').forEach(e => {
+      const ends = e.source().union(e.target());
+      const pts = [e.sourceEndpoint(), ...(e.segmentPoints() || []), e.targetEndpoint()];
+      if (!e.segmentPoints() && e.controlPoints()) return;  // a curved bundle: not a straight line
+      leaves.forEach(n => {
+        if (ends.contains(n) || n.ancestors().intersection(ends).nonempty()) return;
+        const b = n.boundingBox({includeLabels: false, includeOverlays: false});
+        for (let i = 0; i + 1 < pts.length; i++) if (cross(pts[i], pts[i + 1], b)) { bad.push([e.id(), n.id()]); break; }
+      });
+    });
+    return bad; })()"""
+
+
+@pytest.mark.browser
+def test_map_layer_connects_the_rooms_moved_between(browser: Browser, adventure: dict[str, Any],
+                                                    tmp_path: Path) -> None:
+    browser.open(_page(tmp_path, adventure))
+    expected = _moves(adventure)
+    names = {n["id"]: n["name"] for n in adventure["nodes"]}
+    assert {frozenset(names[i] for i in p) for p in expected} >= {
+        frozenset(("kitchen", "hallway")), frozenset(("hallway", "living room"))}
+    drawn = browser.eval("worldgraphView.cy.edges('.map').map(e => [e.source().id(), e.target().id(), e.data('label')])")
+    assert {frozenset(d[:2]) for d in drawn} == expected
+    labels = {frozenset(names[i] for i in d[:2]): d[2] for d in drawn}
+    assert "go east" in labels[frozenset(("hallway", "living room"))].split(" / ")  # how it was reached
+    assert int(_dataset(browser)["mapCount"]) == len(expected)
+    browser.eval("document.getElementById('t-map').click()")
+    assert browser.eval("worldgraphView.cy.edges('.map').length") == 0
+    # exits that name a room connect it too
+    g = json.loads(json.dumps(adventure))
+    garden = next(n for n in g["nodes"] if n["name"] == "garden")
+    garden["attributes"]["exits"] = {"north": "Kitchen"}
+    browser.open(_page(tmp_path, g))
+    got = browser.eval("worldgraphView.cy.edges('.map').map(e => [e.source().data('label'), e.target().data('label'),"
+                       " e.data('label')])")
+    assert any({a, b} == {"garden", "kitchen"} and label == "north" for a, b, label in got), got
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("fragment", ["", "layout=pack", ""])
+def test_arrows_go_around_the_nodes_they_do_not_join(browser: Browser, adventure: dict[str, Any],
+                                                    tmp_path: Path, fragment: str) -> None:
+    browser.open(_page(tmp_path, adventure), fragment=fragment)
+    assert browser.eval(_CROSSINGS) == []
+    # a grid of states: the transition between opposite corners crosses the middle unless bent
+    states = [{"id": f"s{i}", "kind": "state", "type": "door_state", "name": f"state {i}", "entity_id": "door",
+               "valid_to": None} for i in range(9)]
+    nodes = [{"id": "door", "kind": "entity", "type": "door", "name": "door", "valid_to": None}, *states]
+    edges = [{"id": "t1", "relation": "transition", "src_id": "s0", "dst_id": "s8", "action": "jump",
+              "valid_to": None}]
+    browser.open(_page(tmp_path, {"nodes": nodes, "edges": edges, "rules": [], "scenes": [], "meta": None}),
+                 fragment="layout=pack")
+    straight = browser.eval("""(() => { const cy = worldgraphView.cy, e = cy.getElementById('e:t1');
+        const p = e.source().position(), q = e.target().position();
+        return cy.nodes('.state').not('#s0, #s8').filter(n => { const b = n.boundingBox();
+          return [...Array(101).keys()].some(i => { const x = p.x + (q.x - p.x) * i / 100, y = p.y + (q.y - p.y) * i / 100;
+            return x > b.x1 && x < b.x2 && y > b.y1 && y < b.y2; }); }).length; })()""")
+    assert straight >= 1, "the straight line must cross a state for this check to mean anything"
+    assert int(_dataset(browser)["routedCount"]) >= 1 and browser.eval(_CROSSINGS) == []
+
+
+@pytest.mark.browser
+def test_details_show_where_a_node_was_and_rules_without_evidence_show_no_count(
+        browser: Browser, adventure: dict[str, Any], tmp_path: Path) -> None:
+    g = json.loads(json.dumps(adventure))
+    for r in g["rules"]:
+        r["evidence"], r["evidence_count"] = [], 0
+    player = next(n["id"] for n in g["nodes"] if n["name"] == "player")
+    browser.open(_page(tmp_path, g), fragment=f"node={player}")
+    where = browser.eval("[...document.querySelectorAll('#details ol.where li')].map(li => li.textContent)")
+    visited = [w.split(" \u00b7 ")[0] for w in where]
+    assert visited[0] == "kitchen" and visited[-1] == "shed" and "living room" in visited, where
+    assert "\u2013 now" in where[-1] and "(go east)" in where[-1], where
+    rules_text = browser.eval("document.getElementById('rules').textContent")
+    assert "evidence 0" not in rules_text and "confidence" in rules_text

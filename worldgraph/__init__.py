@@ -4,8 +4,11 @@
     with WorldModel.open("./data") as wm:
         episode_id = wm.record_experience("acme", {...})
         results = wm.recall_experiences("acme", "Finance", "reconcile inventory")
+
+``AsyncWorldModel`` has the same methods as coroutines, for asyncio code.
 """
 
+from worldgraph.aio import AsyncWorldModel
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import (
     CypherQueryError,
@@ -41,7 +44,7 @@ from worldgraph.service import WorldModel
 __version__ = "0.1.0"
 
 __all__ = [
-    "AgentExperience", "CanvasAction", "CanvasAudit", "CanvasContext", "CypherQueryError", "DateRange",
+    "AgentExperience", "AsyncWorldModel", "CanvasAction", "CanvasAudit", "CanvasContext", "CypherQueryError", "DateRange",
     "DeltaValidationError",
     "EmbeddingDimensionError", "EpisodeFeedback", "ExtractionError", "FeedbackResult", "InvalidInputError",
     "MergeReport",

@@ -60,6 +60,11 @@ class WorldGraphConfig(BaseSettings):
     embedding_provider: Literal["auto", "openai", "local", "hashing"] = "auto"
     embedding_local_model: str = "auto"  # or a key of worldgraph.memory.embeddings.LOCAL_MODELS
     embedding_threads: int = Field(0, ge=0)  # local batches embedded side by side; 0 = one per core
+    # concurrent record calls (server threads, the CLI's sessions) share embedding batches
+    # (memory/embedders/coalesce.py): a call waits up to this long for others while a batch runs ...
+    embedding_coalesce_ms: float = Field(2.0, ge=0.0, le=1000.0)
+    embedding_coalesce_max: int = Field(256, gt=0)  # ... and a shared batch holds at most this many texts
+    embedding_coalesce: bool = True  # False: each call embeds alone (the behaviour before coalescing)
 
     # Recall (seed)
     default_recall_limit: int = Field(5, gt=0)

@@ -8,7 +8,9 @@ importing the CLI entry point.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -28,28 +30,43 @@ def say(text: str) -> None:
 
 
 def progress_bar(label: str, enabled: bool = True) -> Callable[[int, int], None]:
-    """Progress on stderr: a redrawn bar on a terminal, a line every 10% otherwise."""
+    """Progress on stderr, as ``show(done, total)`` (``total`` 0: not known). On a terminal a
+    redrawn tqdm bar (rate and time left); otherwise (a log file, a pipe) a plain line every 10 %
+    (every 1,000 items without a total), so a log holds no carriage returns. The bar closes itself
+    when ``done`` reaches ``total``; a bar left open (an error, an unknown total) is closed at exit."""
     tty = sys.stderr.isatty()
     last = [-1]
+    bar: list[Any] = []
 
     def show(done: int, total: int) -> None:
         if not enabled:
             return
         if not tty:
+            if done == 0:  # nothing done yet is no news in a log (and an error right after stays one line)
+                return
             step = int(10 * done / total) if total else done // 1000
             if step != last[0] or (total and done >= total):
                 last[0] = step
                 sys.stderr.write(f"{label} {done}/{total}\n" if total else f"{label} {done}\n")
             return
-        if total:
-            width = 30
-            filled = int(width * done / total)
-            sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-            if done >= total:
-                sys.stderr.write("\n")
-        else:
-            sys.stderr.write(f"\r{label} {done}")
-        sys.stderr.flush()
+        if not bar:
+            from tqdm import tqdm
+
+            try:  # a terminal that reports no size (a bare pseudo-terminal): tqdm would hide the bar
+                size = os.get_terminal_size(sys.stderr.fileno())
+                sized = size.columns > 0 and size.lines > 0
+            except (OSError, ValueError):
+                sized = False
+            bar.append(tqdm(total=total or None, desc=label, file=sys.stderr, unit="", dynamic_ncols=sized,
+                            ncols=None if sized else 80, nrows=None if sized else 24, leave=True,
+                            mininterval=0.2))
+            atexit.register(bar[0].close)
+        b = bar[0]
+        if total and b.total != total:
+            b.total = total
+        b.update(done - b.n)
+        if total and done >= total:
+            b.close()
 
     return show
 

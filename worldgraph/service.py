@@ -23,6 +23,7 @@ from worldgraph.kg.store import GraphStore
 from worldgraph.kg.world import WorldUpdater
 from worldgraph.limits import MAX_PAGE, check_batch, check_delta_size, check_query, check_text, check_value
 from worldgraph.memory.conversation import check_session, parse_turns, quoted, turn_experiences
+from worldgraph.memory.embedders.coalesce import CoalescingEmbedder
 from worldgraph.memory.embeddings import Embedder, embedder_name, index_name, make_embedder
 from worldgraph.memory.feedback import FeedbackResult, submit_feedback
 from worldgraph.memory.index import EpisodeIndex, stored_embedder_name
@@ -52,7 +53,11 @@ class WorldModel:
         self.config = config
         # the world updater gets the store, the settings and how to record a round, not the facade
         self.world = WorldUpdater(store, config, self.record_experience)
-        self.indexer = EpisodeIndexer(store, index, embedder, config, on_failure=lambda: self._index_retrier.kick())
+        # records embed through a coalescing wrapper: concurrent calls share batches (queries do not wait)
+        record_embedder = (CoalescingEmbedder(embedder, config.embedding_coalesce_max, config.embedding_coalesce_ms / 1000)
+                           if config.embedding_coalesce else embedder)
+        self.indexer = EpisodeIndexer(store, index, record_embedder, config,
+                                      on_failure=lambda: self._index_retrier.kick())
         # after an index failure (an unreachable object store), re-index in the background
         self._index_retrier = IndexRetrier(self.retry_indexing, lambda: bool(self.store.unindexed_episodes(limit=1)),
                                            config.index_retry_seconds)
@@ -61,7 +66,7 @@ class WorldModel:
     @classmethod
     def open(cls, path: str | Path = "./data", *, embedder: Embedder | None = None, graph: str | GraphStore = "embedded",
              config: WorldGraphConfig | None = None, rebuild_index: bool = False, read_only: bool = False,
-             **overrides: Any) -> WorldModel:
+             progress: Progress | None = None, **overrides: Any) -> WorldModel:
         """Open (or create) a world model under ``path``.
 
         ``graph="embedded"`` needs no server; ``graph="neo4j"`` connects to NEO4J_URI.
@@ -70,6 +75,8 @@ class WorldModel:
         ``read_only=True`` writes nothing (no folder, schema, index upkeep or re-indexing): recall,
         episodes, readiness, world_graph and export work; every write raises ReadOnlyError. A folder
         that is not writable, or whose disk is full, is opened read-only by itself (logged).
+        ``progress(done, total)`` is called as the indexing done while opening (the rebuild, or
+        the re-indexing of pending episodes) goes on.
         """
         cfg = config or WorldGraphConfig.from_env(**overrides)
         root = Path(path)
@@ -95,9 +102,9 @@ class WorldModel:
         if reason is not None:
             return wm
         if rebuild_index:
-            wm.reindex()
+            wm.reindex(progress=progress)
         else:
-            wm.retry_indexing()
+            wm.retry_indexing(progress)
         return wm
 
     def _writable(self, operation: str) -> None:
@@ -197,7 +204,8 @@ class WorldModel:
             self.indexer.index_rows(tenant_id, episodes, vectors, add)
         return ids
 
-    def record_conversation(self, tenant_id: str, session_id: str, turns: Iterable[dict[str, Any]]) -> list[str]:
+    def record_conversation(self, tenant_id: str, session_id: str, turns: Iterable[dict[str, Any]],
+                            progress: Progress | None = None) -> list[str]:
         """Record a transcript turn by turn, in order: one episode per turn (speaker -> agent_id,
         text -> task_description, the turn before -> input_summary), linked in time order
         within the session. All turns are checked before anything is recorded."""
@@ -210,7 +218,7 @@ class WorldModel:
         check_batch(len(parsed), cfg, "turns")
         if not parsed:
             return []
-        return self.record_experiences(tenant_id, self._session_experiences(tenant_id, sid, parsed))
+        return self.record_experiences(tenant_id, self._session_experiences(tenant_id, sid, parsed), progress=progress)
 
     def record_conversations(self, tenant_id: str,
                              sessions: Mapping[str, Iterable[dict[str, Any]]] | Iterable[tuple[str, Iterable[dict[str, Any]]]],
@@ -290,7 +298,11 @@ class WorldModel:
         self._writable("reindex")
         if tenant_id is not None:
             check_tenant(tenant_id)
-        return self.indexer.reindex(tenant_id, progress, batch_size)
+        expected = 0
+        if progress is not None:  # how many, for the progress bar's total
+            tenants = [tenant_id] if tenant_id is not None else self.store.tenants()
+            expected = sum(int(self.store.stats(t).get("episodes", 0)) for t in tenants)
+        return self.indexer.reindex(tenant_id, progress, batch_size, expected)
 
     # ------------------------------------------------------------------ feedback
     def submit_feedback(self, tenant_id: str, episode_id: str, score: float, notes: str | None = None,
@@ -414,14 +426,16 @@ class WorldModel:
         check_tenant(tenant_id)
         return self.store.world_graph(tenant_id, check_env(env_name))
 
-    def export(self, tenant_id: str, env_name: str, out_dir: str | Path) -> Path:
+    def export(self, tenant_id: str, env_name: str, out_dir: str | Path, progress: Progress | None = None) -> Path:
         """Write the five canonical files under ``out_dir/<tenant>/<app>/world_model_graph/<env>/``."""
-        return export_environment(self.store, tenant_id, env_name, Path(out_dir), self.config.app_name)
+        return export_environment(self.store, tenant_id, env_name, Path(out_dir), self.config.app_name, progress)
 
-    def import_snapshot(self, tenant_id: str, path: str | Path) -> dict[str, Any]:
-        """Load a folder written by ``export`` (replaces that environment's graph)."""
+    def import_snapshot(self, tenant_id: str, path: str | Path, env_name: str | None = None,
+                        progress: Progress | None = None) -> dict[str, Any]:
+        """Load a snapshot (replaces that environment's graph): the folder ``export`` returned, or
+        the ``out_dir`` given to it (``env_name`` picks one when it holds several)."""
         self._writable("import_snapshot")
-        return import_environment(self.store, tenant_id, Path(path))
+        return import_environment(self.store, tenant_id, Path(path), env_name, progress)
 
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Read-only, tenant-scoped Cypher: ``$tenant_id`` is bound for you. The query text and the

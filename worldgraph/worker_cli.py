@@ -20,7 +20,7 @@ def add_worker_command(add: Add) -> None:
     sp.add_argument("--tenant", dest="worker_tenant", default=None, help="only this tenant's packets (default: all)")
     sp.add_argument("--env", default=None, help="only this environment's packets (default: all)")
     sp.add_argument("--concurrency", type=int, default=1, help="packets extracted at once (threads; default 1)")
-    sp.add_argument("--poll-seconds", type=float, default=1.0, help="how often an idle worker looks for packets")
+    sp.add_argument("--poll-seconds", type=float, default=1.0, help="how often an idle worker looks for packets (default 1)")
     sp.add_argument("--once", action="store_true", help="drain what can be taken now, then exit")
 
 

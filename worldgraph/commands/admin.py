@@ -19,8 +19,8 @@ def add_admin_commands(add: Add) -> None:
 
     sp = add("neo4j", cmd_neo4j, "manage the local Neo4j of the data folder (Java + Maven, no Docker); its state "
              "lives in <data>/neo4j-local unless WORLDGRAPH_NEO4J_HOME is set")
-    sp.add_argument("action", choices=["start", "stop", "status"])
-    sp.add_argument("--port", type=int, default=7687)
+    sp.add_argument("action", choices=["start", "stop", "status"], help="start, stop or show the local server")
+    sp.add_argument("--port", type=int, default=7687, help="Bolt port (default 7687)")
     sp.add_argument("--neo4j-data", default=None, help="database directory (default <state folder>/data)")
 
 

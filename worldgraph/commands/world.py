@@ -8,47 +8,49 @@ from collections.abc import Callable
 from typing import Any
 
 from worldgraph.commands.common import check_input_file, open_wm, read_json_items, require_env
-from worldgraph.console import emit, note, print_report, progress_bar, short, table
+from worldgraph.console import emit, print_report, progress_bar, short, table
 
 Add = Callable[..., argparse.ArgumentParser]
 
 
 def add_world_commands(sub: Any, add: Add) -> None:
     sp = add("run", cmd_run, "replay an agent log (one round per line) through observe_round")
-    sp.add_argument("log")
-    sp.add_argument("--env", required=True)
+    sp.add_argument("log", help="JSON Lines, one agent round a line")
+    sp.add_argument("--env", required=True, help="the environment whose world graph the rounds grow")
     sp.add_argument("--offline", action="store_true", default=None,
                     help="merge the deltas shipped in the log instead of calling the LLM "
                          "(the default when no OPENAI_API_KEY / OPENAI_BASE_URL is set)")
 
     group = sub.add_parser("delta", help="graph deltas").add_subparsers(title="delta commands")
     sp = add("apply", cmd_delta_apply, "merge a delta file (JSON or JSONL) without an LLM", parent=group)
-    sp.add_argument("file")
-    sp.add_argument("--env", required=True)
+    sp.add_argument("file", help="one delta (JSON) or several (a JSON array or JSON Lines); '-' reads stdin")
+    sp.add_argument("--env", required=True, help="the environment to merge into")
 
     group = sub.add_parser("world", help="the world graph").add_subparsers(title="world commands")
     sp = add("show", cmd_world_show, "summary and rules of one environment", parent=group)
-    sp.add_argument("--env", required=True)
-    sp.add_argument("--max-items", type=int, default=40)
+    sp.add_argument("--env", required=True, help="the environment to show")
+    sp.add_argument("--max-items", type=int, default=40, help="how many nodes and facts at most (default 40)")
     sp = add("retry", cmd_world_retry, "re-run pending and failed scene packets", parent=group)
-    sp.add_argument("--env", default=None)
+    sp.add_argument("--env", default=None, help="only this environment's packets (default all)")
     sp.add_argument("--stale-minutes", type=float, default=10.0,
                     help="also re-run packets left 'running' this long by a process that died (default 10)")
 
     sp = add("export", cmd_export, "write the canonical snapshot of an environment")
-    sp.add_argument("--env", required=True)
-    sp.add_argument("--out", required=True)
+    sp.add_argument("--env", required=True, help="the environment to export")
+    sp.add_argument("--out", required=True,
+                    help="folder to write under: the files go to OUT/<tenant>/<app>/world_model_graph/<env>/")
 
     sp = add("view", cmd_view, "write one self-contained HTML page drawing an environment's world graph")
-    sp.add_argument("--env", required=True)
+    sp.add_argument("--env", required=True, help="the environment to draw")
     sp.add_argument("--out", default=None, help="the HTML file (default <env>.html)")
 
-    sp = add("import", cmd_import, "load a snapshot folder written by export")
-    sp.add_argument("dir")
+    sp = add("import", cmd_import, "load a snapshot written by export (replaces that environment's graph)")
+    sp.add_argument("dir", help="the folder given to `export --out`, or the snapshot folder itself")
+    sp.add_argument("--env", default=None, help="which environment, when DIR holds several snapshots")
 
     sp = add("cypher", cmd_cypher, "read-only, tenant-scoped Cypher (Neo4j store); $tenant_id is bound")
-    sp.add_argument("query")
-    sp.add_argument("--param", action="append", help="key=value (JSON values allowed)")
+    sp.add_argument("query", help="the Cypher query ($tenant_id is bound to --tenant)")
+    sp.add_argument("--param", action="append", help="key=value (JSON values allowed; repeatable)")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -128,8 +130,8 @@ def cmd_world_retry(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     with open_wm(args) as wm:
         require_env(wm, args.tenant, args.env)
-        path = wm.export(args.tenant, args.env, args.out)
-    emit(args, {"path": str(path)}, lambda: print(path))
+        path = wm.export(args.tenant, args.env, args.out, progress=progress_bar("export", not args.json))
+    emit(args, {"path": str(path)}, lambda: print(f"exported {args.env} of tenant {args.tenant!r} to {path}"))
     return 0
 
 
@@ -141,9 +143,14 @@ def cmd_view(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     with open_wm(args, create=True) as wm:
-        note(args, f"importing {args.dir}")
-        result = wm.import_snapshot(args.tenant, args.dir)
-    emit(args, result, lambda: print(f"imported {result['env_name']}: {result['counts']}"))
+        result = wm.import_snapshot(args.tenant, args.dir, args.env, progress=progress_bar("import", not args.json))
+
+    def text() -> None:
+        c = result["counts"]
+        print(f"imported {result['env_name']} into tenant {result['tenant_id']!r}: {c['nodes']} nodes, "
+              f"{c['edges']} edges, {c['rules']} rules, {c['scenes']} scenes")
+
+    emit(args, result, text)
     return 0
 
 

@@ -101,7 +101,8 @@ class EpisodeIndexer:
                 if progress:
                     progress(done, done + len(pending) - len(eps))
 
-    def reindex(self, tenant_id: str | None = None, progress: Progress | None = None, batch_size: int = 1000) -> int:
+    def reindex(self, tenant_id: str | None = None, progress: Progress | None = None, batch_size: int = 1000,
+                expected: int = 0) -> int:
         """Rewrite the LanceDB rows of every episode (all tenants, or one) from the graph store.
 
         Safe to kill at any moment (``kill -9`` included): every episode is first marked "pending"
@@ -109,7 +110,8 @@ class EpisodeIndexer:
         it is marked "indexed"; rows of episodes the store does not hold are dropped last. So at
         every moment each stored episode has a row (old or new) and is recallable, and each one
         not rewritten yet is pending, which the next open (or ``retry_indexing``, ``worldgraph
-        reindex --pending``) finishes."""
+        reindex --pending``) finishes. ``progress(done, total)`` follows each embedded chunk, ``total``
+        being ``expected`` (how many episodes the caller counted) or more once passed."""
         self.store.mark_pending(tenant_id)
         total = 0
         stored: dict[str, set[str]] = {}
@@ -119,10 +121,12 @@ class EpisodeIndexer:
                 by_tenant.setdefault(e["tenant_id"], []).append(e)
             for tenant, eps in by_tenant.items():
                 stored.setdefault(tenant, set()).update(e["id"] for e in eps)
-                self.index_rows(tenant, eps, self.embed([self.text(e) for e in eps]))
-            total += len(batch)
-            if progress:
-                progress(total, 0)
+                chunk = None if progress is None else (
+                    lambda done, _n, base=total: progress(base + done, max(expected, base + done)))
+                self.index_rows(tenant, eps, self.embed([self.text(e) for e in eps], chunk))
+                total += len(eps)
+        if progress:
+            progress(total, total)
         self.index.prune(stored, tenant_id)
         self.index.ensure_indexes(tenant_id=tenant_id)
         return total

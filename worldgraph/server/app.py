@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio.to_thread
 from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse
 from fastapi_offline import FastAPIOffline
 from starlette.routing import Route
 
@@ -23,6 +24,7 @@ from worldgraph.server.auth import BearerTenant
 from worldgraph.server.keys import ApiKeys
 from worldgraph.server.limits import BodySizeLimit
 from worldgraph.server.mcp_server import build_mcp
+from worldgraph.server.metrics import Metrics, RequestObserver, install_log_ids, metrics_endpoint
 from worldgraph.server.routes import health_router, router
 from worldgraph.service import WorldModel
 
@@ -32,6 +34,9 @@ Every `/v1` call sends `Authorization: Bearer <key>` (create one with `worldgrap
 the key's tenant is the call's tenant, and no path or body names a tenant. Errors are
 `{"error": {"type", "message", "field"}}`: 401 no or revoked key, 404 unknown id (another tenant's
 ids too), 413 body over the size limit, 422 malformed JSON or a bad field (named in `field`).
+Every response carries an `X-Request-ID` header (yours, if you sent a valid one), and every
+error body names it in `error.request_id`, as do the server's log lines. `GET /metrics` serves
+Prometheus metrics.
 MCP (streamable HTTP) is served at `/mcp` with the same key."""
 
 
@@ -64,12 +69,20 @@ def create_app(wm: WorldModel | None, *, max_request_bytes: int | None = None, t
                          swagger_ui_parameters={"validatorUrl": None})  # no badge fetched from swagger.io
     app.state.wm = wm
     app.state.keys = ApiKeys(wm.store) if wm is not None else None
+    app.state.metrics = Metrics(wm)
+    install_log_ids()
     errors.install(app)
     app.include_router(health_router)
+    app.add_api_route("/metrics", metrics_endpoint, methods=["GET"], response_class=PlainTextResponse,
+                      tags=["service"], summary="Prometheus metrics (no key needed)",
+                      description="Requests and latencies by route template and status, record and recall "
+                                  "timings, scene packets pending and episodes awaiting indexing, in the "
+                                  "Prometheus text format. Carries no tenant and no data.")
     app.include_router(router)
     app.router.routes.append(Route("/mcp", BearerTenant(mcp.session_manager.handle_request),
                                    methods=["GET", "POST", "DELETE"], include_in_schema=False))
     app.add_middleware(BodySizeLimit, max_bytes=limit)
+    app.add_middleware(RequestObserver)  # added last: outermost, so it sees every response (a 413 too)
     return app
 
 

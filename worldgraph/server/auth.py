@@ -25,18 +25,27 @@ bearer = HTTPBearer(auto_error=False, scheme_name="ApiKey",
 
 def authenticate(keys: ApiKeys, token: str | None) -> str:
     """The tenant of ``token``, or a 401 ApiError."""
+    return str(key_record(keys, token)["tenant_id"])
+
+
+def key_record(keys: ApiKeys, token: str | None) -> dict[str, Any]:
+    """The public record of ``token``'s key (tenant_id, name, ...), or a 401 ApiError."""
     if not token:
         raise unauthorized(NO_KEY)
-    tenant = keys.tenant_of(token)
-    if tenant is None:
+    record = keys.record_of(token)
+    if record is None:
         raise unauthorized(BAD_KEY)
-    return tenant
+    return record
 
 
 def require_tenant(request: Request,
                    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]) -> str:
-    """FastAPI dependency (sync: the key lookup is a store read, so it runs in the threadpool)."""
-    return authenticate(request.app.state.keys, credentials.credentials if credentials else None)
+    """FastAPI dependency (sync: the key lookup is a store read, so it runs in the threadpool).
+    The key's name is left in ``request.state.key_name`` (None for an unnamed key): what a write
+    records as its author when the body names none."""
+    record = key_record(request.app.state.keys, credentials.credentials if credentials else None)
+    request.state.key_name = record.get("name") or None
+    return str(record["tenant_id"])
 
 
 Tenant = Annotated[str, Depends(require_tenant)]

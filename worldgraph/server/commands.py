@@ -28,7 +28,7 @@ def add_server_commands(sub: Any, add: Add) -> None:
     """Add serve, mcp and keys to the ``worldgraph`` parser (``add`` is cli.build_parser's helper)."""
     sp = add("serve", cmd_serve, "serve the REST API (and MCP at /mcp) over HTTP")
     sp.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    sp.add_argument("--port", type=int, default=8765)
+    sp.add_argument("--port", type=int, default=8765, help="port to listen on (default 8765)")
     sp.add_argument("--access-log", action="store_true", help="log every request")
     sp.add_argument("--workers", type=int, default=1,
                     help="server processes sharing the port, each with the data folder open (default 1; "
@@ -44,8 +44,9 @@ def add_server_commands(sub: Any, add: Add) -> None:
     sp.add_argument("--name", default=None, help="a label, e.g. who uses the key")
     sp = add("list", cmd_keys_list, "list API keys (ids, tenants, names; never the keys)", parent=group)
     sp.add_argument("--tenant", dest="key_tenant", default=None, help="only this tenant's keys")
-    sp = add("revoke", cmd_keys_revoke, "revoke an API key by its id (from `keys list`)", parent=group)
-    sp.add_argument("key_id")
+    sp = add("revoke", cmd_keys_revoke, "revoke an API key by its id (from `keys list`) or a unique start of it",
+             parent=group)
+    sp.add_argument("key_id", help="the key's id (16 hex digits), or a unique start of it (at least 4)")
 
 
 # ---------------------------------------------------------------------- serve / mcp
@@ -233,7 +234,7 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
     from worldgraph.console import emit
 
     with _keys(args) as keys:
-        record = keys.revoke(args.key_id)
+        record = keys.revoke(keys.resolve_id(args.key_id))
     emit(args, record, lambda: print(f"revoked key {record['id']} of tenant {record['tenant_id']!r} "
                                      f"(at {record['revoked_at']})"))
     return 0

@@ -21,7 +21,7 @@ import secrets
 from typing import Any
 
 from worldgraph.clock import now_iso
-from worldgraph.errors import InvalidInputError
+from worldgraph.errors import InvalidInputError, NotFoundError
 from worldgraph.kg.store import GraphStore
 from worldgraph.names import check_tenant
 
@@ -55,6 +55,11 @@ class ApiKeys:
 
     def tenant_of(self, key: str) -> str | None:
         """The tenant of a valid, unrevoked key; None for anything else."""
+        record = self.record_of(key)
+        return None if record is None else str(record["tenant_id"])
+
+    def record_of(self, key: str) -> dict[str, Any] | None:
+        """The public record (id, tenant_id, name, ...) of a valid, unrevoked key; None for anything else."""
         m = _KEY_RE.fullmatch(key or "")
         if m is None:
             return None
@@ -63,11 +68,27 @@ class ApiKeys:
             return None
         if not hmac.compare_digest(str(record.get("key_hash", "")), hash_key(key)):
             return None
-        return str(record["tenant_id"])
+        return _public(record)
 
     def list(self, tenant_id: str | None = None) -> list[dict[str, Any]]:
         """Every key (of one tenant, or all), oldest first, without hashes."""
         return [_public(r) for r in self.store.list_api_keys(tenant_id)]
+
+    def resolve_id(self, text: str) -> str:
+        """A key id from its full 16 hex digits or a unique start of it (at least 4, as the CLI's
+        other ids); an unknown or ambiguous start is an error naming the matches."""
+        if not isinstance(text, str) or not re.fullmatch(r"[0-9a-f]{4,16}", text):
+            raise InvalidInputError("key_id", "must be the 16 hex digits `worldgraph keys list` shows, or a "
+                                    "unique start of them (at least 4)", text)
+        if len(text) == 16:
+            return text
+        matches = [r["id"] for r in self.store.list_api_keys() if str(r["id"]).startswith(text)]
+        if len(matches) == 1:
+            return str(matches[0])
+        if not matches:
+            raise NotFoundError("api key", text, "no key id starts with it (`worldgraph keys list` shows the ids)")
+        raise InvalidInputError("key_id", f"{text!r} is the start of several key ids ({', '.join(matches[:5])}"
+                                f"{', ...' if len(matches) > 5 else ''}); give more digits", text)
 
     def revoke(self, key_id: str) -> dict[str, Any]:
         """Revoke a key by its id (idempotent); NotFoundError for an unknown id."""

@@ -175,7 +175,7 @@ class FeedbackRequest(BaseModel):
     score: float = Field(ge=-1.0, le=1.0, description="-1 harmful, 0 neutral, 1 excellent.")
     notes: str | None = Field(None, description="Why.")
     category: str | None = Field(None, description="e.g. accuracy, helpfulness, safety.")
-    created_by: str | None = Field(None, description="Who rated it (default anonymous).")
+    created_by: str | None = Field(None, description="Who rated it (default: the API key's name; anonymous for an unnamed key).")
 
 
 class ConversationRequest(BaseModel):
@@ -424,6 +424,8 @@ class ErrorBody(BaseModel):
     type: str = Field(description="e.g. unauthorized, not_found, payload_too_large, invalid_input.")
     message: str = Field(description="What is wrong and how to fix it.")
     field: str | None = Field(None, description="The field at fault (e.g. experience.outcome), when there is one.")
+    request_id: str | None = Field(None, description="The request's id (also its X-Request-ID header and the "
+                                                     "prefix of its server log lines).")
 
 
 class ErrorResponse(BaseModel):

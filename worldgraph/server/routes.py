@@ -25,6 +25,7 @@ from worldgraph.errors import InvalidInputError, NotFoundError
 from worldgraph.export.snapshot import read_snapshot, write_snapshot
 from worldgraph.names import check_env
 from worldgraph.server.auth import Tenant
+from worldgraph.server.metrics import metrics_of
 from worldgraph.server.models import (
     AgentRound,
     ConversationRequest,
@@ -80,12 +81,14 @@ async def health(wm: WM) -> dict[str, Any]:
 @router.post("/experiences", response_model=EpisodeIds, tags=["memory"], summary="Record agent runs",
              description="One experience (an AgentExperience object), or a batch "
                          "`{\"experiences\": [...], \"canvases\": [...]}` stored in one transaction.")
-async def record_experiences(body: Annotated[ExperiencesBody, Body()], tenant: Tenant, wm: WM) -> dict[str, Any]:
-    if isinstance(body, ExperienceBatch):
-        canvases: list[Any] | None = body.canvases
-        ids = await in_thread(wm.record_experiences, tenant, body.experiences, canvases)
-    else:
-        ids = await in_thread(wm.record_experiences, tenant, [body])
+async def record_experiences(body: Annotated[ExperiencesBody, Body()], tenant: Tenant, wm: WM,
+                             request: Request) -> dict[str, Any]:
+    with metrics_of(request).timed("record"):
+        if isinstance(body, ExperienceBatch):
+            canvases: list[Any] | None = body.canvases
+            ids = await in_thread(wm.record_experiences, tenant, body.experiences, canvases)
+        else:
+            ids = await in_thread(wm.record_experiences, tenant, [body])
     return {"episode_ids": ids}
 
 
@@ -102,16 +105,34 @@ async def record_conversation(body: ConversationRequest, tenant: Tenant, wm: WM)
 @router.post("/recall", response_model=RecallResponse, tags=["memory"], summary="Recall past runs by meaning",
              description="Candidates by vector similarity (plus BM25 hits), filtered, scored (semantic, recency, "
                          "feedback, confidence), diversified; the best `limit`.")
-async def recall_experiences(body: RecallRequest, tenant: Tenant, wm: WM) -> dict[str, Any]:
-    return {"results": await in_thread(wm.recall_experiences, tenant, body.agent_role, body.query, body.limit,
-                                       body.options)}
+async def recall_experiences(body: RecallRequest, tenant: Tenant, wm: WM, request: Request) -> dict[str, Any]:
+    with metrics_of(request).timed("recall"):
+        return {"results": await in_thread(wm.recall_experiences, tenant, body.agent_role, body.query, body.limit,
+                                           body.options)}
 
 
 @router.post("/episodes/{episode_id}/feedback", response_model=FeedbackOut, tags=["memory"],
-             responses=_NOT_FOUND, summary="Rate an episode in [-1, 1]")
-async def submit_feedback(episode_id: str, body: FeedbackRequest, tenant: Tenant, wm: WM) -> dict[str, Any]:
-    return await in_thread(wm.submit_feedback, tenant, episode_id, body.score, body.notes, body.category,
-                           body.created_by)
+             responses=_NOT_FOUND, summary="Rate an episode in [-1, 1]",
+             description="`episode_id` is the full id or a unique start of it (at least 4 characters). "
+                         "`created_by` defaults to the API key's name (anonymous for an unnamed key).")
+async def submit_feedback(episode_id: str, body: FeedbackRequest, tenant: Tenant, wm: WM,
+                          request: Request) -> dict[str, Any]:
+    from worldgraph.commands.common import resolve_episode_id
+
+    created_by = body.created_by or getattr(request.state, "key_name", None)
+
+    def rate() -> Any:
+        # the episode id, or a unique start of it (at least 4 characters) as the CLI accepts; the full
+        # id is looked up first, so a prefix costs nothing to callers that send whole ids
+        try:
+            return wm.submit_feedback(tenant, episode_id, body.score, body.notes, body.category, created_by)
+        except NotFoundError:
+            full = resolve_episode_id(wm, tenant, episode_id)
+            if full == episode_id:
+                raise
+            return wm.submit_feedback(tenant, full, body.score, body.notes, body.category, created_by)
+
+    return await in_thread(rate)
 
 
 @router.get("/agents/{agent_id}/episodes", response_model=EpisodesResponse, tags=["memory"],

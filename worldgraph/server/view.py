@@ -68,6 +68,8 @@ def page_data(graph: dict[str, Any]) -> dict[str, Any]:
         "edges": [{
             "id": e["id"], "relation": e.get("relation"), "src_id": e.get("src_id"), "dst_id": e.get("dst_id"),
             "action": _text(e.get("action")), "confidence": _number(e.get("confidence")), **_evidence(e),
+            # the scenes an edge was learned in: the page labels a move with its scene's action
+            "scenes": [str(x) for x in (e.get("source_scenes") or [])[:EVIDENCE_SHOWN]],
             "valid_from": e.get("valid_from"), "valid_to": e.get("valid_to"),
         } for e in graph.get("edges") or []],
         "rules": [{
@@ -159,6 +161,8 @@ _BODY = """<header id="bar">
   <label title="closed records: facts that stopped being true (valid_to set)"><input type="checkbox" id="t-history">
     closed history</label>
   <label title="the scenes each fact was learned in (episodic edges)"><input type="checkbox" id="t-scenes"> scenes</label>
+  <label title="places connected: something moved between them, or an exit names the other"><input type="checkbox"
+    id="t-map"> map</label>
   <input type="search" id="find" placeholder="find a node" list="names" aria-label="find a node by name">
   <datalist id="names"></datalist>
   <button id="fit" type="button">fit</button>

@@ -17,6 +17,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Prometheus metrics (no key needed)
+         * @description Requests and latencies by route template and status, record and recall timings, scene packets pending and episodes awaiting indexing, in the Prometheus text format. Carries no tenant and no data.
+         */
+        get: operations["metrics_endpoint"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/agents/{agent_id}/episodes": {
         parameters: {
             query?: never;
@@ -192,7 +212,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Rate an episode in [-1, 1] */
+        /**
+         * Rate an episode in [-1, 1]
+         * @description `episode_id` is the full id or a unique start of it (at least 4 characters). `created_by` defaults to the API key's name (anonymous for an unnamed key).
+         */
         post: operations["submit_feedback"];
         delete?: never;
         options?: never;
@@ -629,6 +652,11 @@ export interface components {
              */
             message: string;
             /**
+             * Request Id
+             * @description The request's id (also its X-Request-ID header and the prefix of its server log lines).
+             */
+            request_id?: string | null;
+            /**
              * Type
              * @description e.g. unauthorized, not_found, payload_too_large, invalid_input.
              */
@@ -701,7 +729,7 @@ export interface components {
             category?: string | null;
             /**
              * Created By
-             * @description Who rated it (default anonymous).
+             * @description Who rated it (default: the API key's name; anonymous for an unnamed key).
              */
             created_by?: string | null;
             /**
@@ -1302,6 +1330,26 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Health"];
+                };
+            };
+        };
+    };
+    metrics_endpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
                 };
             };
         };

@@ -6,7 +6,14 @@
  *   and a state sits inside the box of the entity it is a state of;
  * - transitions as arrows between states, labelled with their action;
  * - evidence count as node size and an "xN" badge, confidence as fill strength;
- * - rules in the side panel: hovering a node lights its rules, hovering a rule lights its nodes.
+ * - rules in the side panel: hovering a node lights its rules, hovering a rule lights its nodes;
+ * - the map layer: rooms (places) connected by a wide grey band, labelled with how one was
+ *   reached from the other. Two places are connected when something was in one and then in the
+ *   other (consecutive containment edges of one entity: the moves the agent made), or when a
+ *   place's "exits" attribute names the other place ({"west": "hallway"} or ["hallway"]);
+ * - arrows routed around nodes: an edge whose straight line crosses a node it does not join is
+ *   bent around it (segment points beside the node's box);
+ * - a node's details list where it was (its containment history, oldest first).
  * By default only current facts are drawn (valid_to null), plus the past states a current
  * transition leaves or enters (the transition is current knowledge, its ends are not).
  * "closed history" adds every closed record, dashed; "scenes" adds scenes and episodic edges.
@@ -20,7 +27,9 @@
   'use strict';
   var data = JSON.parse(document.getElementById('wg-data').textContent);
   var hash = new URLSearchParams(location.hash.replace(/^#/, ''));
-  var opts = { history: hash.has('history'), scenes: hash.has('scenes') };
+  var opts = { history: hash.has('history'), scenes: hash.has('scenes'), map: !hash.has('nomap') };
+  // entity types that are places: the map layer connects them
+  var PLACE = /room|location|place|area|zone|region|hall|yard|garden|outside|corridor/i;
   // entity types, most frequent first; far from the states' amber and the scenes' violet
   var PALETTE = ['#2563eb', '#059669', '#db2777', '#0891b2', '#65a30d', '#dc2626', '#4f46e5', '#0d9488',
                  '#92400e', '#0369a1'];
@@ -130,6 +139,7 @@
                 label: e.relation === 'transition' ? (e.action || '') :
                   containment ? (e.valid_to == null ? 'in' : 'was in') : '' } });
     });
+    if (opts.map) mapConnections(ids, parent).forEach(function (c) { els.push(c); });
     scenesDrawn.forEach(function (id) {
       var s = sceneById.get(id);
       els.push({ group: 'nodes', classes: 'scene leaf',
@@ -137,6 +147,71 @@
                 size: 18, alpha: 0.9, font: 10 } });
     });
     return els;
+  }
+
+  // The map layer: place-to-place connections (see the header), one per pair of drawn places.
+  function mapConnections(ids, parent) {
+    var places = new Set(data.nodes.filter(function (n) {
+      return n.kind !== 'state' && ids.has(n.id) && PLACE.test(n.type || '');
+    }).map(function (n) { return n.id; }));
+    var byName = new Map();
+    data.nodes.forEach(function (n) { if (places.has(n.id)) byName.set(String(n.name).toLowerCase(), n.id); });
+    var pairs = new Map();
+    function within(a, b) {  // b is a or one of a's ancestors
+      for (var p = a, guard = 0; p != null && guard < 10000; p = parent.get(p), guard++) if (p === b) return true;
+      return false;
+    }
+    function add(a, b, label) {
+      if (a === b || !places.has(a) || !places.has(b) || within(a, b) || within(b, a)) return;
+      var key = a < b ? a + '|' + b : b + '|' + a;
+      if (!pairs.has(key)) pairs.set(key, { a: a, b: b, labels: [] });
+      var c = pairs.get(key);
+      if (label && c.labels.indexOf(label) < 0 && c.labels.length < 3) c.labels.push(label);
+    }
+    locations().forEach(function (list) {
+      for (var i = 0; i + 1 < list.length; i++) {
+        if (list[i].valid_to != null) add(list[i].src_id, list[i + 1].src_id, moveLabel(list[i + 1]));
+      }
+    });
+    data.nodes.forEach(function (n) {
+      if (!places.has(n.id)) return;
+      var exits = (n.attributes || {}).exits;
+      if (Array.isArray(exits)) {
+        exits.forEach(function (x) { if (typeof x === 'string' && byName.has(x.toLowerCase())) add(n.id, byName.get(x.toLowerCase()), ''); });
+      } else if (exits && typeof exits === 'object') {
+        Object.keys(exits).forEach(function (dir) {
+          var x = exits[dir];
+          if (typeof x === 'string' && byName.has(x.toLowerCase())) add(n.id, byName.get(x.toLowerCase()), dir);
+        });
+      }
+    });
+    var out = [];
+    pairs.forEach(function (c, key) {
+      out.push({ group: 'edges', classes: 'map', data: { id: 'map:' + key, rel: 'map', source: c.a, target: c.b,
+                                                           label: c.labels.join(' / ') } });
+    });
+    return out;
+  }
+
+  // Each node's containment edges (where it was), oldest first: the node id -> [edge].
+  function locations() {
+    var out = new Map();
+    data.edges.forEach(function (e) {
+      if (e.relation !== 'containment' || !nodeById.has(e.src_id)) return;
+      if (!out.has(e.dst_id)) out.set(e.dst_id, []);
+      out.get(e.dst_id).push(e);
+    });
+    out.forEach(function (list) {
+      list.sort(function (a, b) { return String(a.valid_from).localeCompare(String(b.valid_from)); });
+    });
+    return out;
+  }
+
+  // How something got somewhere: the containment edge's action, else its scene's action.
+  function moveLabel(e) {
+    if (e.action) return e.action;
+    var s = (e.scenes || []).map(function (id) { return sceneById.get(id); }).filter(Boolean)[0];
+    return s && s.action ? s.action : '';
   }
 
   function makesCycle(parent, child, candidate) {
@@ -176,11 +251,12 @@
         name: 'fcose', label: 'fcose', quality: 'default', randomize: true, animate: false,
         nodeDimensionsIncludeLabels: true, tile: true, uniformNodeDimensions: false,
         nodeRepulsion: function () { return 9000; },
-        idealEdgeLength: function (e) { return e.data('rel') === 'transition' ? 110 : 70; },
+        idealEdgeLength: function (e) { return e.data('rel') === 'transition' ? 110 : e.data('rel') === 'map' ? 160 : 70; },
         edgeElasticity: function () { return 0.45; }, nestingFactor: 0.1, gravity: 0.25, numIter: 2500,
         tilingPaddingVertical: 14, tilingPaddingHorizontal: 14
       };
     cy.layout(Object.assign({ fit: false, padding: 30 }, layout)).run();
+    var routed = routeEdges();
     t.push(performance.now());
     fitView();
     t.push(performance.now());
@@ -194,6 +270,7 @@
     Object.assign(document.body.dataset, {
       nodeCount: String(worldNodes), edgeCount: String(cy.edges().length),
       sceneCount: String(cy.nodes('.scene').length), layout: layout.label, layoutMs: String(ms),
+      mapCount: String(cy.edges('.map').length), routedCount: String(routed),
       phasesMs: phases.join(',')
     });
     document.getElementById('status').textContent =
@@ -209,6 +286,70 @@
       fitView(node.isParent() ? node : node.parent().nonempty() ? node.parent() : node.closedNeighborhood());
     }
     document.body.dataset.ready = '1';
+  }
+
+  // Bend each edge whose straight line crosses a node it does not join (a leaf that is neither
+  // end nor inside one) around that node: two segment points beside the node's box, on the side
+  // away from its centre. Returns how many edges were bent.
+  function routeEdges() {
+    var MARGIN = 10;
+    var obstacles = cy.nodes().filter(function (n) { return !n.isParent(); }).map(function (n) {
+      return { node: n, box: n.boundingBox({ includeLabels: false, includeOverlays: false }) };
+    });
+    var bent = 0;
+    cy.edges().forEach(function (edge) {
+      if (edge.hasClass('episodic')) return;
+      var src = edge.source(), dst = edge.target();
+      if (src.same(dst)) return;
+      var p = src.position(), q = dst.position();
+      var dx = q.x - p.x, dy = q.y - p.y, len = Math.sqrt(dx * dx + dy * dy);
+      if (len < 1) return;
+      var ux = dx / len, uy = dy / len, nx = -uy, ny = ux;
+      var ends = src.union(dst);
+      var hits = [];
+      obstacles.forEach(function (o) {
+        if (ends.contains(o.node) || o.node.ancestors().intersection(ends).nonempty()) return;
+        if (!segmentHitsBox(p, q, o.box, MARGIN)) return;
+        var cx = (o.box.x1 + o.box.x2) / 2 - p.x, cy2 = (o.box.y1 + o.box.y2) / 2 - p.y;
+        var w = (o.box.x2 - o.box.x1) / 2 + MARGIN, h = (o.box.y2 - o.box.y1) / 2 + MARGIN;
+        var along = cx * ux + cy2 * uy, across = cx * nx + cy2 * ny;
+        var rPar = Math.abs(ux) * w + Math.abs(uy) * h, rPerp = Math.abs(nx) * w + Math.abs(ny) * h;
+        var side = across >= 0 ? -1 : 1;  // pass on the side away from the node's centre
+        hits.push({ t1: (along - rPar) / len, t2: (along + rPar) / len, d: side * (rPerp + side * across) });
+      });
+      if (!hits.length) return;
+      hits.sort(function (a, b) { return a.t1 - b.t1; });
+      var weights = [], dists = [];
+      hits.forEach(function (h) {
+        weights.push(Math.max(0.02, Math.min(0.98, h.t1)), Math.max(0.02, Math.min(0.98, h.t2)));
+        dists.push(h.d, h.d);
+      });
+      edge.style({ 'curve-style': 'segments', 'segment-weights': weights, 'segment-distances': dists,
+                   'edge-distances': 'node-position' });
+      // cytoscape's sign of a segment distance: check one point and flip them all if it fell on the other side
+      var pts = edge.segmentPoints();
+      if (pts && pts.length) {
+        var got = (pts[0].x - p.x) * nx + (pts[0].y - p.y) * ny;
+        if (got * dists[0] < 0) edge.style('segment-distances', dists.map(function (d) { return -d; }));
+      }
+      edge.addClass('routed');
+      bent++;
+    });
+    return bent;
+  }
+
+  // Whether the segment p-q passes through the box grown by margin (Liang-Barsky clipping).
+  function segmentHitsBox(p, q, b, margin) {
+    var x1 = b.x1 - margin, x2 = b.x2 + margin, y1 = b.y1 - margin, y2 = b.y2 + margin;
+    var t0 = 0, t1 = 1, dx = q.x - p.x, dy = q.y - p.y;
+    var checks = [[-dx, p.x - x1], [dx, x2 - p.x], [-dy, p.y - y1], [dy, y2 - p.y]];
+    for (var i = 0; i < 4; i++) {
+      var pp = checks[i][0], qq = checks[i][1];
+      if (pp === 0) { if (qq < 0) return false; continue; }
+      var r = qq / pp;
+      if (pp < 0) { if (r > t1) return false; if (r > t0) t0 = r; } else { if (r < t0) return false; if (r < t1) t1 = r; }
+    }
+    return true;
   }
 
   function fitView(eles) {
@@ -248,6 +389,8 @@
         'color': '#92400e', 'font-size': 11, 'font-weight': 'bold', 'text-wrap': 'wrap', 'text-max-width': 140 } },
       { selector: 'edge.episodic', style: { 'width': 1, 'line-style': 'dotted', 'line-color': '#a78bfa',
         'target-arrow-shape': 'none' } },
+      { selector: 'edge.map', style: { 'width': 7, 'line-color': '#cbd5e1', 'opacity': 0.9, 'target-arrow-shape': 'none',
+        'color': '#64748b', 'font-size': 10, 'font-style': 'italic', 'z-index': 0, 'curve-style': 'straight' } },
       { selector: 'edge.closed', style: { 'line-style': 'dashed', 'opacity': 0.55 } },
       { selector: '.faded', style: { 'opacity': 0.12 } },
       { selector: 'node.hl', style: { 'border-color': '#e11d48', 'border-width': 4, 'border-opacity': 1,
@@ -278,8 +421,11 @@
 
     var hist = document.getElementById('t-history');
     var scenes = document.getElementById('t-scenes');
+    var map = document.getElementById('t-map');
     hist.checked = opts.history;
     scenes.checked = opts.scenes;
+    map.checked = opts.map;
+    map.addEventListener('change', function () { opts.map = map.checked; unpin(); draw(); });
     hist.addEventListener('change', function () { opts.history = hist.checked; unpin(); draw(); });
     scenes.addEventListener('change', function () { opts.scenes = scenes.checked; unpin(); draw(); });
     document.getElementById('fit').addEventListener('click', function () { fitView(); });
@@ -328,6 +474,7 @@
     row('past', 'past state (superseded)');
     row('box', 'box: contains what is drawn inside it');
     row('arrow', 'transition, labelled with its action');
+    row('map', 'map: places connected (moved between, or a named exit)');
     row('closed', 'closed history (toggle): no longer true');
     row('scene', 'scene the fact was learned in (toggle)');
     ul.appendChild(el('li', null, 'size and \u00d7N: evidence count; fill strength: confidence'));
@@ -374,8 +521,9 @@
   }
 
   function figures(rec) {
+    // the evidence count only when there is evidence: a record without quotes is not "evidence 0"
     return 'confidence ' + (rec.confidence == null ? '-' : rec.confidence.toFixed(2)) +
-      ' \u00b7 evidence ' + (rec.evidence_count || 0);
+      (rec.evidence_count ? ' \u00b7 evidence ' + rec.evidence_count : '');
   }
 
   function day(ts) { return String(ts).replace('T', ' ').slice(0, 16); }
@@ -470,6 +618,20 @@
       var of = n.entity_id && nodeById.get(n.entity_id);
       if (of) row('state of', of.name);
       row('scenes', n.scenes);
+      var where = locations().get(n.id) || [];
+      if (where.length) {
+        var ol = el('ol', 'where');
+        where.forEach(function (e) {
+          var at = nodeById.get(e.src_id);
+          var li = el('li', e.valid_to == null ? 'now' : 'past', (at ? at.name : e.src_id) + ' \u00b7 ' +
+            (e.valid_from ? day(e.valid_from) : '?') + ' \u2013 ' + (e.valid_to ? day(e.valid_to) : 'now'));
+          var how = moveLabel(e);
+          if (how) li.appendChild(el('span', 'num', ' (' + how + ')'));
+          ol.appendChild(li);
+        });
+        box.appendChild(el('div', 'num', where.length > 1 ? 'where it was (oldest first):' : 'where it is:'));
+        box.appendChild(ol);
+      }
       Object.keys(n.attributes || {}).forEach(function (k) {
         var v = n.attributes[k];
         row(k, typeof v === 'string' ? v : JSON.stringify(v));
