@@ -38,13 +38,14 @@ from worldgraph.kg.codec import loads
 from worldgraph.kg.neo4j_base import _unreachable
 from worldgraph.kg.neo4j_episodes import Neo4jEpisodeStore
 from worldgraph.kg.neo4j_leases import Neo4jSceneLeases
+from worldgraph.kg.neo4j_lifecycle import Neo4jLifecycle
 from worldgraph.kg.neo4j_rows import _run_batched
 from worldgraph.kg.neo4j_world import Neo4jWorldStore
 from worldgraph.kg.store import GraphStore, Record
 from worldgraph.schema import needs_upgrade
 
 
-class Neo4jGraphStore(Neo4jSceneLeases, Neo4jWorldStore, Neo4jEpisodeStore, GraphStore):
+class Neo4jGraphStore(Neo4jLifecycle, Neo4jSceneLeases, Neo4jWorldStore, Neo4jEpisodeStore, GraphStore):
     """GraphStore on a Neo4j 5 server (Community is enough). Thread-safe: the driver pools."""
 
     name = "neo4j"
