@@ -150,7 +150,7 @@ class Neo4jGraphStore(Neo4jLifecycle, Neo4jSceneLeases, Neo4jWorldStore, Neo4jEp
                 session.run(q.API_KEY_CONSTRAINT).consume()
         except (ServiceUnavailable, SessionExpired) as exc:
             raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
-        params = {k: key.get(k) for k in ("id", "tenant_id", "name", "key_hash", "created_at", "revoked_at")}
+        params = {k: key.get(k) for k in ("id", "tenant_id", "name", "key_hash", "scopes", "created_at", "revoked_at")}
         self._write(lambda tx: tx.run(q.CREATE_API_KEY, params).consume())
 
     def get_api_key(self, key_id: str) -> Record | None:
@@ -196,4 +196,4 @@ def _copy_index_errors(tx: ManagedTransaction) -> None:
 def _api_key(row: Any) -> Record:
     """Neo4j drops null properties: every field of a key record is put back."""
     props = dict(row["key"])
-    return {k: props.get(k) for k in ("id", "tenant_id", "name", "key_hash", "created_at", "revoked_at")}
+    return {k: props.get(k) for k in ("id", "tenant_id", "name", "key_hash", "scopes", "created_at", "revoked_at")}

@@ -14,6 +14,9 @@ from worldgraph.server.errors import ApiError, unauthorized
 from worldgraph.server.keys import ApiKeys
 
 TENANT_STATE = "worldgraph_tenant"  # where BearerTenant leaves the tenant in scope["state"]
+SCOPES_STATE = "worldgraph_scopes"  # and the key's scopes (worldgraph.server.keys.SCOPES)
+# Paths whose POST only reads (everything else a POST does writes).
+READ_POSTS = ("/v1/recall", "/v1/cypher")
 NO_KEY = ("send the header Authorization: Bearer <key>; create a key with "
           "`worldgraph keys create --tenant T`")
 BAD_KEY = "the API key is unknown or revoked; create a new one with `worldgraph keys create --tenant T`"
@@ -25,18 +28,42 @@ bearer = HTTPBearer(auto_error=False, scheme_name="ApiKey",
 
 def authenticate(keys: ApiKeys, token: str | None) -> str:
     """The tenant of ``token``, or a 401 ApiError."""
+    return authenticate_key(keys, token)[0]
+
+
+def authenticate_key(keys: ApiKeys, token: str | None) -> tuple[str, frozenset[str]]:
+    """(tenant, scopes) of ``token``, or a 401 ApiError."""
     if not token:
         raise unauthorized(NO_KEY)
-    tenant = keys.tenant_of(token)
-    if tenant is None:
+    found = keys.lookup(token)
+    if found is None:
         raise unauthorized(BAD_KEY)
-    return tenant
+    return found
+
+
+def needed_scope(method: str, path: str) -> str:
+    """The scope a request needs: DELETE forgets, GET and the read-only POSTs read, the rest write."""
+    if method == "DELETE":
+        return "forget"
+    if method in ("GET", "HEAD") or path.rstrip("/") in READ_POSTS:
+        return "read"
+    return "write"
+
+
+def forbidden(scope: str) -> ApiError:
+    return ApiError(403, "forbidden", f"this API key lacks the {scope!r} scope; create a key that has it: "
+                    f"`worldgraph keys create --tenant T --scope {scope}` (scopes: read, write, forget)", "scope")
 
 
 def require_tenant(request: Request,
                    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]) -> str:
-    """FastAPI dependency (sync: the key lookup is a store read, so it runs in the threadpool)."""
-    return authenticate(request.app.state.keys, credentials.credentials if credentials else None)
+    """FastAPI dependency (sync: the key lookup is a store read, so it runs in the threadpool): the
+    key's tenant, after checking that the key has the scope the request needs (403 otherwise)."""
+    tenant, scopes = authenticate_key(request.app.state.keys, credentials.credentials if credentials else None)
+    need = needed_scope(request.method, request.url.path)
+    if need not in scopes:
+        raise forbidden(need)
+    return tenant
 
 
 Tenant = Annotated[str, Depends(require_tenant)]
@@ -52,11 +79,12 @@ class BearerTenant:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         token = _bearer_token(scope)
         try:
-            tenant = await anyio.to_thread.run_sync(authenticate, scope["app"].state.keys, token)
+            tenant, scopes = await anyio.to_thread.run_sync(authenticate_key, scope["app"].state.keys, token)
         except ApiError as err:
             await err.response()(scope, receive, send)
             return
         scope.setdefault("state", {})[TENANT_STATE] = tenant
+        scope["state"][SCOPES_STATE] = scopes
         await self.app(scope, receive, send)
 
 
@@ -75,3 +103,13 @@ def scope_tenant(request: Any) -> str | None:
         return None
     state = scope.get("state")
     return state.get(TENANT_STATE) if isinstance(state, dict) else None
+
+
+def scope_scopes(request: Any) -> frozenset[str] | None:
+    """The key scopes BearerTenant put in a request's scope (None outside an HTTP request)."""
+    scope = getattr(request, "scope", None)
+    if not isinstance(scope, dict):
+        return None
+    state = scope.get("state")
+    found = state.get(SCOPES_STATE) if isinstance(state, dict) else None
+    return found if isinstance(found, frozenset) else None
