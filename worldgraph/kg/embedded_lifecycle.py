@@ -64,7 +64,9 @@ class SqliteLifecycle(SqliteAccess):
             sql += f" AND {ts_col} < ?"
             params.append(flt.until)
         if after is not None:
-            sql += f" AND ({ts_col} < ? OR ({ts_col} = ? AND {id_col} < ?))"
+            # a range on ts that the index seeks (an OR of the two cases scans from the top), then
+            # the tie on the cursor's own timestamp by id
+            sql += f" AND {ts_col} <= ? AND ({ts_col} < ? OR {id_col} < ?)"
             params.extend([after[0], after[0], after[1]])
         sql += f" ORDER BY {ts_col} DESC, {id_col} DESC LIMIT ?"
         params.append(int(limit))
