@@ -357,3 +357,44 @@ def test_kill_during_forgets_leaves_each_episode_whole_or_gone(tmp_path: Path, t
             if eid in present:
                 wm.forget_episode(tenant, eid)
         assert wm.list_episodes(tenant).items == []
+
+
+_RECORDER = """
+import sys
+from worldgraph import WorldModel
+from worldgraph.memory.embeddings import HashingEmbedder
+wm = WorldModel.open(sys.argv[1], embedder=HashingEmbedder(64), purge_after_seconds=3600)
+for b in range(int(sys.argv[3])):
+    ids = wm.record_experiences(sys.argv[2], [{"agent_id": "rec", "task_type": "t", "outcome": "success",
+                                               "task_description": f"recorded {b} {i}"} for i in range(10)])
+    print(" ".join(ids), flush=True)
+wm.close()
+"""
+
+
+def test_forgetting_and_purging_while_another_process_records_loses_none(tmp_path: Path, tenant: str) -> None:
+    data = tmp_path / "data"
+    with WorldModel.open(data, embedder=HashingEmbedder(64), purge_after_seconds=3600) as wm:
+        victims = wm.record_experiences(tenant, [exp(f"victim {i}", i) for i in range(30)])
+        root = str(Path(__file__).resolve().parents[1])
+        proc = subprocess.Popen([sys.executable, "-c", _RECORDER, str(data), tenant, "15"], stdout=subprocess.PIPE,
+                                text=True, env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"})
+        try:
+            for i, eid in enumerate(victims):
+                wm.forget_episode(tenant, eid)
+                if i % 10 == 9:
+                    wm.purge()
+            out, _ = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        assert proc.returncode == 0
+        wm.purge()
+        recorded = out.split()
+        assert len(recorded) == 150
+        assert set(wm.store.get_episodes(tenant, recorded)) == set(recorded)
+        assert wm.store.get_episodes(tenant, victims) == {}
+        assert wm.index.count(tenant) == 150, "every recorded episode keeps its index row"
+        hits = wm.recall_experiences(tenant, None, "recorded 14 9", limit=5, options={"min_similarity": 0.0})
+        assert hits and all(h["episode_id"] in recorded for h in hits)
