@@ -51,7 +51,10 @@ class SqliteLifecycle(SqliteAccess):
             params: list[Any] = [tenant_id, flt.session_id]
             ts_col, id_col = "s.ts", "s.episode_id"
         else:
-            sql = f"SELECT {_EPISODE_COLS} FROM episodes e WHERE e.tenant_id = ?"
+            # one agent's: its own index (tenant, agent, ts), not a walk of the tenant's time order
+            # skipping every other agent's episodes (the planner, without statistics, picks that)
+            hint = " INDEXED BY episodes_agent" if flt.agent_id is not None else ""
+            sql = f"SELECT {_EPISODE_COLS} FROM episodes e{hint} WHERE e.tenant_id = ?"
             params = [tenant_id]
             ts_col, id_col = "e.ts", "e.id"
         if flt.agent_id is not None:
