@@ -143,3 +143,28 @@ def test_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Cap
     key = run("keys", "create", "--tenant", "acme", "--scope", "read,forget")
     assert key["scopes"] == ["read", "forget"]
     assert run("keys", "create", "--tenant", "acme", "--scope", "root", ok=False)["field"] == "scope"
+
+
+@pytest.mark.slow
+def test_mcp_forget_over_http_needs_the_forget_scope(tmp_path: Path) -> None:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    from tests.live_server import LiveServer, worldgraph
+
+    with LiveServer(tmp_path) as srv:
+        full = str(worldgraph(srv.data, "keys", "create", "--tenant", srv.tenant, "--scope", "read,write,forget",
+                              env=srv.env)["key"])
+
+        async def forget_with(key: str) -> tuple[bool, str]:
+            async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=120) as http:
+                async with Client(streamable_http_client(f"{srv.url}/mcp", http_client=http)) as c:
+                    rec = await c.call_tool("record_experience", {"experience": EXPERIENCE})
+                    eid = rec.structured_content["episode_id"]
+                    gone = await c.call_tool("forget_episode", {"episode_id": eid})
+                    return gone.is_error, gone.content[0].text  # type: ignore[union-attr]
+
+        refused, text = asyncio.run(forget_with(srv.key))  # the default key: read + write
+        assert refused and json.loads(text[text.index("{"):])["error"]["type"] == "forbidden"
+        refused, text = asyncio.run(forget_with(full))
+        assert not refused and json.loads(text)["removed"]["episodes"] == 1
