@@ -37,7 +37,9 @@ STORES = ("worldgraph.kg.store", "worldgraph.kg.embedded", "worldgraph.kg.embedd
           # the parts of the Neo4j store (neo4j_store assembles them; neo4j_queries re-exports the Cypher)
           "worldgraph.kg.neo4j_base", "worldgraph.kg.neo4j_episodes", "worldgraph.kg.neo4j_world",
           "worldgraph.kg.neo4j_import", "worldgraph.kg.neo4j_rows", "worldgraph.kg.neo4j_schema",
-          "worldgraph.kg.neo4j_episode_queries", "worldgraph.kg.neo4j_world_queries")
+          "worldgraph.kg.neo4j_episode_queries", "worldgraph.kg.neo4j_world_queries",
+          # browse and forget: each store's part and what they share
+          "worldgraph.kg.lifecycle_base", "worldgraph.kg.embedded_lifecycle", "worldgraph.kg.neo4j_lifecycle")
 
 
 def _in(module: str, names: tuple[str, ...]) -> bool:

@@ -27,6 +27,7 @@ from worldgraph.errors import (
 )
 from worldgraph.kg.records import MergeReport
 from worldgraph.memory.feedback import FeedbackResult
+from worldgraph.memory.lifecycle import ForgetReport, Page
 from worldgraph.memory.models import (
     AgentExperience,
     CanvasAction,
@@ -44,6 +45,8 @@ from worldgraph.service import WorldModel
 __version__ = "0.1.0"
 
 __all__ = [
+    "ForgetReport",
+    "Page",
     "AgentExperience", "AsyncWorldModel", "CanvasAction", "CanvasAudit", "CanvasContext", "CypherQueryError", "DateRange",
     "DeltaValidationError",
     "EmbeddingDimensionError", "EpisodeFeedback", "ExtractionError", "FeedbackResult", "InvalidInputError",

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from worldgraph.commands.admin import add_admin_commands
+from worldgraph.commands.lifecycle import add_lifecycle_commands
 from worldgraph.commands.memory import add_memory_commands
 from worldgraph.commands.world import add_world_commands
 from worldgraph.errors import WorldGraphError
@@ -157,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_admin_commands(add)
     add_memory_commands(add)
+    add_lifecycle_commands(sub, add)
     add_world_commands(sub, add)
     from worldgraph.server.commands import add_server_commands  # serve, mcp, keys
     from worldgraph.worker_cli import add_worker_command  # worker

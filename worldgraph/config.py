@@ -191,6 +191,10 @@ class WorldGraphConfig(BaseSettings):
     # After an index write failed (object store unreachable), a long-running process re-indexes the
     # pending episodes this often until none is left.
     index_retry_seconds: float = Field(30.0, gt=0)
+    # After a forget, the background purge removes the forgotten bytes from the files within this many
+    # seconds (while the process runs; a process that stops first leaves it to the next one that opens
+    # the folder, or to `worldgraph purge`). 0: purge right after each forget.
+    purge_after_seconds: float = Field(60.0, ge=0)
 
     # Service (worldgraph serve)
     max_request_bytes: int = Field(1 << 20, gt=0)  # a larger request body is refused (413) before parsing

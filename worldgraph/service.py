@@ -8,17 +8,26 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from worldgraph.access import open_storage
 from worldgraph.access import open_store as open_store  # re-exported: its old home
-from worldgraph.clock import utcnow
+from worldgraph.clock import now_iso, utcnow
 from worldgraph.config import WorldGraphConfig
-from worldgraph.errors import EmbeddingDimensionError, InvalidInputError, NotFoundError, ReadOnlyError
+from worldgraph.errors import (
+    EmbeddingDimensionError,
+    InvalidInputError,
+    NotFoundError,
+    NotSupportedError,
+    ReadOnlyError,
+)
 from worldgraph.export.environment import export_environment, import_environment
 from worldgraph.kg.cypher_limits import check_params, check_query_text
+from worldgraph.kg.lifecycle_base import EpisodeFilter, audit_record
 from worldgraph.kg.store import GraphStore
 from worldgraph.kg.world import WorldUpdater
 from worldgraph.limits import MAX_PAGE, check_batch, check_delta_size, check_query, check_text, check_value
@@ -28,6 +37,7 @@ from worldgraph.memory.embeddings import Embedder, embedder_name, index_name, ma
 from worldgraph.memory.feedback import FeedbackResult, submit_feedback
 from worldgraph.memory.index import EpisodeIndex, stored_embedder_name
 from worldgraph.memory.indexing import EpisodeIndexer, Progress
+from worldgraph.memory.lifecycle import ForgetReport, Page, Purger, decode_cursor, encode_cursor, parse_time
 from worldgraph.memory.models import AgentExperience, CanvasContext, RecallOptions
 from worldgraph.memory.objectstore import index_location
 from worldgraph.memory.recall import RecallResult, recall
@@ -61,6 +71,8 @@ class WorldModel:
         # after an index failure (an unreachable object store), re-index in the background
         self._index_retrier = IndexRetrier(self.retry_indexing, lambda: bool(self.store.unindexed_episodes(limit=1)),
                                            config.index_retry_seconds)
+        self._purge_lock = threading.Lock()
+        self._purger = Purger(self.purge, config.purge_after_seconds)
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -105,7 +117,16 @@ class WorldModel:
             wm.reindex(progress=progress)
         else:
             wm.retry_indexing(progress)
+        wm._purge_pending_later()
         return wm
+
+    def _purge_pending_later(self) -> None:
+        """Forgets whose bytes an earlier process did not purge are purged in the background."""
+        try:
+            if self.store.forget_log(unpurged=True):
+                self._purger.kick()
+        except NotSupportedError:
+            pass
 
     def _writable(self, operation: str) -> None:
         """Refuse a write of a read-only model before anything is done."""
@@ -115,6 +136,7 @@ class WorldModel:
     def close(self) -> None:
         """Waits for background world updates, then closes the store."""
         self._index_retrier.stop()
+        self._purger.stop()
         self.world.shutdown()
         self.store.close()
 
@@ -381,6 +403,139 @@ class WorldModel:
         out["graph_store"] = self.store.name
         out["embedder"] = embedder_name(self.embedder)
         return out
+
+    # ------------------------------------------------------------------ browse and forget
+    def list_episodes(self, tenant_id: str, agent_id: str | None = None, session_id: str | None = None,
+                      since: Any = None, until: Any = None, limit: int = 100, cursor: str | None = None) -> Page:
+        """A page of the tenant's episodes, newest first, filtered (``since`` inclusive, ``until``
+        exclusive, ISO-8601); ``cursor``: the previous page's ``next_cursor`` (a keyset, never an
+        offset: a deep page costs what the first does)."""
+        check_tenant(tenant_id)
+        for name, value in (("agent_id", agent_id), ("session_id", session_id)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise InvalidInputError(name, "must be a non-empty string or null", value)
+            check_text(value, name, self.config.max_text_bytes, "max_text_bytes")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_PAGE:
+            raise InvalidInputError("limit", f"must be a positive integer (at most {MAX_PAGE})", limit)
+        flt = EpisodeFilter(agent_id, session_id, parse_time(since, "since"), parse_time(until, "until"))
+        after = decode_cursor(cursor, flt)
+        rows = self.store.list_episodes(tenant_id, flt, limit + 1, after)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        nxt = encode_cursor(rows[-1]["ts"], rows[-1]["id"], flt) if more else None
+        return Page([RecallResult(r) for r in rows], nxt)
+
+    def list_agents(self, tenant_id: str) -> list[dict[str, Any]]:
+        """The tenant's agents that have episodes: [{agent_id, agent_role, episodes, last_seen}]."""
+        check_tenant(tenant_id)
+        return self.store.list_agents(tenant_id)
+
+    def list_environments(self, tenant_id: str) -> list[dict[str, Any]]:
+        """The tenant's environments: [{env_name, graph_version, nodes, edges, rules, updated_at}]."""
+        check_tenant(tenant_id)
+        out = []
+        for env, meta in self.store.environment_metas(tenant_id).items():
+            counts = (meta or {}).get("counts") or {}
+            out.append({"env_name": env, "graph_version": (meta or {}).get("graph_version", 0),
+                        "nodes": counts.get("nodes", 0), "edges": counts.get("edges", 0),
+                        "rules": counts.get("rules", 0), "scenes": counts.get("scenes", 0),
+                        "updated_at": (meta or {}).get("updated_at")})
+        return out
+
+    def _forget_report(self, kind: str, audit: dict[str, Any], removed: dict[str, Any]) -> ForgetReport:
+        due = datetime.fromisoformat(audit["forgotten_at"]) + timedelta(seconds=self.config.purge_after_seconds)
+        self._purger.kick()
+        return ForgetReport(kind, audit["tenant_id"], audit["target_id"], audit["id"], audit["forgotten_at"],
+                            audit.get("forgotten_by"), {k: int(v) for k, v in removed.items()}, due.isoformat())
+
+    def forget_episode(self, tenant_id: str, episode_id: str, forgotten_by: str | None = None) -> ForgetReport:
+        """Forget one episode: from this call on it is on no read path (recall, get, list, agent
+        episodes, readiness, neighbourhoods, Cypher, export). Its feedback, canvas actions, session
+        place (its neighbours are linked to each other), index rows and, for a round, its scene
+        packet go with it; world facts learned from that scene stay, without the scene among their
+        sources. One store transaction; an audit row keeps who forgot which id and when. The bytes
+        leave the files with ``purge()`` (in the background within ``purge_after_seconds``)."""
+        check_tenant(tenant_id)
+        self._writable("forget_episode")
+        if not isinstance(episode_id, str) or not episode_id:
+            raise InvalidInputError("episode_id", "must be a non-empty string", episode_id)
+        check_text(episode_id, "episode_id", self.config.max_text_bytes, "max_text_bytes")
+        check_text(forgotten_by, "forgotten_by", self.config.max_text_bytes, "max_text_bytes")
+        audit = audit_record(tenant_id, "episode", episode_id, forgotten_by, now_iso())
+        removed = self.store.forget_episode(tenant_id, episode_id, audit)
+        if removed is None:
+            raise NotFoundError("episode", episode_id, f"tenant {tenant_id!r} holds no such episode")
+        try:  # recall already drops hits the store no longer holds; purge() deletes rows left here
+            self.index.delete([episode_id])
+            removed["index_rows"] = 1
+        except Exception as exc:  # noqa: BLE001 - the store forgot it: that decides the call
+            log.warning("forgot episode %s, but its index row stays until the next purge (%s)", episode_id, exc)
+            removed["index_rows"] = 0
+        return self._forget_report("episode", audit, removed)
+
+    def forget_environment(self, tenant_id: str, env_name: str, forgotten_by: str | None = None) -> ForgetReport:
+        """Forget one environment's world graph: its nodes, edges, rules, scenes (the packets) and
+        meta, in one transaction. The episodes of its rounds stay (``forget_episode`` each)."""
+        check_tenant(tenant_id)
+        self._writable("forget_environment")
+        env = check_env(env_name)
+        check_text(forgotten_by, "forgotten_by", self.config.max_text_bytes, "max_text_bytes")
+        audit = audit_record(tenant_id, "environment", env, forgotten_by, now_iso())
+        removed = self.store.forget_environment(tenant_id, env, audit)
+        if removed is None:
+            known = self.store.environments(tenant_id)
+            raise NotFoundError("environment", env, f"tenant {tenant_id!r} has no such environment; known: "
+                                + (", ".join(known) if known else "none"))
+        self.world.history.drop(tenant_id, env)
+        return self._forget_report("environment", audit, removed)
+
+    def forget_tenant(self, tenant_id: str, forgotten_by: str | None = None) -> ForgetReport:
+        """Forget every record of the tenant, its API keys included, in one store transaction; its
+        index table is dropped (now, and again by ``purge()`` if this fails half way)."""
+        check_tenant(tenant_id)
+        self._writable("forget_tenant")
+        check_text(forgotten_by, "forgotten_by", self.config.max_text_bytes, "max_text_bytes")
+        audit = audit_record(tenant_id, "tenant", tenant_id, forgotten_by, now_iso())
+        removed = self.store.forget_tenant(tenant_id, audit)
+        self.world.history.drop(tenant_id)
+        try:
+            self.index.delete_tenant(tenant_id)
+        except Exception as exc:  # noqa: BLE001 - the store forgot it; purge() drops the table
+            log.warning("forgot tenant %s, but its index rows stay until the next purge (%s)", tenant_id, exc)
+        return self._forget_report("tenant", audit, removed)
+
+    def purge(self) -> dict[str, Any]:
+        """Physical removal of what was forgotten: afterwards the forgotten text is in no file of the
+        embedded store or of the index (local or S3): the index tables touched are compacted, their
+        full-text and scalar indexes rebuilt and their old versions deleted; a forgotten tenant's
+        table is dropped; the SQLite WAL is checkpointed and truncated (deleted rows are zeroed in
+        place, ``secure_delete``). Neo4j keeps deleted records in its store files until the space
+        is reused (README, "Forgetting"). Returns what it did."""
+        self._writable("purge")
+        with self._purge_lock:
+            pending = self.store.forget_log(unpurged=True)
+            by_tenant: dict[str, list[str]] = {}
+            for a in pending:
+                if a["kind"] == "episode":
+                    by_tenant.setdefault(a["tenant_id"], []).append(a["target_id"])
+            stale: list[str] = []
+            for tenant, ids in by_tenant.items():  # an id recorded again after its forget keeps its row
+                alive = self.store.get_episodes(tenant, ids)
+                stale.extend(i for i in ids if i not in alive)
+            drop, rewrite = [], set(by_tenant)
+            for tenant in {a["tenant_id"] for a in pending if a["kind"] == "tenant"}:
+                if self.store.stats(tenant)["episodes"] == 0:
+                    drop.append(tenant)
+                else:  # recorded again since: keep those rows, remove the rest
+                    keep = {tenant: {e["id"] for page in self.store.iter_episodes(tenant) for e in page}}
+                    self.index.prune(keep, tenant)
+                    rewrite.add(tenant)
+            stats: dict[str, Any] = {"forgets_purged": len(pending)}
+            stats.update(self.index.purge(stale, sorted(rewrite), drop))
+            stats.update(self.store.purge_files())
+            if pending:
+                self.store.mark_purged([a["id"] for a in pending], now_iso())
+            return stats
 
     # ------------------------------------------------------------------ world graph
     def observe_round(self, tenant_id: str, env_name: str, round: Any) -> Any:  # noqa: A002 - the contract's name

@@ -11,7 +11,7 @@ from typing import Any
 
 from worldgraph.commands.common import open_wm, read_json_items, resolve_episode_id
 from worldgraph.commands.samples import split_samples, store_ratings
-from worldgraph.console import emit, note, print_context, print_recall, progress_bar, short, table
+from worldgraph.console import emit, note, print_context, print_recall, progress_bar, short
 from worldgraph.errors import InvalidInputError, NotFoundError
 
 Add = Callable[..., argparse.ArgumentParser]
@@ -58,10 +58,6 @@ def add_memory_commands(add: Add) -> None:
     sp.add_argument("--notes", help="free text kept with the rating")
     sp.add_argument("--category", help="what the rating is about (e.g. accuracy)")
     sp.add_argument("--by", default=None, help="who rates it (default anonymous)")
-
-    sp = add("episodes", cmd_episodes, "an agent's newest episodes")
-    sp.add_argument("agent_id", help="the agent whose episodes to list")
-    sp.add_argument("--limit", type=int, default=30, help="how many, newest first (default 30)")
 
     sp = add("readiness", cmd_readiness, "graduation exam over an agent's last episodes")
     sp.add_argument("agent_id", help="the agent to examine")
@@ -185,15 +181,6 @@ def cmd_feedback(args: argparse.Namespace) -> int:
             fb = submit(episode_id)
     emit(args, fb, lambda: print(f"feedback {fb['id']} stored; episode {episode_id} now averages "
                                  f"{fb['average']:.3f} (normalised) over {fb['count']} rating(s)"))
-    return 0
-
-
-def cmd_episodes(args: argparse.Namespace) -> int:
-    with open_wm(args) as wm:
-        eps = wm.get_agent_episodes(args.tenant, args.agent_id, args.limit)
-    emit(args, eps, lambda: table(
-        [[e["timestamp"][:19], e["outcome"], f"{e['confidence_score']:.2f}", short(e["task_description"]), e["id"]]
-         for e in eps], ["timestamp", "outcome", "conf", "task", "episode_id"]))
     return 0
 
 

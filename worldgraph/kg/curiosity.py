@@ -149,6 +149,12 @@ class RoundHistory:
             self._rounds.move_to_end(key)
             rounds.append(rnd)
 
+    def drop(self, tenant_id: str, env_name: str | None = None) -> None:
+        """Forget the rounds kept for one environment of a tenant (all of them without ``env_name``)."""
+        with self._lock:
+            for key in [k for k in self._rounds if k[0] == tenant_id and env_name in (None, k[1])]:
+                del self._rounds[key]
+
     def rounds(self, tenant_id: str, env_name: str) -> list[AgentRound]:
         with self._lock:
             return list(self._rounds.get((tenant_id, env_name), ()))

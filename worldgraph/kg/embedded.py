@@ -26,6 +26,7 @@ from worldgraph.kg.codec import dumps as _dumps
 from worldgraph.kg.codec import loads as _loads
 from worldgraph.kg.embedded_episodes import SqliteEpisodes
 from worldgraph.kg.embedded_leases import SqliteSceneLeases
+from worldgraph.kg.embedded_lifecycle import LIFECYCLE_SCHEMA, SqliteLifecycle
 from worldgraph.kg.embedded_world import SqliteWorld
 from worldgraph.kg.sqlite_open import ReadOnlyConnection, connect_read_only
 from worldgraph.kg.store import GraphStore, Record
@@ -93,7 +94,7 @@ CREATE TABLE IF NOT EXISTS api_keys (
 """
 
 
-class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, GraphStore):
+class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, SqliteLifecycle, GraphStore):
     """SQLite-backed GraphStore; safe across threads (one lock) and processes (SQLite locks)."""
 
     name = "embedded"
@@ -128,10 +129,12 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, GraphSt
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute("PRAGMA busy_timeout=30000")
         self._conn.execute("PRAGMA foreign_keys=OFF")
+        # deleted content is overwritten with zeros in the pages (forgetting, see embedded_lifecycle)
+        self._conn.execute("PRAGMA secure_delete=ON")
         self._conn.execute(f"PRAGMA cache_size=-{int(cache_mb) * 1024}")
         self._conn.execute(f"PRAGMA wal_autocheckpoint={int(wal_autocheckpoint_pages)}")
         with self._lock:
-            self._conn.executescript(_SCHEMA)
+            self._conn.executescript(_SCHEMA + LIFECYCLE_SCHEMA)
         with self._tx() as cur:
             row = cur.execute("SELECT value FROM schema_info WHERE key = 'schema_version'").fetchone()
             if needs_upgrade("embedded", row[0] if row else None):  # raises for a newer worldgraph's file

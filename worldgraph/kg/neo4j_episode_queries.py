@@ -241,7 +241,7 @@ RETURN e.id AS id, c.record AS canvas,
 # only the SHA-256 of the secret is kept. add_api_key also runs API_KEY_CONSTRAINT first, so a
 # database whose schema predates keys gets the constraint without a schema-version bump.
 CREATE_API_KEY = """
-CREATE (k:ApiKey {id: $id, tenant_id: $tenant_id, name: $name, key_hash: $key_hash,
+CREATE (k:ApiKey {id: $id, tenant_id: $tenant_id, name: $name, key_hash: $key_hash, scopes: $scopes,
                   created_at: $created_at, revoked_at: $revoked_at})
 """
 

@@ -37,13 +37,14 @@ from worldgraph.kg.codec import loads
 from worldgraph.kg.neo4j_base import _unreachable
 from worldgraph.kg.neo4j_episodes import Neo4jEpisodeStore
 from worldgraph.kg.neo4j_leases import Neo4jSceneLeases
+from worldgraph.kg.neo4j_lifecycle import Neo4jLifecycle
 from worldgraph.kg.neo4j_rows import _run_batched
 from worldgraph.kg.neo4j_world import Neo4jWorldStore
 from worldgraph.kg.store import GraphStore, Record
 from worldgraph.schema import needs_upgrade
 
 
-class Neo4jGraphStore(Neo4jSceneLeases, Neo4jWorldStore, Neo4jEpisodeStore, GraphStore):
+class Neo4jGraphStore(Neo4jLifecycle, Neo4jSceneLeases, Neo4jWorldStore, Neo4jEpisodeStore, GraphStore):
     """GraphStore on a Neo4j 5 server (Community is enough). Thread-safe: the driver pools."""
 
     name = "neo4j"
@@ -131,7 +132,7 @@ class Neo4jGraphStore(Neo4jSceneLeases, Neo4jWorldStore, Neo4jEpisodeStore, Grap
                 session.run(q.API_KEY_CONSTRAINT).consume()
         except (ServiceUnavailable, SessionExpired) as exc:
             raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
-        params = {k: key.get(k) for k in ("id", "tenant_id", "name", "key_hash", "created_at", "revoked_at")}
+        params = {k: key.get(k) for k in ("id", "tenant_id", "name", "key_hash", "scopes", "created_at", "revoked_at")}
         self._write(lambda tx: tx.run(q.CREATE_API_KEY, params).consume())
 
     def get_api_key(self, key_id: str) -> Record | None:
@@ -177,4 +178,4 @@ def _copy_index_errors(tx: ManagedTransaction) -> None:
 def _api_key(row: Any) -> Record:
     """Neo4j drops null properties: every field of a key record is put back."""
     props = dict(row["key"])
-    return {k: props.get(k) for k in ("id", "tenant_id", "name", "key_hash", "created_at", "revoked_at")}
+    return {k: props.get(k) for k in ("id", "tenant_id", "name", "key_hash", "scopes", "created_at", "revoked_at")}

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from worldgraph.errors import NotSupportedError
+from worldgraph.kg.lifecycle_base import EpisodeFilter
 from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
 
 Record = dict[str, Any]
@@ -251,6 +252,51 @@ class GraphStore(EpisodeStore, WorldStore):
             "WorldModel.open(path, graph='neo4j') (or `worldgraph --graph neo4j ...`) and start a "
             "server with `worldgraph neo4j start`."
         )
+
+    # ---------------------------------------------------------------- lifecycle (browse, forget, purge)
+    # Not abstract: a store without them still serves recording and recall. Each forget is ONE
+    # transaction: the record is fully present or fully gone from every read path.
+    def list_episodes(self, tenant_id: str, flt: EpisodeFilter, limit: int,
+                      after: tuple[float, str] | None) -> list[Record]:
+        """At most ``limit`` episodes matching ``flt``, newest first in (ts, id) order, strictly
+        after ``after`` (the (ts, id) of the previous page's last one) in that order."""
+        raise self._no_lifecycle()
+
+    def list_agents(self, tenant_id: str) -> list[Record]:
+        """[{agent_id, agent_role, episodes, last_seen}] of the agents that have episodes, by id."""
+        raise self._no_lifecycle()
+
+    def environment_metas(self, tenant_id: str) -> dict[str, Record | None]:
+        """Environment name -> its meta record (None before its first merge), sorted by name."""
+        raise self._no_lifecycle()
+
+    def forget_episode(self, tenant_id: str, episode_id: str, audit: Record) -> Record | None:
+        """Delete the episode with its feedback, canvas actions, session place (neighbours relinked)
+        and scene packets, take those scenes out of the sources of the world records learned from
+        them, and store ``audit``. Returns counts; None (nothing written) for an unknown episode."""
+        raise self._no_lifecycle()
+
+    def forget_environment(self, tenant_id: str, env_name: str, audit: Record) -> Record | None:
+        """Delete an environment's world graph, scenes, reports and meta; store ``audit``. Counts, or None."""
+        raise self._no_lifecycle()
+
+    def forget_tenant(self, tenant_id: str, audit: Record) -> Record:
+        """Delete every record of the tenant, API keys included; store ``audit``. Counts."""
+        raise self._no_lifecycle()
+
+    def forget_log(self, tenant_id: str | None = None, unpurged: bool = False) -> list[Record]:
+        """The audit rows of forgets (with ``purged_at``), oldest first."""
+        raise self._no_lifecycle()
+
+    def mark_purged(self, audit_ids: list[str], at: str) -> None:
+        raise self._no_lifecycle()
+
+    def purge_files(self) -> Record:
+        """Remove what the store can of deleted records' bytes from its files; says what it did."""
+        raise self._no_lifecycle()
+
+    def _no_lifecycle(self) -> Exception:
+        return NotSupportedError(f"the {self.name!r} store cannot list or forget; use the embedded or Neo4j store")
 
     # ---------------------------------------------------------------- API keys (worldgraph serve)
     # Records: {"id", "tenant_id", "name", "key_hash", "created_at", "revoked_at"}. Only the hash

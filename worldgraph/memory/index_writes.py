@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -16,10 +17,13 @@ from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
 from worldgraph.memory import objectstore
 from worldgraph.memory.index_maintenance import IndexMaintenance
 from worldgraph.memory.index_schema import (
+    FTS_INDEX_NAME,
+    SCALAR_INDEXES,
     STRING_COLUMNS,
     _as_timestamp,
     _check_tenant,
     sql_literal,
+    table_name,
 )
 from worldgraph.memory.index_tables import _Part
 
@@ -206,6 +210,55 @@ class IndexWrites(IndexMaintenance):
         with self._lock:
             self._retry(part, lambda: part.table.delete("true"), "delete_tenant")
             self._after_write(part, 0)
+
+    @objectstore.guarded("purging forgotten episode rows")
+    def purge(self, episode_ids: Iterable[str], tenants: Iterable[str], drop_tenants: Iterable[str]) -> dict[str, Any]:
+        """Physical removal of forgotten rows: delete ``episode_ids`` (rows a forget could not
+        delete, after a crash), drop the tables of ``drop_tenants``, then in each of ``tenants``'
+        tables rewrite every fragment that has deleted rows (compaction with no threshold),
+        rebuild the full-text and scalar indexes from the rows that remain (an index keeps the
+        terms of deleted rows until rebuilt) and delete every older version's files. Afterwards no
+        file of those tables holds a forgotten row. The ANN index holds vectors only; compaction
+        remaps it to the rows that remain."""
+        from lancedb.index import FTS, BTree
+
+        self._writable("purging the episode index")
+        ids = [e for e in dict.fromkeys(episode_ids) if isinstance(e, str) and e]
+        if ids:
+            self.delete(ids)
+        dropped = 0
+        for tenant in dict.fromkeys(drop_tenants):
+            name = table_name(tenant)
+            with self._lock, self._parts_lock:
+                if name in self._table_names():
+                    self._db.drop_table(name)
+                    dropped += 1
+                self._parts.pop(name, None)
+                self._small.drop(name)
+        rewritten = 0
+        for tenant in dict.fromkeys(tenants):
+            part = self._part(tenant)
+            if part is None:
+                continue
+            with self._lock, self._index_lock, self._commit_lock(part):
+                ds = part.table.to_lance()
+                if any(f.metadata.deletion_file is not None for f in ds.get_fragments()):
+                    ds.optimize.compact_files(target_rows_per_fragment=max(self.config.compact_target_rows, 1),
+                                              materialize_deletions=True, materialize_deletions_threshold=0.0)
+                    rewritten += 1
+                part.table.checkout_latest()
+                names = self._indexes(part, refresh=True)
+                if part.table.count_rows() > 0:
+                    for column in SCALAR_INDEXES:
+                        if f"{column}_idx" in names:
+                            part.table.create_index(column, config=BTree(), name=f"{column}_idx", replace=True)
+                    if FTS_INDEX_NAME in names:
+                        part.table.create_index("text", config=FTS(), name=FTS_INDEX_NAME, replace=True)
+                part.table.to_lance().cleanup_old_versions(older_than=timedelta(0), delete_unverified=False)
+                part.table.checkout_latest()
+                self._indexes(part, refresh=True)
+                self._small.drop(part.name)
+        return {"index_rows_deleted": len(ids), "index_tables_dropped": dropped, "index_tables_rewritten": rewritten}
 
     def clear(self) -> None:
         """Delete every row of every tenant (the tables, the label and the indexes stay)."""

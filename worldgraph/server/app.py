@@ -22,6 +22,7 @@ from worldgraph import __version__
 from worldgraph.server import errors
 from worldgraph.server.auth import BearerTenant
 from worldgraph.server.keys import ApiKeys
+from worldgraph.server.lifecycle_routes import router as lifecycle_router
 from worldgraph.server.limits import BodySizeLimit
 from worldgraph.server.mcp_server import build_mcp
 from worldgraph.server.metrics import Metrics, RequestObserver, install_log_ids, metrics_endpoint
@@ -79,6 +80,7 @@ def create_app(wm: WorldModel | None, *, max_request_bytes: int | None = None, t
                                   "timings, scene packets pending and episodes awaiting indexing, in the "
                                   "Prometheus text format. Carries no tenant and no data.")
     app.include_router(router)
+    app.include_router(lifecycle_router)
     app.router.routes.append(Route("/mcp", BearerTenant(mcp.session_manager.handle_request),
                                    methods=["GET", "POST", "DELETE"], include_in_schema=False))
     app.add_middleware(BodySizeLimit, max_bytes=limit)

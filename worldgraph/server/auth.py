@@ -14,6 +14,9 @@ from worldgraph.server.errors import ApiError, unauthorized
 from worldgraph.server.keys import ApiKeys
 
 TENANT_STATE = "worldgraph_tenant"  # where BearerTenant leaves the tenant in scope["state"]
+SCOPES_STATE = "worldgraph_scopes"  # and the key's scopes (worldgraph.server.keys.SCOPES)
+# Paths whose POST only reads (everything else a POST does writes).
+READ_POSTS = ("/v1/recall", "/v1/cypher")
 NO_KEY = ("send the header Authorization: Bearer <key>; create a key with "
           "`worldgraph keys create --tenant T`")
 BAD_KEY = "the API key is unknown or revoked; create a new one with `worldgraph keys create --tenant T`"
@@ -29,7 +32,7 @@ def authenticate(keys: ApiKeys, token: str | None) -> str:
 
 
 def key_record(keys: ApiKeys, token: str | None) -> dict[str, Any]:
-    """The public record of ``token``'s key (tenant_id, name, ...), or a 401 ApiError."""
+    """The public record of ``token``'s key (tenant_id, name, scopes, ...), or a 401 ApiError."""
     if not token:
         raise unauthorized(NO_KEY)
     record = keys.record_of(token)
@@ -38,12 +41,36 @@ def key_record(keys: ApiKeys, token: str | None) -> dict[str, Any]:
     return record
 
 
+def authenticate_key(keys: ApiKeys, token: str | None) -> tuple[str, frozenset[str]]:
+    """(tenant, scopes) of ``token``, or a 401 ApiError."""
+    record = key_record(keys, token)
+    return str(record["tenant_id"]), frozenset(record["scopes"])
+
+
+def needed_scope(method: str, path: str) -> str:
+    """The scope a request needs: DELETE forgets, GET and the read-only POSTs read, the rest write."""
+    if method == "DELETE":
+        return "forget"
+    if method in ("GET", "HEAD") or path.rstrip("/") in READ_POSTS:
+        return "read"
+    return "write"
+
+
+def forbidden(scope: str) -> ApiError:
+    return ApiError(403, "forbidden", f"this API key lacks the {scope!r} scope; create a key that has it: "
+                    f"`worldgraph keys create --tenant T --scope {scope}` (scopes: read, write, forget)", "scope")
+
+
 def require_tenant(request: Request,
                    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]) -> str:
-    """FastAPI dependency (sync: the key lookup is a store read, so it runs in the threadpool).
+    """FastAPI dependency (sync: the key lookup is a store read, so it runs in the threadpool): the
+    key's tenant, after checking that the key has the scope the request needs (403 otherwise).
     The key's name is left in ``request.state.key_name`` (None for an unnamed key): what a write
     records as its author when the body names none."""
     record = key_record(request.app.state.keys, credentials.credentials if credentials else None)
+    need = needed_scope(request.method, request.url.path)
+    if need not in record["scopes"]:
+        raise forbidden(need)
     request.state.key_name = record.get("name") or None
     return str(record["tenant_id"])
 
@@ -61,11 +88,12 @@ class BearerTenant:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         token = _bearer_token(scope)
         try:
-            tenant = await anyio.to_thread.run_sync(authenticate, scope["app"].state.keys, token)
+            tenant, scopes = await anyio.to_thread.run_sync(authenticate_key, scope["app"].state.keys, token)
         except ApiError as err:
             await err.response()(scope, receive, send)
             return
         scope.setdefault("state", {})[TENANT_STATE] = tenant
+        scope["state"][SCOPES_STATE] = scopes
         await self.app(scope, receive, send)
 
 
@@ -84,3 +112,13 @@ def scope_tenant(request: Any) -> str | None:
         return None
     state = scope.get("state")
     return state.get(TENANT_STATE) if isinstance(state, dict) else None
+
+
+def scope_scopes(request: Any) -> frozenset[str] | None:
+    """The key scopes BearerTenant put in a request's scope (None outside an HTTP request)."""
+    scope = getattr(request, "scope", None)
+    if not isinstance(scope, dict):
+        return None
+    state = scope.get("state")
+    found = state.get(SCOPES_STATE) if isinstance(state, dict) else None
+    return found if isinstance(found, frozenset) else None

@@ -42,6 +42,9 @@ def add_server_commands(sub: Any, add: Add) -> None:
              parent=group)
     sp.add_argument("--tenant", dest="key_tenant", required=True, help="the tenant the key gives access to")
     sp.add_argument("--name", default=None, help="a label, e.g. who uses the key")
+    sp.add_argument("--scope", dest="scopes", action="append", default=None, metavar="SCOPE",
+                    help="what the key may do, repeatable or comma-separated: read, write, forget "
+                         "(default read,write; DELETE routes and the MCP forget tool need forget)")
     sp = add("list", cmd_keys_list, "list API keys (ids, tenants, names; never the keys)", parent=group)
     sp.add_argument("--tenant", dest="key_tenant", default=None, help="only this tenant's keys")
     sp = add("revoke", cmd_keys_revoke, "revoke an API key by its id (from `keys list`) or a unique start of it",
@@ -212,9 +215,10 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
     from worldgraph.console import emit
 
     with _keys(args, create=True) as keys:
-        key, record = keys.create(args.key_tenant, args.name)
+        key, record = keys.create(args.key_tenant, args.name, args.scopes)
     emit(args, {"key": key, **record}, lambda: print(
-        f"{key}\n\nAPI key {record['id']} for tenant {record['tenant_id']!r}. It is shown only now: store it "
+        f"{key}\n\nAPI key {record['id']} for tenant {record['tenant_id']!r} (scopes: "
+        f"{', '.join(record['scopes'])}). It is shown only now: store it "
         f"safely.\nUse it as: Authorization: Bearer {key[:12]}..."))
     return 0
 
@@ -225,8 +229,9 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
     with _keys(args) as keys:
         records = keys.list(args.key_tenant)
     emit(args, records, lambda: table(
-        [[r["id"], r["tenant_id"], r["name"] or "-", r["created_at"][:19], (r["revoked_at"] or "-")[:19]]
-         for r in records], ["id", "tenant", "name", "created", "revoked"]) if records else print("(no keys)"))
+        [[r["id"], r["tenant_id"], r["name"] or "-", ",".join(r["scopes"]), r["created_at"][:19],
+          (r["revoked_at"] or "-")[:19]]
+         for r in records], ["id", "tenant", "name", "scopes", "created", "revoked"]) if records else print("(no keys)"))
     return 0
 
 

@@ -28,7 +28,31 @@ from worldgraph.names import check_tenant
 PREFIX = "wg"
 _KEY_RE = re.compile(r"^wg_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
 _ID_RE = re.compile(r"^[0-9a-f]{16}$")
-PUBLIC_FIELDS = ("id", "tenant_id", "name", "created_at", "revoked_at")
+PUBLIC_FIELDS = ("id", "tenant_id", "name", "scopes", "created_at", "revoked_at")
+# What a key may do: read (GET, recall, Cypher), write (record, rate, rounds, deltas), forget (every
+# DELETE route and the MCP forget tool). Keys made before scopes existed keep read + write.
+SCOPES = ("read", "write", "forget")
+DEFAULT_SCOPES = ("read", "write")
+
+
+def check_scopes(scopes: object) -> list[str]:
+    """The scopes asked for, each known, in SCOPES order; None means the default (read, write)."""
+    if scopes is None:
+        return list(DEFAULT_SCOPES)
+    if isinstance(scopes, str) or not isinstance(scopes, (list, tuple, set, frozenset)):
+        raise InvalidInputError("scopes", f"must be a list of {', '.join(SCOPES)}", scopes)
+    wanted = {str(s).strip() for part in scopes for s in str(part).split(",") if str(s).strip()}
+    unknown = sorted(wanted - set(SCOPES))
+    if unknown or not wanted:
+        raise InvalidInputError("scope", f"unknown scope(s) {', '.join(unknown) or '(none given)'}: choose from "
+                                f"{', '.join(SCOPES)} (e.g. --scope read for a dashboard)", scopes)
+    return [s for s in SCOPES if s in wanted]
+
+
+def scopes_of(record: dict[str, Any]) -> list[str]:
+    """A stored key's scopes (read + write for a key made before scopes existed)."""
+    scopes = record.get("scopes")
+    return list(scopes) if scopes else list(DEFAULT_SCOPES)
 
 
 def hash_key(key: str) -> str:
@@ -41,15 +65,18 @@ class ApiKeys:
     def __init__(self, store: GraphStore) -> None:
         self.store = store
 
-    def create(self, tenant_id: str, name: str | None = None) -> tuple[str, dict[str, Any]]:
-        """A new key for ``tenant_id``: returns (the key, shown once; its public record)."""
+    def create(self, tenant_id: str, name: str | None = None,
+               scopes: list[str] | None = None) -> tuple[str, dict[str, Any]]:
+        """A new key for ``tenant_id`` with ``scopes`` (default read + write): returns (the key,
+        shown once; its public record)."""
         check_tenant(tenant_id, "tenant")
+        granted = check_scopes(scopes)
         if name is not None and (not isinstance(name, str) or len(name) > 200):
             raise InvalidInputError("name", "must be a string of at most 200 characters", name)
         key_id = secrets.token_hex(8)
         key = f"{PREFIX}_{key_id}_{secrets.token_urlsafe(32)}"
         record = {"id": key_id, "tenant_id": tenant_id, "name": name or "", "key_hash": hash_key(key),
-                  "created_at": now_iso(), "revoked_at": None}
+                  "scopes": granted, "created_at": now_iso(), "revoked_at": None}
         self.store.add_api_key(record)
         return key, _public(record)
 
@@ -58,8 +85,13 @@ class ApiKeys:
         record = self.record_of(key)
         return None if record is None else str(record["tenant_id"])
 
+    def lookup(self, key: str) -> tuple[str, frozenset[str]] | None:
+        """(tenant, scopes) of a valid, unrevoked key; None for anything else."""
+        record = self.record_of(key)
+        return None if record is None else (str(record["tenant_id"]), frozenset(record["scopes"]))
+
     def record_of(self, key: str) -> dict[str, Any] | None:
-        """The public record (id, tenant_id, name, ...) of a valid, unrevoked key; None for anything else."""
+        """The public record (id, tenant_id, name, scopes, ...) of a valid, unrevoked key; None for anything else."""
         m = _KEY_RE.fullmatch(key or "")
         if m is None:
             return None
@@ -98,4 +130,6 @@ class ApiKeys:
 
 
 def _public(record: dict[str, Any]) -> dict[str, Any]:
-    return {k: record.get(k) for k in PUBLIC_FIELDS}
+    out = {k: record.get(k) for k in PUBLIC_FIELDS}
+    out["scopes"] = scopes_of(record)
+    return out

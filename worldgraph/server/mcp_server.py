@@ -21,7 +21,7 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from worldgraph import __version__
-from worldgraph.server.auth import scope_tenant
+from worldgraph.server.auth import forbidden, scope_scopes, scope_tenant
 from worldgraph.server.errors import describe
 from worldgraph.server.models import (
     DEFAULT_MIN_SIMILARITY,
@@ -62,12 +62,16 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
     server: MCPServer = MCPServer("worldgraph", title="worldgraph memory and world model",
                                   instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
 
-    def call(ctx: Context, fn: Callable[[WorldModel, str], T]) -> T:
+    def call(ctx: Context, fn: Callable[[WorldModel, str], T], need: str | None = None) -> T:
+        """Run ``fn`` for the caller's tenant. ``need``: the key scope the tool needs over HTTP (a
+        stdio server is the operator's own process: its tenant is fixed by ``--tenant``)."""
         request = ctx.request_context.request if ctx.request_context is not None else None
         who = scope_tenant(request) if request is not None else tenant
         if who is None:
             raise ToolError(json.dumps({"error": {"type": "unauthorized", "field": None,
                                                   "message": "no tenant: send Authorization: Bearer <key>"}}))
+        if need is not None and request is not None and need not in (scope_scopes(request) or frozenset()):
+            raise ToolError(json.dumps(forbidden(need).body()))
         try:
             return fn(world_model(), who)
         except Exception as exc:  # noqa: BLE001 - every failure goes back as the REST error body
@@ -82,7 +86,7 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
     ) -> dict[str, Any]:
         """Record one finished agent run (task, approach, outcome, learnings, confidence) so it can be
         recalled later. Returns {"episode_id"}: keep it to rate the run with submit_feedback."""
-        return {"episode_id": call(ctx, lambda wm, t: wm.record_experience(t, experience, canvas))}
+        return {"episode_id": call(ctx, lambda wm, t: wm.record_experience(t, experience, canvas), need="write")}
 
     @server.tool(annotations=READ)
     def recall_experiences(
@@ -111,7 +115,8 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
     ) -> dict[str, Any]:
         """Rate a recorded run. Well-rated runs rank higher in recall, poorly rated ones lower.
         Returns the rating and the run's new average (0-1) and count."""
-        return call(ctx, lambda wm, t: dict(wm.submit_feedback(t, episode_id, score, notes, category, created_by)))
+        return call(ctx, lambda wm, t: dict(wm.submit_feedback(t, episode_id, score, notes, category, created_by)),
+                    need="write")
 
     @server.tool(annotations=READ)
     def get_agent_episodes(
@@ -145,7 +150,42 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         the agent, the text the task, the turn before it the input), linked in time order within the
         session. All turns are checked before any is recorded. Returns {"episode_ids"}."""
         raw = [turn.model_dump(exclude_unset=True) for turn in turns]  # the facade checks plain turns
-        return {"episode_ids": call(ctx, lambda wm, t: wm.record_conversation(t, session_id, raw))}
+        return {"episode_ids": call(ctx, lambda wm, t: wm.record_conversation(t, session_id, raw), need="write")}
+
+    @server.tool(annotations=READ)
+    def get_episode(
+        episode_id: Annotated[str, Field(description="The run's id (from record_experience, list_episodes or a "
+                                                     "recall result).")],
+        ctx: Context,
+    ) -> dict[str, Any]:
+        """One recorded run by its id: task, approach, outcome, learnings, confidence, timestamp."""
+        return dict(call(ctx, lambda wm, t: wm.get_episode(t, episode_id)))
+
+    @server.tool(annotations=READ)
+    def list_episodes(
+        ctx: Context,
+        agent_id: Annotated[str | None, Field(description="Only this agent's runs.")] = None,
+        session_id: Annotated[str | None, Field(description="Only this session's runs.")] = None,
+        since: Annotated[str | None, Field(description="ISO-8601 date/time, inclusive.")] = None,
+        until: Annotated[str | None, Field(description="ISO-8601 date/time, exclusive.")] = None,
+        limit: Annotated[int, Field(gt=0, le=100, description="Page size.")] = 20,
+        cursor: Annotated[str | None, Field(description="next_cursor of the previous page, unchanged.")] = None,
+    ) -> dict[str, Any]:
+        """Recorded runs, newest first, a page at a time. Returns {"episodes", "next_cursor"}: pass
+        next_cursor back (with the same filters) for the next page; null means the last page."""
+        page = call(ctx, lambda wm, t: wm.list_episodes(t, agent_id, session_id, since, until, limit, cursor))
+        return page.to_dict("episodes")
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False,
+                                             openWorldHint=False))
+    def forget_episode(
+        episode_id: Annotated[str, Field(description="The run to forget, for good.")],
+        ctx: Context,
+    ) -> dict[str, Any]:
+        """Forget a recorded run for good: it, its ratings and (for a round) its scene packet leave every
+        read path now and the files soon after. Only when a human asks to erase it. Needs a key with the
+        'forget' scope. Returns what was removed."""
+        return call(ctx, lambda wm, t: wm.forget_episode(t, episode_id, "mcp").to_dict(), need="forget")
 
     @server.tool(annotations=WRITE)
     def observe_round(env_name: EnvName, round: Annotated[AgentRound, Field(description="The round.")],  # noqa: A002
@@ -163,7 +203,7 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
             pending = int(packet is not None and packet.get("status") == "pending")
             return {"packet": packet, "llm_configured": llm_configured(), "note": world_update_note(wm, pending)}
 
-        return call(ctx, run)
+        return call(ctx, run, need="write")
 
     @server.tool(annotations=WRITE)
     def apply_delta(
@@ -177,7 +217,7 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         episodic (node -> scene). Refs name items of the same delta (their ref), or existing nodes by id or
         type:name. A newer fact closes what it contradicts (kept as history). Returns the merge report:
         created, merged, closed ids and dropped items with reasons."""
-        return call(ctx, lambda wm, t: wm.apply_delta(t, env_name, delta, scene).to_dict())
+        return call(ctx, lambda wm, t: wm.apply_delta(t, env_name, delta, scene).to_dict(), need="write")
 
     @server.tool(annotations=READ, structured_output=False)
     def world_graph(

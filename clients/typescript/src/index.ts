@@ -35,6 +35,10 @@ export type MergeReport = Schemas["MergeReportOut"];
 export type WorldGraph = Schemas["WorldGraphOut"];
 export type GraphDelta = paths["/v1/envs/{env}/deltas"]["post"]["requestBody"]["content"]["application/json"];
 export type ErrorBody = Schemas["ErrorBody"];
+export type EpisodePage = Schemas["EpisodePage"];
+export type ForgetReport = Schemas["ForgetReportOut"];
+export type AgentSummary = Schemas["AgentOut"];
+export type EnvSummary = Schemas["EnvOut"];
 
 export interface WorldgraphOptions {
   /** e.g. http://127.0.0.1:8765 */
@@ -96,6 +100,15 @@ export const ROUTES = {
   "PUT /v1/envs/{env}/snapshot": "importSnapshot",
   "GET /v1/envs/{env}/view": "view",
   "POST /v1/cypher": "cypher",
+  "GET /v1/episodes": "listEpisodes",
+  "GET /v1/episodes/{episode_id}": "getEpisode",
+  "DELETE /v1/episodes/{episode_id}": "forgetEpisode",
+  "GET /v1/agents": "agents",
+  "GET /v1/envs": "envs",
+  "DELETE /v1/envs/{env}": "forgetEnv",
+  "DELETE /v1/tenant": "forgetTenant",
+  "GET /v1/stats": "stats",
+  "GET /metrics": "metrics",
 } as const satisfies Record<string, keyof Worldgraph>;
 
 /** One method per route; each returns the data or throws WorldgraphError. */
@@ -191,5 +204,54 @@ export class Worldgraph {
   /** Read-only, tenant-scoped Cypher (Neo4j store). */
   async cypher(query: string, params?: Record<string, unknown>): Promise<Record<string, unknown>[]> {
     return unwrap(await this.api.POST("/v1/cypher", { body: { query, params: params ?? null } })).rows;
+  }
+
+  /** A page of episodes, newest first; pass the page's `next_cursor` as `cursor` for the next one. */
+  async listEpisodes(opts: { agentId?: string; sessionId?: string; since?: string; until?: string; limit?: number;
+                             cursor?: string } = {}): Promise<EpisodePage> {
+    return unwrap(await this.api.GET("/v1/episodes", { params: { query: {
+      agent_id: opts.agentId, session_id: opts.sessionId, since: opts.since, until: opts.until, limit: opts.limit,
+      cursor: opts.cursor } } }));
+  }
+
+  /** One episode by id (404: unknown, or another tenant's). */
+  async getEpisode(episodeId: string): Promise<Record<string, unknown>> {
+    return unwrap(await this.api.GET("/v1/episodes/{episode_id}", { params: { path: { episode_id: episodeId } } }));
+  }
+
+  /** Forget an episode for good (the key needs the `forget` scope). */
+  async forgetEpisode(episodeId: string): Promise<ForgetReport> {
+    return unwrap(await this.api.DELETE("/v1/episodes/{episode_id}", { params: { path: { episode_id: episodeId } } }));
+  }
+
+  /** The tenant's agents: id, role, episode count, last seen. */
+  async agents(): Promise<AgentSummary[]> {
+    return unwrap(await this.api.GET("/v1/agents", {})).agents;
+  }
+
+  /** The tenant's environments: graph version and counts. */
+  async envs(): Promise<EnvSummary[]> {
+    return unwrap(await this.api.GET("/v1/envs", {})).envs;
+  }
+
+  /** Forget an environment's world graph, scenes and packets (the `forget` scope). */
+  async forgetEnv(env: string): Promise<ForgetReport> {
+    return unwrap(await this.api.DELETE("/v1/envs/{env}", { params: { path: { env } } }));
+  }
+
+  /** Forget every record of the key's own tenant, its keys included: `confirm` must be that tenant's id. */
+  async forgetTenant(confirm: string): Promise<ForgetReport> {
+    return unwrap(await this.api.DELETE("/v1/tenant", { body: { confirm } }));
+  }
+
+  /** The server's Prometheus metrics, as text (no key needed; no tenant data). */
+  async metrics(): Promise<string> {
+    const answer = await this.api.GET("/metrics", { parseAs: "text" });
+    return unwrap(answer as Answer<string>);
+  }
+
+  /** Counts of the key's tenant. */
+  async stats(): Promise<Record<string, unknown>> {
+    return unwrap(await this.api.GET("/v1/stats", {}));
   }
 }

@@ -1,0 +1,136 @@
+"""The REST routes of the memory lifecycle: browse (episodes by cursor, one episode, agents,
+environments, stats) and forget (an episode, an environment, the key's own tenant). Every DELETE
+needs a key with the ``forget`` scope (``auth.require_tenant``); another tenant's ids are 404."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool as in_thread
+
+from worldgraph.server.auth import Tenant
+from worldgraph.server.errors import ApiError
+from worldgraph.server.models import ErrorResponse
+from worldgraph.server.routes import _ERRORS, _NOT_FOUND, WM
+
+_FORBIDDEN: dict[int | str, dict[str, Any]] = {
+    403: {"model": ErrorResponse, "description": "The key lacks the `forget` scope (or the server is read-only)"}}
+_LIST_PARAMS = frozenset({"agent_id", "session_id", "since", "until", "limit", "cursor"})
+
+router = APIRouter(prefix="/v1", responses=_ERRORS)
+
+
+class EpisodePage(BaseModel):
+    episodes: list[dict[str, Any]] = Field(description="Episodes, newest first (timestamp, then id)")
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; null on the last page")
+
+
+class AgentOut(BaseModel):
+    agent_id: str
+    agent_role: str
+    episodes: int
+    last_seen: str | None
+
+
+class AgentsOut(BaseModel):
+    agents: list[AgentOut]
+
+
+class EnvOut(BaseModel):
+    env_name: str
+    graph_version: int
+    nodes: int
+    edges: int
+    rules: int
+    scenes: int
+    updated_at: str | None
+
+
+class EnvsOut(BaseModel):
+    envs: list[EnvOut]
+
+
+class ForgetReportOut(BaseModel):
+    kind: str = Field(description="episode | environment | tenant")
+    tenant_id: str
+    target_id: str
+    audit_id: str = Field(description="The audit row: who forgot which id and when, never the content")
+    forgotten_at: str
+    forgotten_by: str | None
+    removed: dict[str, int] = Field(description="Records removed (or rewritten), per kind")
+    purge_due_by: str | None = Field(description="The background purge removes the bytes from the files by then")
+
+
+class TenantConfirm(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    confirm: str = Field(description="The key's own tenant id, spelled out: forgetting a tenant cannot be undone")
+
+
+@router.get("/episodes", response_model=EpisodePage, tags=["memory"], summary="Page through episodes",
+            responses={400: {"model": ErrorResponse, "description": "An unknown query parameter (e.g. offset)"}},
+            description="Newest first. Pages are a keyset cursor, never an offset: pass `next_cursor` as "
+                        "`?cursor=` with the same filters.")
+async def list_episodes(request: Request, tenant: Tenant, wm: WM,
+                        agent_id: Annotated[str | None, Query(description="Only this agent's")] = None,
+                        session_id: Annotated[str | None, Query(description="Only this session's")] = None,
+                        since: Annotated[str | None, Query(description="ISO-8601, inclusive")] = None,
+                        until: Annotated[str | None, Query(description="ISO-8601, exclusive")] = None,
+                        limit: Annotated[int, Query(gt=0, le=1000, description="Page size")] = 100,
+                        cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+                        ) -> dict[str, Any]:
+    for name in request.query_params:
+        if name not in _LIST_PARAMS:
+            raise ApiError(400, "invalid_input", f"unknown query parameter {name!r}: pages are fetched with "
+                           "?cursor= (the previous page's next_cursor), never an offset; parameters: "
+                           + ", ".join(sorted(_LIST_PARAMS)), name)
+    page = await in_thread(wm.list_episodes, tenant, agent_id, session_id, since, until, limit, cursor)
+    return page.to_dict("episodes")
+
+
+@router.get("/episodes/{episode_id}", response_model=dict[str, Any], tags=["memory"], responses=_NOT_FOUND,
+            summary="One episode by id")
+async def get_episode(episode_id: str, tenant: Tenant, wm: WM) -> dict[str, Any]:
+    return dict(await in_thread(wm.get_episode, tenant, episode_id))
+
+
+@router.delete("/episodes/{episode_id}", response_model=ForgetReportOut, tags=["forget"],
+               responses={**_NOT_FOUND, **_FORBIDDEN}, summary="Forget an episode (needs the forget scope)",
+               description="Gone from every read path at once, with its feedback, session links, index rows and "
+                           "(for a round) its scene packet; the bytes leave the files with the background purge.")
+async def forget_episode(episode_id: str, tenant: Tenant, wm: WM) -> dict[str, Any]:
+    report = await in_thread(wm.forget_episode, tenant, episode_id, "api")
+    return report.to_dict()
+
+
+@router.get("/agents", response_model=AgentsOut, tags=["memory"], summary="The tenant's agents")
+async def list_agents(tenant: Tenant, wm: WM) -> dict[str, Any]:
+    return {"agents": await in_thread(wm.list_agents, tenant)}
+
+
+@router.get("/envs", response_model=EnvsOut, tags=["world"], summary="The tenant's environments")
+async def list_environments(tenant: Tenant, wm: WM) -> dict[str, Any]:
+    return {"envs": await in_thread(wm.list_environments, tenant)}
+
+
+@router.delete("/envs/{env}", response_model=ForgetReportOut, tags=["forget"], responses={**_NOT_FOUND, **_FORBIDDEN},
+               summary="Forget an environment's world graph, scenes and packets (needs the forget scope)")
+async def forget_environment(env: str, tenant: Tenant, wm: WM) -> dict[str, Any]:
+    report = await in_thread(wm.forget_environment, tenant, env, "api")
+    return report.to_dict()
+
+
+@router.delete("/tenant", response_model=ForgetReportOut, tags=["forget"], responses=_FORBIDDEN,
+               summary="Forget every record of the key's own tenant, its API keys included (needs the forget scope)")
+async def forget_tenant(body: Annotated[TenantConfirm, Body()], tenant: Tenant, wm: WM) -> dict[str, Any]:
+    if body.confirm != tenant:
+        raise ApiError(422, "invalid_input", "confirm must be this key's tenant id, spelled out; nothing was "
+                       "forgotten", "confirm")
+    report = await in_thread(wm.forget_tenant, tenant, "api")
+    return report.to_dict()
+
+
+@router.get("/stats", response_model=dict[str, Any], tags=["memory"], summary="Counts of the key's tenant")
+async def stats(tenant: Tenant, wm: WM) -> dict[str, Any]:
+    return await in_thread(wm.stats, tenant)
