@@ -22,8 +22,10 @@ from typing import Any
 
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import NotFoundError, ReadOnlyError, StorageError
+from worldgraph.kg import embedded_cypher
 from worldgraph.kg.codec import dumps as _dumps
 from worldgraph.kg.codec import loads as _loads
+from worldgraph.kg.embedded_cypher import ProjectionCache
 from worldgraph.kg.embedded_episodes import SqliteEpisodes
 from worldgraph.kg.embedded_leases import SqliteSceneLeases
 from worldgraph.kg.embedded_world import SqliteWorld
@@ -99,10 +101,17 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, GraphSt
     name = "embedded"
 
     def __init__(self, path: str | Path, read_only: bool = False, cache_mb: int | None = None,
-                 wal_autocheckpoint_pages: int | None = None) -> None:
-        """``cache_mb`` and ``wal_autocheckpoint_pages``: see the config fields ``sqlite_*``, whose
-        defaults apply when they are None (one place for the numbers)."""
+                 wal_autocheckpoint_pages: int | None = None, cypher_timeout: float | None = None,
+                 cypher_max_rows: int | None = None) -> None:
+        """``cache_mb``, ``wal_autocheckpoint_pages``, ``cypher_timeout`` and ``cypher_max_rows``: see
+        the config fields ``sqlite_*`` and ``cypher_*``, whose defaults apply when they are None (one
+        place for the numbers)."""
         fields = WorldGraphConfig.model_fields
+        self.cypher_timeout = float(cypher_timeout if cypher_timeout is not None
+                                    else fields["cypher_timeout_seconds"].default)
+        self.cypher_max_rows = int(cypher_max_rows if cypher_max_rows is not None else fields["cypher_max_rows"].default)
+        self._projections = ProjectionCache()
+        self._write_gen = 0  # commits through this object: part of a Cypher projection's version
         if cache_mb is None:
             cache_mb = int(fields["sqlite_cache_mb"].default)
         if wal_autocheckpoint_pages is None:
@@ -152,6 +161,7 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, GraphSt
                 cur.execute("BEGIN IMMEDIATE")
                 yield cur
                 cur.execute("COMMIT")
+                self._write_gen += 1
             except BaseException as exc:
                 if self._conn.in_transaction:  # SQLite may have rolled back itself (SQLITE_FULL)
                     try:
@@ -181,6 +191,31 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, GraphSt
         return {k: self._query(f"SELECT COUNT(*) FROM {t} WHERE tenant_id = ?", (tenant_id,))[0][0]
                 for k, t in tables.items()}
 
+    # ---------------------------------------------------------------- Cypher
+    def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[Record]:
+        """Read-only Cypher on a projection of the caller's tenant alone (``embedded_cypher``),
+        rebuilt first when anything was committed since it was built (here or by another process)."""
+        embedded_cypher.check_text(query)
+        with self._lock:
+            # data_version changes with every commit of another connection; _write_gen with ours
+            version = (self._conn.execute("PRAGMA data_version").fetchone()[0], self._write_gen)
+
+        def build() -> embedded_cypher.Projection:
+            with self._lock:  # one consistent read of the tenant
+                in_tx = self._conn.in_transaction
+                if not in_tx:
+                    self._conn.execute("BEGIN")
+                try:
+                    nodes, rels = embedded_cypher.load_tenant(
+                        lambda sql, args: self._conn.execute(sql, args).fetchall(), tenant_id)
+                finally:
+                    if not in_tx:
+                        self._conn.execute("COMMIT")
+            return embedded_cypher.Projection(tenant_id, nodes, rels)
+        proj = self._projections.get(tenant_id, version, build)
+        return embedded_cypher.run(proj, tenant_id, query, params, timeout=self.cypher_timeout,
+                                   max_rows=self.cypher_max_rows)
+
     # ---------------------------------------------------------------- API keys
     def add_api_key(self, key: Record) -> None:
         with self._tx() as cur:
@@ -208,6 +243,7 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, GraphSt
         return key
 
     def close(self) -> None:
+        self._projections.close()
         with self._lock:
             if self._ro is not None:
                 self._ro.close()
