@@ -46,7 +46,7 @@ def add_world_commands(sub: Any, add: Add) -> None:
     sp = add("import", cmd_import, "load a snapshot folder written by export")
     sp.add_argument("dir")
 
-    sp = add("cypher", cmd_cypher, "read-only, tenant-scoped Cypher (Neo4j store); $tenant_id is bound")
+    sp = add("cypher", cmd_cypher, "read-only, tenant-scoped Cypher (either store); $tenant_id is bound")
     sp.add_argument("query")
     sp.add_argument("--param", action="append", help="key=value (JSON values allowed)")
 

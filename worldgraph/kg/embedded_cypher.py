@@ -106,6 +106,9 @@ def _props(rec: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
     return out
 
 
+_EPISODE_KEYS = ("id", *(k for k in q.EPISODE_PROPS if k not in q.EPISODE_STATE))
+
+
 def load_tenant(query: Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]], tenant_id: str
                 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[tuple[str, str, str, str, dict[str, Any]]]]]:
     """The tenant's graph as the Neo4j store would hold it: {label: [properties]} and
@@ -118,11 +121,13 @@ def load_tenant(query: Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]], 
     episodes: set[str] = set()
     for data, status, error in query("SELECT data, index_status, index_error FROM episodes WHERE tenant_id = ?", t):
         rec = loads(data)
-        rec = {k: v for k, v in rec.items() if k not in q.EPISODE_STATE}
+        if "index_status" in rec or "index_error" in rec:  # the Neo4j store keeps them out of the record
+            rec = {k: v for k, v in rec.items() if k not in q.EPISODE_STATE}
+            data = dumps(rec)
         eid = rec["id"]
         episodes.add(eid)
-        row = {"tenant_id": tenant_id, **_props(rec, ("id", *q.EPISODE_PROPS)), "index_status": status,
-               "index_error": error, "record": dumps(rec)}
+        row = {"tenant_id": tenant_id, **_props(rec, _EPISODE_KEYS), "index_status": status,
+               "index_error": error, "record": data}
         if eid in seq:
             row["session_seq"] = seq[eid][0]
         nodes["Episode"].append(row)
@@ -220,24 +225,35 @@ def load_tenant(query: Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]], 
     return nodes, rels
 
 
-def _kind(values: Iterable[Any]) -> str:
-    """The LadybugDB column type that holds every value as Neo4j holds it."""
-    kinds = {type(v) for v in values if v is not None}
-    if not kinds or kinds == {str}:
-        return "STRING"
-    if kinds == {bool}:
-        return "BOOLEAN"
-    if kinds == {int}:
-        return "INT64"
-    if kinds <= {int, float}:
-        return "DOUBLE"
-    if kinds == {list}:
-        return "STRING[]"
-    raise CypherQueryError(f"cannot project a property holding {sorted(k.__name__ for k in kinds)} into {ENGINE}")
+_KUZU_TYPES = {"string": "STRING", "int64": "INT64", "double": "DOUBLE", "bool": "BOOLEAN",
+               "list<item: string>": "STRING[]"}
 
 
-def _columns(rows: list[dict[str, Any]], names: Iterable[str]) -> dict[str, list[Any]]:
-    return {n: [r.get(n) for r in rows] for n in names}
+def _array(name: str, values: list[Any]) -> tuple[Any, str]:
+    """One column as an Arrow array and its LadybugDB type, each value as Neo4j holds it (ints and
+    floats mixed become doubles; all-null columns are strings)."""
+    import pyarrow as pa
+
+    try:
+        arr = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise CypherQueryError(f"cannot project the property {name!r} into {ENGINE}: its values mix types ({exc})") \
+            from None
+    t = arr.type
+    if pa.types.is_null(t):
+        arr = arr.cast(pa.string())
+    elif pa.types.is_integer(t):
+        arr = arr.cast(pa.int64())
+    elif pa.types.is_floating(t):
+        arr = arr.cast(pa.float64())
+    elif pa.types.is_large_string(t):
+        arr = arr.cast(pa.string())
+    elif pa.types.is_list(t) and pa.types.is_null(t.value_type):
+        arr = arr.cast(pa.list_(pa.string()))
+    kind = _KUZU_TYPES.get(str(arr.type))
+    if kind is None:
+        raise CypherQueryError(f"cannot project the property {name!r} ({arr.type}) into {ENGINE}")
+    return arr, kind
 
 
 class Projection:
@@ -254,38 +270,32 @@ class Projection:
         self.conn = ladybug.Connection(self.db)
         self.conn.set_max_threads_for_exec(2)
         for label, (pk, props) in NODE_TABLES.items():
-            names = ["tenant_id", *props, *([] if label in NO_RECORD else ["record"])]
-            names = list(dict.fromkeys([pk, *names]))
-            cols = _columns(nodes[label], names)
-            ddl = ", ".join(f"{n} {_kind(cols[n])}" for n in names)
+            names = list(dict.fromkeys([pk, "tenant_id", *props, *([] if label in NO_RECORD else ["record"])]))
+            rows = nodes[label]
+            cols = {n: _array(n, [r.get(n) for r in rows]) for n in names}
+            ddl = ", ".join(f"{n} {kind}" for n, (_, kind) in cols.items())
             self.conn.execute(f"CREATE NODE TABLE {label}({ddl}, PRIMARY KEY ({pk}))")
-            if nodes[label]:
-                arrow_rows = pa.table({n: pa.array(cols[n], type=_arrow(_kind(cols[n]))) for n in names})  # noqa: F841
+            if rows:
+                arrow_rows = pa.table({n: arr for n, (arr, _) in cols.items()})  # noqa: F841 - read by COPY
                 self.conn.execute(f"COPY {label} FROM arrow_rows")
         for rtype, pairs in REL_TABLES.items():
-            rows = rels[rtype]
+            rels_of = rels[rtype]
             names = list(EDGE_REL_PROPS) if rtype in q.EDGE_TYPES.values() else []
-            cols = _columns([r[4] for r in rows], names)
-            ddl = "".join(f", {n} {_kind(cols[n])}" for n in names)
+            cols = {n: _array(n, [r[4].get(n) for r in rels_of]) for n in names}
+            ddl = "".join(f", {n} {kind}" for n, (_, kind) in cols.items())
             self.conn.execute(f"CREATE REL TABLE {rtype}({', '.join(f'FROM {a} TO {b}' for a, b in pairs)}{ddl})")
             for a, b in pairs:
-                part = [r for r in rows if r[0] == a and r[2] == b]
-                if not part:
+                idx = [i for i, r in enumerate(rels_of) if r[0] == a and r[2] == b]
+                if not idx:
                     continue
-                pcols = _columns([r[4] for r in part], names)
-                arrow_rows = pa.table({"from": [r[1] for r in part], "to": [r[3] for r in part],  # noqa: F841
-                                  **{n: pa.array(pcols[n], type=_arrow(_kind(cols[n]))) for n in names}})
+                take = pa.array(idx, type=pa.int64())
+                arrow_rows = pa.table({"from": [rels_of[i][1] for i in idx], "to": [rels_of[i][3] for i in idx],  # noqa: F841
+                                       **{n: arr.take(take) for n, (arr, _) in cols.items()}})
                 self.conn.execute(f"COPY {rtype} FROM arrow_rows (from='{a}', to='{b}')")
 
     def close(self) -> None:
         self.conn.close()
         self.db.close()
-
-
-def _arrow(kind: str) -> Any:
-    import pyarrow as pa
-    return {"STRING": pa.string(), "BOOLEAN": pa.bool_(), "INT64": pa.int64(), "DOUBLE": pa.float64(),
-            "STRING[]": pa.list_(pa.string())}[kind]
 
 
 class ProjectionCache:
