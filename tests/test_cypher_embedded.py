@@ -392,3 +392,33 @@ def test_the_demo_ends_with_a_cypher_exploration(tmp_path: Path, monkeypatch: py
     assert "store: embedded" in step
     assert "if the lamp is off -> the shed is too dark to search" in step
     assert "cypher \"MATCH (r:Rule" in out
+
+
+def test_a_world_delta_reloads_only_the_world_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from worldgraph.kg import embedded_cypher
+
+    wm = WorldModel.open(tmp_path, embedder=HashingEmbedder(64))
+    try:
+        replay_log(wm, "t1", ENV, ROOT / "examples" / "text_adventure.jsonl", use_shipped_deltas=True)
+        nodes = "MATCH (n:WorldNode {tenant_id: $tenant_id, env_name: $env}) RETURN count(n) AS n"
+        taught = ("MATCH (n:WorldNode {tenant_id: $tenant_id, name: 'brass key'})-[:EPISODIC]->(s:Scene)"
+                  "-[:FROM_EPISODE]->(e:Episode) RETURN count(e) AS n")
+        before, taught_before = wm.cypher("t1", nodes, {"env": ENV}), wm.cypher("t1", taught)
+        built = []
+        monkeypatch.setattr(embedded_cypher.Projection, "__init__",
+                            lambda self, *a, **k: built.append(1) or pytest.fail("rebuilt whole"))
+        delta = {"entities": [{"ref": "c", "name": "copper coin", "type": "item"}], "states": [], "edges": [],
+                 "rules": []}
+        assert wm.apply_delta("t1", ENV, delta).ok
+        assert wm.cypher("t1", nodes, {"env": ENV}) == [{"n": before[0]["n"] + 1}]  # the world part, reloaded
+        assert wm.cypher("t1", taught) == taught_before  # its links to the episode part are back
+        assert wm.cypher("t1", "MATCH (n:Entity {tenant_id: $tenant_id, name: 'copper coin'}) RETURN n.type AS t") \
+            == [{"t": "item"}]
+        monkeypatch.undo()
+        wm.record_experience("t1", {"agent_id": "a", "agent_role": "r", "task_type": "x",
+                                    "task_description": "new one", "outcome": "success"})
+        assert wm.cypher("t1", "MATCH (e:Episode {tenant_id: $tenant_id, task_description: 'new one'}) "
+                               "RETURN e.outcome AS o") == [{"o": "success"}]  # an episode write: built anew
+        assert not built
+    finally:
+        wm.close()

@@ -13,12 +13,13 @@ live beside it, one per protocol: ``embedded_episodes`` (EpisodeStore) and ``emb
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import NotFoundError, ReadOnlyError, StorageError
@@ -95,6 +96,40 @@ CREATE TABLE IF NOT EXISTS api_keys (
 """
 
 
+_WRITE_RE = re.compile(r"\s*(?:INSERT|REPLACE|UPDATE|DELETE)\b", re.I)
+_PARTS = {**{t: "episodes" for t in embedded_cypher.EPISODE_SOURCES}, **{t: "world" for t in embedded_cypher.WORLD_SOURCES}}
+_NOT_PROJECTED = ("api_keys", "schema_info")
+
+
+class _Tracked:
+    """A transaction's cursor that notes which part of a Cypher projection each write touches (by
+    the tables its statement names); a write naming no known table marks both, to be safe."""
+
+    def __init__(self, cur: sqlite3.Cursor, parts: set[str]) -> None:
+        self._cur, self._parts = cur, parts
+
+    def _note(self, sql: str) -> None:
+        if _WRITE_RE.match(sql):
+            found = {part for table, part in _PARTS.items() if re.search(rf"\b{table}\b", sql)}
+            if not found and not any(re.search(rf"\b{t}\b", sql) for t in _NOT_PROJECTED):
+                found = {"episodes", "world"}
+            self._parts |= found
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        self._note(sql)
+        return self._cur.execute(sql, *args)
+
+    def executemany(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        self._note(sql)
+        return self._cur.executemany(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cur, name)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._cur)
+
+
 class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, GraphStore):
     """SQLite-backed GraphStore; safe across threads (one lock) and processes (SQLite locks)."""
 
@@ -111,7 +146,8 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, GraphSt
                                     else fields["cypher_timeout_seconds"].default)
         self.cypher_max_rows = int(cypher_max_rows if cypher_max_rows is not None else fields["cypher_max_rows"].default)
         self._projections = ProjectionCache()
-        self._write_gen = 0  # commits through this object: part of a Cypher projection's version
+        # commits through this object that wrote a table of a Cypher projection's episode / world part
+        self._write_gens = {"episodes": 0, "world": 0}
         if cache_mb is None:
             cache_mb = int(fields["sqlite_cache_mb"].default)
         if wal_autocheckpoint_pages is None:
@@ -157,11 +193,13 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, GraphSt
             raise ReadOnlyError("writing to the graph store", "the store was opened read-only")
         with self._lock:
             cur = self._conn.cursor()
+            parts: set[str] = set()
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                yield cur
+                yield cast(sqlite3.Cursor, _Tracked(cur, parts))
                 cur.execute("COMMIT")
-                self._write_gen += 1
+                for part in parts:
+                    self._write_gens[part] += 1
             except BaseException as exc:
                 if self._conn.in_transaction:  # SQLite may have rolled back itself (SQLITE_FULL)
                     try:
@@ -197,24 +235,38 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, GraphSt
         rebuilt first when anything was committed since it was built (here or by another process)."""
         embedded_cypher.check_text(query)
         with self._lock:
-            # data_version changes with every commit of another connection; _write_gen with ours
-            version = (self._conn.execute("PRAGMA data_version").fetchone()[0], self._write_gen)
+            # data_version changes with every commit of another connection (then all is rebuilt);
+            # _write_gens with ours, by part (a world delta reloads only the world part)
+            version = (self._conn.execute("PRAGMA data_version").fetchone()[0], self._write_gens["episodes"],
+                       self._write_gens["world"])
+
+        def read(sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+            return self._conn.execute(sql, args).fetchall()
 
         def build() -> embedded_cypher.Projection:
-            with self._lock:  # one consistent read of the tenant
-                in_tx = self._conn.in_transaction
-                if not in_tx:
-                    self._conn.execute("BEGIN")
-                try:
-                    nodes, rels = embedded_cypher.load_tenant(
-                        lambda sql, args: self._conn.execute(sql, args).fetchall(), tenant_id)
-                finally:
-                    if not in_tx:
-                        self._conn.execute("COMMIT")
-            return embedded_cypher.Projection(tenant_id, nodes, rels)
-        proj = self._projections.get(tenant_id, version, build)
+            with self._lock, self._snapshot():
+                nodes, rels, episodes = embedded_cypher.load_tenant(read, tenant_id)
+            return embedded_cypher.Projection(tenant_id, nodes, rels, episodes)
+
+        def refresh_world(proj: embedded_cypher.Projection) -> None:
+            with self._lock, self._snapshot():
+                nodes, rels = embedded_cypher.load_world_part(read, tenant_id, proj.episodes)
+            proj.replace_world(nodes, rels)
+        proj = self._projections.get(tenant_id, version, build, refresh_world)
         return embedded_cypher.run(proj, tenant_id, query, params, timeout=self.cypher_timeout,
                                    max_rows=self.cypher_max_rows)
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """One read transaction (a consistent view of the file) unless one is open already."""
+        in_tx = self._conn.in_transaction
+        if not in_tx:
+            self._conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if not in_tx:
+                self._conn.execute("COMMIT")
 
     # ---------------------------------------------------------------- API keys
     def add_api_key(self, key: Record) -> None:

@@ -19,9 +19,11 @@ or change settings (COPY, LOAD FROM, INSTALL, ATTACH, EXPORT, IMPORT, BEGIN / CO
 CALL). A write the checks missed would change only this process's projection, never the store;
 the next write to the store rebuilds the projection anyway.
 
-**Fresh.** A projection is tagged with the store's write generation (commits through this
-store object) and SQLite's ``PRAGMA data_version`` (commits by other connections, other processes
-included); a query whose tag differs rebuilds it first, so it sees every committed write.
+**Fresh.** A projection is tagged with SQLite's ``PRAGMA data_version`` (commits by other
+connections, other processes included) and the store's write generations (commits through this
+store object, counted per part: the tables each part is read from, ``EPISODE_SOURCES`` and
+``WORLD_SOURCES``). A query whose tag differs first reloads the world part, when only this store's
+world writes moved (a delta), or builds the projection anew; so it sees every committed write.
 
 **Same rows as Neo4j, or a clear error.** The few places where LadybugDB's Cypher differs from
 Neo4j's are rewritten (multi-label patterns, ``labels()``, ``type()``, ``toString()`` ...,
@@ -109,13 +111,29 @@ def _props(rec: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
 _EPISODE_KEYS = ("id", *(k for k in q.EPISODE_PROPS if k not in q.EPISODE_STATE))
 
 
-def load_tenant(query: Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]], tenant_id: str
-                ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[tuple[str, str, str, str, dict[str, Any]]]]]:
-    """The tenant's graph as the Neo4j store would hold it: {label: [properties]} and
-    {type: [(from label, from pk, to label, to pk, properties)]}. Reads only rows of ``tenant_id``."""
+_Query = Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]
+Nodes = dict[str, list[dict[str, Any]]]  # label -> [properties]
+Rels = dict[str, list[tuple[str, str, str, str, dict[str, Any]]]]  # type -> [(from label, pk, to label, pk, props)]
+# The two parts of a projection, each rebuilt on its own: a world delta rebuilds only the world part.
+WORLD_NODE_TABLES = ("Scene", "Environment", "Entity", "State", "Rule")
+WORLD_REL_TABLES = ("FROM_EPISODE", "IN_ENV", "TRANSITION", "CONTAINS", "EPISODIC", "CONCERNS", "PRODUCED")
+# the SQLite tables each part is read from (embedded.py: a write to one marks that part stale)
+EPISODE_SOURCES = ("episodes", "agents", "canvases", "canvas_audits", "feedback", "session_links")
+WORLD_SOURCES = ("world_nodes", "world_edges", "world_rules", "scene_links", "scenes", "scene_reports", "env_meta")
+
+
+def load_tenant(query: _Query, tenant_id: str) -> tuple[Nodes, Rels, set[str]]:
+    """The tenant's graph as the Neo4j store would hold it (its episode part, then its world part),
+    and its episode ids. Reads only rows of ``tenant_id``."""
+    nodes, rels, episodes = load_episode_part(query, tenant_id)
+    world_nodes, world_rels = load_world_part(query, tenant_id, episodes)
+    return {**nodes, **world_nodes}, {**rels, **world_rels}, episodes
+
+
+def load_episode_part(query: _Query, tenant_id: str) -> tuple[Nodes, Rels, set[str]]:
     t = (tenant_id,)
-    nodes: dict[str, list[dict[str, Any]]] = {label: [] for label in NODE_TABLES}
-    rels: dict[str, list[tuple[str, str, str, str, dict[str, Any]]]] = {rtype: [] for rtype in REL_TABLES}
+    nodes: Nodes = {label: [] for label in NODE_TABLES if label not in WORLD_NODE_TABLES}
+    rels: Rels = {rtype: [] for rtype in REL_TABLES if rtype not in WORLD_REL_TABLES}
     seq = {eid: (s, sid, nxt) for eid, sid, s, nxt in
            query("SELECT episode_id, session_id, seq, next_id FROM session_links WHERE tenant_id = ?", t)}
     episodes: set[str] = set()
@@ -165,7 +183,14 @@ def load_tenant(query: Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]], 
                                   "created_at": f["created_at"], "record": data})
         if f["episode_id"] in episodes:
             rels["RATES"].append(("Feedback", f["id"], "Episode", f["episode_id"], {}))
-    reports = dict(query("SELECT scene_id, data FROM scene_reports WHERE tenant_id = ?", t))
+    return nodes, rels, episodes
+
+
+def load_world_part(query: _Query, tenant_id: str, episodes: set[str]) -> tuple[Nodes, Rels]:
+    t = (tenant_id,)
+    nodes: Nodes = {label: [] for label in WORLD_NODE_TABLES}
+    rels: Rels = {rtype: [] for rtype in WORLD_REL_TABLES}
+    reports: dict[str, str] = dict(query("SELECT scene_id, data FROM scene_reports WHERE tenant_id = ?", t))
     scenes: set[str] = set()
     envs: dict[str, dict[str, Any]] = {}
     for (data,) in query("SELECT data FROM scenes WHERE tenant_id = ?", t):
@@ -259,30 +284,44 @@ def _array(name: str, values: list[Any]) -> tuple[Any, str]:
 class Projection:
     """One tenant's graph in an in-memory LadybugDB database (see the module docstring)."""
 
-    def __init__(self, tenant_id: str, nodes: dict[str, list[dict[str, Any]]],
-                 rels: dict[str, list[tuple[str, str, str, str, dict[str, Any]]]]) -> None:
+    def __init__(self, tenant_id: str, nodes: Nodes, rels: Rels, episodes: set[str]) -> None:
         import ladybug
-        import pyarrow as pa
 
         self.tenant_id = tenant_id
+        self.episodes = episodes  # ids, for the world part's (:Scene)-[:FROM_EPISODE]->(:Episode)
         self.lock = threading.Lock()
         self.db = ladybug.Database(":memory:")
         self.conn = ladybug.Connection(self.db)
         self.conn.set_max_threads_for_exec(2)
-        for label, (pk, props) in NODE_TABLES.items():
+        self._create(nodes, rels)
+
+    def replace_world(self, nodes: Nodes, rels: Rels) -> None:
+        """Drop the world part's tables and load them again (the episode part stays)."""
+        with self.lock:
+            for rtype in WORLD_REL_TABLES:
+                self.conn.execute(f"DROP TABLE {rtype}")
+            for label in WORLD_NODE_TABLES:
+                self.conn.execute(f"DROP TABLE {label}")
+            self._create(nodes, rels)
+
+    def _create(self, nodes: Nodes, rels: Rels) -> None:
+        """Create and fill the node tables of ``nodes`` and the relationship tables of ``rels``."""
+        import pyarrow as pa
+
+        for label, rows in nodes.items():
+            pk, props = NODE_TABLES[label]
             names = list(dict.fromkeys([pk, "tenant_id", *props, *([] if label in NO_RECORD else ["record"])]))
-            rows = nodes[label]
             cols = {n: _array(n, [r.get(n) for r in rows]) for n in names}
             ddl = ", ".join(f"{n} {kind}" for n, (_, kind) in cols.items())
             self.conn.execute(f"CREATE NODE TABLE {label}({ddl}, PRIMARY KEY ({pk}))")
             if rows:
                 arrow_rows = pa.table({n: arr for n, (arr, _) in cols.items()})  # noqa: F841 - read by COPY
                 self.conn.execute(f"COPY {label} FROM arrow_rows")
-        for rtype, pairs in REL_TABLES.items():
-            rels_of = rels[rtype]
+        for rtype, rels_of in rels.items():
+            pairs = REL_TABLES[rtype]
             names = list(EDGE_REL_PROPS) if rtype in q.EDGE_TYPES.values() else []
-            cols = {n: _array(n, [r[4].get(n) for r in rels_of]) for n in names}
-            ddl = "".join(f", {n} {kind}" for n, (_, kind) in cols.items())
+            rel_cols = {n: _array(n, [r[4].get(n) for r in rels_of]) for n in names}
+            ddl = "".join(f", {n} {kind}" for n, (_, kind) in rel_cols.items())
             self.conn.execute(f"CREATE REL TABLE {rtype}({', '.join(f'FROM {a} TO {b}' for a, b in pairs)}{ddl})")
             for a, b in pairs:
                 idx = [i for i, r in enumerate(rels_of) if r[0] == a and r[2] == b]
@@ -290,7 +329,7 @@ class Projection:
                     continue
                 take = pa.array(idx, type=pa.int64())
                 arrow_rows = pa.table({"from": [rels_of[i][1] for i in idx], "to": [rels_of[i][3] for i in idx],  # noqa: F841
-                                       **{n: arr.take(take) for n, (arr, _) in cols.items()}})
+                                       **{n: arr.take(take) for n, (arr, _) in rel_cols.items()}})
                 self.conn.execute(f"COPY {rtype} FROM arrow_rows (from='{a}', to='{b}')")
 
     def close(self) -> None:
@@ -305,10 +344,19 @@ class ProjectionCache:
         self._lock = threading.Lock()
         self._items: OrderedDict[str, tuple[Any, Projection]] = OrderedDict()
 
-    def get(self, tenant_id: str, version: Any, build: Callable[[], Projection]) -> Projection:
+    def get(self, tenant_id: str, version: tuple[Any, ...], build: Callable[[], Projection],
+            refresh_world: Callable[[Projection], None]) -> Projection:
+        """The tenant's projection at ``version`` = (other connections' commits, this store's episode-part
+        writes, its world-part writes): as it is, with its world part reloaded when only the last
+        moved, or built anew."""
         with self._lock:
             item = self._items.get(tenant_id)
             if item is not None and item[0] == version:
+                self._items.move_to_end(tenant_id)
+                return item[1]
+            if item is not None and item[0][:-1] == version[:-1]:
+                refresh_world(item[1])
+                self._items[tenant_id] = (version, item[1])
                 self._items.move_to_end(tenant_id)
                 return item[1]
             proj = build()
