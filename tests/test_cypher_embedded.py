@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_cypher_tenants import ATTACKS, _owners, _readme_queries, _seed
+from tests.test_cypher_tenants import ATTACKS, _owners, _readme_queries, _seed, assert_readme_answers
 from worldgraph import CypherQueryError, ReadOnlyQueryError, WorldModel
 from worldgraph.errors import InvalidInputError
 from worldgraph.kg.embedded import EmbeddedGraphStore
@@ -240,14 +240,7 @@ def test_readme_queries_run_on_the_embedded_default(world: tuple[WorldModel, str
             args += ["--param", f"{key}={value}"]
         assert cli_main(args) == 0, capsys.readouterr().err
         answers.append(json.loads(capsys.readouterr().out))
-    rules, transitions, taught, history, rooms = answers
-    assert {"condition": "the front door is locked", "outcome": "going outside fails", "evidence": 1,
-            "confidence": 0.8} in rules
-    assert transitions == [{"from_state": "front door locked", "action": "unlock front door with brass key",
-                            "to_state": "front door unlocked"}]
-    assert [r["round"] for r in taught] == [1, 3, 10, 17]
-    assert [r["container"] for r in history] == ["kitchen table", "player", "workbench"]
-    assert {"room": "kitchen", "holds_now": ["kitchen table"]} in rooms
+    assert_readme_answers(answers)
 
 
 def test_read_your_writes_and_other_processes(tmp_path: Path) -> None:
