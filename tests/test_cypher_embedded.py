@@ -415,3 +415,41 @@ def test_a_world_delta_reloads_only_the_world_part(tmp_path: Path, monkeypatch: 
         assert not built
     finally:
         wm.close()
+
+
+def test_queries_while_another_thread_writes(tmp_path: Path) -> None:
+    """A projection replaced while a query of another thread holds it is closed only after that
+    query; the query after each write sees it."""
+    import threading
+
+    wm = WorldModel.open(tmp_path, embedder=HashingEmbedder(64))
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    q = "MATCH (n:Entity {tenant_id: $tenant_id}) RETURN count(n) AS n"
+
+    def reader() -> None:
+        while not stop.is_set():
+            try:
+                wm.cypher("t1", q)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+                return
+    try:
+        threads = [threading.Thread(target=reader) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for i in range(8):
+            delta = {"entities": [{"ref": "x", "name": f"thing {i}", "type": "item"}], "states": [], "edges": [],
+                     "rules": []}
+            assert wm.apply_delta("t1", ENV, delta).ok
+            assert wm.cypher("t1", q) == [{"n": i + 1}]
+            if i % 3 == 0:
+                wm.record_experience("t1", {"agent_id": "a", "agent_role": "r", "task_type": "x",
+                                            "task_description": f"ep {i}", "outcome": "success"})
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+        assert not errors, errors
+    finally:
+        stop.set()
+        wm.close()

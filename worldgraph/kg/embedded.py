@@ -234,11 +234,6 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, GraphSt
         """Read-only Cypher on a projection of the caller's tenant alone (``embedded_cypher``),
         rebuilt first when anything was committed since it was built (here or by another process)."""
         embedded_cypher.check_text(query)
-        with self._lock:
-            # data_version changes with every commit of another connection (then all is rebuilt);
-            # _write_gens with ours, by part (a world delta reloads only the world part)
-            version = (self._conn.execute("PRAGMA data_version").fetchone()[0], self._write_gens["episodes"],
-                       self._write_gens["world"])
 
         def read(sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
             return self._conn.execute(sql, args).fetchall()
@@ -252,9 +247,19 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, GraphSt
             with self._lock, self._snapshot():
                 nodes, rels = embedded_cypher.load_world_part(read, tenant_id, proj.episodes)
             proj.replace_world(nodes, rels)
-        proj = self._projections.get(tenant_id, version, build, refresh_world)
-        return embedded_cypher.run(proj, tenant_id, query, params, timeout=self.cypher_timeout,
-                                   max_rows=self.cypher_max_rows)
+        for _ in range(3):
+            with self._lock:
+                # data_version changes with every commit of another connection (then all is rebuilt);
+                # _write_gens with ours, by part (a world delta reloads only the world part)
+                version = (self._conn.execute("PRAGMA data_version").fetchone()[0], self._write_gens["episodes"],
+                           self._write_gens["world"])
+            proj = self._projections.get(tenant_id, version, build, refresh_world)
+            try:
+                return embedded_cypher.run(proj, tenant_id, query, params, timeout=self.cypher_timeout,
+                                           max_rows=self.cypher_max_rows)
+            except embedded_cypher.ProjectionClosed:  # another thread replaced it meanwhile
+                continue
+        raise StorageError("the Cypher projection kept being replaced by concurrent writes; try the query again")
 
     @contextmanager
     def _snapshot(self) -> Iterator[None]:

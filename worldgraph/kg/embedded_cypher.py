@@ -290,6 +290,7 @@ class Projection:
         self.tenant_id = tenant_id
         self.episodes = episodes  # ids, for the world part's (:Scene)-[:FROM_EPISODE]->(:Episode)
         self.lock = threading.Lock()
+        self.closed = False
         self.db = ladybug.Database(":memory:")
         self.conn = ladybug.Connection(self.db)
         self.conn.set_max_threads_for_exec(2)
@@ -333,8 +334,15 @@ class Projection:
                 self.conn.execute(f"COPY {rtype} FROM arrow_rows (from='{a}', to='{b}')")
 
     def close(self) -> None:
-        self.conn.close()
-        self.db.close()
+        """After the queries running on it (a newer projection may replace it while they run)."""
+        with self.lock:
+            self.closed = True
+            self.conn.close()
+            self.db.close()
+
+
+class ProjectionClosed(Exception):
+    """The projection was replaced between being handed out and the query starting: ask again."""
 
 
 class ProjectionCache:
@@ -355,7 +363,12 @@ class ProjectionCache:
                 self._items.move_to_end(tenant_id)
                 return item[1]
             if item is not None and item[0][:-1] == version[:-1]:
-                refresh_world(item[1])
+                try:
+                    refresh_world(item[1])
+                except BaseException:  # half reloaded: never hand it out again
+                    del self._items[tenant_id]
+                    item[1].close()
+                    raise
                 self._items[tenant_id] = (version, item[1])
                 self._items.move_to_end(tenant_id)
                 return item[1]
@@ -659,6 +672,8 @@ def run(proj: Projection, tenant_id: str, query: str, params: Mapping[str, Any] 
     used = set(re.findall(rf"\$({_NAME})", _blank(text)))
     args = {k: v for k, v in bound.items() if k in used}
     with proj.lock:
+        if proj.closed:
+            raise ProjectionClosed
         proj.conn.set_query_timeout(max(1, int(timeout * 1000)))
         started = time.monotonic()
         try:
