@@ -490,6 +490,9 @@ def translate(query: str) -> str:
     if re.search(r"(?<![.$\w])(?:shortestPath|allShortestPaths)\s*\(", code, re.I):
         raise _unsupported("shortestPath()", "bound the path instead: MATCH p = (a)-[:CONTAINS*1..5]-(b) "
                            "RETURN p ORDER BY length(p) LIMIT 1")
+    if re.search(r"(?<![.$\w`])(?:properties|keys)\s*\(", code, re.I):
+        raise _unsupported("properties() and keys() as Neo4j returns them (it lists every property of the "
+                           "node's table, set or not)", "return the node itself (RETURN x) or name the properties")
     if _BAD_LABEL_RE.search(code):
         raise _unsupported("label expressions with | & ! %", "write one label per pattern, or UNION two queries")
     # list subscripts and slices: 1-based in LadybugDB, 0-based in Neo4j (same text, other rows)
