@@ -287,6 +287,8 @@ def test_limits(world: tuple[WorldModel, str], tmp_path: Path) -> None:
     ("MATCH (a:Nope) RETURN a", "no label 'Nope'"),
     ("MATCH (a:Entity) RETURN head(collect(a.name))", "HEAD"),
     ("MATCH (a:Entity) RETURN properties(a)", "properties"),
+    ("UNWIND range(1, 300000000) AS i RETURN count(*)", "range"),
+    ("MATCH (e:Episode) UNWIND range(1, size(e.id) * 1000000) AS i RETURN count(*)", "range"),
     ("MATCH (a:Entity) RETURN a.name AS then", "reserved word.*`then`"),
 ])
 def test_unsupported_features_are_named(world: tuple[WorldModel, str], query: str, match: str) -> None:
