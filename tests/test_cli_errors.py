@@ -55,7 +55,7 @@ def _cases(data: Path, tmp: Path) -> dict[str, tuple[list[str], str]]:
         "unknown episode prefix": ([*d, "feedback", "ffffffff", "0.5"], "ffffffff"),
         "missing run log": ([*d, "run", str(tmp / "nope.log"), "--env", "E"], "nope.log does not exist"),
         "missing snapshot": ([*d, "import", str(tmp / "no-snapshot")], "no-snapshot"),
-        "cypher on embedded": ([*d, "cypher", "MATCH (n) RETURN n"], "neo4j"),
+        "cypher write": ([*d, "cypher", "MATCH (n) DETACH DELETE n"], "read-only"),
         "usage: missing argument": ([*d, "record"], "the following arguments are required: file"),
         "usage: bad option value": ([*d, "recall", "q", "--limit", "many"], "invalid int value"),
     }

@@ -423,6 +423,18 @@ def _readme_queries() -> list[tuple[str, dict[str, str]]]:
     return found
 
 
+def assert_readme_answers(answers: list[list[dict[str, Any]]]) -> None:
+    """What the README's five queries return on the replayed examples/text_adventure.jsonl world."""
+    rules, transitions, taught, history, rooms = answers
+    assert {"condition": "the front door is locked", "outcome": "going outside fails", "evidence": 1,
+            "confidence": 0.8} in rules
+    assert transitions == [{"from_state": "front door locked", "action": "unlock front door with brass key",
+                            "to_state": "front door unlocked"}]
+    assert [r["round"] for r in taught] == [1, 3, 10, 17]
+    assert [r["container"] for r in history] == ["kitchen table", "player", "workbench"]
+    assert {"room": "kitchen", "holds_now": ["kitchen table"]} in rooms
+
+
 def test_readme_queries_work_through_the_cli(sealed: Sealed, neo4j_server: dict[str, str], tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
@@ -442,14 +454,7 @@ def test_readme_queries_work_through_the_cli(sealed: Sealed, neo4j_server: dict[
         assert rows, query
         _assert_sealed(sealed, query, ("rows", json.dumps(rows)))
         answers.append(rows)
-    rules, transitions, taught, history, rooms = answers
-    assert {"condition": "the front door is locked", "outcome": "going outside fails", "evidence": 1,
-            "confidence": 0.8} in rules
-    assert transitions == [{"from_state": "front door locked", "action": "unlock front door with brass key",
-                            "to_state": "front door unlocked"}]
-    assert [r["round"] for r in taught] == [1, 3, 10, 17]
-    assert [r["container"] for r in history] == ["kitchen table", "player", "workbench"]
-    assert {"room": "kitchen", "holds_now": ["kitchen table"]} in rooms
+    assert_readme_answers(answers)
     # the CLI says why a query is refused and exits non-zero
     assert cli_main(["--data", str(tmp_path), "--graph", "neo4j", "--tenant", sealed.attacker, "cypher",
                      "MATCH (e:Episode) RETURN e.task_description"]) != 0

@@ -32,7 +32,9 @@ def open_store(path: Path, graph: str | GraphStore, cfg: WorldGraphConfig, read_
         from worldgraph.kg.embedded import EmbeddedGraphStore
 
         return EmbeddedGraphStore(path / "worldgraph.db", read_only=read_only, cache_mb=cfg.sqlite_cache_mb,
-                                  wal_autocheckpoint_pages=cfg.sqlite_wal_autocheckpoint_pages)
+                                  wal_autocheckpoint_pages=cfg.sqlite_wal_autocheckpoint_pages,
+                                  cypher_timeout=cfg.cypher_timeout_seconds, cypher_max_rows=cfg.cypher_max_rows,
+                                  cypher_max_result_bytes=cfg.cypher_max_result_bytes)
     if graph == "neo4j":
         from worldgraph.kg.neo4j_store import Neo4jGraphStore
 

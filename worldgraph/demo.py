@@ -30,6 +30,11 @@ MARKER = ".worldgraph-demo"
 ENV = "CottageEscape"
 
 
+DEMO_CYPHER = ("MATCH (r:Rule {tenant_id: $tenant_id, env_name: $env}) WHERE r.valid_to IS NULL "
+               "RETURN r.condition AS condition, r.outcome AS outcome, r.evidence_count AS evidence, "
+               "r.confidence AS confidence ORDER BY evidence DESC, confidence DESC LIMIT 5")
+
+
 def run_demo(args: argparse.Namespace) -> int:
     from worldgraph.config import llm_configured
     from worldgraph.kg.summary import render_summary, summarize_graph
@@ -106,10 +111,19 @@ def run_demo(args: argparse.Namespace) -> int:
         say(f"\n5. exported the canonical snapshot to {path}:")
         for f in sorted(path.iterdir()):
             say(f"   {f.name:14} {f.stat().st_size:>8} bytes")
+        # 6. one Cypher exploration of what was learned (the README's first query), on this store
+        say(f"\n6. exploring the learned rules with Cypher (wm.cypher; store: {wm.store.name})\n"
+            f"   {DEMO_CYPHER}")
+        rows = wm.cypher(tenant, DEMO_CYPHER, {"env": ENV})
+        for row in rows:
+            say(f"   {row['evidence']} x  {row['confidence']:.2f}  if {row['condition']} -> {row['outcome']}")
+        if not rows:
+            say("   (no rules learned)")
         stats = wm.stats(tenant)
     say(f"\ndone in {time.perf_counter() - t0:.1f}s: {stats['episodes']} episodes, {stats['feedback']} ratings, "
         f"{stats['nodes']} nodes, {stats['edges']} edges, {stats['rules']} rules. Try:\n"
         f"  worldgraph --data {data} --tenant {tenant} recall \"month-end close\" --role Finance --explain "
         "--min-similarity 0.2\n"
-        f"  worldgraph --data {data} --tenant {tenant} world show --env {ENV}")
+        f"  worldgraph --data {data} --tenant {tenant} world show --env {ENV}\n"
+        f"  worldgraph --data {data} --tenant {tenant} cypher \"{DEMO_CYPHER}\" --param env={ENV}")
     return 0

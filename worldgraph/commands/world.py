@@ -48,7 +48,7 @@ def add_world_commands(sub: Any, add: Add) -> None:
     sp.add_argument("dir", help="the folder given to `export --out`, or the snapshot folder itself")
     sp.add_argument("--env", default=None, help="which environment, when DIR holds several snapshots")
 
-    sp = add("cypher", cmd_cypher, "read-only, tenant-scoped Cypher (Neo4j store); $tenant_id is bound")
+    sp = add("cypher", cmd_cypher, "read-only, tenant-scoped Cypher (either store); $tenant_id is bound")
     sp.add_argument("query", help="the Cypher query ($tenant_id is bound to --tenant)")
     sp.add_argument("--param", action="append", help="key=value (JSON values allowed; repeatable)")
 

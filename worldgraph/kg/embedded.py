@@ -13,17 +13,20 @@ live beside it, one per protocol: ``embedded_episodes`` (EpisodeStore) and ``emb
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import NotFoundError, ReadOnlyError, StorageError
+from worldgraph.kg import embedded_cypher
 from worldgraph.kg.codec import dumps as _dumps
 from worldgraph.kg.codec import loads as _loads
+from worldgraph.kg.embedded_cypher import ProjectionCache
 from worldgraph.kg.embedded_episodes import SqliteEpisodes
 from worldgraph.kg.embedded_leases import SqliteSceneLeases
 from worldgraph.kg.embedded_lifecycle import LIFECYCLE_SCHEMA, SqliteLifecycle
@@ -94,16 +97,61 @@ CREATE TABLE IF NOT EXISTS api_keys (
 """
 
 
+_WRITE_RE = re.compile(r"\s*(?:INSERT|REPLACE|UPDATE|DELETE)\b", re.I)
+_PARTS = {**{t: "episodes" for t in embedded_cypher.EPISODE_SOURCES}, **{t: "world" for t in embedded_cypher.WORLD_SOURCES}}
+_NOT_PROJECTED = ("api_keys", "schema_info")
+
+
+class _Tracked:
+    """A transaction's cursor that notes which part of a Cypher projection each write touches (by
+    the tables its statement names); a write naming no known table marks both, to be safe."""
+
+    def __init__(self, cur: sqlite3.Cursor, parts: set[str]) -> None:
+        self._cur, self._parts = cur, parts
+
+    def _note(self, sql: str) -> None:
+        if _WRITE_RE.match(sql):
+            found = {part for table, part in _PARTS.items() if re.search(rf"\b{table}\b", sql)}
+            if not found and not any(re.search(rf"\b{t}\b", sql) for t in _NOT_PROJECTED):
+                found = {"episodes", "world"}
+            self._parts |= found
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        self._note(sql)
+        return self._cur.execute(sql, *args)
+
+    def executemany(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        self._note(sql)
+        return self._cur.executemany(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cur, name)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._cur)
+
+
 class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, SqliteLifecycle, GraphStore):
     """SQLite-backed GraphStore; safe across threads (one lock) and processes (SQLite locks)."""
 
     name = "embedded"
 
     def __init__(self, path: str | Path, read_only: bool = False, cache_mb: int | None = None,
-                 wal_autocheckpoint_pages: int | None = None) -> None:
-        """``cache_mb`` and ``wal_autocheckpoint_pages``: see the config fields ``sqlite_*``, whose
-        defaults apply when they are None (one place for the numbers)."""
+                 wal_autocheckpoint_pages: int | None = None, cypher_timeout: float | None = None,
+                 cypher_max_rows: int | None = None, cypher_max_result_bytes: int | None = None) -> None:
+        """``cache_mb``, ``wal_autocheckpoint_pages``, ``cypher_timeout``, ``cypher_max_rows`` and
+        ``cypher_max_result_bytes``: see
+        the config fields ``sqlite_*`` and ``cypher_*``, whose defaults apply when they are None (one
+        place for the numbers)."""
         fields = WorldGraphConfig.model_fields
+        self.cypher_timeout = float(cypher_timeout if cypher_timeout is not None
+                                    else fields["cypher_timeout_seconds"].default)
+        self.cypher_max_rows = int(cypher_max_rows if cypher_max_rows is not None else fields["cypher_max_rows"].default)
+        self.cypher_max_result_bytes = int(cypher_max_result_bytes if cypher_max_result_bytes is not None
+                                           else fields["cypher_max_result_bytes"].default)
+        self._projections = ProjectionCache()
+        # commits through this object that wrote a table of a Cypher projection's episode / world part
+        self._write_gens = {"episodes": 0, "world": 0}
         if cache_mb is None:
             cache_mb = int(fields["sqlite_cache_mb"].default)
         if wal_autocheckpoint_pages is None:
@@ -151,10 +199,13 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, SqliteL
             raise ReadOnlyError("writing to the graph store", "the store was opened read-only")
         with self._lock:
             cur = self._conn.cursor()
+            parts: set[str] = set()
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                yield cur
+                yield cast(sqlite3.Cursor, _Tracked(cur, parts))
                 cur.execute("COMMIT")
+                for part in parts:
+                    self._write_gens[part] += 1
             except BaseException as exc:
                 if self._conn.in_transaction:  # SQLite may have rolled back itself (SQLITE_FULL)
                     try:
@@ -184,6 +235,50 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, SqliteL
         return {k: self._query(f"SELECT COUNT(*) FROM {t} WHERE tenant_id = ?", (tenant_id,))[0][0]
                 for k, t in tables.items()}
 
+    # ---------------------------------------------------------------- Cypher
+    def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[Record]:
+        """Read-only Cypher on a projection of the caller's tenant alone (``embedded_cypher``),
+        rebuilt first when anything was committed since it was built (here or by another process)."""
+        embedded_cypher.check_text(query)
+
+        def read(sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+            return self._conn.execute(sql, args).fetchall()
+
+        def build() -> embedded_cypher.Projection:
+            with self._lock, self._snapshot():
+                nodes, rels, episodes = embedded_cypher.load_tenant(read, tenant_id)
+            return embedded_cypher.Projection(tenant_id, nodes, rels, episodes)
+
+        def refresh_world(proj: embedded_cypher.Projection) -> None:
+            with self._lock, self._snapshot():
+                nodes, rels = embedded_cypher.load_world_part(read, tenant_id, proj.episodes)
+            proj.replace_world(nodes, rels)
+        for _ in range(3):
+            with self._lock:
+                # data_version changes with every commit of another connection (then all is rebuilt);
+                # _write_gens with ours, by part (a world delta reloads only the world part)
+                version = (self._conn.execute("PRAGMA data_version").fetchone()[0], self._write_gens["episodes"],
+                           self._write_gens["world"])
+            proj = self._projections.get(tenant_id, version, build, refresh_world)
+            try:
+                return embedded_cypher.run(proj, tenant_id, query, params, timeout=self.cypher_timeout,
+                                           max_rows=self.cypher_max_rows, max_bytes=self.cypher_max_result_bytes)
+            except embedded_cypher.ProjectionClosed:  # another thread replaced it meanwhile
+                continue
+        raise StorageError("the Cypher projection kept being replaced by concurrent writes; try the query again")
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """One read transaction (a consistent view of the file) unless one is open already."""
+        in_tx = self._conn.in_transaction
+        if not in_tx:
+            self._conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if not in_tx:
+                self._conn.execute("COMMIT")
+
     # ---------------------------------------------------------------- API keys
     def add_api_key(self, key: Record) -> None:
         with self._tx() as cur:
@@ -211,6 +306,7 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, SqliteL
         return key
 
     def close(self) -> None:
+        self._projections.close()
         with self._lock:
             if self._ro is not None:
                 self._ro.close()

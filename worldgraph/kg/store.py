@@ -248,9 +248,8 @@ class GraphStore(EpisodeStore, WorldStore):
 
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[Record]:
         raise NotSupportedError(
-            f"Cypher needs the Neo4j store; this one is {self.name!r}. Open with "
-            "WorldModel.open(path, graph='neo4j') (or `worldgraph --graph neo4j ...`) and start a "
-            "server with `worldgraph neo4j start`."
+            f"Cypher needs the embedded (default) or the Neo4j store; this one is {self.name!r}. Open with "
+            "WorldModel.open(path) or WorldModel.open(path, graph='neo4j')."
         )
 
     # ---------------------------------------------------------------- lifecycle (browse, forget, purge)

@@ -10,8 +10,8 @@ that maps worldgraph's exceptions to HTTP status codes. The MCP tools report the
 | DeltaValidationError (delta refused whole)  | 422    | invalid_delta      |
 | NotFoundError (also another tenant's id)    | 404    | not_found          |
 | ReadOnlyQueryError: a query that writes, calls procedures or is not tenant-scoped | 403 | query_refused |
-| CypherQueryError: a query Neo4j could not run (syntax, types, timeout) | 400 | invalid_query |
-| NotSupportedError (Cypher on the embedded store) | 501 | not_supported      |
+| CypherQueryError: the engine could not run the query (syntax, types, timeout, a missing feature) | 400 | invalid_query |
+| NotSupportedError (e.g. a store without scene leases or API keys) | 501 | not_supported      |
 | StoreUnavailableError (Neo4j down)          | 503    | store_unavailable  |
 | ExtractionError (the LLM failed)            | 502    | extraction_failed  |
 | ReadOnlyError (served with --read-only, or a read-only / full data folder) | 403 | read_only |

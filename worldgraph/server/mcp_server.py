@@ -263,7 +263,7 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         params: Annotated[dict[str, Any] | None, Field(description="More parameters; $tenant_id is bound "
                                                                    "for you.")] = None,
     ) -> dict[str, Any]:
-        """Explore the graph with read-only Cypher (Neo4j store only). Labels: Episode, Agent, Feedback,
+        """Explore the graph with read-only Cypher (either store). Labels: Episode, Agent, Feedback,
         Canvas, Scene, WorldNode (Entity / State), Rule; relationships CONTAINS, TRANSITION {action},
         EPISODIC, CONCERNS, PRODUCED, PERFORMED_BY, RATES. Returns {"rows"}."""
         return {"rows": call(ctx, lambda wm, t: wm.cypher(t, query, params))}

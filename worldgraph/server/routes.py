@@ -265,8 +265,8 @@ async def view(env: str, tenant: Tenant, wm: WM) -> HTMLResponse:
 @router.post("/cypher", response_model=CypherResponse, tags=["world"],
              responses={403: {"model": ErrorResponse, "description": "Refused: writes, procedures, or not "
                                                                       "scoped to $tenant_id"},
-                        400: {"model": ErrorResponse, "description": "Neo4j could not run the query"},
-                        501: {"model": ErrorResponse, "description": "The server runs the embedded store"}},
-             summary="Read-only, tenant-scoped Cypher (Neo4j store)")
+                        400: {"model": ErrorResponse, "description": "The store's Cypher engine could not run the "
+                                                                     "query, or a feature it lacks (named)"}},
+             summary="Read-only, tenant-scoped Cypher (either store)")
 async def cypher(body: CypherRequest, tenant: Tenant, wm: WM) -> dict[str, Any]:
     return {"rows": await in_thread(wm.cypher, tenant, body.query, body.params)}

@@ -201,7 +201,7 @@ export class Worldgraph {
     return unwrap(answer as Answer<string>);
   }
 
-  /** Read-only, tenant-scoped Cypher (Neo4j store). */
+  /** Read-only, tenant-scoped Cypher (either store: the same rows on both). */
   async cypher(query: string, params?: Record<string, unknown>): Promise<Record<string, unknown>[]> {
     return unwrap(await this.api.POST("/v1/cypher", { body: { query, params: params ?? null } })).rows;
   }

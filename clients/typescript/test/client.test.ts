@@ -143,8 +143,10 @@ test("errors are typed", async () => {
     (e: unknown) => e instanceof WorldgraphError && e.status === 404 && e.field === "episode_id");
   await assert.rejects(wg.record({ ...run, outcome: "meh" as "success" }),
     (e: unknown) => e instanceof WorldgraphError && e.status === 422 && e.field === "experience.outcome");
-  await assert.rejects(wg.cypher("MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e.id"),
-    (e: unknown) => e instanceof WorldgraphError && e.status === 501);   // the embedded store
+  await assert.rejects(wg.cypher("MATCH (e:Episode {tenant_id: $tenant_id}) SET e.outcome = 'x' RETURN e.id"),
+    (e: unknown) => e instanceof WorldgraphError && e.status === 403 && e.type === "query_refused");  // read-only
+  const rows = await wg.cypher("MATCH (e:Episode {tenant_id: $tenant_id}) RETURN count(e) AS n");  // the embedded store
+  assert.equal(rows.length, 1);
 
   const stranger = createWorldgraphClient({ baseUrl, apiKey: "wg_0000000000000000_nope" });
   const answer = await stranger.POST("/v1/recall", { body: { query: "anything", limit: 5 } });

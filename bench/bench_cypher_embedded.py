@@ -1,0 +1,131 @@
+"""Cypher on the embedded store (LadybugDB projection), beside the same queries on Neo4j.
+
+One tenant holding ``--episodes`` synthetic episodes (8 agents) and a world of ``--world``
+elements (bench_neo4j.make_plan: half nodes, half edges, 1 % rules) is written through the store
+API. Then, per store:
+
+* **first query**: a new store object opens the data and runs one query (the embedded store
+  builds the tenant's projection here);
+* **exploration p50**: the queries below, ``--runs`` times each, after one warm-up run;
+* **after a 20-item delta**: a 20-element plan (make_plan(..., 20, update=True)) is applied, then
+  one query runs; ``--deltas`` times, p50 (the embedded store rebuilds the projection each time);
+* the resident memory of the process before and after the first embedded query, and the SQLite
+  file's size.
+
+    python bench/bench_cypher_embedded.py --episodes 10000 --world 4000
+    NEO4J_URI=bolt://127.0.0.1:7687 NEO4J_PASSWORD=... python bench/bench_cypher_embedded.py --neo4j
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_cypher import episodes  # noqa: E402
+from bench_neo4j import ENV, make_plan  # noqa: E402
+
+from worldgraph.kg.embedded import EmbeddedGraphStore  # noqa: E402
+from worldgraph.kg.store import GraphStore  # noqa: E402
+
+QUERIES = {
+    "rules by confidence": "MATCH (r:Rule {tenant_id: $tenant_id, env_name: $env}) WHERE r.valid_to IS NULL "
+                           "RETURN r.condition, r.confidence AS c ORDER BY c DESC, r.condition LIMIT 10",
+    "containment tree 1..3": "MATCH (a:Entity {tenant_id: $tenant_id, env_name: $env, name: 'thing 1'})"
+                             "-[:CONTAINS*1..3]->(x) RETURN count(x) AS n",
+    "transitions of a state": "MATCH (s:State {tenant_id: $tenant_id, env_name: $env, name: $state})"
+                              "-[t:TRANSITION]->(n:State {tenant_id: $tenant_id}) RETURN s.name, t.action, n.name",
+    "episodes per agent": "MATCH (e:Episode {tenant_id: $tenant_id})-[:PERFORMED_BY]->(a:Agent {tenant_id: $tenant_id}) "
+                          "RETURN a.id AS agent, count(e) AS n ORDER BY agent",
+    "one episode": "MATCH (e:Episode {tenant_id: $tenant_id, task_description: 'task 42'}) RETURN e.id, e.outcome",
+}
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def load(store: GraphStore, tenant: str, n_episodes: int, world: int) -> None:
+    eps = episodes(tenant, n_episodes)
+    for i in range(0, len(eps), 5000):
+        store.add_episodes(tenant, eps[i:i + 5000], [], [])
+    store.apply_plan(make_plan(tenant, world))
+
+
+def ms(f: Any) -> float:
+    t = time.perf_counter()
+    f()
+    return (time.perf_counter() - t) * 1e3
+
+
+def measure(open_store: Any, tenant: str, params: dict[str, Any], runs: int, deltas: int) -> dict[str, Any]:
+    store = open_store()
+    out: dict[str, Any] = {}
+    try:
+        rss0 = rss_mb()
+        out["first query ms"] = ms(lambda: store.cypher(tenant, QUERIES["rules by confidence"], params))
+        out["rss after first query MB"] = rss_mb() - rss0
+        for name, query in QUERIES.items():
+            store.cypher(tenant, query, params)
+            out[f"{name} p50 ms"] = statistics.median(ms(lambda q=query: store.cypher(tenant, q, params))
+                                                      for _ in range(runs))
+        out["exploration p50 ms"] = statistics.median(v for k, v in out.items() if k.endswith("p50 ms"))
+        after = []
+        for _ in range(deltas):
+            store.apply_plan(make_plan(tenant, 20, update=True))
+            after.append(ms(lambda: store.cypher(tenant, QUERIES["rules by confidence"], params)))
+        out["query after a 20-item delta p50 ms"] = statistics.median(after)
+    finally:
+        store.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--episodes", type=int, default=10_000)
+    ap.add_argument("--world", type=int, default=4_000, help="world elements (half nodes)")
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--deltas", type=int, default=5)
+    ap.add_argument("--neo4j", action="store_true", help="also on Neo4j at $NEO4J_URI (a fresh tenant)")
+    args = ap.parse_args()
+    tenant = f"bench-{uuid.uuid4().hex[:8]}"
+    params = {"env": ENV, "state": "thing 1999"}
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "worldgraph.db"
+        store = EmbeddedGraphStore(path)
+        t = time.perf_counter()
+        load(store, tenant, args.episodes, args.world)
+        store.close()
+        print(f"embedded: wrote {args.episodes} episodes + {args.world} world elements in "
+              f"{time.perf_counter() - t:.1f} s; SQLite file {path.stat().st_size / 2**20:.1f} MiB")
+        for k, v in measure(lambda: EmbeddedGraphStore(path), tenant, params, args.runs, args.deltas).items():
+            print(f"  embedded  {k:40s} {v:9.1f}")
+    if args.neo4j:
+        from worldgraph.kg.neo4j_store import Neo4jGraphStore
+
+        def neo() -> Neo4jGraphStore:
+            return Neo4jGraphStore(os.environ.get("NEO4J_URI", "bolt://127.0.0.1:7687"),
+                                   os.environ.get("NEO4J_USER", "neo4j"), os.environ.get("NEO4J_PASSWORD", ""))
+        s = neo()
+        load(s, tenant, args.episodes, args.world)
+        s.close()
+        for k, v in measure(neo, tenant, params, args.runs, args.deltas).items():
+            print(f"  neo4j     {k:40s} {v:9.1f}")
+
+
+if __name__ == "__main__":
+    main()
