@@ -183,6 +183,10 @@ class WorldGraphConfig(BaseSettings):
     # After an index write failed (object store unreachable), a long-running process re-indexes the
     # pending episodes this often until none is left.
     index_retry_seconds: float = Field(30.0, gt=0)
+    # Every call to the index's object store (s3://) answers within this or fails with
+    # StoreUnavailableError: a write leaves its episodes stored and pending (indexed later), a
+    # recall fails (503). Also the per-request timeout given to LanceDB's object-store client.
+    object_store_timeout_seconds: float = Field(20.0, gt=0, le=3600)
 
     # Service (worldgraph serve)
     max_request_bytes: int = Field(1 << 20, gt=0)  # a larger request body is refused (413) before parsing
