@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
 from tests.tcp_gate import TcpGate
 from worldgraph import WorldModel
@@ -22,6 +23,8 @@ from worldgraph.errors import InvalidInputError, StoreUnavailableError
 from worldgraph.memory import objectstore
 from worldgraph.memory.embeddings import HashingEmbedder
 from worldgraph.memory.index import META_FILE, EpisodeIndex, table_name
+from worldgraph.server.app import create_app
+from worldgraph.server.keys import ApiKeys
 
 ROOT = Path(__file__).resolve().parent.parent
 D = 32
@@ -227,6 +230,17 @@ def test_a_stalled_endpoint_cannot_stall_recording_or_recall(s3_env: dict[str, A
                 wm.recall_experiences("t1", "explorer", "surveyed crater", options={"min_similarity": 0.0})
             assert time.monotonic() - t0 < deadline + slack, "recall waited past the deadline"
             assert gate.url in str(err.value)
+        # over REST: recording answers 200 with the ids, recall 503 store_unavailable, both in time
+        key, _ = ApiKeys(wm.store).create("t1")
+        with TestClient(create_app(wm), raise_server_exceptions=False) as client:
+            auth = {"Authorization": f"Bearer {key}"}
+            t0 = time.monotonic()
+            r = client.post("/v1/experiences", headers=auth, json=_experience(9, "rest"))
+            assert r.status_code == 200, r.text
+            during += r.json()["episode_ids"]
+            r = client.post("/v1/recall", headers=auth, json={"query": "surveyed crater", "options": {"min_similarity": 0}})
+            assert r.status_code == 503 and r.json()["error"]["type"] == "store_unavailable", r.text
+            assert time.monotonic() - t0 < 2 * (deadline + slack)
         eps = wm.store.get_episodes("t1", during)
         assert len(eps) == len(during), "the episodes are committed in the graph store"
         assert {e["index_status"] for e in eps.values()} <= {"pending", "failed"}
