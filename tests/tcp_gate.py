@@ -5,6 +5,8 @@ store's data (moto keeps its buckets in memory, so killing it would lose them).
     ... clients use gate.url ...
     gate.close()   # new connections are refused, live ones are cut: "the endpoint is down"
     gate.open()    # same port again: "the endpoint is back"
+    gate.stall()   # connections are accepted, requests never answered (a server stopped with SIGSTOP)
+    gate.resume()  # held bytes flow again: "the server was continued"
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ class TcpGate:
         self._listener: socket.socket | None = None
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
+        self._flowing = threading.Event()  # cleared while stalled: the pipes hold what they read
+        self._flowing.set()
 
     def open(self) -> TcpGate:
         listener = socket.socket()
@@ -46,6 +50,13 @@ class TcpGate:
                 pass
             c.close()
 
+    def stall(self) -> None:
+        """Accept and read, answer nothing: the peer waits until ``resume`` (or its own timeout)."""
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
+
     def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
@@ -67,13 +78,13 @@ class TcpGate:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
+                self._flowing.wait()
                 dst.sendall(data)
         except OSError:
             pass

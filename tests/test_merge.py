@@ -49,7 +49,8 @@ def nid(kind, typ, name):
 
 def load_view(full: GraphView, node_ids: list[str], names: list[str] = ()) -> GraphView:
     """What a store's load_view returns: the named nodes (by id or norm_name), their states, edges
-    touching them, the current containment edges above them, all rules, meta."""
+    touching them, the current containment edges above them, every containment edge into a child
+    of those, all rules, meta."""
     ids = set(node_ids) | {k for k, v in full.nodes.items() if v.get("norm_name") in set(names)}
     edges = {k: v for k, v in full.edges.items() if v["src_id"] in ids or v["dst_id"] in ids}
     parent = {e["dst_id"]: (k, e) for k, e in full.edges.items()
@@ -60,6 +61,8 @@ def load_view(full: GraphView, node_ids: list[str], names: list[str] = ()) -> Gr
             k, e = parent[node]
             edges[k] = e
             node, hops = e["src_id"], hops + 1
+    children = {e["dst_id"] for e in edges.values() if e["relation"] == "containment"} - ids
+    edges.update({k: e for k, e in full.edges.items() if e["relation"] == "containment" and e["dst_id"] in children})
     return GraphView(
         tenant_id=full.tenant_id, env_name=full.env_name,
         nodes={k: v for k, v in full.nodes.items() if k in ids or v.get("entity_id") in ids},

@@ -179,6 +179,22 @@ def test_containment_never_forms_a_cycle_the_newer_edge_wins() -> None:
             node = parent.get(node)
 
 
+def test_merging_a_cycle_breaking_delta_again_reports_nothing_closed() -> None:
+    """The delta's two edges close a cycle with the hall holding the key; the tie at the update
+    time goes the same way each time, so merging the delta again ends where it was: the edge a
+    relayout reopened and the break closed again is reported as neither."""
+    w = World()
+    w.merge(delta(entities=[ent("h", "hall", "room"), ent("k", "key")], edges=[edge("containment", "h", "k")]))
+    cycle = delta(entities=[ent("o", "open", "room")],
+                  edges=[edge("containment", "item:key", "o"), edge("containment", "o", "room:hall")])
+    _, first = w.merge(cycle)
+    before = {(e["src_id"], e["dst_id"]) for e in w.current("containment")}
+    _, again = w.merge(cycle)
+    assert any("containment cycle" in n.reason for n in first.notes + again.notes)
+    assert {(e["src_id"], e["dst_id"]) for e in w.current("containment")} == before
+    assert again.closed["edges"] == [] and again.reopened["edges"] == [] and again.created["edges"] == []
+
+
 def test_a_cycle_within_one_delta_keeps_the_later_edge() -> None:
     w = World()
     _, report = w.merge(delta(entities=[ent("box", "box", "container"), ent("bag", "bag", "container")],

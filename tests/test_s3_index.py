@@ -7,12 +7,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
 from tests.tcp_gate import TcpGate
 from worldgraph import WorldModel
@@ -21,6 +23,8 @@ from worldgraph.errors import InvalidInputError, StoreUnavailableError
 from worldgraph.memory import objectstore
 from worldgraph.memory.embeddings import HashingEmbedder
 from worldgraph.memory.index import META_FILE, EpisodeIndex, table_name
+from worldgraph.server.app import create_app
+from worldgraph.server.keys import ApiKeys
 
 ROOT = Path(__file__).resolve().parent.parent
 D = 32
@@ -194,3 +198,93 @@ def test_reindex_pending_after_an_outage_in_a_short_lived_process(s3_env: dict[s
     with WorldModel.open(data, embedder=HashingEmbedder(384), lancedb_path=s3_env["uri"]) as wm:
         assert wm.index.count("t1") == 5
     gate.close()
+
+
+def _workers() -> int:
+    return sum(1 for t in threading.enumerate() if t.name == objectstore.WORKER_NAME)
+
+
+@pytest.mark.timeout(180)
+def test_a_stalled_endpoint_cannot_stall_recording_or_recall(s3_env: dict[str, Any], tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """An endpoint that accepts connections and never answers (a server stopped with SIGSTOP):
+    recording returns within the deadline with its episodes stored and pending, recall fails
+    within it with StoreUnavailableError, the waiting threads stay bounded, and once the endpoint
+    answers again everything recorded meanwhile is indexed and recalled."""
+    gate = TcpGate(("127.0.0.1", s3_env["server"].port)).open()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", gate.url)
+    deadline = 2.0
+    slack = 2.0  # thread start, the store commit, marking the episodes: well under a second here
+    wm = WorldModel.open(tmp_path / "d", embedder=HashingEmbedder(64), lancedb_path=s3_env["uri"],
+                         index_retry_seconds=0.5, object_store_timeout_seconds=deadline)
+    try:
+        before = wm.record_experiences("t1", [_experience(i, "before") for i in range(3)])
+        gate.stall()
+        during: list[str] = []
+        for round_ in range(4):
+            t0 = time.monotonic()
+            during += wm.record_experiences("t1", [_experience(i, f"during{round_}") for i in range(2)])
+            assert time.monotonic() - t0 < deadline + slack, "recording waited past the deadline"
+            t0 = time.monotonic()
+            with pytest.raises(StoreUnavailableError, match="object_store_timeout_seconds") as err:
+                wm.recall_experiences("t1", "explorer", "surveyed crater", options={"min_similarity": 0.0})
+            assert time.monotonic() - t0 < deadline + slack, "recall waited past the deadline"
+            assert gate.url in str(err.value)
+        # over REST: recording answers 200 with the ids, recall 503 store_unavailable, both in time
+        key, _ = ApiKeys(wm.store).create("t1")
+        with TestClient(create_app(wm), raise_server_exceptions=False) as client:
+            auth = {"Authorization": f"Bearer {key}"}
+            t0 = time.monotonic()
+            r = client.post("/v1/experiences", headers=auth, json=_experience(9, "rest"))
+            assert r.status_code == 200, r.text
+            during += r.json()["episode_ids"]
+            r = client.post("/v1/recall", headers=auth, json={"query": "surveyed crater", "options": {"min_similarity": 0}})
+            assert r.status_code == 503 and r.json()["error"]["type"] == "store_unavailable", r.text
+            assert time.monotonic() - t0 < 2 * (deadline + slack)
+        eps = wm.store.get_episodes("t1", during)
+        assert len(eps) == len(during), "the episodes are committed in the graph store"
+        assert {e["index_status"] for e in eps.values()} <= {"pending", "failed"}
+        assert any("object_store_timeout_seconds" in (e["index_error"] or "") for e in eps.values())
+        # every call abandoned at its deadline still waits in its thread, up to the cap
+        assert 0 < _workers() <= objectstore.MAX_WAITING
+        gate.resume()  # the process re-indexes by itself (index_retry_seconds)
+        end = time.monotonic() + 90
+        while time.monotonic() < end:
+            if {e["index_status"] for e in wm.store.get_episodes("t1", during).values()} == {"indexed"}:
+                break
+            time.sleep(0.2)
+        assert {e["index_status"] for e in wm.store.get_episodes("t1", during).values()} == {"indexed"}
+        found = {r["episode_id"] for r in wm.recall_experiences("t1", "explorer", "surveyed crater", limit=20,
+                                                               options={"min_similarity": 0.0})}
+        assert set(before) | set(during) <= found
+        end = time.monotonic() + 60
+        while _workers() and time.monotonic() < end:
+            time.sleep(0.2)
+        assert _workers() == 0, "the abandoned calls ended once the endpoint answered"
+    finally:
+        gate.resume()
+        wm.close()
+        gate.close()
+
+
+def test_stalled_calls_never_hold_more_than_max_waiting_threads(s3_env: dict[str, Any],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """With every worker slot held by a call that never returns, a new call fails at its deadline
+    without starting a thread."""
+    release = threading.Event()
+    base = _workers()
+    monkeypatch.setattr(objectstore, "MAX_WAITING", 2)
+    monkeypatch.setattr(objectstore, "_slots", threading.BoundedSemaphore(2))
+    for _ in range(2):
+        with pytest.raises(StoreUnavailableError, match="object_store_timeout_seconds"):
+            objectstore.with_deadline(s3_env["uri"], "a stalled call", release.wait, 0.2)
+    assert _workers() == base + 2
+    t0 = time.monotonic()
+    with pytest.raises(StoreUnavailableError, match="2 earlier calls are still waiting"):
+        objectstore.with_deadline(s3_env["uri"], "one more", lambda: None, 0.3)
+    assert 0.25 < time.monotonic() - t0 < 2 and _workers() == base + 2
+    release.set()
+    end = time.monotonic() + 5
+    while _workers() > base and time.monotonic() < end:
+        time.sleep(0.05)
+    assert objectstore.with_deadline(s3_env["uri"], "after", lambda: 42, 1.0) == 42

@@ -195,6 +195,10 @@ class WorldGraphConfig(BaseSettings):
     # seconds (while the process runs; a process that stops first leaves it to the next one that opens
     # the folder, or to `worldgraph purge`). 0: purge right after each forget.
     purge_after_seconds: float = Field(60.0, ge=0)
+    # Every call to the index's object store (s3://) answers within this or fails with
+    # StoreUnavailableError: a write leaves its episodes stored and pending (indexed later), a
+    # recall fails (503). Also the per-request timeout given to LanceDB's object-store client.
+    object_store_timeout_seconds: float = Field(20.0, gt=0, le=3600)
 
     # Service (worldgraph serve)
     max_request_bytes: int = Field(1 << 20, gt=0)  # a larger request body is refused (413) before parsing

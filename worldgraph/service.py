@@ -93,7 +93,8 @@ class WorldModel:
         cfg = config or WorldGraphConfig.from_env(**overrides)
         root = Path(path)
         # A folder keeps the local model that built its index (see memory/embedders/factory.py).
-        built_by = None if rebuild_index else stored_embedder_name(index_location(root, cfg.lancedb_path))
+        built_by = None if rebuild_index else stored_embedder_name(index_location(root, cfg.lancedb_path),
+                                                                 cfg.object_store_timeout_seconds)
         emb = embedder or make_embedder(cfg, built_by)
         for attr in ("dimensions", "embed"):
             if not hasattr(emb, attr):

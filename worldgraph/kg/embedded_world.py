@@ -67,6 +67,18 @@ class SqliteWorld(SqliteAccess, WorldStore):
             ):
                 if rid not in view.edges:
                     view.edges[rid] = _loads(d)
+        # every containment edge (closed ones too) into a child of the containment edges loaded:
+        # the merge recomputes a child's parents on the timeline from all of them (a retracted
+        # container's contents, a cycle broken on the chain above)
+        children = {e.get("dst_id") for e in view.edges.values() if e.get("relation") == "containment"} - set(ids)
+        for chunk in _chunks(sorted(c for c in children if isinstance(c, str))):
+            for rid, d in self._query(
+                f"SELECT id, data FROM world_edges WHERE tenant_id = ? AND env_name = ? AND dst_id IN "
+                f"({_placeholders(len(chunk))}) AND json_extract(data, '$.relation') = 'containment'",
+                [tenant_id, env_name, *chunk],
+            ):
+                if rid not in view.edges:
+                    view.edges[rid] = _loads(d)
         for (d,) in self._query(
             "SELECT data FROM world_rules WHERE tenant_id = ? AND env_name = ?", (tenant_id, env_name)
         ):

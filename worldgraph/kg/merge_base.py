@@ -101,7 +101,15 @@ class MergeBase:
         rec["valid_to"] = at or self.at
         rec["updated_at"] = self.now
         if rec["id"] not in self.report.created[kind]:
-            _mark(self.report.closed[kind], rec["id"])
+            self._mark_closed(kind, rec["id"])
+
+    def _mark_closed(self, kind: str, rid: str) -> None:
+        """Report a record as closed; one reopened earlier in this very merge was closed before
+        it and is again (a broken cycle ended what a relayout opened): it is neither."""
+        if rid in self.report.reopened[kind]:
+            self.report.reopened[kind].remove(rid)
+        else:
+            _mark(self.report.closed[kind], rid)
 
     def _reopen(self, rec: Any, kind: str, at: str | None = None) -> None:
         rec["valid_to"] = None
@@ -124,7 +132,7 @@ class MergeBase:
             rec["last_seen"] = seen[-1]
         created = rec["id"] in self.report.created[kind]
         if was_current and end is not None and not created:
-            _mark(self.report.closed[kind], rec["id"])
+            self._mark_closed(kind, rec["id"])
         elif not was_current and end is None and not created:
             if rec["id"] in self.report.closed[kind]:
                 self.report.closed[kind].remove(rec["id"])

@@ -8,9 +8,13 @@ next parent's), a fact that fills a gap extends a run, and re-asserting an older
 a new record (occurrence + 1): every interval of "key on table" stays in the history. A retracted
 node holds nothing and is held by nothing from its retraction on.
 
-No containment cycles: when a current containment edge would close a cycle (the box holds the
-bag, the bag now holds the box), the newest edge on the cycle wins: the cycle's edge out of that
-edge's child ends at the newest edge's time (the box left the bag), and a note says so.
+No containment cycles: when current containment edges close a cycle (the box holds the bag, the
+bag now holds the box), the newest edge on the cycle wins: the one asserted last (its latest
+assertion, not its start: a fact asserted again later is news). The cycle's edge out of that
+edge's child ends at that time (the box left the bag), and a note says so. Cycles are looked for
+after all the delta's edges are placed, from every current containment edge the merge touched
+(a late fact, a relayout or a broken cycle can make an edge current, not only a new assertion),
+until none is left; each break closes one current edge, so this ends.
 
 Retraction: an edge item with ``retract: true`` ends the edge of that relation between those ends
 (and action) that holds at the update time; when none does, the item is dropped with the reason.
@@ -35,10 +39,12 @@ MAX_DEPTH = 64  # containment chains are short; a longer walk is a corrupt graph
 class EdgesMixin(RefsMixin):
     transitions: list[tuple[str, str]]
     _containment_into: dict[Any, set[str]] | None
+    _asserted: dict[str, int]  # containment edge id -> index of the delta edge that asserted it
 
     def _init_edges(self) -> None:
         self.transitions = []
         self._containment_into = None
+        self._asserted = {}
 
     def _edges(self, entries: list[Entry]) -> None:
         accepted: list[tuple[Entry, Any, str, str]] = []
@@ -64,6 +70,7 @@ class EdgesMixin(RefsMixin):
                 self._contain(e.index, item, src, dst)
             else:
                 self._upsert_edge(item, src, dst)
+        self._break_cycles()
 
     def _check_edge(self, e: Entry) -> tuple[Any, str, str] | None:
         item, raw, i = e.item, e.raw, e.index
@@ -155,8 +162,8 @@ class EdgesMixin(RefsMixin):
     # ------------------------------------------------------------ containment
     def _contain(self, index: int, item: Any, parent: str, child: str) -> None:
         rec = self._relayout_child(child, [(self.at, 0, parent)], item)
-        if rec is not None and rec.get("valid_to") is None:
-            self._break_cycle(index, rec)
+        if rec is not None:
+            self._asserted[rec["id"]] = index
 
     def _relayout_child(self, child: str, extra: list[Event], item: Any = None) -> EdgeRecord | None:
         """Recompute the containment runs into ``child`` from its records' events and ``extra``
@@ -199,6 +206,22 @@ class EdgesMixin(RefsMixin):
                     self._lay(rec, "edges", start, end, seen, ends)
                 if holds_now:
                     target = rec
+        # A parent's records beyond its runs hold no time any more (the run they stood for became
+        # empty: asserted and ended at one time, or overtaken by another parent at that time).
+        # Each is closed as an empty interval keeping the parent's events no run holds, so that
+        # every later relayout sees them: a record left as it was would stay current beside the
+        # child's real parent.
+        for parent in sorted(have):
+            spare = have[parent][len(runs.get(parent, [])):]
+            if not spare:
+                continue
+            held = runs.get(parent, [])
+            loose = sorted(t for t in times.get(parent, []) if not any(within([t], s, e) for s, e in held))
+            used = {e for _, e in held}
+            loose_ends = sorted(t for t in ended.get(parent, ()) if t not in used)
+            for k, rec in enumerate(spare):
+                at = min(loose + loose_ends or [rec.get("valid_from") or self.at])
+                self._lay(rec, "edges", at, at, loose if k == 0 else [], loose_ends if k == 0 else [])
         return target
 
     def _node_ends(self, nid: str) -> list[str]:
@@ -223,25 +246,57 @@ class EdgesMixin(RefsMixin):
                 return e
         return None
 
-    def _break_cycle(self, index: int, new: EdgeRecord) -> None:
-        """Walk up from the new edge's parent; reaching its child means a cycle (see the module doc)."""
-        cycle: list[EdgeRecord] = [new]
-        node, seen = new["src_id"], {new["dst_id"]}
-        for _ in range(MAX_DEPTH):
-            up = self._current_parent_edge(node)
-            if up is None or up["src_id"] in seen and up["src_id"] != new["dst_id"]:
+    def _break_cycles(self) -> None:
+        """Break every containment cycle through a current edge this merge touched (see the module
+        doc). Untouched current edges formed a forest before the merge, so any cycle now holds a
+        touched one."""
+        for _ in range(len(self.edges) + 1):  # each break closes a current edge: at most one round each
+            cycle = self._find_cycle()
+            if cycle is None:
                 return
-            cycle.append(up)
-            if up["src_id"] == new["dst_id"]:
-                break
-            seen.add(node)
-            node = up["src_id"]
-        else:
-            return
-        newest = max(cycle, key=lambda e: (e.get("valid_from") or "", e is new))
+            self._break_cycle(cycle)
+
+    def _find_cycle(self) -> list[EdgeRecord] | None:
+        """A cycle of current containment edges through a touched one (its edges child to
+        parent, the touched edge first), or None."""
+        for eid in sorted(self.edges):
+            start = self.edges[eid]
+            if start.get("relation") != "containment" or start.get("valid_to") is not None:
+                continue
+            cycle: list[EdgeRecord] = [start]
+            node, seen = start["src_id"], {start["dst_id"]}
+            for _ in range(MAX_DEPTH):
+                if node == start["dst_id"]:
+                    return cycle
+                if node in seen:
+                    break  # a cycle above this edge, not through it: found from one of its own edges
+                seen.add(node)
+                up = self._current_parent_edge(node)
+                if up is None:
+                    break
+                cycle.append(up)
+                node = up["src_id"]
+        return None
+
+    def _break_cycle(self, cycle: list[EdgeRecord]) -> None:
+        """The edge asserted last wins; the cycle's edge out of its child ends at that time."""
+        def asserted(e: Any) -> str:  # the timeline keys (seen, ends) are not in EdgeRecord
+            return str(max([*(e.get("seen") or []), str(e.get("valid_from") or ""), str(e.get("last_seen") or "")]))
+
+        newest = max(cycle, key=lambda e: (asserted(e), e["id"] in self._asserted, e["id"]))
         victim = next(e for e in cycle if e["src_id"] == newest["dst_id"])
-        at = newest.get("valid_from") or self.at
+        at = max(asserted(newest), str(victim.get("valid_from") or ""))
         self._relayout_child(victim["dst_id"], [(at, 1, victim["src_id"])])
+        after = self._edge(victim["id"])
+        if after is not None and after.get("valid_to") is None:
+            # Not reached: the victim's run is its parent's last, asserted at or before ``at``, so
+            # the end event closes it. Were it kept open, end it outright (with the event, for
+            # later relayouts) rather than find the same cycle again.
+            rec: Any = self._touch_edge(victim["id"])
+            rec["ends"] = sorted({*(rec.get("ends") or []), at})
+            self._close(rec, "edges", at)
+        # the delta edge that asserted an edge of the cycle (-1: none did, a relayout made it)
+        index = next((self._asserted[e["id"]] for e in cycle if e["id"] in self._asserted), -1)
         self._note("edge", index, f"containment cycle: {victim['src_id']} -> {victim['dst_id']} closed at {at}, "
                                f"the newer fact {newest['src_id']} -> {newest['dst_id']} wins")
 

@@ -229,6 +229,11 @@ def _view(tx: ManagedTransaction, tenant_id: str, env_name: str, node_ids: list[
     view.edges = {r["id"]: cast(EdgeRecord, r) for r in _decode(tx.run(q.VIEW_EDGES, params))}
     for r in _decode(tx.run(q.VIEW_ANCESTOR_EDGES, params)):
         view.edges.setdefault(r["id"], cast(EdgeRecord, r))
+    children = sorted({e["dst_id"] for e in view.edges.values() if e.get("relation") == "containment"} - set(ids))
+    if children:
+        keys = [q.world_key(tenant_id, env_name, c) for c in children]
+        for r in _decode(tx.run(q.VIEW_CONTAINMENT_INTO, {**params, "keys": keys})):
+            view.edges.setdefault(r["id"], cast(EdgeRecord, r))
     view.rules = {r["id"]: cast(RuleRecord, r) for r in _decode(tx.run(q.ENV_RULES, params))}
     meta = _decode(tx.run(q.GET_META, params))
     view.meta = cast(MetaRecord, meta[0]) if meta else None

@@ -217,6 +217,14 @@ UNWIND r AS edge
 RETURN DISTINCT edge.record AS record
 """
 
+# every containment edge (closed ones too) into the children $keys of the containment edges loaded
+# (the merge recomputes a child's parents on the timeline from all of them)
+VIEW_CONTAINMENT_INTO = """
+MATCH (n:WorldNode) WHERE n.key IN $keys
+MATCH ()-[r:CONTAINS]->(n)
+RETURN DISTINCT r.record AS record
+"""
+
 SET_SCENE_REPORT = "MATCH (s:Scene {tenant_id: $tenant_id, id: $id}) SET s.report = $report"
 
 GET_SCENE_REPORT = "MATCH (s:Scene {tenant_id: $tenant_id, id: $id}) RETURN s.report AS record"

@@ -109,10 +109,12 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         self._absent = read_only and self._is_local and not Path(self.path).is_dir()
         if self._is_local and not read_only:
             Path(self.path).mkdir(parents=True, exist_ok=True)
+        # an object store answers within config.object_store_timeout_seconds (objectstore.py, "Deadlines")
+        deadline = self.config.object_store_timeout_seconds
         with objectstore.object_store_errors(self.path, "opening the index"):
             self._db: Any = None if self._absent else lancedb.connect(
                 self.path, read_consistency_interval=read_consistency_interval,
-                storage_options=objectstore.storage_options(self.path))
+                storage_options=objectstore.storage_options(self.path, deadline))
         self._lock = threading.RLock()  # serialises this object's writes
         self._index_lock = threading.RLock()  # serialises index creation / optimize
         self._parts_lock = threading.Lock()  # guards opening / creating tables
@@ -123,7 +125,10 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         self.maintenance_runs: list[dict[str, Any]] = []  # background runs: tasks, ok, seconds
         self._small = SmallTables(dimensions)
         with objectstore.object_store_errors(self.path, "opening the index"):
-            self._open(rebuild)
+            if self._is_local:
+                self._open(rebuild)
+            else:
+                objectstore.with_deadline(self.path, "opening the index", lambda: self._open(rebuild), deadline)
 
     # -- opening -----------------------------------------------------------------------------
 

@@ -28,12 +28,12 @@ META_FORMAT = SCHEMA_VERSIONS["lancedb"]  # 2: one table per tenant (worldgraph.
 # distinct on case-insensitive file systems); "eph-<hex of the utf-8 bytes>" for any other tenant
 # id; "eps-<sha256>" for very long ones. The three prefixes differ at their third character, so
 # two tenants never share a table.
-def stored_embedder_name(path: str | Path) -> str | None:
+def stored_embedder_name(path: str | Path, timeout: float | None = None) -> str | None:
     """The embedder name recorded beside the index at ``path`` (None: new, unlabelled, or an object
-    store that does not answer: opening the index then says why)."""
+    store that does not answer within ``timeout`` seconds: opening the index then says why)."""
     try:
         if objectstore.is_remote(path):
-            text = objectstore.read_meta(str(path), META_FILE)
+            text = objectstore.read_meta(str(path), META_FILE, timeout)
             name = json.loads(text).get("embedder") if text is not None else None
         else:
             name = json.loads((Path(path) / META_FILE).read_text()).get("embedder")

@@ -101,7 +101,8 @@ class IndexTables:
     def _read_meta(self) -> dict[str, Any] | None:
         try:
             if not self._is_local:  # an object store: one GET beside the tables
-                text = objectstore.read_meta(self.path, META_FILE) if self._db is not None else None
+                deadline = self.config.object_store_timeout_seconds
+                text = objectstore.read_meta(self.path, META_FILE, deadline) if self._db is not None else None
                 meta: dict[str, Any] | None = None if text is None else json.loads(text)
                 return meta
             stored: dict[str, Any] = json.loads(self.meta_path.read_text())
@@ -118,7 +119,8 @@ class IndexTables:
         meta = {"format": META_FORMAT, "layout": "table-per-tenant", "embedder": self.embedder_name,
                 "dimensions": self.dimensions}
         if not self._is_local:  # one PUT replaces the object whole, as os.replace does the file
-            objectstore.write_meta(self.path, META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+            objectstore.write_meta(self.path, META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n",
+                                  self.config.object_store_timeout_seconds)
             return
         tmp = self.meta_path.with_name(f".{META_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")

@@ -15,6 +15,13 @@ object store does not, and what stands in for it:
 - **Errors**: an endpoint that does not answer, a missing bucket or refused credentials become a
   ``StoreUnavailableError`` that names the index URI, the endpoint and the variables to check
   (``unavailable``); the episodes stay in the graph store, marked for re-indexing.
+- **Deadlines**: an endpoint that accepts connections and never answers (a stopped or overloaded
+  server) must not hold the caller. LanceDB's client gets a per-request ``timeout`` and a bounded
+  retry budget (``storage_options``), and every call also runs in a worker thread that the caller
+  stops waiting for after ``object_store_timeout_seconds`` (``with_deadline``): a client timeout
+  alone does not bound a call made of many requests, or one a retry loop keeps alive. A call
+  abandoned at its deadline finishes (or fails) in the background; at most ``MAX_WAITING`` such
+  threads exist at once, after which calls fail at once instead of starting more.
 
 Endpoint and credentials come from the standard variables (``worldgraph.config.object_store_options``:
 ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``,
@@ -23,8 +30,12 @@ Endpoint and credentials come from the standard variables (``worldgraph.config.o
 
 from __future__ import annotations
 
+import contextvars
 import functools
+import math
 import re
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,7 +46,7 @@ from worldgraph.config import object_store_options
 from worldgraph.errors import StoreUnavailableError, WorldGraphError
 
 __all__ = ["is_remote", "index_location", "storage_options", "read_meta", "write_meta", "unavailable",
-           "object_store_errors", "guarded", "SETTINGS_HINT"]
+           "object_store_errors", "guarded", "with_deadline", "SETTINGS_HINT", "MAX_WAITING", "WORKER_NAME"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 SETTINGS_HINT = ("check lancedb_path (WORLDGRAPH_LANCEDB_PATH) and AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, "
@@ -57,13 +68,23 @@ def index_location(root: Path, lancedb_path: str) -> str | Path:
     return lancedb_path if is_remote(lancedb_path) else root / lancedb_path
 
 
-def storage_options(path: str) -> dict[str, str] | None:
+def storage_options(path: str, timeout: float | None = None) -> dict[str, str] | None:
     """LanceDB storage options for ``path``: the AWS variables for ``s3://``, None otherwise (the
     store's own defaults). An ``http://`` endpoint without ``AWS_ALLOW_HTTP`` is refused by the
-    client; ``unavailable`` says which variable to set."""
+    client; ``unavailable`` says which variable to set. With ``timeout`` (seconds), the client's
+    own limits too: no request, and no retrying of one, outlasts it (the object_store crate's
+    ``timeout`` / ``connect_timeout``, lance's ``client_retry_timeout`` / ``client_max_retries``)."""
     if urlsplit(path).scheme not in ("s3", "s3a"):
         return None
-    return object_store_options() or None
+    options = object_store_options()
+    if timeout is not None:
+        options.update({
+            "timeout": f"{max(1, int(timeout * 1000))}ms",
+            "connect_timeout": f"{max(1, int(min(timeout, 5.0) * 1000))}ms",
+            "client_retry_timeout": str(max(1, math.ceil(timeout))),
+            "client_max_retries": "3",
+        })
+    return options or None
 
 
 def endpoint(path: str) -> str:
@@ -102,22 +123,78 @@ def object_store_errors(path: str, operation: str) -> Iterator[None]:
         raise
 
 
+# Worker threads that may wait on an object store at once, per process (see "Deadlines" above).
+MAX_WAITING = 32
+WORKER_NAME = "worldgraph-object-store"
+_slots = threading.BoundedSemaphore(MAX_WAITING)
+_worker = threading.local()  # .inside: this thread is a deadline worker (nested calls run inline)
+
+T = TypeVar("T")
+
+
+def _timed_out(timeout: float) -> TimeoutError:
+    return TimeoutError(f"no answer within {timeout:g} s (object_store_timeout_seconds, "
+                        "WORLDGRAPH_OBJECT_STORE_TIMEOUT_SECONDS)")
+
+
+def with_deadline(path: str, operation: str, fn: Callable[[], T], timeout: float) -> T:
+    """``fn()`` in a worker thread, waited for at most ``timeout`` seconds; past it, ``unavailable``'s
+    error (the call goes on in the background, its result dropped). A call made inside a worker
+    (an index method calling another) runs inline under the outer call's deadline. When
+    ``MAX_WAITING`` workers are still waiting on the store, a new call waits for one to free up
+    within its own deadline, else fails: stalled calls never pile up threads without bound."""
+    if getattr(_worker, "inside", False):
+        return fn()
+    end = time.monotonic() + timeout
+    if not _slots.acquire(timeout=timeout):
+        raise unavailable(path, TimeoutError(
+            f"{MAX_WAITING} earlier calls are still waiting for the object store; "
+            + str(_timed_out(timeout))), operation)
+    result: dict[str, Any] = {}
+    done = threading.Event()
+    context = contextvars.copy_context()
+
+    def work() -> None:
+        _worker.inside = True
+        try:
+            result["value"] = context.run(fn)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, if it still waits
+            result["error"] = exc
+        finally:
+            _slots.release()
+            done.set()
+
+    try:
+        threading.Thread(target=work, name=WORKER_NAME, daemon=True).start()
+    except BaseException:
+        _slots.release()
+        raise
+    if not done.wait(max(0.0, end - time.monotonic())):
+        raise unavailable(path, _timed_out(timeout), operation)
+    if "error" in result:
+        raise result["error"]
+    return cast(T, result["value"])
+
+
 def guarded(operation: str) -> Callable[[F], F]:
-    """Decorate an index method: on an object store, its I/O failures become ``unavailable``'s
-    error (a local folder's index runs the method as it is)."""
+    """Decorate an index method: on an object store, it runs under the deadline of the index's
+    ``config.object_store_timeout_seconds`` (``with_deadline``) and its I/O failures become
+    ``unavailable``'s error (a local folder's index runs the method as it is)."""
     def wrap(method: F) -> F:
         @functools.wraps(method)
         def run(self: Any, *args: Any, **kwargs: Any) -> Any:
             if not is_remote(self.path):
                 return method(self, *args, **kwargs)
             with object_store_errors(self.path, operation):
-                return method(self, *args, **kwargs)
+                return with_deadline(self.path, operation, lambda: method(self, *args, **kwargs),
+                                     self.config.object_store_timeout_seconds)
         return cast(F, run)
     return wrap
 
 
-def _filesystem(path: str) -> tuple[Any, str]:
-    """A pyarrow file system for ``path`` and the path inside it (bucket/prefix)."""
+def _filesystem(path: str, timeout: float | None = None) -> tuple[Any, str]:
+    """A pyarrow file system for ``path`` and the path inside it (bucket/prefix); with ``timeout``,
+    no request outlasts it."""
     from pyarrow import fs
 
     parts = urlsplit(path)
@@ -128,7 +205,7 @@ def _filesystem(path: str) -> tuple[Any, str]:
     kwargs: dict[str, Any] = {
         "access_key": options.get("aws_access_key_id"), "secret_key": options.get("aws_secret_access_key"),
         "session_token": options.get("aws_session_token"), "region": options.get("aws_region"),
-        "connect_timeout": 5, "request_timeout": 30,
+        "connect_timeout": min(5.0, timeout or 5.0), "request_timeout": min(30.0, timeout or 30.0),
         "retry_strategy": fs.AwsStandardS3RetryStrategy(max_attempts=3),
     }
     url = options.get("aws_endpoint")
@@ -143,12 +220,15 @@ def _filesystem(path: str) -> tuple[Any, str]:
     return fs.S3FileSystem(**{k: v for k, v in kwargs.items() if v is not None}), parts.netloc + parts.path
 
 
-def read_meta(path: str, name: str) -> str | None:
+def read_meta(path: str, name: str, timeout: float | None = None) -> str | None:
     """The text of the object ``name`` under the index URI ``path``; None when there is none (and
-    for ``memory://``, which lives and dies with its process: nothing to label)."""
+    for ``memory://``, which lives and dies with its process: nothing to label). ``timeout``:
+    the deadline of ``with_deadline`` (None: the client's own timeouts only)."""
     if path.startswith("memory://"):
         return None
-    filesystem, inner = _filesystem(path)
+    if timeout is not None and not getattr(_worker, "inside", False):
+        return with_deadline(path, f"reading {name}", lambda: read_meta(path, name, timeout), timeout)
+    filesystem, inner = _filesystem(path, timeout)
     target = f"{inner.rstrip('/')}/{name}"
     with object_store_errors(path, f"reading {name}"):
         try:
@@ -163,11 +243,13 @@ def read_meta(path: str, name: str) -> str | None:
             raise unavailable(path, exc, f"reading {name}") from exc
 
 
-def write_meta(path: str, name: str, text: str) -> None:
+def write_meta(path: str, name: str, text: str, timeout: float | None = None) -> None:
     """Write the object ``name`` under the index URI ``path`` (one PUT: readers see all or nothing)."""
     if path.startswith("memory://"):
         return
-    filesystem, inner = _filesystem(path)
+    if timeout is not None and not getattr(_worker, "inside", False):
+        return with_deadline(path, f"writing {name}", lambda: write_meta(path, name, text, timeout), timeout)
+    filesystem, inner = _filesystem(path, timeout)
     target = f"{inner.rstrip('/')}/{name}"
     with object_store_errors(path, f"writing {name}"):
         try:
