@@ -19,6 +19,7 @@ from starlette.routing import Route
 from worldgraph import __version__
 from worldgraph.server import errors
 from worldgraph.server.auth import BearerTenant
+from worldgraph.server.headers import SecurityHeaders
 from worldgraph.server.keys import ApiKeys
 from worldgraph.server.limits import BodySizeLimit
 from worldgraph.server.mcp_server import build_mcp
@@ -63,6 +64,7 @@ def create_app(wm: WorldModel | None, *, max_request_bytes: int | None = None, t
     app.router.routes.append(Route("/mcp", BearerTenant(mcp.session_manager.handle_request),
                                    methods=["GET", "POST", "DELETE"], include_in_schema=False))
     app.add_middleware(BodySizeLimit, max_bytes=limit)
+    app.add_middleware(SecurityHeaders)  # outermost: also on the 413s and errors of the others
     return app
 
 

@@ -136,9 +136,11 @@ async def world_graph(env: str, tenant: Tenant, wm: WM) -> dict[str, Any]:
 @router.get("/envs/{env}/view", response_class=HTMLResponse, tags=["world"],
             summary="One self-contained HTML page drawing the environment's graph")
 async def view(env: str, tenant: Tenant, wm: WM) -> HTMLResponse:
-    from worldgraph.server.view import render_view
+    from worldgraph.server.headers import with_frame_ancestors
+    from worldgraph.server.view import render_view, view_csp
 
-    return HTMLResponse(await in_thread(lambda: render_view(wm.world_graph(tenant, env), env)))
+    page = await in_thread(lambda: render_view(wm.world_graph(tenant, env), env))
+    return HTMLResponse(page, headers={"Content-Security-Policy": with_frame_ancestors(view_csp())})
 
 
 @router.post("/cypher", response_model=CypherResponse, tags=["world"],
