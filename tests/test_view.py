@@ -150,7 +150,7 @@ def test_cli_writes_the_page_and_names_known_envs(cli, tmp_path: Path) -> None: 
 def browser() -> Iterator[Browser]:
     chromium = find_chromium()
     if not chromium:
-        message = "chromium not found: apt-get install -y chromium (.ci/run installs it)"
+        message = "chromium not found: apt-get install -y chromium (scripts/test.sh installs it when run as root)"
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message)
         pytest.skip(message)
