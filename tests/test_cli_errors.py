@@ -53,7 +53,7 @@ def _cases(data: Path, tmp: Path) -> dict[str, tuple[list[str], str]]:
         "bad JSON array": ([*d, "delta", "apply", "--env", "E", str(bad_array)], "bad.json:3: not valid JSON"),
         "invalid experience": ([*d, "record", str(invalid)], "task_description"),
         "missing data folder (read)": (["--data", str(tmp / "typo"), "recall", "anything"], "no data folder at"),
-        "unknown environment": ([*d, "world", "show", "--env", "Atlantis"], "known: CottageEscape"),
+        "unknown environment": ([*d, "world", "show", "--env", "Atlantis"], "known environments: CottageEscape"),
         "unknown episode prefix": ([*d, "feedback", "ffffffff", "0.5"], "ffffffff"),
         "missing run log": ([*d, "run", str(tmp / "nope.log"), "--env", "E"], "nope.log does not exist"),
         "missing snapshot": ([*d, "import", str(tmp / "no-snapshot")], "no-snapshot"),

@@ -20,9 +20,10 @@ class InvalidInputError(WorldGraphError, ValueError):
 class NotFoundError(WorldGraphError, LookupError):
     """An id (episode, tenant, scene, ...) that the store does not hold."""
 
-    def __init__(self, kind: str, ident: str, hint: str = "") -> None:
+    def __init__(self, kind: str, ident: str, hint: str = "", field: str | None = None) -> None:
         self.kind = kind
         self.ident = ident
+        self.field = field or f"{kind.replace(' ', '_')}_id"  # the argument that named it
         msg = f"{kind} {ident!r} not found"
         super().__init__(f"{msg}: {hint}" if hint else msg)
 
@@ -142,7 +143,7 @@ def error_field(exc: BaseException) -> str | None:
         path = first.split(":", 1)[0].strip()
         return None if path in ("", "$") else path
     if isinstance(exc, NotFoundError):
-        return f"{exc.kind.replace(' ', '_')}_id"
+        return exc.field
     if isinstance(exc, (ReadOnlyQueryError, CypherQueryError)):
         return "query"
     return None

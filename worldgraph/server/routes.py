@@ -93,7 +93,7 @@ async def submit_feedback(episode_id: str, body: FeedbackRequest, tenant: Tenant
                            body.created_by)
 
 
-@router.get("/agents/{agent_id}/episodes", response_model=EpisodesResponse, tags=["memory"],
+@router.get("/agents/{agent_id}/episodes", response_model=EpisodesResponse, tags=["memory"], responses=_NOT_FOUND,
             summary="An agent's newest episodes")
 async def get_agent_episodes(agent_id: str, tenant: Tenant, wm: WM,
                              limit: Annotated[int, Query(gt=0, le=1000, description="How many, newest first")] = 30,
@@ -127,13 +127,13 @@ async def apply_delta(env: str, delta: Annotated[GraphDelta, Body()], tenant: Te
     return report.to_dict()  # type: ignore[no-any-return]
 
 
-@router.get("/envs/{env}/graph", response_model=WorldGraphOut, tags=["world"],
+@router.get("/envs/{env}/graph", response_model=WorldGraphOut, tags=["world"], responses=_NOT_FOUND,
             summary="One environment's graph: nodes, edges, rules, scenes, meta")
 async def world_graph(env: str, tenant: Tenant, wm: WM) -> dict[str, Any]:
     return await in_thread(wm.world_graph, tenant, env)
 
 
-@router.get("/envs/{env}/view", response_class=HTMLResponse, tags=["world"],
+@router.get("/envs/{env}/view", response_class=HTMLResponse, tags=["world"], responses=_NOT_FOUND,
             summary="One self-contained HTML page drawing the environment's graph")
 async def view(env: str, tenant: Tenant, wm: WM) -> HTMLResponse:
     from worldgraph.server.headers import with_frame_ancestors
