@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -104,11 +106,23 @@ class WorldModel:
         if self.read_only_reason is not None:
             raise ReadOnlyError(operation, self.read_only_reason)
 
-    def close(self) -> None:
-        """Waits for background world updates, then closes the store."""
+    def close(self, timeout: float | None = None) -> None:
+        """Waits for background world updates, then closes the store. ``timeout`` (s) bounds
+        the whole close (``worldgraph serve`` on SIGTERM): updates still running then have their
+        packets handed back as pending, and a store that does not close in time is left to the
+        process's exit (every write is one transaction: nothing is half-written)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         self._index_retrier.stop()
-        self.world.shutdown()
-        self.store.close()
+        self.world.shutdown(timeout)
+        if deadline is None:
+            self.store.close()
+            return
+        closer = threading.Thread(target=self.store.close, name="worldgraph-store-close", daemon=True)
+        closer.start()
+        closer.join(max(0.0, deadline - time.monotonic()))
+        if closer.is_alive():
+            log.warning("the %s store did not close within the shutdown deadline; leaving it to the process "
+                        "exit", self.store.name)
 
     def __enter__(self) -> WorldModel:
         return self
