@@ -2,7 +2,7 @@
 world-graph page: open a file, wait until the page says it has drawn, read values from it, move
 the mouse, take a screenshot; and a small PNG reader on zlib to check the screenshot.
 
-Chromium is Debian's package ``chromium`` (``apt-get install -y chromium``; ``.ci/run`` installs
+Chromium is Debian's package ``chromium`` (``apt-get install -y chromium``; ``scripts/test.sh`` installs
 it). The flags are the ones that work on this machine's closed network (no background
 connections; no sandbox, as root).
 """

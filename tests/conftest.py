@@ -34,3 +34,18 @@ def _no_real_llm(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in list(os.environ):
         if var.startswith("WORLDGRAPH_") or var.startswith("AWS_"):  # s3_env sets the AWS_* of its server
             monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _neo4j_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test marked ``neo4j`` sees the session's server (the ``neo4j_server`` fixture) in
+    NEO4J_URI / NEO4J_USER / NEO4J_PASSWORD, so everything it opens without naming a server --
+    ``WorldModel.open(graph="neo4j")``, the CLI, the child processes it starts with
+    ``dict(os.environ)`` -- reaches that server, not the default bolt://127.0.0.1:7687 (where the
+    launcher's server does not run, or a different one does)."""
+    if request.node.get_closest_marker("neo4j") is None:
+        return
+    server = request.getfixturevalue("neo4j_server")
+    monkeypatch.setenv("NEO4J_URI", server["uri"])
+    monkeypatch.setenv("NEO4J_USER", server["user"])
+    monkeypatch.setenv("NEO4J_PASSWORD", server["password"])

@@ -22,6 +22,10 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureF
         captured = capsys.readouterr()
         out = captured.out if ok else captured.err  # an error is one JSON line on stderr
         assert (code == 0) == ok, captured
+        if not ok:  # the REST API's error body
+            body = json.loads(out)
+            assert set(body) == {"error"} and set(body["error"]) == {"type", "message", "field"}, body
+            return body["error"]
         return json.loads(out) if out.strip() else None
 
     return run
@@ -67,7 +71,7 @@ def test_errors_name_the_field(cli, tmp_path: Path, capsys) -> None:  # type: ig
     assert out["field"] == "--data" and "no data folder" in out["message"]
     cli("record", str(_experiences(tmp_path)))
     out = cli("feedback", "nope", "0.5", ok=False)
-    assert out["error"] == "NotFoundError"
+    assert out["type"] == "not_found" and out["field"] == "episode_id"
     out = cli("feedback", "nope", "3", ok=False)
     assert "score" in out["message"]
     bad = tmp_path / "bad.jsonl"
@@ -123,5 +127,5 @@ def test_read_only_flag(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped
     res = cli("--read-only", "recall", "revenue chart", "--min-similarity", "0")
     assert res[0]["task_description"] == "Create revenue chart"
     out = cli("--read-only", "record", str(_experiences(tmp_path)), ok=False)
-    assert out["error"] == "ReadOnlyError" and "--read-only" in out["message"]
+    assert out["type"] == "read_only" and "--read-only" in out["message"]
     assert cli("stats")["episodes"] == 3

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from worldgraph.cli import main
+from worldgraph.errors import ERROR_TYPES
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "WORLDGRAPH_EMBEDDING_PROVIDER": "hashing"}
+TYPES = {t for _, _, t in ERROR_TYPES} | {"internal"}  # the REST API's error types
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +53,7 @@ def _cases(data: Path, tmp: Path) -> dict[str, tuple[list[str], str]]:
         "bad JSON array": ([*d, "delta", "apply", "--env", "E", str(bad_array)], "bad.json:3: not valid JSON"),
         "invalid experience": ([*d, "record", str(invalid)], "task_description"),
         "missing data folder (read)": (["--data", str(tmp / "typo"), "recall", "anything"], "no data folder at"),
-        "unknown environment": ([*d, "world", "show", "--env", "Atlantis"], "known: CottageEscape"),
+        "unknown environment": ([*d, "world", "show", "--env", "Atlantis"], "known environments: CottageEscape"),
         "unknown episode prefix": ([*d, "feedback", "ffffffff", "0.5"], "ffffffff"),
         "missing run log": ([*d, "run", str(tmp / "nope.log"), "--env", "E"], "nope.log does not exist"),
         "missing snapshot": ([*d, "import", str(tmp / "no-snapshot")], "no-snapshot"),
@@ -82,8 +84,9 @@ def test_every_error_is_one_line_without_a_traceback(data: Path, tmp_path: Path)
         elif "Traceback" in err or len(lines) != 1:
             problem = "not one line"
         elif js:
-            obj = json.loads(lines[0])
-            problem = None if expected.lower() in obj["message"].lower() and obj["error"] else "JSON lacks the cause"
+            obj = json.loads(lines[0])["error"]  # the REST API's error body, with its types
+            problem = None if expected.lower() in obj["message"].lower() and obj["type"] in TYPES \
+                else "JSON lacks the cause"
         else:
             problem = None if lines[0].startswith("error: ") and expected.lower() in lines[0].lower() else "text"
         if problem or out.strip():

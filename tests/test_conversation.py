@@ -104,7 +104,7 @@ def test_cli_record_conversation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     code, out = run("record-conversation", str(bare), "--session", "s9")
     assert code == 0 and out["recorded"] == 3
     code, out = run("record-conversation", str(bare))  # bare turns need --session
-    assert code == 1 and "--session" in out["message"]
+    assert code == 1 and out["error"]["type"] == "invalid_input" and "--session" in out["error"]["message"]
     code, out = run("recall", "glacier lake", "--neighborhood", "--min-similarity", "0", "--limit", "1")
     assert code == 0 and out[0]["neighborhood"]["previous"]["agent_id"] == "Melanie"
 

@@ -185,7 +185,9 @@ def test_the_issue_examples_name_their_field(tmp_path: Path) -> None:
         assert [d.reason for d in report.dropped] == [
             "entities[0].name: not valid Unicode text (a lone surrogate); send UTF-8 text"]
         json.dumps(report.to_dict(), ensure_ascii=False).encode("utf-8")  # the report itself is sendable
-        assert wm.world_graph(T, "env")["nodes"] == []
+        assert report.ok is False  # every item dropped: not ok
+        with pytest.raises(NotFoundError):  # nothing merged: the environment was never made
+            wm.world_graph(T, "env")
         with pytest.raises(InvalidInputError) as info:
             wm.record_experience(T, {**base, "confidence_score": float("nan")})
         assert info.value.field == "experience.confidence_score" and "finite" in info.value.rule

@@ -263,7 +263,9 @@ def test_tenant_isolation(wm: WorldModel) -> None:
     wm.record_experience("tenant-b", exp(agent_id="other-agent", task_description="Plan a marketing campaign"))
     res = wm.recall_experiences("tenant-b", None, "Reconcile ledger 3", limit=10, options={"min_similarity": -1.0})
     assert res and not set(r["episode_id"] for r in res) & set(a_ids)
-    assert wm.get_agent_episodes("tenant-b", "fin-1") == []
+    with pytest.raises(NotFoundError) as unknown:  # another tenant's agent is unknown, and not named
+        wm.get_agent_episodes("tenant-b", "fin-1")
+    assert "other-agent" in str(unknown.value) and "tenant-a" not in str(unknown.value)
     assert len(wm.get_agent_episodes("tenant-a", "fin-1")) == 5
     with pytest.raises(NotFoundError):
         wm.get_episode("tenant-b", a_ids[0])
@@ -281,7 +283,8 @@ def test_agent_episodes_newest_first_with_limit(wm: WorldModel) -> None:
     got = wm.get_agent_episodes(T, "fin-1", limit=3)
     assert [g["episode_id"] for g in got] == [ids[4], ids[3], ids[2]]
     assert [g["task_description"] for g in wm.get_agent_episodes(T, "fin-1")] == [f"day {d}" for d in (4, 3, 2, 1, 0)]
-    assert wm.get_agent_episodes(T, "nobody") == []
+    with pytest.raises(NotFoundError):
+        wm.get_agent_episodes(T, "nobody")
 
 
 def test_readiness_exact_ratios(wm: WorldModel) -> None:

@@ -115,7 +115,7 @@ def test_record_rate_recall_episodes_readiness(api: Api, other: Api) -> None:
     # The other tenant sees none of it, and cannot rate it.
     assert other("POST", "/v1/recall", json={"query": "reconcile inventory", "options": {"min_similarity": 0}}) == \
         {"results": []}
-    assert other("GET", "/v1/agents/fin-1/episodes") == {"episodes": []}
+    _error(other("GET", "/v1/agents/fin-1/episodes", 404), "not_found", "agent_id")
     _error(other("GET", "/v1/agents/fin-1/readiness", 404), "not_found", "agent_id")
     _error(other("POST", f"/v1/episodes/{one[0]}/feedback", 404, json={"score": 1}), "not_found", "episode_id")
     assert api("POST", f"/v1/episodes/{one[0]}/feedback", json={"score": -1})["count"] == 2  # still only 1 + 1
@@ -162,7 +162,7 @@ def test_a_body_cannot_switch_tenants(api: Api, other: Api) -> None:
            "invalid_input", "experiences[1].tenant_id")
     mine = api("POST", "/v1/experiences", json={**EXPERIENCE, "tenant_id": api.tenant})["episode_ids"]
     assert [e["id"] for e in api("GET", "/v1/agents/fin-1/episodes")["episodes"]] == mine
-    assert other("GET", "/v1/agents/fin-1/episodes") == {"episodes": []}
+    _error(other("GET", "/v1/agents/fin-1/episodes", 404), "not_found", "agent_id")
 
 
 # ------------------------------------------------------------------------------ world graph
@@ -188,8 +188,8 @@ def test_rounds_deltas_graph_view(api: Api, other: Api) -> None:
     page = api("GET", "/v1/envs/Kitchen/view")
     assert page.lstrip().lower().startswith("<!doctype html") and "brass key" in page and "Kitchen" in page
 
-    empty = other("GET", "/v1/envs/Kitchen/graph")
-    assert empty["nodes"] == [] and empty["edges"] == [] and empty["meta"] is None
+    unknown = _error(other("GET", "/v1/envs/Kitchen/graph", 404), "not_found", "env_name")
+    assert "Kitchen" in unknown and "none yet" in unknown  # another tenant's environment is not found
 
 
 def test_world_failures(api: Api) -> None:

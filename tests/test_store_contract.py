@@ -172,6 +172,7 @@ def test_agent_episodes_newest_first_with_limit(store: GraphStore, tenant: str) 
     assert [e["ts"] for e in got] == [(T0 + timedelta(minutes=m)).timestamp() for m in (4, 3, 2)]
     assert [e["agent_id"] for e in store.agent_episodes(tenant, "agent-2", 10)] == ["agent-2"]
     assert store.agent_episodes(tenant, "nobody", 10) == []
+    assert store.agent_ids(tenant) == ["agent-1", "agent-2"] and store.agent_ids(tenant, limit=1) == ["agent-1"]
 
 
 def test_iter_episodes_batches_everything(store: GraphStore, tenant: str) -> None:
@@ -211,7 +212,7 @@ def test_tenant_isolation(store: GraphStore, tenant: str) -> None:
     store.apply_plan(first_plan(tenant, episode_id=eid))
 
     assert store.get_episodes(other, [eid]) == {}
-    assert store.agent_episodes(other, "agent-1", 10) == []
+    assert store.agent_episodes(other, "agent-1", 10) == [] and store.agent_ids(other) == []
     assert store.feedback_for(other, eid) == [] and store.feedback_stats(other, [eid]) == {}
     assert store.get_canvas(other, "cv") is None and store.canvas_audits(other, eid) == []
     assert store.world_graph(other, ENV) == {"nodes": [], "edges": [], "rules": [], "scenes": [], "meta": None}

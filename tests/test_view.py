@@ -141,7 +141,7 @@ def test_cli_writes_the_page_and_names_known_envs(cli, tmp_path: Path) -> None: 
     page = out.read_text("utf-8")
     assert page.startswith("<!doctype html>") and "CottageEscape · worldgraph</title>" in page
     code, _, err = cli("view", "--env", "Atlantis", "--out", str(tmp_path / "x.html"))
-    assert code == 1 and "no environment 'Atlantis'" in err and "known: CottageEscape" in err
+    assert code == 1 and "environment 'Atlantis' not found" in err and "known environments: CottageEscape" in err
     assert not (tmp_path / "x.html").exists()
 
 
@@ -150,7 +150,7 @@ def test_cli_writes_the_page_and_names_known_envs(cli, tmp_path: Path) -> None: 
 def browser() -> Iterator[Browser]:
     chromium = find_chromium()
     if not chromium:
-        message = "chromium not found: apt-get install -y chromium (.ci/run installs it)"
+        message = "chromium not found: apt-get install -y chromium (scripts/test.sh installs it when run as root)"
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message)
         pytest.skip(message)

@@ -101,6 +101,15 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
         w.close()
 
 
+def _started(proc: subprocess.Popen[str]) -> None:
+    """Wait for the worker's start line (printed once its SIGTERM handler is installed)."""
+    assert proc.stderr is not None
+    line = " "
+    while line and "worldgraph worker on" not in line:
+        line = proc.stderr.readline()
+    assert line, f"the worker exited before it started (exit {proc.wait()})"
+
+
 def _stats(proc: subprocess.Popen[str], timeout: float = 180) -> dict[str, Any]:
     out, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, err[-3000:]
@@ -183,6 +192,7 @@ def test_a_slow_live_worker_keeps_its_packet_and_sigterm_hands_one_back(graph: s
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and any(s["status"] != "merged" for s in w.scenes("house").values()):
         time.sleep(0.1)
+    _started(second)  # a SIGTERM before its handler is installed would kill it (-15), not stop it
     for p in (first, second):
         p.send_signal(signal.SIGTERM)
     a, b = _stats(first), _stats(second)

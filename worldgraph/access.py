@@ -15,6 +15,7 @@ from pathlib import Path
 
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import InvalidInputError
+from worldgraph.filemodes import private_dir
 from worldgraph.kg.store import GraphStore
 
 __all__ = ["disk_full_reason", "open_storage", "open_store", "unwritable_reason", "FULL_BELOW_BYTES"]
@@ -56,13 +57,14 @@ def open_storage(root: Path, graph: str | GraphStore, cfg: WorldGraphConfig,
     reason = "the WorldModel was opened with read_only=True" if read_only else unwritable_reason(
         root, [root / "worldgraph.db", *lance_dirs] if graph == "embedded" else lance_dirs)
     if reason is None:
-        root.mkdir(parents=True, exist_ok=True)
+        private_dir(root)  # 0700; a looser existing folder is tightened, with a warning
         try:
             return open_store(root, graph, cfg), None
         except (sqlite3.OperationalError, OSError):
             reason = disk_full_reason(root)
             if reason is None:
                 raise
+    private_dir(root, read_only=True)  # warns when others can read it; changes nothing
     if not read_only:
         reason += "; opened read-only"
         log.warning("opening %s read-only: %s", root, reason)

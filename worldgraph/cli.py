@@ -24,7 +24,7 @@ from worldgraph.commands.admin import add_admin_commands
 from worldgraph.commands.lifecycle import add_lifecycle_commands
 from worldgraph.commands.memory import add_memory_commands
 from worldgraph.commands.world import add_world_commands
-from worldgraph.errors import WorldGraphError
+from worldgraph.errors import WorldGraphError, classify
 
 Handler = Callable[[argparse.Namespace], int]
 # Loggers of libraries whose warnings are noise for a person at the terminal (shown with -v).
@@ -39,7 +39,9 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         if Parser.json_errors:
-            print(json.dumps({"error": "UsageError", "message": f"{self.prog}: {message}"}), file=sys.stderr)
+            field = message.split(":", 1)[0].removeprefix("argument ").split("/")[-1] \
+                if message.startswith("argument ") else None
+            print(json.dumps(error_body("invalid_input", f"{self.prog}: {message}", field)), file=sys.stderr)
         else:
             print(f"error: {self.prog}: {message} (see `{self.prog} --help`)", file=sys.stderr)
         raise SystemExit(2)
@@ -76,9 +78,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def error_body(type_: str, message: str, field: str | None) -> dict[str, Any]:
+    """The REST API's error body, ``{"error": {"type", "message", "field"}}``, with its types
+    (``invalid_input``, ``not_found``, ... : ``worldgraph.errors.ERROR_TYPES``)."""
+    return {"error": {"type": type_, "message": message, "field": field}}
+
+
 def report_error(args: argparse.Namespace, exc: BaseException) -> None:
-    """One line on stderr: ``error: ...``, or under ``--json`` an object with error (the type),
-    message and, when the error names one, field. Unexpected errors say how to see the traceback."""
+    """One line on stderr: ``error: ...``, or under ``--json`` the REST API's error body
+    (:func:`error_body`). Unexpected errors say how to see the traceback."""
     message = str(exc) or type(exc).__name__
     if not isinstance(exc, (WorldGraphError, OSError)) and type(exc).__name__ != "Neo4jLocalError":
         message = f"{type(exc).__name__}: {message} (an unexpected error; `-v` shows the traceback)"
@@ -86,10 +94,13 @@ def report_error(args: argparse.Namespace, exc: BaseException) -> None:
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     one_line = " ".join(message.split()) if args.json else message.splitlines()[0] if message else message
     if args.json:
-        out: dict[str, Any] = {"error": type(exc).__name__, "message": one_line}
-        if getattr(exc, "field", None):
-            out["field"] = exc.field  # type: ignore[attr-defined]
-        print(json.dumps(out, ensure_ascii=False), file=sys.stderr)
+        known = classify(exc)
+        # Outside worldgraph's own errors the type is REST's "internal"; the message is kept (it
+        # is this user's own machine), and Neo4jLocalError says the local Neo4j did not start.
+        type_ = known[1] if known else ("store_unavailable" if type(exc).__name__ == "Neo4jLocalError"
+                                        else "internal")
+        print(json.dumps(error_body(type_, one_line, known[2] if known else None), ensure_ascii=False),
+              file=sys.stderr)
     else:
         rest = message.splitlines()[1:]
         print(f"error: {one_line}" + (" (more with -v)" if rest and not args.verbose else ""), file=sys.stderr)

@@ -203,7 +203,9 @@ class WorldGraphConfig(BaseSettings):
     # Service (worldgraph serve)
     max_request_bytes: int = Field(1 << 20, gt=0)  # a larger request body is refused (413) before parsing
     server_threads: int = Field(8, gt=0)  # threads running the blocking facade calls of HTTP requests
-    shutdown_timeout_seconds: float = Field(30.0, ge=0)  # in-flight requests get this long on SIGTERM
+    # On SIGTERM, in-flight requests (serve) and packets being extracted (worker) get this long;
+    # then requests fail and held packets go back to pending (serve ends within this + 1.5 s)
+    shutdown_timeout_seconds: float = Field(2.0, ge=0)
     # Input limits (worldgraph.limits): a value over one is refused with InvalidInputError /
     # DeltaValidationError naming the field, the limit and this setting. Sizes are UTF-8 bytes.
     max_text_bytes: int = Field(65_536, gt=0)  # one string of an experience or canvas (each learning, action, ...)

@@ -25,6 +25,7 @@ from worldgraph.commands.common import read_json_items
 from worldgraph.commands.samples import split_samples, store_ratings
 from worldgraph.console import print_recall, print_report, progress_bar, say
 from worldgraph.errors import InvalidInputError
+from worldgraph.filemodes import private_dir
 
 MARKER = ".worldgraph-demo"
 ENV = "CottageEscape"
@@ -47,7 +48,7 @@ def run_demo(args: argparse.Namespace) -> int:
     elif data.exists() and any(data.iterdir()):
         raise InvalidInputError("--data", f"{data} exists and is not a demo folder; pass --data to an empty or "
                                 "new folder")
-    data.mkdir(parents=True, exist_ok=True)
+    private_dir(data)
     (data / MARKER).write_text("created by `worldgraph demo`; deleted and recreated on the next run\n")
     ex = examples_dir()
     tenant = args.tenant

@@ -27,9 +27,10 @@ class CypherInputError(InvalidInputError):
 class NotFoundError(WorldGraphError, LookupError):
     """An id (episode, tenant, scene, ...) that the store does not hold."""
 
-    def __init__(self, kind: str, ident: str, hint: str = "") -> None:
+    def __init__(self, kind: str, ident: str, hint: str = "", field: str | None = None) -> None:
         self.kind = kind
         self.ident = ident
+        self.field = field or f"{kind.replace(' ', '_')}_id"  # the argument that named it
         msg = f"{kind} {ident!r} not found"
         super().__init__(f"{msg}: {hint}" if hint else msg)
 
@@ -109,3 +110,48 @@ class PartialWriteError(WorldGraphError):
     def __init__(self, message: str, committed: dict[str, list[str]]) -> None:
         self.committed = committed
         super().__init__(f"{message}; already committed: {committed}")
+
+
+# The one error vocabulary of every surface (REST bodies, MCP tool errors, the CLI's --json):
+# ``{"error": {"type", "message", "field"}}`` with these types. First match wins: subclasses
+# before their bases. The status is REST's (worldgraph.server.errors documents the table).
+ERROR_TYPES: tuple[tuple[type[BaseException], int, str], ...] = (
+    (EmbeddingDimensionError, 500, "embedder_error"),
+    (CypherInputError, 400, "invalid_input"),
+    (InvalidInputError, 422, "invalid_input"),
+    (DeltaValidationError, 422, "invalid_delta"),
+    (NotFoundError, 404, "not_found"),
+    (ReadOnlyQueryError, 403, "query_refused"),
+    (CypherQueryError, 400, "invalid_query"),
+    (NotSupportedError, 501, "not_supported"),
+    (StoreUnavailableError, 503, "store_unavailable"),
+    (ExtractionError, 502, "extraction_failed"),
+    (ReadOnlyError, 403, "read_only"),
+    (StorageError, 507, "storage_full_or_failed"),
+    (PartialWriteError, 500, "partial_write"),
+    (WorldGraphError, 400, "bad_request"),
+)
+
+
+def classify(exc: BaseException) -> tuple[int, str, str | None] | None:
+    """``(status, type, field)`` of a worldgraph error (see ERROR_TYPES), None for any other
+    exception (REST answers those 500 ``internal``)."""
+    for cls, status, type_ in ERROR_TYPES:
+        if isinstance(exc, cls):
+            return status, type_, error_field(exc)
+    return None
+
+
+def error_field(exc: BaseException) -> str | None:
+    """The field an error names, as a caller writes it (``experiences[0].outcome``, ``episode_id``)."""
+    if isinstance(exc, InvalidInputError):
+        return exc.field
+    if isinstance(exc, DeltaValidationError):
+        first = exc.errors[0] if exc.errors else ""
+        path = first.split(":", 1)[0].strip()
+        return None if path in ("", "$") else path
+    if isinstance(exc, NotFoundError):
+        return exc.field
+    if isinstance(exc, (ReadOnlyQueryError, CypherQueryError)):
+        return "query"
+    return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -43,7 +44,7 @@ from worldgraph.memory.objectstore import index_location
 from worldgraph.memory.recall import RecallResult, recall
 from worldgraph.memory.record import build_episode, parse_canvas, parse_experience
 from worldgraph.memory.retrier import IndexRetrier
-from worldgraph.names import check_env, check_tenant
+from worldgraph.names import KNOWN_SHOWN, check_env, check_tenant, known_names, require_environment
 
 log = logging.getLogger("worldgraph")
 
@@ -134,12 +135,24 @@ class WorldModel:
         if self.read_only_reason is not None:
             raise ReadOnlyError(operation, self.read_only_reason)
 
-    def close(self) -> None:
-        """Waits for background world updates, then closes the store."""
+    def close(self, timeout: float | None = None) -> None:
+        """Waits for background world updates, then closes the store. ``timeout`` (s) bounds
+        the whole close (``worldgraph serve`` on SIGTERM): updates still running then have their
+        packets handed back as pending, and a store that does not close in time is left to the
+        process's exit (every write is one transaction: nothing is half-written)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         self._index_retrier.stop()
         self._purger.stop()
-        self.world.shutdown()
-        self.store.close()
+        self.world.shutdown(timeout)
+        if deadline is None:
+            self.store.close()
+            return
+        closer = threading.Thread(target=self.store.close, name="worldgraph-store-close", daemon=True)
+        closer.start()
+        closer.join(max(0.0, deadline - time.monotonic()))
+        if closer.is_alive():
+            log.warning("the %s store did not close within the shutdown deadline; leaving it to the process "
+                        "exit", self.store.name)
 
     def __enter__(self) -> WorldModel:
         return self
@@ -354,7 +367,12 @@ class WorldModel:
         check_text(agent_id, "agent_id", self.config.max_text_bytes, "max_text_bytes")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_PAGE:
             raise InvalidInputError("limit", f"must be a positive integer (at most {MAX_PAGE})", limit)
-        return [RecallResult(e) for e in self.store.agent_episodes(tenant_id, agent_id, limit)]
+        episodes = self.store.agent_episodes(tenant_id, agent_id, limit)
+        if not episodes:  # one rule for unknown names: not_found, naming the known ones
+            raise NotFoundError("agent", agent_id, f"tenant {tenant_id!r} has no episodes of this agent; "
+                                + known_names(self.store.agent_ids(tenant_id, KNOWN_SHOWN + 1), "agents",
+                                              "record a run of it first"))
+        return [RecallResult(e) for e in episodes]
 
     def get_episode(self, tenant_id: str, episode_id: str) -> RecallResult:
         check_tenant(tenant_id)
@@ -370,11 +388,9 @@ class WorldModel:
         """Graduation exam over the agent's last ``window`` episodes."""
         if isinstance(window, bool) or not isinstance(window, int) or not 0 < window <= MAX_PAGE:
             raise InvalidInputError("window", f"must be a positive integer (at most {MAX_PAGE})", window)
-        episodes = self.get_agent_episodes(tenant_id, agent_id, window)
+        episodes = self.get_agent_episodes(tenant_id, agent_id, window)  # NotFoundError for an unknown agent
         cfg = self.config
         n = len(episodes)
-        if n == 0:
-            raise NotFoundError("agent", agent_id, f"tenant {tenant_id!r} has no episodes of this agent")
         zero_int = sum(1 for e in episodes if not e["human_intervention_required"]) / n
         compliance = sum(1 for e in episodes if not e["constitutional_violations"]) / n
         confidence = sum(float(e["confidence_score"]) for e in episodes) / n
@@ -579,8 +595,13 @@ class WorldModel:
         return self.world.retry(tenant_id, env_name, stale_after)
 
     def world_graph(self, tenant_id: str, env_name: str) -> dict[str, Any]:
+        """The environment's graph; NotFoundError (naming the known ones) for an environment the
+        tenant has neither a graph nor a scene of."""
         check_tenant(tenant_id)
-        return self.store.world_graph(tenant_id, check_env(env_name))
+        graph = self.store.world_graph(tenant_id, check_env(env_name))
+        if graph.get("meta") is None and not graph.get("scenes") and not graph.get("nodes"):
+            require_environment(self.store, tenant_id, env_name)
+        return graph
 
     def export(self, tenant_id: str, env_name: str, out_dir: str | Path, progress: Progress | None = None) -> Path:
         """Write the five canonical files under ``out_dir/<tenant>/<app>/world_model_graph/<env>/``."""

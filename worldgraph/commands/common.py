@@ -117,10 +117,8 @@ def resolve_episode_id(wm: Any, tenant_id: str, text: str) -> str:
 
 
 def require_env(wm: Any, tenant_id: str, env: str) -> None:
-    """An environment the tenant has; else an error listing those it has."""
-    known = wm.store.environments(tenant_id)
-    if env not in known:
-        raise InvalidInputError("--env", f"no environment {env!r} for tenant {tenant_id!r}; known: "
-                                + (", ".join(known) if known else "none yet (grow one with `worldgraph run` or "
-                                   "`worldgraph delta apply`)"), env)
+    """An environment the tenant has; else NotFoundError naming those it has (as REST and MCP)."""
+    from worldgraph.names import require_environment
+
+    require_environment(wm.store, tenant_id, env, field="--env")
 

@@ -23,6 +23,7 @@ from typing import Any, cast
 
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import NotFoundError, ReadOnlyError, StorageError
+from worldgraph.filemodes import create_private_file
 from worldgraph.kg import embedded_cypher
 from worldgraph.kg.codec import dumps as _dumps
 from worldgraph.kg.codec import loads as _loads
@@ -171,6 +172,8 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, SqliteL
             check_schema_version("embedded", row[0] if row else None)
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # 0600 before SQLite opens it: SQLite gives the -wal and -shm files the database's mode
+        create_private_file(self.path)
         self._conn = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False, isolation_level=None)
         self._conn.execute("PRAGMA journal_mode=WAL")
         # FULL: a transaction that returned is on disk, even if the machine loses power next.

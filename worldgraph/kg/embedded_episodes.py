@@ -83,6 +83,10 @@ class SqliteEpisodes(SqliteAccess, EpisodeStore):
                            (tenant_id, prefix, prefix + "\uffff", int(limit)))
         return [r[0] for r in rows]
 
+    def agent_ids(self, tenant_id: str, limit: int = 20) -> list[str]:
+        rows = self._query("SELECT id FROM agents WHERE tenant_id = ? ORDER BY id LIMIT ?", (tenant_id, int(limit)))
+        return [r[0] for r in rows]
+
     def agent_episodes(self, tenant_id: str, agent_id: str, limit: int) -> list[Record]:
         rows = self._query(
             "SELECT data, index_status, index_error FROM episodes WHERE tenant_id = ? AND agent_id = ? "

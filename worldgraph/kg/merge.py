@@ -165,6 +165,10 @@ class _Merge(StatesMixin, RulesMixin):
             report.graph_version = (self.view.meta or {}).get("graph_version")
             report.skipped = ("every item was dropped; nothing merged" if report.dropped
                               else "the delta holds nothing to merge")
+        if self._all_dropped(changed, delta):  # not ok: the caller's facts are not in the graph
+            report.ok = False
+            report.error = (f"every item of the delta was dropped ({len(report.dropped)}); "
+                            f"first: {report.dropped[0].reason}")
         plan.scene = self._scene(changed, delta)
         return plan, report
 
@@ -180,12 +184,15 @@ class _Merge(StatesMixin, RulesMixin):
         scene.setdefault("tenant_id", self.t)
         scene.setdefault("env_name", self.env)
         scene.setdefault("created_at", self.now)
-        failed = not changed and delta.size() > 0 and bool(self.report.dropped)
+        failed = self._all_dropped(changed, delta)
         scene["status"] = "failed" if failed else "merged"
-        scene["error"] = (f"every item of the delta was dropped ({len(self.report.dropped)}); "
-                          f"first: {self.report.dropped[0].reason}") if failed else None
+        scene["error"] = self.report.error if failed else None
         scene["updated_at"] = self.now
         return scene
+
+    def _all_dropped(self, changed: bool, delta: ParsedDelta) -> bool:
+        """A delta that held items and had every one of them dropped: nothing of it merged."""
+        return not changed and delta.size() > 0 and bool(self.report.dropped)
 
     def _meta(self) -> MetaRecord:
         old: MetaRecord = self.view.meta or {}

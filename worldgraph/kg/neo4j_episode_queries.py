@@ -59,6 +59,11 @@ MATCH (e:Episode) WHERE e.tenant_id = $tenant_id AND e.id STARTS WITH $prefix
 RETURN e.id AS id ORDER BY e.id LIMIT $limit
 """
 
+AGENT_IDS = """
+MATCH (a:Agent) WHERE a.tenant_id = $tenant_id AND a.id IS NOT NULL
+RETURN a.id AS id ORDER BY id LIMIT $limit
+"""
+
 AGENT_EPISODES = f"""
 MATCH (e:Episode {{tenant_id: $tenant_id, agent_id: $agent_id}})
 RETURN {EPISODE_COLUMNS} ORDER BY e.ts DESC, e.id DESC LIMIT $limit

@@ -82,6 +82,9 @@ class Neo4jEpisodeStore(Neo4jBase, EpisodeStore):
         return [r["id"] for r in self._rows(q.EPISODE_IDS_WITH_PREFIX, tenant_id=tenant_id, prefix=prefix,
                                             limit=int(limit))]
 
+    def agent_ids(self, tenant_id: str, limit: int = 20) -> list[str]:
+        return [r["id"] for r in self._rows(q.AGENT_IDS, tenant_id=tenant_id, limit=int(limit))]
+
     def agent_episodes(self, tenant_id: str, agent_id: str, limit: int) -> list[Record]:
         return self._episodes(q.AGENT_EPISODES, tenant_id=tenant_id, agent_id=agent_id, limit=int(limit))
 

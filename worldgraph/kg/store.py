@@ -72,6 +72,11 @@ class EpisodeStore(_Store):
     def agent_episodes(self, tenant_id: str, agent_id: str, limit: int) -> list[Record]:
         """The agent's newest ``limit`` episodes, newest first."""
 
+    def agent_ids(self, tenant_id: str, limit: int = 20) -> list[str]:
+        """Ids of this tenant's agents (those with an episode), sorted, at most ``limit``: what an
+        unknown agent's error names. A store that cannot list them names none."""
+        return []
+
     def episode_ids_with_prefix(self, tenant_id: str, prefix: str, limit: int = 10) -> list[str]:
         """This tenant's episode ids that start with ``prefix``, sorted, at most ``limit`` (how the
         CLI accepts the short ids it prints). Stores override it with one index seek."""

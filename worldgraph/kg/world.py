@@ -148,14 +148,38 @@ class WorldUpdater:
             time.sleep(0.02)
         return True
 
-    def shutdown(self) -> None:
-        self.wait()
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Let the queued and running background updates finish; ``timeout`` (s) bounds the wait:
+        then the packets still held by this process go back to ``pending`` (best effort: with
+        the store gone too their lease runs out instead, and any worker or ``world retry`` takes
+        them over), and the update threads are left to the process's exit (daemons)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        finished = self.wait(timeout)
         alive = [t for t in self._threads if t.is_alive()]
         for _ in alive:
             self._queue.put(None)
+        if not finished:
+            self._hand_back(deadline)
         for thread in alive:
-            thread.join(timeout=10)
+            thread.join(timeout=10 if deadline is None else max(0.0, deadline - time.monotonic()))
         self.leases.stop()
+
+    def _hand_back(self, deadline: float | None) -> None:
+        """Release this process's held packets as pending, in a thread bounded by ``deadline``
+        (a store that stopped answering must not hold the shutdown)."""
+        def release() -> None:
+            for hold in self.leases.held():
+                try:
+                    if self.store.release_scene_lease(hold.tenant_id, hold.scene_id, hold.owner, "pending",
+                                                      "released by a process shutting down", now_iso()):
+                        log.warning("released scene %s back to pending (shutting down)", hold.scene_id)
+                except Exception as exc:  # noqa: BLE001 - its lease runs out instead
+                    log.warning("could not release scene %s (%s); it goes back when its lease runs out",
+                                hold.scene_id, exc)
+
+        thread = threading.Thread(target=release, name="worldgraph-hand-back", daemon=True)
+        thread.start()
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     # ------------------------------------------------------------------ updates
     def update(self, packet: Any, wait: bool = True) -> MergeReport:

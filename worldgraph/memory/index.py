@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import InvalidInputError, ReadOnlyError
+from worldgraph.filemodes import private_dir
 from worldgraph.memory import objectstore
 from worldgraph.memory.embeddings import same_fallback_label
 from worldgraph.memory.index_maintenance import _run_tasks
@@ -108,7 +109,7 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         # Read-only: no folder is made; an index that was never written has no tables.
         self._absent = read_only and self._is_local and not Path(self.path).is_dir()
         if self._is_local and not read_only:
-            Path(self.path).mkdir(parents=True, exist_ok=True)
+            private_dir(self.path)  # 0700 (tightened with a warning if others can read it)
         # an object store answers within config.object_store_timeout_seconds (objectstore.py, "Deadlines")
         deadline = self.config.object_store_timeout_seconds
         with objectstore.object_store_errors(self.path, "opening the index"):

@@ -21,6 +21,7 @@ from starlette.routing import Route
 from worldgraph import __version__
 from worldgraph.server import errors
 from worldgraph.server.auth import BearerTenant
+from worldgraph.server.headers import SecurityHeaders
 from worldgraph.server.keys import ApiKeys
 from worldgraph.server.lifecycle_routes import router as lifecycle_router
 from worldgraph.server.limits import BodySizeLimit
@@ -85,6 +86,7 @@ def create_app(wm: WorldModel | None, *, max_request_bytes: int | None = None, t
                                    methods=["GET", "POST", "DELETE"], include_in_schema=False))
     app.add_middleware(BodySizeLimit, max_bytes=limit)
     app.add_middleware(RequestObserver)  # added last: outermost, so it sees every response (a 413 too)
+    app.add_middleware(SecurityHeaders)  # outermost: also on the 413s and errors of the others
     return app
 
 

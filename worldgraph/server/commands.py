@@ -10,6 +10,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +23,13 @@ Add = Callable[..., argparse.ArgumentParser]
 # connections (httpx 5 s, Node's fetch 4 s), so the client always closes first: with equal
 # timeouts a request sent just as the server closes fails with "server disconnected".
 KEEP_ALIVE_SECONDS = 30
+# On SIGTERM / SIGINT: in-flight requests get shutdown_timeout_seconds (uvicorn's graceful
+# shutdown), closing the model (handing held packets back, closing the stores) gets
+# CLOSE_SECONDS, and a watchdog ends the process WATCHDOG_MARGIN after each stage's deadline if
+# a store that stopped answering still holds it (a thread blocked in the Neo4j driver cannot be
+# cancelled; every write is one transaction, so nothing is half-written).
+CLOSE_SECONDS = 1.0
+WATCHDOG_MARGIN = 0.3
 
 
 def add_server_commands(sub: Any, add: Add) -> None:
@@ -75,10 +83,62 @@ def _serve(args: argparse.Namespace, sockets: list[Any] | None = None) -> None:
     wm = open_wm(args, create=True)
     print(f"worldgraph {wm.store.name} store at {wm.path}; REST /v1, docs /docs, MCP /mcp (pid {os.getpid()})",
           file=sys.stderr)
+    graceful = float(wm.config.shutdown_timeout_seconds)
     config = uvicorn.Config(create_app(wm, host=args.host), host=args.host, port=args.port,
                             access_log=args.access_log, log_level="info", timeout_keep_alive=KEEP_ALIVE_SECONDS,
-                            timeout_graceful_shutdown=int(wm.config.shutdown_timeout_seconds) or None)
-    _serve_then_close(uvicorn.Server(config), wm, sockets)
+                            timeout_graceful_shutdown=graceful)  # type: ignore[arg-type]  # a float works
+    deadline = ShutdownDeadline(wm, graceful)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            deadline.start()
+            super().handle_exit(sig, frame)
+
+    _serve_then_close(Server(config), wm, sockets, deadline)
+
+
+class ShutdownDeadline:
+    """The bound on ``worldgraph serve``'s shutdown: started by the first SIGTERM / SIGINT, a
+    watchdog thread closes the model itself (handing packets back, bounded) when uvicorn has not
+    returned within the graceful time, and ends the process if it has not ended
+    CLOSE_SECONDS + WATCHDOG_MARGIN after closing began."""
+
+    def __init__(self, wm: Any, graceful: float) -> None:
+        import threading
+
+        self.wm, self.graceful = wm, graceful
+        self.closing = threading.Event()  # the main thread began closing the model
+        self.closed = threading.Event()  # ... and finished
+        self._started = False
+
+    def start(self) -> None:
+        import threading
+
+        if not self._started:
+            self._started = True
+            threading.Thread(target=self._watch, name="worldgraph-shutdown-watchdog", daemon=True).start()
+
+    def _watch(self) -> None:
+        if not self.closing.wait(self.graceful + WATCHDOG_MARGIN):
+            print(f"shutdown: requests still running after {self.graceful:g} s (a store does not answer?): "
+                  "they fail; closing now", file=sys.stderr, flush=True)
+            try:
+                self.wm.close(timeout=CLOSE_SECONDS)
+            finally:
+                self._exit()
+        # Closed or not, the process gets this long to end: a thread stuck in a store's driver
+        # (a request's, or an executor's that the interpreter joins at exit) must not keep it.
+        time.sleep(CLOSE_SECONDS + WATCHDOG_MARGIN)
+        what = "exiting" if self.closed.is_set() else "closing took too long (a store does not answer?): exiting"
+        print(f"shutdown: {what} now; threads still blocked on a store are dropped, packets not handed back go "
+              "back when their lease runs out", file=sys.stderr, flush=True)
+        self._exit()
+
+    @staticmethod
+    def _exit() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def _serve_workers(args: argparse.Namespace) -> int:
@@ -154,11 +214,14 @@ def _serve_workers(args: argparse.Namespace) -> int:
     return worst
 
 
-def _serve_then_close(server: Any, wm: Any, sockets: list[Any] | None = None) -> None:
-    """Run uvicorn until SIGINT / SIGTERM (it stops accepting and lets in-flight requests finish),
-    then close the model, which waits for the background world updates. Each merge is one
+def _serve_then_close(server: Any, wm: Any, sockets: list[Any] | None = None,
+                      deadline: ShutdownDeadline | None = None) -> None:
+    """Run uvicorn until SIGINT / SIGTERM (it stops accepting and gives in-flight requests
+    ``shutdown_timeout_seconds``), then close the model within CLOSE_SECONDS: background world
+    updates still running have their packets handed back as pending. Each merge is one
     transaction, so nothing is half-written; a second signal while closing exits at once, and an
-    update it cut short stays pending (or running) for `worldgraph world retry`."""
+    update it cut short stays pending (or running) for `worldgraph world retry`. ``deadline``
+    (started by the first signal) ends the process if a store holds any of this up."""
     def after_uvicorn(sig: int, frame: Any) -> None:
         pass  # uvicorn re-raises the signal it stopped on once it returns; the model is still open
 
@@ -173,8 +236,12 @@ def _serve_then_close(server: Any, wm: Any, sockets: list[Any] | None = None) ->
     finally:
         for sig in handled:
             signal.signal(sig, force)
+        if deadline is not None:
+            deadline.closing.set()
         try:
-            wm.close()
+            wm.close(timeout=CLOSE_SECONDS if deadline is not None else None)
+            if deadline is not None:
+                deadline.closed.set()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

@@ -36,43 +36,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from worldgraph.errors import (
-    CypherInputError,
-    CypherQueryError,
-    DeltaValidationError,
-    EmbeddingDimensionError,
-    ExtractionError,
-    InvalidInputError,
-    NotFoundError,
-    NotSupportedError,
-    PartialWriteError,
-    ReadOnlyError,
-    ReadOnlyQueryError,
-    StorageError,
-    StoreUnavailableError,
-    WorldGraphError,
-)
+from worldgraph.errors import EmbeddingDimensionError, ExtractionError, WorldGraphError, classify
 from worldgraph.server.models import UNION_TAGS
 
 log = logging.getLogger("worldgraph.server")
 
-# First match wins: subclasses before their bases.
-_STATUS: tuple[tuple[type[BaseException], int, str], ...] = (
-    (EmbeddingDimensionError, 500, "embedder_error"),
-    (CypherInputError, 400, "invalid_input"),
-    (InvalidInputError, 422, "invalid_input"),
-    (DeltaValidationError, 422, "invalid_delta"),
-    (NotFoundError, 404, "not_found"),
-    (ReadOnlyQueryError, 403, "query_refused"),
-    (CypherQueryError, 400, "invalid_query"),
-    (NotSupportedError, 501, "not_supported"),
-    (StoreUnavailableError, 503, "store_unavailable"),
-    (ExtractionError, 502, "extraction_failed"),
-    (ReadOnlyError, 403, "read_only"),
-    (StorageError, 507, "storage_full_or_failed"),
-    (PartialWriteError, 500, "partial_write"),
-    (WorldGraphError, 400, "bad_request"),
-)
 _HTTP_TYPES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                405: "method_not_allowed", 413: "payload_too_large", 415: "unsupported_media_type",
                422: "invalid_input", 429: "too_many_requests", 500: "internal", 503: "unavailable"}
@@ -102,22 +70,10 @@ def describe(exc: BaseException) -> ApiError:
     """The ApiError for any exception a facade call raised."""
     if isinstance(exc, ApiError):
         return exc
-    for cls, status, type_ in _STATUS:  # noqa: B007 - the match is read after the loop
-        if isinstance(exc, cls):
-            break
-    else:
+    known = classify(exc)
+    if known is None:
         return ApiError(500, "internal", "internal error; the server log has the details")
-    field: str | None = None
-    if isinstance(exc, InvalidInputError):
-        field = exc.field
-    elif isinstance(exc, DeltaValidationError):
-        first = exc.errors[0] if exc.errors else ""
-        path = first.split(":", 1)[0].strip()
-        field = None if path in ("", "$") else path
-    elif isinstance(exc, NotFoundError):
-        field = f"{exc.kind.replace(' ', '_')}_id"
-    elif isinstance(exc, (ReadOnlyQueryError, CypherQueryError)):
-        field = "query"
+    status, type_, field = known
     return ApiError(status, type_, str(exc), field)
 
 

@@ -16,13 +16,13 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp_types import ToolAnnotations
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from worldgraph import __version__
 from worldgraph.server.auth import forbidden, scope_scopes, scope_tenant
-from worldgraph.server.errors import describe
+from worldgraph.server.errors import ApiError, describe, validation_error
 from worldgraph.server.models import (
     DEFAULT_MIN_SIMILARITY,
     AgentExperience,
@@ -56,10 +56,45 @@ EnvName = Annotated[str, Field(description="The environment's name, e.g. Cottage
                                            "'_', '-', '.').")]
 
 
+class _BodyError(ToolError):
+    """A tool's failure whose text is already the REST error body."""
+
+
+def tool_error_body(exc: ToolError) -> str:
+    """The REST error body (JSON text) of a tool call's failure, whatever raised it: our own
+    errors keep their body; the SDK's check of the arguments against the tool's schema (a
+    pydantic ValidationError, whose text carries a URL and the SDK's "Error executing tool"
+    prefix) becomes REST's 422 body naming the first field, as ``/v1`` answers the same input;
+    an unknown tool is ``not_found``."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, _BodyError):
+            return str(cause)
+        if isinstance(cause, ValidationError):
+            return json.dumps(validation_error(cause.errors()).body())
+        cause = cause.__cause__
+    message = str(exc)
+    if message.startswith("Unknown tool: "):
+        return json.dumps(ApiError(404, "not_found", message, "name").body())
+    return json.dumps(ApiError(400, "bad_request", message).body())
+
+
+class _Server(MCPServer):
+    """MCPServer whose tool errors are exactly the REST error body (no SDK prefix)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError:
+            raise  # a crash: the SDK answers with a generic text and logs it
+        except ToolError as exc:
+            raise _BodyError(tool_error_body(exc)) from exc
+
+
 def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) -> MCPServer:
     """The MCP server over ``world_model()``. ``tenant``: the fixed tenant of a stdio server;
     None for HTTP, where each request's key names it."""
-    server: MCPServer = MCPServer("worldgraph", title="worldgraph memory and world model",
+    server: MCPServer = _Server("worldgraph", title="worldgraph memory and world model",
                                   instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
 
     def call(ctx: Context, fn: Callable[[WorldModel, str], T], need: str | None = None) -> T:
@@ -68,14 +103,14 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         request = ctx.request_context.request if ctx.request_context is not None else None
         who = scope_tenant(request) if request is not None else tenant
         if who is None:
-            raise ToolError(json.dumps({"error": {"type": "unauthorized", "field": None,
-                                                  "message": "no tenant: send Authorization: Bearer <key>"}}))
+            raise _BodyError(json.dumps({"error": {"type": "unauthorized", "field": None,
+                                                   "message": "no tenant: send Authorization: Bearer <key>"}}))
         if need is not None and request is not None and need not in (scope_scopes(request) or frozenset()):
-            raise ToolError(json.dumps(forbidden(need).body()))
+            raise _BodyError(json.dumps(forbidden(need).body()))
         try:
             return fn(world_model(), who)
         except Exception as exc:  # noqa: BLE001 - every failure goes back as the REST error body
-            raise ToolError(json.dumps(describe(exc).body())) from exc
+            raise _BodyError(json.dumps(describe(exc).body())) from exc
 
     @server.tool(annotations=WRITE)
     def record_experience(

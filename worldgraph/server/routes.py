@@ -135,7 +135,7 @@ async def submit_feedback(episode_id: str, body: FeedbackRequest, tenant: Tenant
     return await in_thread(rate)
 
 
-@router.get("/agents/{agent_id}/episodes", response_model=EpisodesResponse, tags=["memory"],
+@router.get("/agents/{agent_id}/episodes", response_model=EpisodesResponse, tags=["memory"], responses=_NOT_FOUND,
             summary="An agent's newest episodes")
 async def get_agent_episodes(agent_id: str, tenant: Tenant, wm: WM,
                              limit: Annotated[int, Query(gt=0, le=1000, description="How many, newest first")] = 30,
@@ -213,7 +213,7 @@ async def apply_delta(env: str, delta: Annotated[GraphDelta, Body()], tenant: Te
     return report.to_dict()  # type: ignore[no-any-return]
 
 
-@router.get("/envs/{env}/graph", response_model=WorldGraphOut, tags=["world"],
+@router.get("/envs/{env}/graph", response_model=WorldGraphOut, tags=["world"], responses=_NOT_FOUND,
             summary="One environment's graph: nodes, edges, rules, scenes, meta")
 async def world_graph(env: str, tenant: Tenant, wm: WM) -> dict[str, Any]:
     return await in_thread(wm.world_graph, tenant, env)
@@ -254,12 +254,14 @@ async def import_snapshot(env: str, body: Snapshot, tenant: Tenant, wm: WM) -> d
     return await in_thread(run)
 
 
-@router.get("/envs/{env}/view", response_class=HTMLResponse, tags=["world"],
+@router.get("/envs/{env}/view", response_class=HTMLResponse, tags=["world"], responses=_NOT_FOUND,
             summary="One self-contained HTML page drawing the environment's graph")
 async def view(env: str, tenant: Tenant, wm: WM) -> HTMLResponse:
-    from worldgraph.server.view import render_view
+    from worldgraph.server.headers import with_frame_ancestors
+    from worldgraph.server.view import render_view, view_csp
 
-    return HTMLResponse(await in_thread(lambda: render_view(wm.world_graph(tenant, env), env)))
+    page = await in_thread(lambda: render_view(wm.world_graph(tenant, env), env))
+    return HTMLResponse(page, headers={"Content-Security-Policy": with_frame_ancestors(view_csp())})
 
 
 @router.post("/cypher", response_model=CypherResponse, tags=["world"],

@@ -37,10 +37,9 @@ ATTRIBUTES_MAX = 24  # attribute keys kept per node
 
 def render_view(graph: dict[str, Any], title: str) -> str:
     """One HTML page drawing ``graph`` (what ``WorldModel.world_graph`` returns) under ``title``."""
-    scripts, hashes = _scripts()
+    scripts, _ = _scripts()
     css = _asset(APP_STYLE)
-    csp = ("default-src 'none'; " + "script-src " + " ".join(f"'{h}'" for h in hashes) + "; "
-           "style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'")
+    csp = view_csp()
     safe_title = html.escape(title, quote=True)
     parts = [
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n",
@@ -54,6 +53,16 @@ def render_view(graph: dict[str, Any], title: str) -> str:
         "</body></html>\n",
     ]
     return "".join(parts)
+
+
+def view_csp() -> str:
+    """The page's Content-Security-Policy: only its own inline scripts (by hash), inline style,
+    data: images; no network, no base URL, no form. ``render_view`` puts it in a ``<meta>`` (so a
+    saved file keeps it); the server also sends it as a header (adding ``frame-ancestors``,
+    which a ``<meta>`` policy cannot carry)."""
+    _, hashes = _scripts()
+    return ("default-src 'none'; " + "script-src " + " ".join(f"'{h}'" for h in hashes) + "; "
+            "style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'")
 
 
 def page_data(graph: dict[str, Any]) -> dict[str, Any]:
