@@ -34,8 +34,8 @@ import measure  # noqa: E402
 from corpus import Corpus, PrecomputedEmbedder  # noqa: E402
 
 from worldgraph.config import WorldGraphConfig  # noqa: E402
-from worldgraph.memory.index import EpisodeIndex  # noqa: E402
-from worldgraph.memory.index_policy import ann_partitions_for  # noqa: E402
+from worldgraph.memory.index.episode_index import EpisodeIndex  # noqa: E402
+from worldgraph.memory.index.policy import ann_partitions_for  # noqa: E402
 
 TENANT = "bench"
 NAME = PrecomputedEmbedder.name

@@ -1,7 +1,7 @@
 """What sealing cypher() costs: the per-label tenant_id indexes on writes, the plan check on reads.
 
 Writes: the same work with the indexes schema 4 added for cypher() (a tenant_id index per label of
-``neo4j_queries.TENANT_LABELS``, WorldNode (tenant_id, env_name, name)) present and dropped,
+``neo4j.queries.TENANT_LABELS``, WorldNode (tenant_id, env_name, name)) present and dropped,
 alternating (on, off, on, off, ...) so drift on a busy machine hits both alike:
 ``apply_plan`` of a fresh ~10k-element plan (bench_neo4j.make_plan) and ``add_episodes`` of
 1,000-episode batches. Median per variant.
@@ -45,11 +45,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_neo4j import _free_port, make_plan  # noqa: E402
 
 from worldgraph import WorldModel  # noqa: E402
+from worldgraph.cli.replay import replay_log  # noqa: E402
 from worldgraph.errors import WorldGraphError  # noqa: E402
-from worldgraph.kg import neo4j_queries as q  # noqa: E402
-from worldgraph.kg.neo4j_store import Neo4jGraphStore  # noqa: E402
+from worldgraph.kg.neo4j import queries as q  # noqa: E402
+from worldgraph.kg.neo4j.store import Neo4jGraphStore  # noqa: E402
 from worldgraph.memory.embeddings import HashingEmbedder  # noqa: E402
-from worldgraph.replay import replay_log  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = "CottageEscape"

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cypher import episodes  # noqa: E402
 from bench_neo4j import ENV, make_plan  # noqa: E402
 
-from worldgraph.kg.embedded import EmbeddedGraphStore  # noqa: E402
+from worldgraph.kg.embedded.store import EmbeddedGraphStore  # noqa: E402
 from worldgraph.kg.store import GraphStore  # noqa: E402
 
 QUERIES = {
@@ -115,7 +115,7 @@ def main() -> None:
         for k, v in measure(lambda: EmbeddedGraphStore(path), tenant, params, args.runs, args.deltas).items():
             print(f"  embedded  {k:40s} {v:9.1f}")
     if args.neo4j:
-        from worldgraph.kg.neo4j_store import Neo4jGraphStore
+        from worldgraph.kg.neo4j.store import Neo4jGraphStore
 
         def neo() -> Neo4jGraphStore:
             return Neo4jGraphStore(os.environ.get("NEO4J_URI", "bolt://127.0.0.1:7687"),

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from worldgraph import WorldModel
-from worldgraph.kg.lifecycle_base import EpisodeFilter
+from worldgraph.kg.lifecycle import EpisodeFilter
 from worldgraph.memory.lifecycle import encode_cursor
 
 

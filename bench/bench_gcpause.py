@@ -22,7 +22,7 @@ from typing import Any
 import lancedb  # noqa: F401 - a realistic heap, as in a server process
 
 import worldgraph.export.snapshot as snap
-import worldgraph.kg.summary as summ
+import worldgraph.world.summary as summ
 from worldgraph.gcpause import gc_paused
 
 T, ENV, NOW = "t", "env", "2026-01-01T00:00:00.000000+00:00"

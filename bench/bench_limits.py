@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from worldgraph import WorldModel
-from worldgraph.kg.embedded import EmbeddedGraphStore
+from worldgraph.kg.embedded.store import EmbeddedGraphStore
 from worldgraph.memory.embeddings import HashingEmbedder
 from worldgraph.memory.record import build_episode, parse_experience
 

@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_memory import Corpus, PrecomputedEmbedder, pct  # noqa: E402
 
 from worldgraph import WorldModel  # noqa: E402
-from worldgraph.kg.embedded import EmbeddedGraphStore  # noqa: E402
+from worldgraph.kg.embedded.store import EmbeddedGraphStore  # noqa: E402
 from worldgraph.kg.records import MergePlan  # noqa: E402
 from worldgraph.kg.store import GraphStore  # noqa: E402
 
@@ -131,8 +131,8 @@ def measure_floor(store: Any, elements: int, runs: int) -> dict[str, Any]:
     """The same plan's nodes and edges, with the properties apply_plan writes, written by plain
     CREATE statements in one transaction: no MERGE, rules, scene links, meta or counts. About
     what this server and machine do for these writes at best; apply_plan cannot beat it."""
-    from worldgraph.kg import neo4j_queries as q
-    from worldgraph.kg.neo4j_rows import _row
+    from worldgraph.kg.neo4j import queries as q
+    from worldgraph.kg.neo4j.rows import _row
 
     nodes_q = {kind: f"UNWIND $rows AS row CREATE (n:WorldNode:{label} {{key: row.key}}) "
                      f"SET n.tenant_id = $tenant_id, n.env_name = $env_name, n.id = row.id, "
@@ -309,7 +309,7 @@ def time_parts(wm: WorldModel, tenant: str, qvecs: list[Any]) -> dict[str, float
 
 
 def measure_recall(neo_uri: str, user: str, password: str, tmp: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
-    from worldgraph.kg.neo4j_store import Neo4jGraphStore
+    from worldgraph.kg.neo4j.store import Neo4jGraphStore
 
     print(f"generating {args.episodes:,} episodes ...", file=sys.stderr)
     corpus = Corpus(args.episodes, seed=20260101)
@@ -410,7 +410,7 @@ def main() -> int:
     global SERVER_PID
     SERVER_PID = args.server_pid
 
-    from worldgraph.kg.neo4j_store import Neo4jGraphStore
+    from worldgraph.kg.neo4j.store import Neo4jGraphStore
 
     results: list[dict[str, Any]] = []
     floor: dict[str, Any] | None = None

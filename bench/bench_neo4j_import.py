@@ -31,8 +31,8 @@ import measure  # noqa: E402
 from bench_neo4j import ENV, make_plan  # noqa: E402
 
 from worldgraph.export.snapshot import read_snapshot, snapshot_dir, write_snapshot  # noqa: E402
-from worldgraph.kg.neo4j_import import graph_size, import_state  # noqa: E402
-from worldgraph.kg.neo4j_store import Neo4jGraphStore  # noqa: E402
+from worldgraph.kg.neo4j.snapshot_import import graph_size, import_state  # noqa: E402
+from worldgraph.kg.neo4j.store import Neo4jGraphStore  # noqa: E402
 
 
 def environment(tenant: str, nodes: int) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from bench_neo4j import NEIGHBOURHOOD_OPTS, RECALL_OPTS, _canvas, scene_plans, t
 from corpus import Corpus, PrecomputedEmbedder  # noqa: E402
 
 from worldgraph import WorldModel  # noqa: E402
-from worldgraph.kg.neo4j_store import Neo4jGraphStore  # noqa: E402
+from worldgraph.kg.neo4j.store import Neo4jGraphStore  # noqa: E402
 
 
 def record(wm: WorldModel, tenant: str, corpus: Corpus, emb: PrecomputedEmbedder, batch: int,

@@ -44,15 +44,15 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import worldgraph.kg.world as world_mod  # noqa: E402
+import worldgraph.world.updater as world_mod  # noqa: E402
 from worldgraph import WorldModel  # noqa: E402
 from worldgraph.export.snapshot import FILES, META_FILE, read_snapshot, write_snapshot  # noqa: E402
-from worldgraph.kg import merge as merge_mod  # noqa: E402
-from worldgraph.kg.curiosity import AgentRound, build_scene_packet  # noqa: E402
-from worldgraph.kg.merge import plan_merge, referenced_node_ids  # noqa: E402
 from worldgraph.kg.records import GraphView  # noqa: E402
-from worldgraph.kg.summary import render_summary, summarize_graph  # noqa: E402
 from worldgraph.memory.embeddings import HashingEmbedder  # noqa: E402
+from worldgraph.world.curiosity import AgentRound, build_scene_packet  # noqa: E402
+from worldgraph.world.merge import engine as merge_mod  # noqa: E402
+from worldgraph.world.merge.engine import plan_merge, referenced_node_ids  # noqa: E402
+from worldgraph.world.summary import render_summary, summarize_graph  # noqa: E402
 
 TENANT = "bench"
 ENV = "bench-house"

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-WORLDGRAPH = [sys.executable, "-m", "worldgraph.cli"]
+WORLDGRAPH = [sys.executable, "-m", "worldgraph.cli.main"]
 
 
 def free_port() -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from worldgraph.cli import main
+from worldgraph.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from worldgraph.cli import main
+from worldgraph.cli.main import main
 from worldgraph.errors import ERROR_TYPES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,7 +64,7 @@ def _cases(data: Path, tmp: Path) -> dict[str, tuple[list[str], str]]:
 
 
 def _run(args: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "worldgraph.cli", *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "worldgraph.cli.main", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
 
 

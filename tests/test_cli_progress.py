@@ -19,7 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from worldgraph import WorldModel
-from worldgraph.cli import build_parser, main
+from worldgraph.cli.main import build_parser, main
 from worldgraph.memory.embeddings import HashingEmbedder
 from worldgraph.server.app import create_app
 from worldgraph.server.keys import ApiKeys
@@ -47,7 +47,7 @@ def _run_cli(args: list[str], tty: bool, tmp_path: Path) -> tuple[int, str, str]
     """The CLI in a child process, its stderr a pseudo-terminal (``tty``) or a pipe."""
     env = {**os.environ, "WORLDGRAPH_EMBEDDING_PROVIDER": "hashing", "PYTHONPATH": str(ROOT),
            "COLUMNS": "100"}
-    cmd = [sys.executable, "-m", "worldgraph.cli", *args]
+    cmd = [sys.executable, "-m", "worldgraph.cli.main", *args]
     if not tty:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
         return proc.returncode, proc.stdout, proc.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from worldgraph.cli import main
+from worldgraph.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "examples" / "experiences.jsonl"
@@ -91,14 +91,14 @@ def test_neighborhood_and_canvas_context_print_text(cli) -> None:  # type: ignor
 
 # a command whose libraries warn, as LanceDB's deprecation warnings did on every recall
 NOISY = ("import logging, sys, warnings\n"
-         "import worldgraph.commands.memory as m\n"
+         "import worldgraph.cli.memory as m\n"
          "def noisy(args):\n"
          "    warnings.warn('old_api is deprecated', DeprecationWarning)\n"
          "    logging.getLogger('lancedb').warning('lancedb says hello')\n"
          "    print('ok')\n"
          "    return 0\n"
          "m.cmd_stats = noisy\n"
-         "from worldgraph.cli import main\n"
+         "from worldgraph.cli.main import main\n"
          "sys.exit(main(sys.argv[1:]))\n")
 
 

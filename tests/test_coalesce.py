@@ -113,7 +113,7 @@ def test_cli_sessions_share_batches_and_keep_file_order(tmp_path: Path, monkeypa
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    from worldgraph.cli import main
+    from worldgraph.cli.main import main
 
     calls: list[int] = []
     real = HashingEmbedder.embed
@@ -146,7 +146,7 @@ def test_cli_a_bad_session_fails_and_names_the_stored_ones(tmp_path: Path, monke
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    from worldgraph.cli import main
+    from worldgraph.cli.main import main
 
     monkeypatch.setenv("WORLDGRAPH_EMBEDDING_PROVIDER", "hashing")
     f = tmp_path / "sessions.jsonl"

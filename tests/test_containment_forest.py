@@ -24,11 +24,11 @@ from hypothesis import strategies as st
 
 from tests.test_merge import ENV, T, load_view, now
 from worldgraph.config import WorldGraphConfig
-from worldgraph.kg.embedded import EmbeddedGraphStore
-from worldgraph.kg.merge import apply_plan_to_view, plan_merge, referenced
+from worldgraph.kg.embedded.store import EmbeddedGraphStore
 from worldgraph.kg.records import GraphView
 from worldgraph.kg.store import GraphStore
-from worldgraph.kg.world import WorldUpdater
+from worldgraph.world.merge.engine import apply_plan_to_view, plan_merge, referenced
+from worldgraph.world.updater import WorldUpdater
 
 NAMES = ("kitchen", "key", "box")
 TYPES = ("item", "container", "room")
@@ -154,7 +154,7 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorldUpdater]
 
 @pytest.fixture(scope="module")
 def neo4j(request: pytest.FixtureRequest) -> Iterator[WorldUpdater]:
-    from worldgraph.kg.neo4j_store import Neo4jGraphStore
+    from worldgraph.kg.neo4j.store import Neo4jGraphStore
 
     server = request.getfixturevalue("neo4j_server")
     with updater(Neo4jGraphStore(server["uri"], server["user"], server["password"])) as world:

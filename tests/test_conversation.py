@@ -11,7 +11,7 @@ import pytest
 
 from tests.test_service_stores import tenant, wm  # noqa: F401 - fixtures (both stores)
 from worldgraph import InvalidInputError, WorldModel
-from worldgraph.cli import main
+from worldgraph.cli.main import main
 
 TURNS = [
     {"speaker": "Melanie", "text": "Where did you go last weekend?", "timestamp": "2023-05-08T13:56:00Z"},

@@ -5,7 +5,7 @@ from datetime import datetime, timezone
 import pytest
 
 from worldgraph.errors import InvalidInputError
-from worldgraph.kg.curiosity import (
+from worldgraph.world.curiosity import (
     MAX_OBSERVATION_CHARS,
     AgentRound,
     RoundHistory,

@@ -21,7 +21,7 @@ from mcp import Client
 
 from worldgraph import CypherQueryError, WorldModel
 from worldgraph.errors import InvalidInputError
-from worldgraph.kg.neo4j_store import Neo4jGraphStore
+from worldgraph.kg.neo4j.store import Neo4jGraphStore
 from worldgraph.memory.embeddings import HashingEmbedder
 from worldgraph.server.app import create_app
 from worldgraph.server.keys import ApiKeys
@@ -189,7 +189,7 @@ def test_params_never_cause_a_500(wm: WorldModel, tenant: str) -> None:
 
 def test_the_cli_ends_on_time(wm: WorldModel, tenant: str, neo4j_server: dict[str, str], tmp_path: Path,
                               capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from worldgraph.cli import main as cli_main
+    from worldgraph.cli.main import main as cli_main
 
     monkeypatch.setenv("WORLDGRAPH_CYPHER_TIMEOUT_SECONDS", str(TIMEOUT))
     monkeypatch.setenv("WORLDGRAPH_EMBEDDING_PROVIDER", "hashing")

@@ -1,4 +1,4 @@
-"""Cypher on the embedded store (``worldgraph.kg.embedded_cypher``).
+"""Cypher on the embedded store (``worldgraph.kg.embedded.cypher``).
 
 The contract suite loads the same records into the embedded store and into Neo4j and asserts that
 every query returns the same rows on both (order-insensitive unless the query orders them
@@ -19,11 +19,11 @@ import pytest
 
 from tests.test_cypher_tenants import ATTACKS, _owners, _readme_queries, _seed, assert_readme_answers
 from worldgraph import CypherQueryError, ReadOnlyQueryError, WorldModel
+from worldgraph.cli.replay import replay_log
 from worldgraph.errors import InvalidInputError
-from worldgraph.kg.embedded import EmbeddedGraphStore
+from worldgraph.kg.embedded.store import EmbeddedGraphStore
 from worldgraph.kg.store import GraphStore
 from worldgraph.memory.embeddings import HashingEmbedder
-from worldgraph.replay import replay_log
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = "CottageEscape"
@@ -189,7 +189,7 @@ def _same(a: list[dict[str, Any]], b: list[dict[str, Any]], ordered: bool) -> bo
 @pytest.mark.neo4j
 def test_contract_same_rows_on_both_stores(world: tuple[WorldModel, str], neo4j_server: dict[str, str],
                                            tmp_path: Path) -> None:
-    from worldgraph.kg.neo4j_store import Neo4jGraphStore
+    from worldgraph.kg.neo4j.store import Neo4jGraphStore
 
     wm, src = world
     tenant = f"contract-{uuid.uuid4().hex[:8]}"
@@ -228,7 +228,7 @@ def test_readme_queries_run_on_the_embedded_default(world: tuple[WorldModel, str
                                                     monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """The README's Cypher section, as written, through the CLI of the default store."""
-    from worldgraph.cli import main as cli_main
+    from worldgraph.cli.main import main as cli_main
 
     wm, tenant = world
     data = Path(wm.store.path).parent  # type: ignore[attr-defined]
@@ -378,7 +378,7 @@ def test_the_adversarial_suite_sees_only_the_attacker(tmp_path: Path) -> None:
 
 def test_the_demo_ends_with_a_cypher_exploration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from worldgraph.cli import main as cli_main
+    from worldgraph.cli.main import main as cli_main
 
     monkeypatch.setenv("WORLDGRAPH_EMBEDDING_PROVIDER", "hashing")
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
@@ -392,7 +392,7 @@ def test_the_demo_ends_with_a_cypher_exploration(tmp_path: Path, monkeypatch: py
 
 
 def test_a_world_delta_reloads_only_the_world_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from worldgraph.kg import embedded_cypher
+    from worldgraph.kg.embedded import cypher as embedded_cypher
 
     wm = WorldModel.open(tmp_path, embedder=HashingEmbedder(64))
     try:

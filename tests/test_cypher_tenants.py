@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 
 from worldgraph import CypherQueryError, ReadOnlyQueryError, WorldModel
-from worldgraph.cli import main as cli_main
+from worldgraph.cli.main import main as cli_main
+from worldgraph.cli.replay import replay_log
 from worldgraph.errors import InvalidInputError, TenantScopeError
 from worldgraph.kg import cypher_guard
-from worldgraph.kg import neo4j_queries as q
-from worldgraph.kg.neo4j_store import Neo4jGraphStore
+from worldgraph.kg.neo4j import queries as q
+from worldgraph.kg.neo4j.store import Neo4jGraphStore
 from worldgraph.memory.embeddings import HashingEmbedder
-from worldgraph.replay import replay_log
 
 pytestmark = pytest.mark.neo4j
 

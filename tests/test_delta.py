@@ -8,7 +8,8 @@ import jsonschema
 import pytest
 
 from worldgraph.errors import DeltaValidationError
-from worldgraph.kg.delta import (
+from worldgraph.kg.ids import edge_id, node_id, normalise_name, normalise_type, rule_id
+from worldgraph.world.delta.parse import (
     EdgeItem,
     EntityItem,
     RuleItem,
@@ -19,7 +20,6 @@ from worldgraph.kg.delta import (
     parse_item,
     validate_delta,
 )
-from worldgraph.kg.ids import edge_id, node_id, normalise_name, normalise_type, rule_id
 
 CONTRACT_EXAMPLE = {
     "entities": [{"ref": "e1", "name": "brass key", "type": "item", "attributes": {"color": "brass"},

@@ -14,10 +14,10 @@ import pytest
 
 from tests.fake_openai import FakeOpenAI
 from worldgraph import DeltaValidationError, WorldModel
-from worldgraph.kg.delta import MAX_ITEMS, ParsedDelta, parse_delta
-from worldgraph.kg.merge import plan_merge, referenced
 from worldgraph.kg.records import GraphView
 from worldgraph.memory.embeddings import HashingEmbedder
+from worldgraph.world.delta.parse import MAX_ITEMS, ParsedDelta, parse_delta
+from worldgraph.world.merge.engine import plan_merge, referenced
 
 ENV = "Warehouse"
 N = 550  # above the default limit (500), below the configured one (600)

@@ -15,7 +15,7 @@ import pytest
 from worldgraph import WorldModel
 from worldgraph.errors import InvalidInputError
 from worldgraph.memory.embeddings import HashingEmbedder, embedder_name, same_fallback_label
-from worldgraph.memory.index import META_FILE
+from worldgraph.memory.index.episode_index import META_FILE
 
 MODULE = textwrap.dedent('''
     import sys

@@ -10,9 +10,9 @@ import pytest
 
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import DeltaValidationError, ExtractionError
-from worldgraph.kg.curiosity import AgentRound, build_scene_packet
-from worldgraph.kg.extractor import DeltaExtractor, InvalidDeltaError, LLMUnavailableError, strip_fences
 from worldgraph.kg.records import DroppedItem
+from worldgraph.world.curiosity import AgentRound, build_scene_packet
+from worldgraph.world.extractor import DeltaExtractor, InvalidDeltaError, LLMUnavailableError, strip_fences
 
 try:  # the lead's conftest may import the fixture too; both ways work
     from tests.fake_openai import FakeOpenAI, Reply, closed_port_url, fake_openai  # noqa: F401

@@ -12,8 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 from fidelity_oracle import CORRUPTIONS, containment, corrupt, oracle_delta, score, transitions, visible  # noqa: E402
 
-from worldgraph.kg.merge import apply_plan_to_view, plan_merge  # noqa: E402
 from worldgraph.kg.records import GraphView  # noqa: E402
+from worldgraph.world.merge.engine import apply_plan_to_view, plan_merge  # noqa: E402
 
 R, P, I = ("kitchen", "r"), ("P", "P"), ("I", "I")  # noqa: E741 - the game's own one-letter names
 CHEST, APPLE, KEY, TABLE = ("chest", "c"), ("apple", "f"), ("brass key", "k"), ("table", "s")

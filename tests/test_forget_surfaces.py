@@ -14,7 +14,7 @@ from mcp import Client
 
 from tests.test_server_api import DELTA, EXPERIENCE, Api, _tenant_api, client, wm  # noqa: F401 - fixtures
 from worldgraph import InvalidInputError, WorldModel
-from worldgraph.cli import main
+from worldgraph.cli.main import main
 from worldgraph.memory.embeddings import HashingEmbedder
 from worldgraph.server.keys import ApiKeys
 from worldgraph.server.mcp_server import build_mcp

@@ -15,7 +15,7 @@ import pytest
 
 from worldgraph import DeltaValidationError, FeedbackResult, InvalidInputError, RecallResult, StorageError, WorldModel
 from worldgraph.clock import iso, now_iso, utcnow
-from worldgraph.kg.embedded import EmbeddedGraphStore
+from worldgraph.kg.embedded.store import EmbeddedGraphStore
 from worldgraph.locks import file_lock
 from worldgraph.memory.cosine import cosine_matrix, cosine_to
 from worldgraph.memory.embeddings import HashingEmbedder
@@ -156,7 +156,7 @@ def test_feedback_returns_a_feedback_result_of_the_same_shape(tmp_path: Path) ->
 
 
 def test_invalid_delta_error_is_the_one_delta_error() -> None:
-    from worldgraph.kg.extractor import InvalidDeltaError
+    from worldgraph.world.extractor import InvalidDeltaError
 
     assert InvalidDeltaError is DeltaValidationError
     err = DeltaValidationError(["entities: must be an array"], raw='{"entities": 1}')

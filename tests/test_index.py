@@ -15,7 +15,7 @@ import pytest
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
 from worldgraph.memory.embeddings import HashingEmbedder
-from worldgraph.memory.index import META_FILE, EpisodeIndex, build_filter, metadata_filter, sql_literal, table_name
+from worldgraph.memory.index.episode_index import META_FILE, EpisodeIndex, build_filter, metadata_filter, sql_literal, table_name
 
 REPO = Path(__file__).resolve().parents[1]
 D = 384
@@ -403,7 +403,7 @@ def test_optimize_runs_every_n_writes(tmp_path):
 _WRITER = """
 import sys, numpy as np
 from worldgraph.config import WorldGraphConfig
-from worldgraph.memory.index import EpisodeIndex
+from worldgraph.memory.index.episode_index import EpisodeIndex
 path, prefix = sys.argv[1], sys.argv[2]
 idx = EpisodeIndex(path, 16, "proc", WorldGraphConfig(compact_every_writes=7))
 rng = np.random.default_rng(abs(hash(prefix)) % 1000)
@@ -515,7 +515,7 @@ def test_optimize_every_rows_starts_background_optimize(tmp_path):
 def test_old_single_table_layout_is_migrated(tmp_path):
     import lancedb
 
-    from worldgraph.memory.index import TABLE_NAME, episode_schema
+    from worldgraph.memory.index.episode_index import TABLE_NAME, episode_schema
 
     path = tmp_path / "db"
     legacy = lancedb.connect(str(path)).create_table(TABLE_NAME, schema=episode_schema(D))

@@ -15,8 +15,8 @@ from worldgraph import WorldModel
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import InvalidInputError
 from worldgraph.memory.embeddings import HashingEmbedder
-from worldgraph.memory.index import EpisodeIndex
-from worldgraph.memory.index_policy import ann_due_rows, ann_partitions_for, ann_search_params, vector_index_config
+from worldgraph.memory.index.episode_index import EpisodeIndex
+from worldgraph.memory.index.policy import ann_due_rows, ann_partitions_for, ann_search_params, vector_index_config
 
 
 def rows(start: int, stop: int, rng: np.random.Generator, tenant: str = "A", dims: int = 16) -> list[dict[str, Any]]:
@@ -214,7 +214,7 @@ def test_old_versions_are_cleaned_up(tmp_path: Path):
 
 
 def test_segment_merging_is_size_tiered():
-    from worldgraph.memory.index_policy import segments_to_merge
+    from worldgraph.memory.index.policy import segments_to_merge
 
     assert segments_to_merge([100, 5, 5], 3) == 0  # within the limit
     assert segments_to_merge([100, 5, 5, 5], 3) == 3  # the deltas, not the big base
@@ -229,7 +229,7 @@ def test_compaction_target_tiers() -> None:
     times as big; deletions past lance's share force a rewrite; an explicit optimize merges all."""
     from types import SimpleNamespace
 
-    from worldgraph.memory.index_policy import COMPACT_TIER, compaction_target
+    from worldgraph.memory.index.policy import COMPACT_TIER, compaction_target
 
     def ds(*frags: int | tuple[int, int]) -> Any:
         out = []

@@ -1,4 +1,4 @@
-"""Small tables searched in process (memory/index_small.py) give LanceDB's answers, and see
+"""Small tables searched in process (memory/index/small.py) give LanceDB's answers, and see
 every write: this object's, another object's on the same folder, another process's."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 
 from worldgraph.config import WorldGraphConfig
 from worldgraph.memory.embeddings import HashingEmbedder
-from worldgraph.memory.index import EpisodeIndex, table_name
-from worldgraph.memory.index_small import terms
+from worldgraph.memory.index.episode_index import EpisodeIndex, table_name
+from worldgraph.memory.index.small import terms
 
 REPO = Path(__file__).resolve().parents[1]
 D = 64
@@ -114,7 +114,8 @@ def test_another_process_write_is_seen(index, tmp_path):
     index.text_search("A", "apple", columns=["episode_id"])  # the copy exists
     code = (
         "import sys; from worldgraph.config import WorldGraphConfig; "
-        "from worldgraph.memory.embeddings import HashingEmbedder; from worldgraph.memory.index import EpisodeIndex; "
+        "from worldgraph.memory.embeddings import HashingEmbedder; "
+        "from worldgraph.memory.index.episode_index import EpisodeIndex; "
         f"h = HashingEmbedder({D}); idx = EpisodeIndex(sys.argv[1], {D}, h.name, WorldGraphConfig()); "
         "idx.upsert([dict(episode_id='far', tenant_id='A', text='okapi gazelle', vector=h.embed(['okapi gazelle'])[0])]); "
         "idx.close()"

@@ -1,16 +1,21 @@
-"""Dependencies point one way (ARCHITECTURE.md): cli / server -> service -> memory, kg, export ->
-stores -> records, ids, errors, config.
+"""Dependencies point one way (docs/architecture.md, "Layers"), stated by package:
+
+    front     worldgraph.cli, worldgraph.server, worldgraph.neo4j_local
+    facade    worldgraph (the package's re-exports), worldgraph.service, worldgraph.aio, worldgraph.access
+    pipelines worldgraph.memory, worldgraph.world, worldgraph.export
+    stores    worldgraph.kg
+    ground    errors, config, clock, names, limits, locks, schema, gcpause, filemodes, bundled, prompts
+
+A module imports only its own layer and the layers below it. A module of the package that is in
+no layer fails the test: place it (a new package is a decision, written here and in the docs).
 
 Every module of the package is parsed with ``ast`` (nothing is imported), and every import in it
 counts: module level and inside functions alike, absolute and relative. For cycles, imports
 under ``if TYPE_CHECKING:`` are left out (they never run, so they cannot form a runtime cycle);
-for the upward check they count: a module below the service that names the facade even only in
+for the layer check they count: a module below the service that names the facade even only in
 its annotations takes the facade, which is what the layering forbids. The implicit import of a
 parent package (``worldgraph/__init__.py`` runs before any ``worldgraph.x``) is left out: it is
 Python's, not the module's.
-
-The test fails on any import cycle inside the package, and on any module below the service
-importing the service, the CLI or the server.
 """
 
 from __future__ import annotations
@@ -20,31 +25,28 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "worldgraph"
 
-# The layer above the service (front ends) and the service layer itself; everything else is below.
-FRONT = ("worldgraph.cli", "worldgraph.console", "worldgraph.demo", "worldgraph.worker_cli",
-         "worldgraph.neo4j_local", "worldgraph.server", "worldgraph.commands", "worldgraph.__main__")
-SERVICE = ("worldgraph", "worldgraph.service", "worldgraph.replay")
-# The ground floor: imported by every layer, importing none of them.
-BASE = ("worldgraph.errors", "worldgraph.config", "worldgraph.clock", "worldgraph.names", "worldgraph.schema",
-        "worldgraph.locks", "worldgraph.gcpause", "worldgraph.limits")
-# The stores and what they are made of: below memory, the world updater, merge and export.
-STORES = ("worldgraph.kg.store", "worldgraph.kg.embedded", "worldgraph.kg.embedded_episodes",
-          "worldgraph.kg.embedded_world", "worldgraph.kg.embedded_leases", "worldgraph.kg.embedded_sql",
-          "worldgraph.kg.neo4j_store", "worldgraph.kg.neo4j_leases", "worldgraph.kg.neo4j_queries",
-          "worldgraph.kg.cypher_guard", "worldgraph.kg.cypher_limits", "worldgraph.kg.neo4j_cypher",
-          "worldgraph.kg.sqlite_open", "worldgraph.kg.codec", "worldgraph.kg.sessions",
-          "worldgraph.kg.lease", "worldgraph.kg.records", "worldgraph.kg.ids",
-          # the parts of the Neo4j store (neo4j_store assembles them; neo4j_queries re-exports the Cypher)
-          "worldgraph.kg.neo4j_base", "worldgraph.kg.neo4j_episodes", "worldgraph.kg.neo4j_world",
-          "worldgraph.kg.neo4j_import", "worldgraph.kg.neo4j_rows", "worldgraph.kg.neo4j_schema",
-          "worldgraph.kg.neo4j_episode_queries", "worldgraph.kg.neo4j_world_queries",
-          # browse and forget: each store's part and what they share
-          "worldgraph.kg.lifecycle_base", "worldgraph.kg.embedded_lifecycle", "worldgraph.kg.neo4j_lifecycle")
+# Top to bottom. A name covers the module and everything under it (``worldgraph`` itself: only
+# the package's __init__).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("front", ("worldgraph.cli", "worldgraph.server", "worldgraph.neo4j_local", "worldgraph.__main__")),
+    ("facade", ("worldgraph", "worldgraph.service", "worldgraph.aio", "worldgraph.access")),
+    ("pipelines", ("worldgraph.memory", "worldgraph.world", "worldgraph.export")),
+    ("stores", ("worldgraph.kg",)),
+    ("ground", ("worldgraph.errors", "worldgraph.config", "worldgraph.clock", "worldgraph.names",
+                "worldgraph.limits", "worldgraph.locks", "worldgraph.schema", "worldgraph.gcpause",
+                "worldgraph.filemodes", "worldgraph.bundled", "worldgraph.prompts")),
+)
 
 
-def _in(module: str, names: tuple[str, ...]) -> bool:
-    return any(module == n or module.startswith(n + ".") for n in names if n != "worldgraph") or (
-        "worldgraph" in names and module == "worldgraph")
+def layer_of(module: str) -> int | None:
+    """The index of ``module``'s layer in LAYERS (0 = the top), None if it is in none."""
+    best: tuple[int, int] | None = None  # (length of the matching name, layer): the longest name wins
+    for i, (_, names) in enumerate(LAYERS):
+        for n in names:
+            hit = module == n if n == "worldgraph" else (module == n or module.startswith(n + "."))
+            if hit and (best is None or len(n) > best[0]):
+                best = (len(n), i)
+    return None if best is None else best[1]
 
 
 def package_modules(package: Path = PACKAGE) -> dict[str, Path]:
@@ -168,26 +170,25 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    """'a -> b' for each module below the service importing the service layer or a front end,
-    each ground-floor module importing anything above the ground floor, and each store module
-    importing anything but stores and the ground floor."""
+    """'a -> b (why)' for each import of a higher layer, and each module in no layer."""
     bad = []
     for module, targets in sorted(graph.items()):
-        below_service = not _in(module, FRONT) and not _in(module, SERVICE)
+        mine = layer_of(module)
+        if mine is None:
+            bad.append(f"{module} is in no layer (add its package to LAYERS in tests/test_layers.py)")
+            continue
         for target in sorted(targets):
-            if below_service and (_in(target, FRONT) or _in(target, SERVICE)):
-                bad.append(f"{module} -> {target}")
-            elif _in(module, BASE) and not _in(target, BASE):
-                bad.append(f"{module} -> {target} (the ground floor imports only the ground floor)")
-            elif _in(module, STORES) and not (_in(target, STORES) or _in(target, BASE)):
-                bad.append(f"{module} -> {target} (a store imports only stores and the ground floor)")
+            theirs = layer_of(target)
+            if theirs is not None and theirs < mine:
+                bad.append(f"{module} -> {target} (the {LAYERS[mine][0]} layer imports only itself and the layers "
+                           f"below it, not {LAYERS[theirs][0]})")
     return bad
 
 
 def test_the_graph_sees_every_kind_of_import() -> None:
     graph = import_graph()
-    assert "worldgraph.kg.world" in graph["worldgraph.service"]  # module level
-    assert "worldgraph.kg.summary" in graph["worldgraph.kg.world"]  # inside a function
+    assert "worldgraph.world.updater" in graph["worldgraph.service"]  # module level
+    assert "worldgraph.world.summary" in graph["worldgraph.world.updater"]  # inside a function
     assert "worldgraph.service" in graph["worldgraph"]  # the package's re-exports
     assert len(graph) > 80
 
@@ -198,27 +199,38 @@ def test_no_import_cycles() -> None:
         "\n".join(" <-> ".join(c) for c in cycles)
 
 
-def test_nothing_below_the_service_imports_upward() -> None:
+def test_every_module_imports_only_its_layer_and_below() -> None:
     bad = upward_imports(import_graph(type_checking=True))
     assert bad == [], "modules import a higher layer (pass them a store or a callable instead):\n" + "\n".join(bad)
 
 
-def test_the_checks_catch_a_cycle_and_an_upward_import(tmp_path: Path) -> None:
+def test_the_checks_catch_a_cycle_an_upward_import_and_a_stray_module(tmp_path: Path) -> None:
     pkg = tmp_path / "worldgraph"
-    (pkg / "kg").mkdir(parents=True)
+    for sub in ("world", "kg"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
-    (pkg / "kg" / "__init__.py").write_text("")
-    (pkg / "service.py").write_text("from worldgraph.kg import world\n")
-    (pkg / "kg" / "world.py").write_text("def f():\n    from . import merge\n")
-    (pkg / "kg" / "merge.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                         "    from worldgraph import service\n"
-                                         "def g():\n    import worldgraph.kg.world\n")
+    (pkg / "service.py").write_text("from worldgraph.world import updater\n")
+    (pkg / "world" / "updater.py").write_text("def f():\n    from . import merge\n")
+    (pkg / "world" / "merge.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                            "    from worldgraph import service\n"
+                                            "def g():\n    import worldgraph.world.updater\n")
     graph = import_graph(pkg)
-    assert import_cycles(graph) == [["worldgraph.kg.merge", "worldgraph.kg.world"]]
+    assert import_cycles(graph) == [["worldgraph.world.merge", "worldgraph.world.updater"]]
     assert upward_imports(graph) == []  # the TYPE_CHECKING import is left out here...
-    assert upward_imports(import_graph(pkg, type_checking=True)) == ["worldgraph.kg.merge -> worldgraph.service"]
-    (pkg / "kg" / "merge.py").write_text("def g():\n    from worldgraph.service import WorldModel\n")
-    assert upward_imports(import_graph(pkg)) == ["worldgraph.kg.merge -> worldgraph.service"]
-    (pkg / "kg" / "store.py").write_text("from worldgraph.kg.merge import g\n")
-    assert "worldgraph.kg.store -> worldgraph.kg.merge (a store imports only stores and the ground floor)" in \
+    assert upward_imports(import_graph(pkg, type_checking=True)) == [
+        "worldgraph.world.merge -> worldgraph.service (the pipelines layer imports only itself and the layers "
+        "below it, not facade)"]
+    (pkg / "kg" / "store.py").write_text("from worldgraph.world.merge import g\n")
+    assert "worldgraph.kg.store -> worldgraph.world.merge (the stores layer imports only itself and the layers " \
+           "below it, not pipelines)" in upward_imports(import_graph(pkg))
+    (pkg / "stray.py").write_text("")
+    assert "worldgraph.stray is in no layer (add its package to LAYERS in tests/test_layers.py)" in \
         upward_imports(import_graph(pkg))
+
+
+def test_layer_of_takes_the_longest_name() -> None:
+    assert layer_of("worldgraph") == 1 and layer_of("worldgraph.service") == 1
+    assert layer_of("worldgraph.kg.embedded.store") == 3
+    assert layer_of("worldgraph.cli.demo") == 0 and layer_of("worldgraph.errors") == 4
+    assert layer_of("worldgraph.nowhere") is None

@@ -119,7 +119,7 @@ def test_a_huge_legacy_record_is_indexed_cut_and_recalled(tmp_path: Path) -> Non
     exp = parse_experience({**BASE, "task_description": "ledger"})
     ep, _, _ = build_episode(T, exp, None)
     ep["task_description"] = "ledger reconciliation " + "filler words of an old log " * 200_000  # ~5.6 MB
-    from worldgraph.kg.embedded import EmbeddedGraphStore
+    from worldgraph.kg.embedded.store import EmbeddedGraphStore
 
     store = EmbeddedGraphStore(data / "worldgraph.db")
     store.add_episodes(T, [ep], [], [])  # pending: the next open indexes it

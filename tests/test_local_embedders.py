@@ -25,7 +25,7 @@ from worldgraph.memory.embeddings import (
     make_embedder,
     minilm_available,
 )
-from worldgraph.memory.index import META_FILE, stored_embedder_name
+from worldgraph.memory.index.episode_index import META_FILE, stored_embedder_name
 
 INT8 = local_model("all-MiniLM-L6-v2-int8")
 FP32 = local_model("all-MiniLM-L6-v2")

@@ -15,10 +15,10 @@ from mcp import Client
 
 from worldgraph import WorldModel
 from worldgraph.bundled import examples_dir
+from worldgraph.cli.demo import ENV
+from worldgraph.cli.replay import replay_log
 from worldgraph.config import WorldGraphConfig
-from worldgraph.demo import ENV
 from worldgraph.memory.embeddings import HashingEmbedder
-from worldgraph.replay import replay_log
 from worldgraph.server.mcp_server import build_mcp
 
 TENANT = "demo"

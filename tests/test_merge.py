@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from worldgraph.errors import DeltaValidationError
 from worldgraph.kg.ids import edge_id, node_id, rule_id
-from worldgraph.kg.merge import apply_plan_to_view, plan_merge, referenced, referenced_node_ids
 from worldgraph.kg.records import EDGE_KEYS, NODE_KEYS, RELATIONS, RULE_KEYS, GraphView
+from worldgraph.world.merge.engine import apply_plan_to_view, plan_merge, referenced, referenced_node_ids
 
 T, ENV = "acme", "JerichoEnv905"
 

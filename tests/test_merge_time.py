@@ -9,8 +9,8 @@ import random
 import pytest
 
 from tests.test_merge import ENV, T, World, delta, edge, ent, nid, now, scene, state
-from worldgraph.kg.merge import apply_plan_to_view, plan_merge, referenced_node_ids
 from worldgraph.kg.records import GraphView
+from worldgraph.world.merge.engine import apply_plan_to_view, plan_merge, referenced_node_ids
 
 
 def timed_scene(i: int) -> dict:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from worldgraph import neo4j_local
-from worldgraph.cli import main
-from worldgraph.neo4j_local_process import STATE_FILE, pid_alive
+from worldgraph.cli.main import main
+from worldgraph.neo4j_local.process import STATE_FILE, pid_alive
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""Snapshot imports on Neo4j in bounded transactions (worldgraph.kg.neo4j_import): how many
+"""Snapshot imports on Neo4j in bounded transactions (worldgraph.kg.neo4j.snapshot_import): how many
 transactions an import takes, that a bad snapshot changes nothing, and what a killed import leaves."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import pytest
 
 from tests.test_store_contract import ENV, canonical, edge, first_plan, node, rule, scene
 from worldgraph.errors import InvalidInputError
-from worldgraph.kg.neo4j_import import import_state
-from worldgraph.kg.neo4j_store import Neo4jGraphStore
+from worldgraph.kg.neo4j.snapshot_import import import_state
+from worldgraph.kg.neo4j.store import Neo4jGraphStore
 
 pytestmark = pytest.mark.neo4j
 
@@ -127,7 +127,7 @@ def test_bad_large_snapshot_changes_nothing(open_store: Callable[..., Neo4jGraph
 
 KILLED_IMPORT = """
 import json, sys
-from worldgraph.kg.neo4j_store import Neo4jGraphStore
+from worldgraph.kg.neo4j.store import Neo4jGraphStore
 uri, user, password, tenant, env, path = sys.argv[1:]
 store = Neo4jGraphStore(uri, user, password, import_batch=10)
 store.replace_world(tenant, env, json.load(open(path)))

@@ -12,7 +12,7 @@ import pytest
 
 from worldgraph import WorldModel
 from worldgraph.errors import InvalidInputError
-from worldgraph.kg import neo4j_store
+from worldgraph.kg.neo4j import store as neo4j_store
 from worldgraph.memory.embeddings import HashingEmbedder
 
 pytestmark = pytest.mark.neo4j

@@ -12,9 +12,9 @@ import pytest
 from tests.test_store_contract import ENV, add, edge, episode, first_plan, node, scene
 from worldgraph.errors import CypherQueryError, InvalidInputError, ReadOnlyQueryError, StoreUnavailableError, TenantScopeError
 from worldgraph.kg import cypher_guard
-from worldgraph.kg import neo4j_queries as q
 from worldgraph.kg.cypher_guard import check_text
-from worldgraph.kg.neo4j_store import Neo4jGraphStore
+from worldgraph.kg.neo4j import queries as q
+from worldgraph.kg.neo4j.store import Neo4jGraphStore
 from worldgraph.kg.records import MergePlan
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from worldgraph import InvalidInputError, WorldModel
 from worldgraph.memory.embeddings import HashingEmbedder
-from worldgraph.memory.query import clean, parse_query
+from worldgraph.memory.recall.query import clean, parse_query
 
 NOW = datetime(2026, 11, 18, 15, 30, tzinfo=timezone.utc)  # a Wednesday
 US = timedelta(microseconds=1)

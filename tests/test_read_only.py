@@ -98,7 +98,7 @@ def test_read_only_flag_writes_nothing(tmp_path: Path) -> None:
     after = _tree(data)
     # Every file is byte-identical. The folder is writable, so SQLite may add its own (empty)
     # write-ahead log and shared-memory index: a reader needs them to stay consistent with a
-    # writer in another process (see worldgraph/kg/sqlite_open.py).
+    # writer in another process (see worldgraph/kg/embedded/sqlite_open.py).
     assert {k: v for k, v in after.items() if k in before} == before
     extra = set(after) - set(before)
     assert extra <= {"worldgraph.db-wal", "worldgraph.db-shm"}, extra

@@ -11,7 +11,7 @@ import pytest
 from tests.test_scoring import VectorEmbedder, unit
 from worldgraph import WorldModel
 from worldgraph.config import WorldGraphConfig
-from worldgraph.memory.relevance import in_window, named_speakers, text_relevance
+from worldgraph.memory.recall.relevance import in_window, named_speakers, text_relevance
 
 COS = np.array([0.5, 0.2, -0.1])
 BM25 = np.array([4.0, 0.0, 2.0])

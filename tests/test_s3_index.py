@@ -20,9 +20,9 @@ from tests.tcp_gate import TcpGate
 from worldgraph import WorldModel
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import InvalidInputError, StoreUnavailableError
-from worldgraph.memory import objectstore
 from worldgraph.memory.embeddings import HashingEmbedder
-from worldgraph.memory.index import META_FILE, EpisodeIndex, table_name
+from worldgraph.memory.index import objectstore
+from worldgraph.memory.index.episode_index import META_FILE, EpisodeIndex, table_name
 from worldgraph.server.app import create_app
 from worldgraph.server.keys import ApiKeys
 
@@ -182,7 +182,7 @@ def test_reindex_pending_after_an_outage_in_a_short_lived_process(s3_env: dict[s
     gate.close()
     ids = wm.record_experiences("t1", [_experience(i, "lost") for i in range(4)])
     wm.close()
-    from worldgraph.kg.embedded import EmbeddedGraphStore
+    from worldgraph.kg.embedded.store import EmbeddedGraphStore
 
     store = EmbeddedGraphStore(data / "worldgraph.db")
     assert {e["index_status"] for e in store.get_episodes("t1", ids).values()} == {"failed"}
@@ -190,7 +190,7 @@ def test_reindex_pending_after_an_outage_in_a_short_lived_process(s3_env: dict[s
     # `worldgraph reindex --pending` (its open re-indexes what is pending, the command the rest)
     env = dict(os.environ, WORLDGRAPH_LANCEDB_PATH=s3_env["uri"], PYTHONPATH=str(ROOT),
                WORLDGRAPH_EMBEDDING_PROVIDER="hashing")
-    proc = subprocess.run([sys.executable, "-m", "worldgraph.cli", "--data", str(data), "reindex", "--pending",
+    proc = subprocess.run([sys.executable, "-m", "worldgraph.cli.main", "--data", str(data), "reindex", "--pending",
                            "--json"], env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert {e["index_status"] for e in store.get_episodes("t1", ids).values()} == {"indexed"}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from worldgraph import WorldModel
 from worldgraph.memory.embeddings import HashingEmbedder
-from worldgraph.memory.scoring import ScoreParts
+from worldgraph.memory.recall.scoring import ScoreParts
 
 
 def test_a_boosted_score_is_clamped_and_keeps_its_rank(tmp_path: Path) -> None:

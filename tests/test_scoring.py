@@ -10,7 +10,7 @@ import pytest
 
 from worldgraph import WorldModel
 from worldgraph.config import WorldGraphConfig
-from worldgraph.memory.scoring import (
+from worldgraph.memory.recall.scoring import (
     diversity_order,
     feedback_adjustment,
     feedback_aware_adjustment,

@@ -12,7 +12,7 @@ import pytest
 
 from tests.test_store_contract import _open
 from worldgraph.errors import InvalidInputError, NotFoundError
-from worldgraph.kg.embedded import EmbeddedGraphStore
+from worldgraph.kg.embedded.store import EmbeddedGraphStore
 from worldgraph.kg.store import GraphStore
 from worldgraph.server.keys import ApiKeys, hash_key
 

@@ -9,8 +9,8 @@ import pytest
 
 from worldgraph.errors import InvalidInputError, NotFoundError
 from worldgraph.export.snapshot import read_snapshot, snapshot_dir, write_snapshot
-from worldgraph.kg.merge import apply_plan_to_view, plan_merge, view_as_graph
 from worldgraph.kg.records import EDGE_KEYS, META_KEYS, NODE_KEYS, RULE_KEYS, SCENE_KEYS, GraphView
+from worldgraph.world.merge.engine import apply_plan_to_view, plan_merge, view_as_graph
 
 FILES = ["edges.jsonl", "meta.json", "nodes.jsonl", "rules.jsonl", "scenes.jsonl"]
 

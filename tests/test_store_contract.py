@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from worldgraph.errors import NotFoundError
-from worldgraph.kg.embedded import EmbeddedGraphStore
+from worldgraph.kg.embedded.store import EmbeddedGraphStore
 from worldgraph.kg.records import MergePlan
 from worldgraph.kg.store import GraphStore
 from worldgraph.memory.models import AgentExperience, CanvasContext
@@ -27,7 +27,7 @@ T0 = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
 def _open(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> GraphStore:
     if kind == "embedded":
         return EmbeddedGraphStore(tmp_path / "worldgraph.db")
-    from worldgraph.kg.neo4j_store import Neo4jGraphStore
+    from worldgraph.kg.neo4j.store import Neo4jGraphStore
 
     server = request.getfixturevalue("neo4j_server")
     return Neo4jGraphStore(server["uri"], server["user"], server["password"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from worldgraph.kg.embedded import EmbeddedGraphStore
+from worldgraph.kg.embedded.store import EmbeddedGraphStore
 
 
 def _indexes(db: Path) -> set[str]:

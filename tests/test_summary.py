@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from worldgraph.kg.curiosity import AgentRound, build_scene_packet
-from worldgraph.kg.summary import render_summary, summarize_graph
+from worldgraph.world.curiosity import AgentRound, build_scene_packet
+from worldgraph.world.summary import render_summary, summarize_graph
 
 
 def _node(nid: str, name: str, type_: str, kind: str = "entity", conf: float = 0.8,

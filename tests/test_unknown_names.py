@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from mcp import Client
 
 from worldgraph import WorldModel
-from worldgraph.cli import main
+from worldgraph.cli.main import main
 from worldgraph.errors import NotFoundError
 from worldgraph.memory.embeddings import HashingEmbedder
 from worldgraph.server.app import create_app

@@ -19,7 +19,7 @@ import pytest
 
 from tests.chromium import Browser, find_chromium, png_stats
 from worldgraph import WorldModel
-from worldgraph.cli import main
+from worldgraph.cli.main import main
 from worldgraph.memory.embeddings import HashingEmbedder
 from worldgraph.server.view import page_data, render_view
 
@@ -30,7 +30,7 @@ HOSTILE_RULE = "<img src=x onerror=\"document.body.dataset.pwned='2'\"><!-- \u20
 
 
 def _replayed(path: Path) -> WorldModel:
-    from worldgraph.replay import replay_log
+    from worldgraph.cli.replay import replay_log
 
     wm = WorldModel.open(path, embedder=HashingEmbedder(384))
     replay_log(wm, "t1", ENV, ROOT / "examples" / "text_adventure.jsonl", use_shipped_deltas=True)

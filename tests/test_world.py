@@ -143,7 +143,7 @@ def test_export_import_export_is_byte_identical(wm: WorldModel, tmp_path: Path) 
 
 
 def test_replay_multi_room_adventure(wm: WorldModel) -> None:
-    from worldgraph.replay import replay_log
+    from worldgraph.cli.replay import replay_log
 
     log = ROOT / "examples" / "text_adventure.jsonl"
     rounds = [json.loads(line) for line in log.read_text("utf-8").splitlines() if line.strip()]

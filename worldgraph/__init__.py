@@ -39,7 +39,7 @@ from worldgraph.memory.models import (
     ReasoningChain,
     RecallOptions,
 )
-from worldgraph.memory.recall import RecallResult
+from worldgraph.memory.recall.pipeline import RecallResult
 from worldgraph.service import WorldModel
 
 __version__ = "0.1.0"

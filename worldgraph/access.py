@@ -30,14 +30,14 @@ def open_store(path: Path, graph: str | GraphStore, cfg: WorldGraphConfig, read_
     if isinstance(graph, GraphStore):
         return graph
     if graph == "embedded":
-        from worldgraph.kg.embedded import EmbeddedGraphStore
+        from worldgraph.kg.embedded.store import EmbeddedGraphStore
 
         return EmbeddedGraphStore(path / "worldgraph.db", read_only=read_only, cache_mb=cfg.sqlite_cache_mb,
                                   wal_autocheckpoint_pages=cfg.sqlite_wal_autocheckpoint_pages,
                                   cypher_timeout=cfg.cypher_timeout_seconds, cypher_max_rows=cfg.cypher_max_rows,
                                   cypher_max_result_bytes=cfg.cypher_max_result_bytes)
     if graph == "neo4j":
-        from worldgraph.kg.neo4j_store import Neo4jGraphStore
+        from worldgraph.kg.neo4j.store import Neo4jGraphStore
 
         return Neo4jGraphStore(cfg.neo4j_uri, cfg.neo4j_user, cfg.neo4j_password, database=cfg.neo4j_database,
                                read_only=read_only, cypher_timeout=cfg.cypher_timeout_seconds,

@@ -85,13 +85,13 @@ class WorldGraphConfig(BaseSettings):
     feedback_penalty_max: float = -0.3
     confidence_weight: float = 0.1
 
-    # Text relevance, the seed formula's semantic term (memory/relevance.py): "vector" = the cosine
+    # Text relevance, the seed formula's semantic term (memory/recall/relevance.py): "vector" = the cosine
     # similarity (the seed's exact numbers); "hybrid" = vector and BM25 evidence fused in [0, 1]
     relevance_signal: Literal["vector", "hybrid"] = "hybrid"
     hybrid_text_weight: float = Field(0.4, ge=0.0, le=1.0)  # BM25's share of the fused relevance
     neighbor_weight: float = Field(0.0, ge=0.0, le=1.0)  # lift from the best session neighbour's relevance
     # Added to the fused relevance of a memory said by a person the query names, when the query
-    # names some of the candidates' speakers and not others (memory/relevance.py)
+    # names some of the candidates' speakers and not others (memory/recall/relevance.py)
     speaker_match_weight: float = Field(0.15, ge=0.0, le=1.0)
     # Dates and relative phrases in the query ("in May 2023", "last week") add this much to the
     # memories inside their window: a soft signal, never a filter

@@ -4,11 +4,11 @@ A store writes its version when it creates or upgrades its schema, and on open r
 written by a newer worldgraph (it could not read it right) with an error that says to upgrade.
 Bump a number here when its layout changes, and say what changed.
 
-- ``embedded``: the SQLite system of record (``kg/embedded.py``; ``schema_info.schema_version``).
+- ``embedded``: the SQLite system of record (``kg/embedded/store.py``; ``schema_info.schema_version``).
   1: the first layout.
-- ``lancedb``: the LanceDB index folder (``memory/index.py``; ``index_meta.json`` "format").
+- ``lancedb``: the LanceDB index folder (``memory/index/episode_index.py``; ``index_meta.json`` "format").
   1: one ``episodes`` table; 2: one table per tenant.
-- ``neo4j``: the Neo4j graph (``kg/neo4j_store.py``; the ``WorldgraphSchema`` node).
+- ``neo4j``: the Neo4j graph (``kg/neo4j/store.py``; the ``WorldgraphSchema`` node).
   2: world nodes, rules and edges keyed on ``key``; 3: episode ``index_error`` property;
   4: a ``tenant_id`` index per label (what ``cypher()`` seeks from).
 """

@@ -28,23 +28,23 @@ from worldgraph.errors import (
 )
 from worldgraph.export.environment import export_environment, import_environment
 from worldgraph.kg.cypher_limits import check_params, check_query_text
-from worldgraph.kg.lifecycle_base import EpisodeFilter, audit_record
+from worldgraph.kg.lifecycle import EpisodeFilter, audit_record
 from worldgraph.kg.store import GraphStore
-from worldgraph.kg.world import WorldUpdater
 from worldgraph.limits import MAX_PAGE, check_batch, check_delta_size, check_query, check_text, check_value
 from worldgraph.memory.conversation import check_session, parse_turns, quoted, turn_experiences
 from worldgraph.memory.embedders.coalesce import CoalescingEmbedder
 from worldgraph.memory.embeddings import Embedder, embedder_name, index_name, make_embedder
 from worldgraph.memory.feedback import FeedbackResult, submit_feedback
-from worldgraph.memory.index import EpisodeIndex, stored_embedder_name
-from worldgraph.memory.indexing import EpisodeIndexer, Progress
+from worldgraph.memory.index.episode_index import EpisodeIndex, stored_embedder_name
+from worldgraph.memory.index.indexer import EpisodeIndexer, Progress
+from worldgraph.memory.index.objectstore import index_location
+from worldgraph.memory.index.retrier import IndexRetrier
 from worldgraph.memory.lifecycle import ForgetReport, Page, Purger, decode_cursor, encode_cursor, parse_time
 from worldgraph.memory.models import AgentExperience, CanvasContext, RecallOptions
-from worldgraph.memory.objectstore import index_location
-from worldgraph.memory.recall import RecallResult, recall
+from worldgraph.memory.recall.pipeline import RecallResult, recall
 from worldgraph.memory.record import build_episode, parse_canvas, parse_experience
-from worldgraph.memory.retrier import IndexRetrier
 from worldgraph.names import KNOWN_SHOWN, check_env, check_tenant, known_names, require_environment
+from worldgraph.world.updater import WorldUpdater
 
 log = logging.getLogger("worldgraph")
 

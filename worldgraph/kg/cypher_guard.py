@@ -5,7 +5,7 @@ plans it (``EXPLAIN`` with the same parameters, in the same READ transaction) an
 walks the plan tree. The query runs only if every operator is on an allow-list:
 
 * **Where rows start.** The only operators that may read the graph from nothing are node index
-  seeks on an index of a worldgraph label (``neo4j_queries.TENANT_LABELS``) whose first property is
+  seeks on an index of a worldgraph label (``neo4j.queries.TENANT_LABELS``) whose first property is
   ``tenant_id``, with that property bound by equality to exactly ``$tenant_id`` -- not a literal,
   a variable, an expression, a range, a prefix or an ``IN`` list. ``$tenant_id`` is always the
   caller's tenant: ``bind_params`` puts it there and refuses params that try to set it. So every
@@ -23,7 +23,7 @@ walks the plan tree. The query runs only if every operator is on an allow-list:
   nodes and relationships already in its rows: expansions (``Expand``, ``VarLengthExpand``,
   ``ShortestPath``, ``Repeat(Trail)``, ...), filters, projections, joins, unions, sorts,
   aggregations, ``Apply`` and its variants (whose right side starts from ``Argument``, the row of
-  the left side). No relationship joins two tenants (see ``neo4j_queries``; a test checks it on
+  the left side). No relationship joins two tenants (see ``neo4j.queries``; a test checks it on
   stored data), so an expansion from a node of the caller stays inside the caller's tenant.
   By induction every node and relationship a row can hold is the caller's, and every other value
   is computed from them, from literals and from parameters.
@@ -68,7 +68,7 @@ from typing import Any
 from neo4j.graph import Node, Path, Relationship
 
 from worldgraph.errors import ReadOnlyQueryError, TenantScopeError
-from worldgraph.kg import neo4j_queries as q
+from worldgraph.kg.neo4j import queries as q
 
 TENANT_PARAM = "tenant_id"
 HOW = ("give every labelled node of a pattern {tenant_id: $tenant_id}, e.g. "

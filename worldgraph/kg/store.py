@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from worldgraph.errors import NotSupportedError
-from worldgraph.kg.lifecycle_base import EpisodeFilter
+from worldgraph.kg.lifecycle import EpisodeFilter
 from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
 
 Record = dict[str, Any]

@@ -14,7 +14,7 @@ from worldgraph.errors import InvalidInputError
 from worldgraph.kg.store import EpisodeStore
 from worldgraph.limits import check_text
 from worldgraph.memory.models import EpisodeFeedback
-from worldgraph.memory.recall import RecallResult
+from worldgraph.memory.recall.pipeline import RecallResult
 from worldgraph.names import check_tenant
 
 __all__ = ["FeedbackResult", "submit_feedback"]

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from worldgraph.errors import InvalidInputError
-from worldgraph.kg.lifecycle_base import EpisodeFilter
+from worldgraph.kg.lifecycle import EpisodeFilter
 
 log = logging.getLogger("worldgraph")
 

@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from pydantic.json_schema import SkipJsonSchema
 
 from worldgraph.config import SEED_MIN_SIMILARITY, WorldGraphConfig
-from worldgraph.kg import curiosity
 from worldgraph.memory import conversation
 from worldgraph.memory import models as lib
+from worldgraph.world import curiosity
 
 
 def _described(docs: dict[str, str]) -> Callable[[dict[str, Any]], None]:

@@ -117,7 +117,7 @@ async def recall_experiences(body: RecallRequest, tenant: Tenant, wm: WM, reques
                          "`created_by` defaults to the API key's name (anonymous for an unnamed key).")
 async def submit_feedback(episode_id: str, body: FeedbackRequest, tenant: Tenant, wm: WM,
                           request: Request) -> dict[str, Any]:
-    from worldgraph.commands.common import resolve_episode_id
+    from worldgraph.cli.common import resolve_episode_id
 
     created_by = body.created_by or getattr(request.state, "key_name", None)
 

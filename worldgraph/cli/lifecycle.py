@@ -1,0 +1,118 @@
+"""Browse and forget: ``worldgraph episodes list|show``, ``worldgraph forget episode|env|tenant``
+and ``worldgraph purge``. (``worldgraph episodes AGENT_ID``, an agent's newest episodes, is kept.)"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from worldgraph.cli.common import open_wm, resolve_episode_id
+from worldgraph.cli.console import emit, short, table
+from worldgraph.errors import InvalidInputError
+
+Add = Callable[..., argparse.ArgumentParser]
+
+
+def add_lifecycle_commands(sub: Any, add: Add) -> None:
+    sp = add("episodes", cmd_episodes,
+             "browse episodes: `episodes list [--agent-id A] [--session S] [--since T] [--until T] [--cursor C]`, "
+             "`episodes show EPISODE_ID`, or `episodes AGENT_ID` (that agent's newest)")
+    sp.add_argument("target", metavar="list|show|AGENT_ID")
+    sp.add_argument("episode_id", nargs="?", default=None, help="for show: the id (or a unique start of it)")
+    sp.add_argument("--limit", type=int, default=None, help="how many (list: a page, default 100; AGENT_ID: 30)")
+    sp.add_argument("--agent-id", dest="agent_id", default=None, help="list: only this agent's")
+    sp.add_argument("--session", dest="session_id", default=None, help="list: only this session's")
+    sp.add_argument("--since", default=None, help="list: ISO date/time, inclusive")
+    sp.add_argument("--until", default=None, help="list: ISO date/time, exclusive")
+    sp.add_argument("--cursor", default=None, help="list: the next_cursor a previous page printed")
+
+    group = sub.add_parser("forget", help="forget an episode, an environment or a whole tenant, for good",
+                           description="forget an episode, an environment or a whole tenant: gone from every read "
+                                       "path at once; the bytes leave the files with the purge").add_subparsers(
+        title="forget commands")
+    sp = add("episode", cmd_forget_episode, "forget one episode (its id, or a unique start of it)", parent=group)
+    sp.add_argument("episode_id")
+    sp = add("env", cmd_forget_env, "forget an environment's world graph, scenes and packets", parent=group)
+    sp.add_argument("env_name")
+    sp = add("tenant", cmd_forget_tenant, "forget every record of --tenant, its API keys included (needs --yes)",
+             parent=group)
+    sp.add_argument("--yes", action="store_true", help="yes, forget the whole tenant (cannot be undone)")
+    for p in (group.choices["episode"], group.choices["env"], group.choices["tenant"]):
+        p.add_argument("--no-purge", dest="no_purge", action="store_true",
+                       help="do not purge the files now (the background purge or `worldgraph purge` does it later)")
+
+    add("purge", cmd_purge, "remove the bytes of everything forgotten from the files (the data folder and the index)")
+
+
+def cmd_episodes(args: argparse.Namespace) -> int:
+    if args.target == "list":
+        with open_wm(args) as wm:
+            page = wm.list_episodes(args.tenant, args.agent_id, args.session_id, args.since, args.until,
+                                    args.limit or 100, args.cursor)
+        eps = page.items
+
+        def text() -> None:
+            table([[e["timestamp"][:19], e["agent_id"], e["outcome"], short(e["task_description"]), e["id"]]
+                   for e in eps], ["timestamp", "agent", "outcome", "task", "episode_id"]) if eps else \
+                print("(no episodes)")
+            if page.next_cursor:
+                print(f"more: --cursor {page.next_cursor}")
+        emit(args, page.to_dict("episodes"), text)
+        return 0
+    if args.target == "show":
+        if not args.episode_id:
+            raise InvalidInputError("episode_id", "give the id to show: `worldgraph episodes show EPISODE_ID`")
+        with open_wm(args) as wm:
+            ep = wm.get_episode(args.tenant, resolve_episode_id(wm, args.tenant, args.episode_id))
+        emit(args, ep, lambda: print("\n".join(f"{k:24} {v}" for k, v in ep.items() if v not in (None, [], ""))))
+        return 0
+    if args.episode_id is not None:
+        raise InvalidInputError("episode_id", f"unexpected {args.episode_id!r}: use `episodes list`, "
+                                "`episodes show ID` or `episodes AGENT_ID`")
+    with open_wm(args) as wm:
+        agent_eps = wm.get_agent_episodes(args.tenant, args.target, args.limit or 30)
+    emit(args, agent_eps, lambda: table(
+        [[e["timestamp"][:19], e["outcome"], f"{e['confidence_score']:.2f}", short(e["task_description"]), e["id"]]
+         for e in agent_eps], ["timestamp", "outcome", "conf", "task", "episode_id"]))
+    return 0
+
+
+def _done(args: argparse.Namespace, wm: Any, report: Any) -> None:
+    out = report.to_dict()
+    if not args.no_purge:
+        out["purge"] = wm.purge()
+    removed = ", ".join(f"{v} {k}" for k, v in out["removed"].items() if v)
+    emit(args, out, lambda: print(f"forgot {out['kind']} {out['target_id']!r} of tenant {out['tenant_id']!r}: "
+                                  f"{removed or 'nothing else'}; "
+                                  + ("purged from the files" if not args.no_purge else
+                                     f"the files are purged by {out['purge_due_by']} (or `worldgraph purge`)")))
+
+
+def cmd_forget_episode(args: argparse.Namespace) -> int:
+    with open_wm(args) as wm:
+        eid = resolve_episode_id(wm, args.tenant, args.episode_id)
+        _done(args, wm, wm.forget_episode(args.tenant, eid, "cli"))
+    return 0
+
+
+def cmd_forget_env(args: argparse.Namespace) -> int:
+    with open_wm(args) as wm:
+        _done(args, wm, wm.forget_environment(args.tenant, args.env_name, "cli"))
+    return 0
+
+
+def cmd_forget_tenant(args: argparse.Namespace) -> int:
+    if not args.yes:
+        raise InvalidInputError("--yes", f"forgetting tenant {args.tenant!r} removes every record of it, API keys "
+                                "included, and cannot be undone: add --yes")
+    with open_wm(args) as wm:
+        _done(args, wm, wm.forget_tenant(args.tenant, "cli"))
+    return 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    with open_wm(args) as wm:
+        stats = wm.purge()
+    emit(args, stats, lambda: print("\n".join(f"{k:24} {v}" for k, v in stats.items())))
+    return 0

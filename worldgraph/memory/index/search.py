@@ -1,0 +1,204 @@
+"""Reading the episode index: vector search, BM25 search, lookups by id, counts."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
+from worldgraph.memory.cosine import cosine_to
+from worldgraph.memory.index import objectstore
+from worldgraph.memory.index.policy import ann_search_params
+from worldgraph.memory.index.schema import (
+    FTS_INDEX_NAME,
+    VECTOR_INDEX_NAME,
+    _check_tenant,
+    _unique,
+    metadata_filter,
+    sql_literal,
+    table_name,
+)
+from worldgraph.memory.index.small import SmallTable
+from worldgraph.memory.index.tables import IndexTables, _Part
+
+log = logging.getLogger("worldgraph.memory.index.episode_index")
+
+
+class IndexSearch(IndexTables):
+    """The read path of ``EpisodeIndex``."""
+
+    @objectstore.guarded("counting episode rows")
+    def count(self, tenant_id: str | None = None) -> int:
+        """Rows in the index, of one tenant or of all."""
+        if tenant_id is None:
+            return sum(int(p.table.count_rows()) for p in self._all_parts())
+        part = self._part(tenant_id)
+        return int(part.table.count_rows()) if part is not None else 0
+
+    def get(self, tenant_id: str, episode_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """Rows of ``tenant_id`` by episode id (missing ids are left out), vectors included."""
+        ids = list(dict.fromkeys(episode_ids))
+        part = self._part(tenant_id)
+        if not ids or part is None:
+            return []
+        pred = "episode_id IN (" + ", ".join(sql_literal(e, "episode_ids") for e in ids) + ")"
+        return self._rows(part.table.search().where(pred).limit(len(ids)).to_arrow(), tenant_id)
+
+    def in_process(self, tenant_id: str) -> bool:
+        """Whether ``tenant_id``'s table was last searched in process (a small table; a lookup, no I/O)."""
+        part = self._parts.get(table_name(tenant_id))
+        return part is not None and self._small.holds(part.name)
+
+    def _small_table(self, part: _Part, select: Sequence[str] | None) -> SmallTable | None:
+        """The in-memory copy of a small table without an ANN index, at its newest version (None:
+        search it with LanceDB)."""
+        if VECTOR_INDEX_NAME in self._indexes(part):
+            return None
+        return self._small.get(part.name, part.latest_dataset(), select)
+
+    def _select(self, columns: Sequence[str] | None) -> list[str] | None:
+        """Columns to read: None for all; else episode_id, the given ones and vector."""
+        if columns is None:
+            return None
+        if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+            raise InvalidInputError("columns", "expected a list of column names")
+        unknown = [c for c in columns if c not in self.schema.names]
+        if unknown:
+            raise InvalidInputError("columns", f"unknown column(s) {unknown}; allowed: {self.schema.names}")
+        return list(dict.fromkeys(["episode_id", *columns, "vector"]))
+
+    def _rows(self, tbl: pa.Table, tenant_id: str, score_col: str | None = None,
+              out_name: str | None = None) -> list[dict[str, Any]]:
+        """Arrow results -> dicts of the columns read, ``vector`` as a float32 np.ndarray."""
+        n = tbl.num_rows
+        if n == 0:
+            return []
+        names = [c for c in self.schema.names if c != "vector" and c in tbl.column_names]
+        cols = {c: tbl.column(c).to_pylist() for c in names}
+        vec_col = tbl.column("vector").combine_chunks()
+        vectors = vec_col.flatten().to_numpy(zero_copy_only=False).reshape(n, self.dimensions)
+        scores = tbl.column(score_col).to_pylist() if score_col else None
+        out: list[dict[str, Any]] = []
+        for i in range(n):
+            row = {c: cols[c][i] for c in names}
+            if "canvas_action_ids" in row:
+                row["canvas_action_ids"] = row["canvas_action_ids"] or []
+            row["vector"] = vectors[i]
+            if scores is not None and out_name is not None:
+                row[out_name] = float(scores[i])
+            out.append(row)
+        if "tenant_id" in cols and any(t != tenant_id for t in cols["tenant_id"]):
+            # defence in depth: a table only ever receives its own tenant's rows
+            log.error("episode index: table %s holds rows of another tenant", table_name(tenant_id))
+            out = [r for r in out if r["tenant_id"] == tenant_id]
+        return out
+
+    @objectstore.guarded("searching episodes by vector")
+    def vector_search(
+        self,
+        tenant_id: str,
+        vector: Any,
+        k: int = 100,
+        where: dict[str, Any] | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Top ``k`` rows of ``tenant_id`` by cosine similarity (highest first), filtered first.
+
+        Each result has every column (or ``episode_id`` plus ``columns``), ``vector``
+        (np.ndarray) and ``similarity`` (1 - cosine distance).
+        """
+        if not isinstance(k, int) or k <= 0:
+            raise InvalidInputError("k", f"must be a positive integer, got {k!r}")
+        _check_tenant(tenant_id)
+        pred = metadata_filter(where)
+        select = self._select(columns)
+        q = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if q.shape[0] != self.dimensions:
+            raise EmbeddingDimensionError(
+                "vector", f"expected length {self.dimensions} (index dimensions), got {q.shape[0]}"
+            )
+        if not np.isfinite(q).all() or not np.any(q):
+            raise EmbeddingDimensionError("vector", "query vector is zero, NaN or infinite")
+        part = self._part(tenant_id)
+        if part is None:
+            return []
+        small = self._small_table(part, select)
+        if small is not None:  # exact cosine in process (index_small.py)
+            return small.rows_out(small.nearest(q, k, small.mask(where)), select, "similarity", tenant_id)
+        nearest: dict[str, Any] = {"column": "vector", "q": q, "k": k, "metric": "cosine"}
+        if VECTOR_INDEX_NAME in self._indexes(part):
+            nearest.update(ann_search_params(self.config, k, self.ann_overfetch))
+        # The dataset is searched directly: lancedb's query builder costs ~4 ms a query here (it
+        # fetches the schema three times on its event loop) for the same search. A metadata filter
+        # is applied before the search (prefilter, from the scalar indexes), and the probing goes
+        # on past ann_nprobes partitions until k rows pass it.
+        tbl = part.latest_dataset().to_table(columns=None if select is None else list(select), filter=pred,
+                                             prefilter=pred is not None, nearest=nearest,
+                                             disable_scoring_autoprojection=True)
+        # Every candidate is re-scored with exact cosine, so the order is exact.
+        return self._rescored(self._rows(tbl, tenant_id), q, k)
+
+    @staticmethod
+    def _rescored(results: list[dict[str, Any]], q: np.ndarray, k: int) -> list[dict[str, Any]]:
+        """Exact cosine for every candidate, best first, duplicates dropped, top ``k``."""
+        if not results:
+            return []
+        vectors = np.stack([r["vector"] for r in results])
+        sims = cosine_to(vectors, q)
+        for row, sim in zip(results, sims):
+            row["similarity"] = float(sim)
+        results.sort(key=lambda r: r["similarity"], reverse=True)
+        return _unique(results)[:k]
+
+    @objectstore.guarded("searching episodes by text")
+    def text_search(
+        self,
+        tenant_id: str,
+        query: str,
+        k: int = 20,
+        where: dict[str, Any] | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Top ``k`` rows of ``tenant_id`` by BM25 on ``text``; each result carries ``bm25``.
+
+        Each result has every column (or ``episode_id`` plus ``columns``) and ``vector``.
+        Returns [] when the full-text index does not exist yet or the query has no searchable
+        terms (only stop words or punctuation).
+        """
+        if not isinstance(k, int) or k <= 0:
+            raise InvalidInputError("k", f"must be a positive integer, got {k!r}")
+        if not isinstance(query, str):
+            raise InvalidInputError("query", f"expected a string, got {type(query).__name__}")
+        _check_tenant(tenant_id)
+        pred = metadata_filter(where)
+        select = self._select(columns)
+        text = " ".join(query.replace("\x00", " ").split())
+        if not any(ch.isalnum() for ch in text):
+            return []
+        part = self._part(tenant_id)
+        if part is None:
+            return []
+        if FTS_INDEX_NAME not in self._indexes(part) and FTS_INDEX_NAME not in self._indexes(part, refresh=True):
+            return []
+        small = self._small_table(part, select)
+        if small is not None:  # BM25 in process, LanceDB's terms and scores (index_small.py)
+            return small.rows_out(small.bm25(text, k, small.mask(where)), select, "bm25", tenant_id)
+        from lance.query import MatchQuery
+
+        try:
+            # The dataset directly, as in vector_search (lancedb's query builder adds ~4 ms); a
+            # MatchQuery of the text, as lancedb makes of a plain string (no query syntax).
+            tbl = part.latest_dataset().to_table(
+                columns=None if select is None else [*select, "_score"],  # by name: lance warns otherwise
+                full_text_query=MatchQuery(text, "text"), filter=pred, prefilter=pred is not None, limit=k)
+        except ValueError as exc:
+            if "index" in str(exc).lower():
+                return []
+            raise
+        results = self._rows(tbl, tenant_id, "_score", "bm25")
+        results.sort(key=lambda r: r["bm25"], reverse=True)
+        return _unique(results)

@@ -1,0 +1,249 @@
+"""Opening the episode index's per-tenant tables, its label file, and its write locks.
+
+``IndexTables`` is the base of ``EpisodeIndex`` (index.py): the state every part of the index
+shares (the connection, the cached tables, the locks) and the methods that find a tenant's table.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from worldgraph.config import WorldGraphConfig
+from worldgraph.errors import ReadOnlyError
+from worldgraph.locks import file_lock
+from worldgraph.memory.index import objectstore
+from worldgraph.memory.index.schema import (
+    _COMMIT_RETRIES,
+    META_FILE,
+    META_FORMAT,
+    WRITE_LOCK_FILE,
+    _is_commit_conflict,
+    _is_part_name,
+    table_name,
+)
+from worldgraph.memory.index.small import SmallTables
+
+log = logging.getLogger("worldgraph.memory.index.episode_index")
+
+
+class _Part:
+    """One tenant's table and this process's bookkeeping for it."""
+
+    __slots__ = (
+        "ann_partitions",
+        "ann_requested",
+        "dataset",
+        "index_names",
+        "name",
+        "rows_added",
+        "rows_base",
+        "rows_since_optimize",
+        "table",
+        "writes",
+    )
+
+    def __init__(self, name: str, table: Any) -> None:
+        self.name = name
+        self.table = table
+        self.index_names: set[str] | None = None  # cache of the table's index names
+        self.writes = 0  # writes through this process
+        self.rows_since_optimize = 0  # rows written through this process since the last optimize
+        self.rows_base: int | None = None  # last count_rows() seen while the ANN index is missing
+        self.rows_added = 0  # rows written since rows_base
+        self.ann_requested = False  # an ANN build is queued / running in the background
+        self.dataset: Any = None  # the table's pylance dataset, for the unfiltered search path
+        self.ann_partitions: int | None = None  # IVF partitions of the ANN index (cache)
+
+    def latest_dataset(self) -> Any:
+        """The pylance dataset at the table's newest version (this or another process's
+        commits). Opening one costs ~50 ms; checking its version ~2 ms, so it is kept."""
+        ds = self.dataset
+        if ds is None:
+            ds = self.dataset = self.table.to_lance()
+        elif ds.latest_version != ds.version:
+            ds = self.dataset = ds.checkout_version(ds.latest_version)
+        return ds
+
+
+class IndexTables:
+    """The tables of an episode index, one per tenant, opened lazily and cached (see ``EpisodeIndex``)."""
+
+    config: WorldGraphConfig
+    path: str
+    dimensions: int
+    embedder_name: str
+    ann_overfetch: int
+    schema: pa.Schema
+    read_only: bool
+    _is_local: bool
+    _absent: bool
+    _db: Any
+    _lock: threading.RLock
+    _index_lock: threading.RLock
+    _parts_lock: threading.Lock
+    _parts: dict[str, _Part]
+    _small: SmallTables  # small tables searched in process (index_small.py)
+
+    @property
+    def meta_path(self) -> Path:
+        return Path(self.path) / META_FILE
+
+    def _read_meta(self) -> dict[str, Any] | None:
+        try:
+            if not self._is_local:  # an object store: one GET beside the tables
+                deadline = self.config.object_store_timeout_seconds
+                text = objectstore.read_meta(self.path, META_FILE, deadline) if self._db is not None else None
+                meta: dict[str, Any] | None = None if text is None else json.loads(text)
+                return meta
+            stored: dict[str, Any] = json.loads(self.meta_path.read_text())
+            return stored
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            log.warning("%s is not valid JSON; treating the index as unlabelled", self.meta_path)
+            return None
+
+    def _write_meta(self) -> None:
+        if self.read_only:
+            return
+        meta = {"format": META_FORMAT, "layout": "table-per-tenant", "embedder": self.embedder_name,
+                "dimensions": self.dimensions}
+        if not self._is_local:  # one PUT replaces the object whole, as os.replace does the file
+            objectstore.write_meta(self.path, META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n",
+                                  self.config.object_store_timeout_seconds)
+            return
+        tmp = self.meta_path.with_name(f".{META_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, self.meta_path)
+
+    def _table_names(self) -> list[str]:
+        # lancedb 0.40: table_names() is deprecated, table_exists() is namespace-only (raises
+        # NotImplementedError on a local connection); list_tables() pages.
+        names: list[str] = []
+        token = None
+        if self._db is None:
+            return names
+        while True:
+            resp = self._db.list_tables(page_token=token)
+            names.extend(resp.tables or [])
+            token = resp.page_token
+            if not token:
+                return names
+
+
+    def _open_table(self, name: str) -> Any | None:
+        if self._db is None or (self._is_local and not (Path(self.path) / f"{name}.lance").is_dir()):
+            return None  # a stat, not an exception, for tenants that never wrote
+        try:
+            return self._db.open_table(name)
+        except Exception as exc:
+            if isinstance(exc, FileNotFoundError) or "not found" in str(exc).lower() \
+                    or "does not exist" in str(exc).lower():
+                return None
+            raise
+
+    def _part_by_name(self, name: str, create: bool) -> _Part | None:
+        part = self._parts.get(name)
+        if part is not None:
+            return part
+        with self._parts_lock:
+            part = self._parts.get(name)
+            if part is not None:
+                return part
+            table = self._open_table(name)
+            if table is None:
+                if not create:
+                    return None
+                self._writable("creating an episode table")
+                with self._commit_lock(None):  # another process may be creating it too
+                    table = self._open_table(name)
+                    if table is None:
+                        table = self._db.create_table(name, schema=self.schema, exist_ok=True)
+            part = _Part(name, table)
+            self._parts[name] = part
+            return part
+
+    def _part(self, tenant_id: str, create: bool = False) -> _Part | None:
+        return self._part_by_name(table_name(tenant_id), create)
+
+    def _all_parts(self) -> list[_Part]:
+        parts = [self._part_by_name(n, create=False) for n in self._table_names() if _is_part_name(n)]
+        return [p for p in parts if p is not None]
+
+    def table_for(self, tenant_id: str) -> Any | None:
+        """The ``lancedb`` table of ``tenant_id`` (None before its first write), for maintenance and inspection."""
+        part = self._part(tenant_id)
+        return part.table if part is not None else None
+
+    def tenant_tables(self) -> list[str]:
+        """Names of the per-tenant tables that exist (see ``table_name``)."""
+        return sorted(n for n in self._table_names() if _is_part_name(n))
+
+
+
+    def _writable(self, operation: str) -> None:
+        if self.read_only:
+            raise ReadOnlyError(operation, f"the episode index at {self.path} was opened read-only")
+
+    @contextmanager
+    def _commit_lock(self, part: _Part | None) -> Iterator[None]:
+        """Exclusive lock shared by every process writing one table of this (local) index.
+
+        LanceDB resolves most commit races itself, but under concurrent compaction two
+        processes inserting the same new episode_id could both commit (lance issue #4585 and
+        follow-ups). Writes are short, so on one machine we simply serialise them, per table
+        (``part=None``: the lock for creating tables). Object stores (s3://) have no such lock
+        and rely on LanceDB's conflict detection alone.
+        """
+        with self._file_lock(WRITE_LOCK_FILE if part is None else f".write.{part.name}.lock"):
+            yield
+
+    @contextmanager
+    def _file_lock(self, filename: str) -> Iterator[None]:
+        """An exclusive lock on ``filename`` beside the tables (a no-op off the local disk)."""
+        if not self._is_local:
+            yield
+            return
+        with file_lock(Path(self.path) / filename):
+            yield
+
+    def _retry(self, part: _Part, fn: Any, what: str, lock: bool = True) -> Any:
+        delay = 0.05
+        for attempt in range(1, _COMMIT_RETRIES + 1):
+            try:
+                if not lock:
+                    return fn()
+                with self._commit_lock(part):
+                    return fn()
+            except Exception as exc:  # lancedb raises plain OSError/RuntimeError/ValueError
+                if attempt == _COMMIT_RETRIES or not _is_commit_conflict(exc):
+                    raise
+                log.info("%s lost a commit race (attempt %d): %s; retrying", what, attempt, exc)
+                time.sleep(delay)
+                delay *= 2
+                try:
+                    part.table.checkout_latest()
+                except Exception:  # pragma: no cover
+                    pass
+        return None  # pragma: no cover
+
+    def _indexes(self, part: _Part, refresh: bool = False) -> set[str]:
+        if part.index_names is None or refresh:
+            part.index_names = {ix.name for ix in part.table.list_indices()}
+        return part.index_names
+
+    def _selected_parts(self, tenant_id: str | None) -> list[_Part]:
+        if tenant_id is None:
+            return self._all_parts()
+        part = self._part(tenant_id)
+        return [part] if part is not None else []

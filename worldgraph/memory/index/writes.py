@@ -1,0 +1,288 @@
+"""Writing the episode index: upserts, appends of new episodes, deletes, prune."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
+from worldgraph.memory.index import objectstore
+from worldgraph.memory.index.maintenance import IndexMaintenance
+from worldgraph.memory.index.schema import (
+    FTS_INDEX_NAME,
+    SCALAR_INDEXES,
+    STRING_COLUMNS,
+    _as_timestamp,
+    _check_tenant,
+    sql_literal,
+    table_name,
+)
+from worldgraph.memory.index.tables import _Part
+
+log = logging.getLogger("worldgraph.memory.index.episode_index")
+
+
+class IndexWrites(IndexMaintenance):
+    """The write path of ``EpisodeIndex``; each write is followed by cheap bookkeeping (``_after_write``)."""
+
+    def _to_arrow(self, rows: Sequence[dict[str, Any]]) -> pa.Table:
+        n = len(rows)
+        d = self.dimensions
+        vectors = np.empty((n, d), dtype=np.float32)
+        cols: dict[str, list[Any]] = {name: [] for name in self.schema.names if name != "vector"}
+        seen: dict[str, int] = {}
+        keep: list[int] = []
+        now = time.time()
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise InvalidInputError(f"rows[{i}]", f"expected a dict, got {type(row).__name__}")
+            eid = row.get("episode_id")
+            if not isinstance(eid, str) or not eid:
+                raise InvalidInputError(f"rows[{i}].episode_id", "must be a non-empty string")
+            tid = row.get("tenant_id")
+            if not isinstance(tid, str) or not tid:
+                raise InvalidInputError(f"rows[{i}].tenant_id", "must be a non-empty string")
+            vec = row.get("vector")
+            if vec is None:
+                raise InvalidInputError(f"rows[{i}].vector", "is required")
+            try:
+                arr = np.asarray(vec, dtype=np.float32).reshape(-1)
+            except (TypeError, ValueError) as exc:
+                raise EmbeddingDimensionError(f"rows[{i}].vector", f"expected {d} numbers: {exc}") from exc
+            if arr.shape[0] != d:
+                raise EmbeddingDimensionError(
+                    f"rows[{i}].vector", f"expected length {d} (index dimensions), got {arr.shape[0]}"
+                )
+            if not np.isfinite(arr).all():
+                raise EmbeddingDimensionError(f"rows[{i}].vector", "contains NaN or infinite values")
+            vectors[i] = arr
+            for name in STRING_COLUMNS:
+                value = row.get(name)
+                if value is None:
+                    value = ""
+                elif not isinstance(value, str):
+                    value = str(value)
+                cols[name].append(value)
+            canvas = row.get("canvas_id")
+            cols["canvas_id"].append(None if canvas in (None, "") else str(canvas))
+            actions = row.get("canvas_action_ids") or []
+            if isinstance(actions, str):
+                actions = [actions]
+            cols["canvas_action_ids"].append([str(a) for a in actions])
+            cols["success"].append(bool(row.get("success", False)))
+            conf = row.get("confidence")
+            cols["confidence"].append(0.0 if conf is None else float(conf))
+            ts = row.get("timestamp")
+            cols["timestamp"].append(now if ts is None else _as_timestamp(ts, f"rows[{i}].timestamp"))
+            if eid in seen:  # the last row of a batch wins, as if written one after another
+                keep[seen[eid]] = -1
+            seen[eid] = len(keep)
+            keep.append(i)
+        arrays: list[pa.Array] = []
+        for field in self.schema:
+            if field.name == "vector":
+                arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), d))
+            else:
+                arrays.append(pa.array(cols[field.name], type=field.type))
+        table = pa.Table.from_arrays(arrays, schema=self.schema)
+        if len(seen) != n:
+            table = table.take(pa.array([i for i in keep if i >= 0]))
+        return table
+
+    @objectstore.guarded("writing episode rows")
+    def upsert(self, rows: list[dict[str, Any]]) -> None:
+        """Insert or replace rows by ``episode_id`` within their tenant (every column is overwritten)."""
+        self._writable("writing episode index rows")
+        rows = list(rows)
+        if not rows:
+            return
+        with self._lock:
+            for part, n in self._merge_by_tenant(self._to_arrow(rows), "upsert"):
+                self._after_write(part, n)
+
+    def _merge_by_tenant(self, data: pa.Table, what: str) -> list[tuple[_Part, int]]:
+        """Merge-insert ``data`` (keyed by episode_id) into each of its tenants' tables;
+        returns the tables written and how many rows each got."""
+        tenants = data.column("tenant_id").unique().to_pylist()
+        written = []
+        for tenant in tenants:
+            sub = data if len(tenants) == 1 else data.filter(pc.equal(data.column("tenant_id"), tenant))
+            part = self._part(tenant, create=True)
+            assert part is not None
+            self._retry(part, lambda part=part, sub=sub: self._write_part(part, sub), what)
+            written.append((part, sub.num_rows))
+        return written
+
+    def _write_part(self, part: _Part, data: pa.Table) -> None:
+        """Merge-insert ``data`` by episode_id (an append while the table is empty: a reindex's
+        first batch, a new tenant). Fresh episodes take the cheaper path of ``adding``."""
+        if self._is_local and part.table.count_rows() == 0:
+            part.table.add(data)
+            return
+        (part.table.merge_insert("episode_id")
+         .when_matched_update_all()
+         .when_not_matched_insert_all()
+         .execute(data))
+
+    @contextmanager
+    def adding(self, tenant_id: str) -> Iterator[Callable[[list[dict[str, Any]]], None]]:
+        """A window for indexing episodes that are being stored for the first time; yields ``add(rows)``.
+
+        A merge-insert joins its batch against the whole table, so its cost grows with the table
+        (~0.2 s per 1,000 rows at 1M); an append does not look at the table at all (~10 ms). An
+        append is only safe if no one else can have written these episode ids, and the window
+        makes that so: it holds the table's write lock from before the caller stores the
+        episodes (in the graph store, which refuses an id it already holds) until ``add`` has
+        appended their rows. Anyone else who writes index rows for these ids (``retry_indexing``
+        of another process, a reindex) reads them from the store, so only after the store commit,
+        and writes under the same lock, so only after the append: its merge-insert then finds
+        the rows. Off the local disk there is no such lock, and ``add`` is ``upsert``.
+
+        The window never fails to open: if the table cannot be reached, ``add`` is ``upsert``
+        and raises, so the caller's store write still happens and the episodes are marked for
+        re-indexing.
+        """
+        self._writable("writing episode index rows")
+        _check_tenant(tenant_id)
+        part: _Part | None = None
+        if self._is_local:
+            try:
+                part = self._part(tenant_id, create=True)
+            except Exception as exc:  # noqa: BLE001 - see the docstring
+                log.warning("episode index: cannot open the table of %r (%s); indexing by upsert", tenant_id, exc)
+        if part is None:
+            yield self.upsert
+            return
+        appended: list[int] = []
+
+        def add(rows: list[dict[str, Any]]) -> None:
+            data = self._to_arrow(list(rows))
+            if data.num_rows == 0:
+                return
+            if any(t != tenant_id for t in data.column("tenant_id").unique().to_pylist()):
+                raise InvalidInputError("rows.tenant_id", f"every row must belong to tenant {tenant_id!r}")
+            self._retry(part, lambda: part.table.add(data), "append", lock=False)  # the window holds it
+            appended.append(data.num_rows)
+
+        with self._lock, self._commit_lock(part):
+            yield add
+        for n in appended:
+            self._after_write(part, n)
+
+    @objectstore.guarded("deleting episode rows")
+    def delete(self, episode_ids: Iterable[str]) -> None:
+        """Remove rows by episode id, whatever their tenant (ids that are not there are ignored)."""
+        self._writable("deleting episode index rows")
+        ids = [e for e in dict.fromkeys(episode_ids)]
+        for e in ids:
+            if not isinstance(e, str) or not e:
+                raise InvalidInputError("episode_ids", f"expected non-empty strings, got {e!r}")
+        if not ids:
+            return
+        with self._lock:
+            for part in self._all_parts():
+                touched = False
+                for start in range(0, len(ids), 1000):
+                    chunk = ids[start:start + 1000]
+                    pred = f"episode_id IN ({', '.join(sql_literal(e, 'episode_ids') for e in chunk)})"
+                    # a lookup on the episode_id index; only tables holding the ids get a commit
+                    if part.table.count_rows(pred) == 0:
+                        continue
+                    self._retry(part, lambda part=part, pred=pred: part.table.delete(pred), "delete")
+                    touched = True
+                if touched:
+                    self._after_write(part, 0)
+
+    def delete_tenant(self, tenant_id: str) -> None:
+        """Remove every row of one tenant (before reindexing it from the graph store)."""
+        self._writable("deleting episode index rows")
+        part = self._part(tenant_id)
+        if part is None:
+            return
+        with self._lock:
+            self._retry(part, lambda: part.table.delete("true"), "delete_tenant")
+            self._after_write(part, 0)
+
+    @objectstore.guarded("purging forgotten episode rows")
+    def purge(self, episode_ids: Iterable[str], tenants: Iterable[str], drop_tenants: Iterable[str]) -> dict[str, Any]:
+        """Physical removal of forgotten rows: delete ``episode_ids`` (rows a forget could not
+        delete, after a crash), drop the tables of ``drop_tenants``, then in each of ``tenants``'
+        tables rewrite every fragment that has deleted rows (compaction with no threshold),
+        rebuild the full-text and scalar indexes from the rows that remain (an index keeps the
+        terms of deleted rows until rebuilt) and delete every older version's files. Afterwards no
+        file of those tables holds a forgotten row. The ANN index holds vectors only; compaction
+        remaps it to the rows that remain."""
+        from lancedb.index import FTS, BTree
+
+        self._writable("purging the episode index")
+        ids = [e for e in dict.fromkeys(episode_ids) if isinstance(e, str) and e]
+        if ids:
+            self.delete(ids)
+        dropped = 0
+        for tenant in dict.fromkeys(drop_tenants):
+            name = table_name(tenant)
+            with self._lock, self._parts_lock:
+                if name in self._table_names():
+                    self._db.drop_table(name)
+                    dropped += 1
+                self._parts.pop(name, None)
+                self._small.drop(name)
+        rewritten = 0
+        for tenant in dict.fromkeys(tenants):
+            part = self._part(tenant)
+            if part is None:
+                continue
+            with self._lock, self._index_lock, self._commit_lock(part):
+                ds = part.table.to_lance()
+                if any(f.metadata.deletion_file is not None for f in ds.get_fragments()):
+                    ds.optimize.compact_files(target_rows_per_fragment=max(self.config.compact_target_rows, 1),
+                                              materialize_deletions=True, materialize_deletions_threshold=0.0)
+                    rewritten += 1
+                part.table.checkout_latest()
+                names = self._indexes(part, refresh=True)
+                if part.table.count_rows() > 0:
+                    for column in SCALAR_INDEXES:
+                        if f"{column}_idx" in names:
+                            part.table.create_index(column, config=BTree(), name=f"{column}_idx", replace=True)
+                    if FTS_INDEX_NAME in names:
+                        part.table.create_index("text", config=FTS(), name=FTS_INDEX_NAME, replace=True)
+                part.table.to_lance().cleanup_old_versions(older_than=timedelta(0), delete_unverified=False)
+                part.table.checkout_latest()
+                self._indexes(part, refresh=True)
+                self._small.drop(part.name)
+        return {"index_rows_deleted": len(ids), "index_tables_dropped": dropped, "index_tables_rewritten": rewritten}
+
+    def clear(self) -> None:
+        """Delete every row of every tenant (the tables, the label and the indexes stay)."""
+        self._writable("clearing the episode index")
+        with self._lock:
+            for part in self._all_parts():
+                self._retry(part, lambda part=part: part.table.delete("true"), "clear")
+
+    def prune(self, keep: dict[str, set[str]], tenant_id: str | None = None) -> int:
+        """Delete the rows whose episode is not in ``keep`` (tenant id -> ids of the episodes the
+        graph store holds), in every table or in ``tenant_id``'s; returns how many went. The
+        last step of a reindex, which overwrites rows in place instead of emptying tables first."""
+        self._writable("pruning the episode index")
+        removed = 0
+        with self._lock:
+            for part in self._selected_parts(tenant_id):
+                cols = part.latest_dataset().to_table(columns=["episode_id", "tenant_id"])
+                stale = [e for e, t in zip(cols.column("episode_id").to_pylist(), cols.column("tenant_id").to_pylist())
+                         if e not in keep.get(t, ())]
+                for start in range(0, len(stale), 1000):
+                    pred = "episode_id IN (" + ", ".join(sql_literal(e, "episode_ids")
+                                                         for e in stale[start:start + 1000]) + ")"
+                    self._retry(part, lambda part=part, pred=pred: part.table.delete(pred), "prune")
+                if stale:
+                    removed += len(stale)
+                    self._after_write(part, 0)
+        return removed

@@ -1,0 +1,1 @@
+"""The recall pipeline: query parsing, candidates, relevance, scoring and diversity."""

@@ -1,0 +1,388 @@
+"""Seed "Semantic Memory Recall", all five steps, plus the feedback-aware variant.
+
+Order of work (ARCHITECTURE.md): candidates (top ``candidate_pool`` by vector, plus BM25 hits in
+hybrid mode), metadata filters and the cosine floor (min_similarity), feedback filter, relevance
+score, diversity penalty, top-k. The relevance score's semantic term is the text relevance of
+relevance.py (the cosine, or vector and BM25 evidence fused); the dates a query names add a soft
+boost (``_date_boosts``), never a filter. The tenant and the metadata filters are also pushed
+down into the LanceDB search, so a narrow filter (one canvas, one week) still gets its full pool
+of candidates instead of whatever of the global top 100 survives; they are checked again on the
+episode records from the graph store, which is the system of record: an episode the store does
+not hold is never returned.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from worldgraph.config import WorldGraphConfig
+from worldgraph.errors import InvalidInputError
+from worldgraph.gcpause import gc_paused
+from worldgraph.kg.store import EpisodeStore
+from worldgraph.memory.cosine import cosine_to
+from worldgraph.memory.embeddings import Embedder, check_embeddings, embed_query
+from worldgraph.memory.index.episode_index import EpisodeIndex
+from worldgraph.memory.models import DateRange, RecallOptions
+from worldgraph.memory.recall.blas_threads import one_blas_thread
+from worldgraph.memory.recall.query import ParsedQuery, parse_query
+from worldgraph.memory.recall.relevance import in_window, named_speakers, text_relevance
+from worldgraph.memory.recall.scoring import (
+    ScoreParts,
+    diversity_order,
+    normalise_feedback,
+    relevance,
+)
+from worldgraph.memory.record import parse_model
+
+_SEARCH_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="worldgraph-recall")
+
+
+class RecallResult(dict[str, Any]):
+    """A recalled experience: a dict (JSON-ready) whose keys also read as attributes."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError as exc:
+            raise AttributeError(name) from exc
+
+
+@dataclass
+class Filters:
+    agent_role: str | None
+    agent_id: str | None
+    canvas_ids: list[str] | None
+    start: datetime | None
+    end: datetime | None
+    success_only: bool
+
+    def where(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.agent_role:
+            out["agent_role"] = self.agent_role
+        if self.agent_id:
+            out["agent_id"] = self.agent_id
+        if self.canvas_ids:
+            out["canvas_ids"] = self.canvas_ids
+        if self.start is not None:
+            out["start"] = self.start.timestamp()
+        if self.end is not None:
+            out["end"] = self.end.timestamp()
+        if self.success_only:
+            out["success_only"] = True
+        return out
+
+    def keeps(self, ep: dict[str, Any]) -> bool:
+        if self.agent_role and ep.get("agent_role") != self.agent_role:
+            return False
+        if self.agent_id and ep.get("agent_id") != self.agent_id:
+            return False
+        if self.canvas_ids and ep.get("canvas_id") not in self.canvas_ids:
+            return False
+        if self.start is not None and ep["ts"] < self.start.timestamp():
+            return False
+        if self.end is not None and ep["ts"] > self.end.timestamp():
+            return False
+        if self.success_only and ep.get("outcome") != "success":
+            return False
+        return True
+
+
+def parse_options(options: RecallOptions | dict[str, Any] | None) -> RecallOptions:
+    return RecallOptions() if options is None else parse_model(RecallOptions, options, "options")
+
+
+def recall(store: EpisodeStore, index: EpisodeIndex, embedder: Embedder, cfg: WorldGraphConfig, tenant_id: str,
+           agent_role: str | None, query: str, limit: int | None = None,
+           options: RecallOptions | dict[str, Any] | None = None, now: float | None = None) -> list[RecallResult]:
+    """Past experiences relevant to ``query`` (the service's recall_experiences). While it runs,
+    BLAS is held at one thread (memory/recall/blas_threads.py: its products are small, and spin-waiting
+    threads stall on a busy machine) and the cyclic GC is paused (the candidates' records are
+    acyclic; a full collection of a process that loaded LanceDB and a model took 230 ms)."""
+    with one_blas_thread(), gc_paused():
+        return _recall(store, index, embedder, cfg, tenant_id, agent_role, query, limit, options, now)
+
+
+def _recall(
+    store: EpisodeStore,
+    index: EpisodeIndex,
+    embedder: Embedder,
+    cfg: WorldGraphConfig,
+    tenant_id: str,
+    agent_role: str | None,
+    query: str,
+    limit: int | None = None,
+    options: RecallOptions | dict[str, Any] | None = None,
+    now: float | None = None,
+) -> list[RecallResult]:
+    q = prepare_query(embedder, cfg, agent_role, query, limit, options, now)
+    found = find_candidates(store, index, cfg, tenant_id, q)
+    if found is None:
+        return []
+    parts = score_candidates(store, cfg, tenant_id, q, found)
+    top = diversify(cfg, q.k, found, parts)
+    return format_results(store, tenant_id, q.opts, found, parts, top)
+
+
+@dataclass
+class PreparedQuery:
+    """Step 1's output: the options resolved, the query cleaned, parsed and embedded."""
+
+    opts: RecallOptions
+    query: str
+    k: int
+    now_s: float
+    min_sim: float
+    parsed: ParsedQuery
+    text: str
+    window: ParsedQuery | None  # the query's own dates, a soft signal (None: none, or an explicit date_range)
+    filters: Filters
+    qvec: np.ndarray
+
+
+@dataclass
+class Candidates:
+    """Step 2's output: the candidates that passed the filters, with what scoring needs."""
+
+    ids: list[str]
+    vectors: dict[str, np.ndarray]
+    semantic: dict[str, float]  # cosine with the query
+    bm25: dict[str, float]  # BM25 of the full-text hits
+    searched_text: bool
+    episodes: dict[str, dict[str, Any]]  # records from the graph store
+    stats: dict[str, Any]  # feedback aggregates
+    avg: dict[str, float | None]  # normalised feedback
+
+
+def prepare_query(embedder: Embedder, cfg: WorldGraphConfig, agent_role: str | None, query: str,
+                  limit: int | None, options: RecallOptions | dict[str, Any] | None,
+                  now: float | None) -> PreparedQuery:
+    """1. query preprocessing, entity extraction, embedding."""
+    opts = parse_options(options)
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInputError("query", "must be a non-empty string (say what experience to recall)", query)
+    if agent_role is not None and not isinstance(agent_role, str):
+        raise InvalidInputError("agent_role", "must be a string or None", agent_role)
+    k = opts.limit if opts.limit is not None else limit if limit is not None else cfg.default_recall_limit
+    if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
+        raise InvalidInputError("limit", "must be a positive integer", k)
+    now_s = opts.now.timestamp() if opts.now is not None else time.time() if now is None else now
+    min_sim = opts.min_similarity if opts.min_similarity is not None else cfg.min_similarity
+    parsed = parse_query(query, datetime.fromtimestamp(now_s, timezone.utc))
+    text = parsed.text if opts.extract_filters else " ".join(query.split())
+    if not any(ch.isalnum() for ch in text):
+        raise InvalidInputError("query", "has nothing to search for once cleaned (no letters or digits left): "
+                                "say what experience to recall", query)
+    dr: DateRange | None = opts.date_range
+    # An explicit date_range is the caller's filter; the query's own dates are only a soft signal.
+    window = parsed if opts.extract_filters and dr is None and parsed.date_phrases else None
+    filters = Filters(
+        agent_role=opts.agent_role or agent_role or None,
+        agent_id=opts.agent_id or (parsed.agent_ids[0] if opts.extract_filters and parsed.agent_ids else None),
+        canvas_ids=opts.canvas_ids or (parsed.canvas_ids if opts.extract_filters and parsed.canvas_ids else None),
+        start=dr.start if dr else None, end=dr.end if dr else None, success_only=opts.success_only,
+    )
+    qvec = check_embeddings(embed_query(embedder, [text]), 1, embedder.dimensions)[0]
+    return PreparedQuery(opts, query, k, now_s, min_sim, parsed, text, window, filters, qvec)
+
+
+def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphConfig, tenant_id: str,
+                    q: PreparedQuery) -> Candidates | None:
+    """2. candidates (vector top-N plus full-text hits), then the metadata filters and the cosine
+    floor on the system of record, then the feedback filter. None: nothing is left."""
+    opts = q.opts
+    # 2a. candidates: vector top-N plus full-text hits
+    where = q.filters.where()
+    # The BM25 search runs beside the vector search (LanceDB releases the GIL while it searches).
+    # Only episode_id, vector and the BM25 score of a hit are used below (the rest comes from the store).
+    # The words of the query's dates stay in the full-text query: the index holds each memory's date as words.
+    words = " ".join([q.text, *q.parsed.date_phrases]) if opts.extract_filters else q.text
+    searched_text = opts.hybrid and cfg.fulltext_pool > 0
+
+    def search_text() -> list[dict[str, Any]]:
+        return index.text_search(tenant_id, words, k=cfg.fulltext_pool, where=where, columns=["episode_id"])
+
+    # A small table is searched in process (index_small.py) in well under a millisecond: less
+    # than the hop to the pool thread and back.
+    text_hits = _SEARCH_POOL.submit(search_text) if searched_text and not index.in_process(tenant_id) else None
+    try:
+        hits = index.vector_search(tenant_id, q.qvec, k=cfg.candidate_pool, where=where, columns=["episode_id"])
+    except BaseException:
+        if text_hits is not None:
+            text_hits.cancel()  # read-only: if it already started, let it finish unobserved
+        raise
+    extra_hits = text_hits.result() if text_hits is not None else search_text() if searched_text else []
+    by_id: dict[str, dict[str, Any]] = {h["episode_id"]: h for h in hits}
+    bm25: dict[str, float] = {}
+    for h in extra_hits:
+        by_id.setdefault(h["episode_id"], h)
+        bm25[h["episode_id"]] = float(h.get("bm25") or 0.0)
+    if not by_id:
+        return None
+    ids = list(by_id)
+    vectors = {i: np.asarray(by_id[i]["vector"], dtype=np.float32) for i in ids}
+    # cosine with the query, all candidates at once (vector hits and BM25-only hits alike)
+    matrix = np.stack([vectors[i] for i in ids])
+    sims = cosine_to(matrix, q.qvec)
+    semantic = {i: float(sim) for i, sim in zip(ids, sims)}
+
+    # 2b. metadata filters, on the system of record (with the feedback aggregates: one read)
+    episodes, stats = store.episodes_with_feedback(tenant_id, ids, category=opts.feedback_category)
+    ids = [i for i in ids if i in episodes and q.filters.keeps(episodes[i]) and semantic[i] >= q.min_sim]
+
+    # 2c. feedback filter
+    if opts.feedback_category is not None:
+        ids = [i for i in ids if i in stats]
+    avg: dict[str, float | None] = {i: normalise_feedback(stats[i][0]) if i in stats else None for i in ids}
+    if opts.min_feedback_score is not None:
+        floor = opts.min_feedback_score
+        ids = [i for i in ids if (f := avg[i]) is not None and f >= floor]
+    if not ids:
+        return None
+    return Candidates(ids, vectors, semantic, bm25, searched_text, episodes, stats, avg)
+
+
+def score_candidates(store: EpisodeStore, cfg: WorldGraphConfig, tenant_id: str, q: PreparedQuery,
+                     found: Candidates) -> dict[str, ScoreParts]:
+    """3. relevance scoring: the text relevance (the seed formula's semantic term: the cosine, or
+    the hybrid fusion), + the query's date window, + feedback-aware boosts when min_feedback_score is set."""
+    ids, episodes = found.ids, found.episodes
+    text_rel = _text_relevance(store, tenant_id, ids, found.semantic, found.bm25, cfg,
+                               searched_text=found.searched_text, query=q.text, episodes=episodes)
+    dates = _date_boosts(q.window, q.query, q.opts.now is not None, ids, episodes, cfg)
+    feedback_aware = q.opts.min_feedback_score is not None
+    parts: dict[str, ScoreParts] = {}
+    for i in ids:
+        parts[i] = relevance(text_rel[i]["text_relevance"], episodes[i]["ts"], float(episodes[i]["confidence_score"]),
+                             found.avg[i], q.now_s, cfg, feedback_aware=feedback_aware, date=dates.get(i, 0.0))
+        parts[i].text = text_rel[i]
+    return parts
+
+
+def diversify(cfg: WorldGraphConfig, k: int, found: Candidates, parts: dict[str, ScoreParts]) -> list[str]:
+    """4. diversity penalty and re-sort (ties broken by id so results are deterministic); returns
+    the ids of the top ``k``, best first, and records each head candidate's penalty in ``parts``."""
+    ids = sorted(found.ids)
+    vectors = found.vectors
+    scores = [parts[i].clamped + parts[i].feedback_aware for i in ids]
+    # Only the head of the ranking can reach the top k, so the penalty is computed on a prefix
+    # (exactly: a memory's penalty depends only on the memories ranked above it, and an adjusted
+    # score is never above the score, so once the k-th best adjusted score of the prefix is >= the
+    # next score, nothing further down can enter). Besides saving work, this keeps the pairwise
+    # cosine matrix small: multi-threaded BLAS on a 100 x 100 product costs ~20 ms on a loaded
+    # 2-core machine, a 16 x 16 one ~0.05 ms.
+    by_score = sorted(range(len(ids)), key=lambda p: -scores[p])  # stable: same order as diversity_order
+    m = min(len(ids), max(2 * k, 16))
+    while True:
+        head = by_score[:m]
+        order, penalties = diversity_order([scores[p] for p in head], np.stack([vectors[ids[p]] for p in head]), cfg)
+        if m == len(ids):
+            break
+        adjusted = sorted((scores[p] - penalties[j] for j, p in enumerate(head)), reverse=True)
+        if len(adjusted) >= k and adjusted[k - 1] >= scores[by_score[m]]:
+            break
+        m = min(len(ids), m * 2)
+    for j, p in enumerate(head):
+        parts[ids[p]].diversity_penalty = penalties[j]
+    return [ids[head[o]] for o in order[:k]]
+
+
+def format_results(store: EpisodeStore, tenant_id: str, opts: RecallOptions, found: Candidates,
+                   parts: dict[str, ScoreParts], top: list[str]) -> list[RecallResult]:
+    """5. top-k and formatting."""
+    episodes, stats, avg = found.episodes, found.stats, found.avg
+    extra = store.neighborhood(tenant_id, top) if opts.include_neighborhood else {}
+    adjacent = _adjacent(store, tenant_id, top) if opts.include_neighborhood else {}
+    results = []
+    for i in top:
+        ep = episodes[i]
+        res = RecallResult(
+            episode_id=i,
+            task_type=ep["task_type"],
+            task_description=ep["task_description"],
+            input_summary=ep.get("input_summary", ""),
+            outcome=ep["outcome"],
+            learnings=ep.get("learnings", []),
+            confidence=ep["confidence_score"],
+            timestamp=ep["timestamp"],
+            relevance_score=round(parts[i].score, 6),
+            canvas_id=ep.get("canvas_id"),
+            canvas_name=ep.get("canvas_name"),
+            canvas_actions=ep.get("canvas_action_ids", []),
+            feedback_score=None if (f := avg[i]) is None else round(f, 6),
+            feedback_count=stats[i][1] if i in stats else 0,
+            semantic_score=round(found.semantic[i], 6),
+            agent_id=ep["agent_id"],
+            agent_role=ep.get("agent_role", ""),
+            success=ep["success"],
+            approach_taken=ep.get("approach_taken", ""),
+            session_id=ep.get("session_id"),
+            score_breakdown=parts[i].as_dict(),
+        )
+        if opts.include_canvas_context:
+            res["canvas_snapshot"] = ep.get("canvas_snapshot")
+            res["canvas_action_details"] = store.canvas_audits(tenant_id, i)
+        if opts.include_neighborhood:
+            res["neighborhood"] = {**(extra.get(i) or {}), **adjacent.get(i, {"previous": None, "next": None})}
+        results.append(res)
+    return results
+
+
+def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semantic: dict[str, float],
+                    bm25: dict[str, float], cfg: WorldGraphConfig, searched_text: bool, query: str = "",
+                    episodes: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, float]]:
+    """Per candidate: the text relevance and its parts (relevance.py), for score_breakdown; BM25
+    relative to the query's best hit, whether or not that one is still a candidate; the speaker
+    match for the candidates whose speaker (agent_id) ``query`` names."""
+    if not ids:
+        return {}
+    neighbors: list[tuple[int | None, int | None]] | None = None
+    if cfg.relevance_signal == "hybrid" and cfg.neighbor_weight > 0:
+        pos = {i: n for n, i in enumerate(ids)}
+        links = store.session_neighbors(tenant_id, ids)
+        neighbors = []
+        for i in ids:
+            prev, nxt = links.get(i, (None, None))
+            neighbors.append((pos.get(prev) if prev else None, pos.get(nxt) if nxt else None))
+    named = None
+    if episodes is not None and query and cfg.speaker_match_weight > 0:
+        agents = [str(episodes[i].get("agent_id") or "") for i in ids]
+        who = named_speakers(query, agents)
+        named = np.array([a in who for a in agents], dtype=bool)
+    rel = text_relevance(np.array([semantic[i] for i in ids]), np.array([bm25.get(i, 0.0) for i in ids]),
+                         max(bm25.values(), default=0.0), neighbors, cfg, searched_text, named)
+    return {i: {"text_relevance": float(rel.relevance[n]), "vector_part": float(rel.vector[n]),
+                "bm25_part": float(rel.bm25[n]), "speaker_part": float(rel.speaker[n]),
+                "neighbor_part": float(rel.neighbor[n])}
+            for n, i in enumerate(ids)}
+
+
+def _date_boosts(window: ParsedQuery | None, query: str, explicit_now: bool, ids: list[str],
+                 episodes: dict[str, dict[str, Any]], cfg: WorldGraphConfig) -> dict[str, float]:
+    """The soft date signal: ``date_match_boost`` for the memories inside the query's window.
+
+    A relative phrase ("last week") is read against ``now``; when no ``now`` was given and every
+    memory found is older than the phrase's window, it is read against the newest of them
+    instead (a question about an old conversation means that conversation's last week)."""
+    if window is None or not ids or cfg.date_match_boost == 0:
+        return {}
+    ts = np.array([float(episodes[i]["ts"]) for i in ids])
+    if window.relative and not explicit_now and window.start is not None and ts.max() < window.start.timestamp():
+        window = parse_query(query, datetime.fromtimestamp(float(ts.max()), timezone.utc))
+    inside = in_window(ts, window.start.timestamp() if window.start else None,
+                       window.end.timestamp() if window.end else None)
+    return {i: cfg.date_match_boost for i, hit in zip(ids, inside) if hit}
+
+
+def _adjacent(store: EpisodeStore, tenant_id: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Per episode of a session: its previous and next episode in the session (records or None)."""
+    links = store.session_neighbors(tenant_id, ids)
+    found = store.get_episodes(tenant_id, [x for pair in links.values() for x in pair if x is not None])
+    return {i: {"previous": found.get(p) if p else None, "next": found.get(n) if n else None}
+            for i, (p, n) in links.items()}

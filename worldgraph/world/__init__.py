@@ -1,0 +1,2 @@
+"""The world-model pipeline: curiosity, rounds, scene packets, extraction, summary, worker,
+delta parsing and the merge engine."""

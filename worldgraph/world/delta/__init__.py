@@ -1,0 +1,1 @@
+"""The graph delta: parse, validate and salvage what an LLM (or a caller) returns."""

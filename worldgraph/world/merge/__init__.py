@@ -1,0 +1,1 @@
+"""The pure merge engine: (GraphView, delta, scene, now) -> (MergePlan, MergeReport)."""

@@ -1,0 +1,210 @@
+"""The pure merge engine: (GraphView, delta, scene, now) -> (MergePlan, MergeReport). No I/O, no clock.
+
+The steps, each in its own module:
+- ``merge.refs``: entities and states (identity: ``ids.node_id(kind, type, name)``, the same kind,
+  type and normalised name is the same node, in this delta and across runs), ref resolution with
+  normalisation, node retraction;
+- ``merge.edges``: edges, containment on the timeline (single parent, no cycles), edge retraction;
+- ``merge.states``: which state of an entity holds when;
+- ``merge.rules``: similar rules merge, contradicted ones close;
+- ``merge.state``: the update time, evidence (noisy-OR confidence for independent scenes, else
+  max; the last 20 pieces kept, all counted), closing and reopening.
+
+Change over time: nothing is deleted; a superseded fact is closed (``valid_to``). Facts are placed
+at the update time (the scene's ``created_at``), so the graph ends the same whatever order the
+updates of an environment are merged in (ARCHITECTURE "Merges of one environment are ordered by
+round"). A delta whose items all fail, or that says nothing, changes nothing: the plan then has no
+records and no meta (no graph_version bump); only the scene's status is written ("merged" for an
+empty delta, "failed" when every item was dropped, so ``world retry`` may ask the LLM again).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from worldgraph.kg.ids import node_id, normalise_name
+from worldgraph.kg.records import GraphView, MergePlan, MergeReport, MetaRecord, SceneRecord
+from worldgraph.world.delta.parse import ParsedDelta, parse_delta
+from worldgraph.world.merge.refs import NODE_KINDS, ref_ids
+from worldgraph.world.merge.rules import SIMILAR, RulesMixin, jaccard  # noqa: F401 - part of this module's API
+from worldgraph.world.merge.states import StatesMixin
+
+
+def referenced_node_ids(tenant_id: str, env_name: str, delta: ParsedDelta | Any) -> list[str]:
+    """Every node id the merge of ``delta`` may look at (sorted). Tolerates any input."""
+    return referenced(tenant_id, env_name, delta)[0]
+
+
+def referenced(tenant_id: str, env_name: str, delta: ParsedDelta | Any) -> tuple[list[str], list[str]]:
+    """``(node ids, normalised names)`` the merge of ``delta`` may look at, both sorted: what
+    ``WorldStore.load_view`` needs. Tolerates any input (a delta that does not parse: nothing).
+
+    ``delta`` is the ``ParsedDelta`` the caller made with its limits (``parse_delta(raw,
+    max_items=config.max_delta_items)``, once, at the gate); a raw delta is parsed here without
+    a count limit, for pure callers (tests, benchmarks) that have no config."""
+    try:
+        parsed = _parsed(delta)
+    except Exception:  # noqa: BLE001 - a delta that does not parse references nothing
+        return [], []
+    ids: set[str] = set()
+    refs: list[str] = []
+    for key, kind in NODE_KINDS:
+        for e in parsed.entries(key):
+            if e.item is None:
+                continue
+            ids.add(node_id(tenant_id, env_name, kind, e.item.type, e.item.name))
+            if e.item.retract:
+                refs.append(e.item.name)
+            if key == "states" and e.item.entity_ref:
+                refs.append(e.item.entity_ref)
+    for e in parsed.edges:
+        if e.item is not None:
+            refs += [e.item.src_ref, e.item.dst_ref]
+    for e in parsed.rules:
+        if e.item is not None:
+            refs += e.item.linked_refs
+    names: set[str] = set()
+    for ref in refs:
+        ids.update(ref_ids(tenant_id, env_name, ref))
+        if ":" not in ref and (name := normalise_name(ref)):
+            names.add(name)
+    return sorted(ids), sorted(names)
+
+
+def plan_merge(
+    view: GraphView,
+    delta: ParsedDelta | Any,
+    scene: SceneRecord | None,
+    now: str,
+    app_name: str = "general",
+) -> tuple[MergePlan, MergeReport]:
+    """Plan the merge of ``delta`` into ``view``: the ``ParsedDelta`` the caller made once with its
+    limits (a raw delta is parsed here, with no count limit: see ``referenced``). Raises
+    DeltaValidationError (nothing planned) when a raw delta's top level is wrong; item-level
+    problems drop the item, listed in the report."""
+    parsed = _parsed(delta)
+    if scene is not None and not scene.get("id"):
+        raise ValueError("scene: needs an 'id' (ids.new_scene_id()) to be merged")
+    return _Merge(view, scene, now, app_name).run(parsed)
+
+
+def _parsed(delta: ParsedDelta | Any) -> ParsedDelta:
+    """The count limit is the caller's (config ``max_delta_items``), checked once where the delta
+    enters; here there is no second, different one."""
+    return delta if isinstance(delta, ParsedDelta) else parse_delta(delta, max_items=None)
+
+
+def apply_plan_to_view(view: GraphView, plan: MergePlan) -> GraphView:
+    """What a store holds after applying ``plan`` to a store holding ``view`` (pure: a new view,
+    ``view`` is left as it was). For tests and benchmarks: a sequence of merges simulated without
+    a store. The plan's records are copied in; records the plan does not touch are shared with
+    ``view`` (new dicts, same record objects), as the merge engine never modifies a view's
+    records (it copies a record before changing it). Copying the whole view instead cost
+    O(graph) per merge (1.8 s at 10k nodes)."""
+    out = copy.copy(view)
+    out.nodes, out.edges, out.rules, out.scenes = dict(view.nodes), dict(view.edges), dict(view.rules), dict(view.scenes)
+    out.meta = copy.deepcopy(view.meta)
+    for n in plan.nodes:
+        out.nodes[n["id"]] = copy.deepcopy(n)
+    for e in plan.edges:
+        out.edges[e["id"]] = copy.deepcopy(e)
+    for r in plan.rules:
+        out.rules[r["id"]] = copy.deepcopy(r)
+    if plan.scene is not None:
+        out.scenes[plan.scene["id"]] = copy.deepcopy(plan.scene)
+    if plan.meta is not None:
+        meta: MetaRecord = copy.deepcopy(plan.meta)
+        meta["counts"] = {
+            "nodes": len(out.nodes), "edges": len(out.edges), "rules": len(out.rules), "scenes": len(out.scenes),
+        }
+        out.meta = meta
+    return out
+
+
+def view_as_graph(view: GraphView) -> dict[str, Any]:
+    """The ``GraphStore.world_graph()`` shape of a (whole-environment) view."""
+    return {
+        "nodes": [view.nodes[k] for k in sorted(view.nodes)],
+        "edges": [view.edges[k] for k in sorted(view.edges)],
+        "rules": [view.rules[k] for k in sorted(view.rules)],
+        "scenes": [view.scenes[k] for k in sorted(view.scenes)],
+        "meta": view.meta,
+    }
+
+
+# ---------------------------------------------------------------------------- the engine
+
+
+class _Merge(StatesMixin, RulesMixin):
+    def __init__(self, view: GraphView, scene: SceneRecord | None, now: str, app_name: str) -> None:
+        super().__init__(view, scene, now, app_name)
+        self._init_refs()
+        self._init_edges()
+        self._init_rules()
+
+    def run(self, delta: ParsedDelta) -> tuple[MergePlan, MergeReport]:
+        state_refs = self._nodes(delta)
+        self._entity_refs(state_refs)
+        self._entity_runs()
+        self._edges(delta.edges)
+        self._settle_states()
+        self._retract_nodes()
+        self._rules(delta.rules)
+        report = self.report
+        changed = any(report.created[k] or report.merged[k] or report.closed[k] or report.reopened[k]
+                      for k in ("nodes", "edges", "rules"))
+        plan = MergePlan(tenant_id=self.t, env_name=self.env)
+        if changed:
+            plan.nodes = [self.nodes[k] for k in sorted(self.nodes)]
+            plan.edges = [self.edges[k] for k in sorted(self.edges)]
+            plan.rules = [self.rules[k] for k in sorted(self.rules)]
+            plan.meta = self._meta()
+            report.graph_version = plan.meta["graph_version"]
+        else:
+            report.graph_version = (self.view.meta or {}).get("graph_version")
+            report.skipped = ("every item was dropped; nothing merged" if report.dropped
+                              else "the delta holds nothing to merge")
+        if self._all_dropped(changed, delta):  # not ok: the caller's facts are not in the graph
+            report.ok = False
+            report.error = (f"every item of the delta was dropped ({len(report.dropped)}); "
+                            f"first: {report.dropped[0].reason}")
+        plan.scene = self._scene(changed, delta)
+        return plan, report
+
+    def _scene(self, changed: bool, delta: ParsedDelta) -> SceneRecord | None:
+        """The scene as merged. Without a change it is written only when it was stored before
+        (a packet of observe_round), so that its status ends and it is not retried forever."""
+        if self.scene is None:
+            return None
+        stored = self.scene.get("status") in ("pending", "running", "failed", "merged")
+        if not changed and not stored:
+            return None
+        scene: SceneRecord = copy.deepcopy(self.scene)
+        scene.setdefault("tenant_id", self.t)
+        scene.setdefault("env_name", self.env)
+        scene.setdefault("created_at", self.now)
+        failed = self._all_dropped(changed, delta)
+        scene["status"] = "failed" if failed else "merged"
+        scene["error"] = self.report.error if failed else None
+        scene["updated_at"] = self.now
+        return scene
+
+    def _all_dropped(self, changed: bool, delta: ParsedDelta) -> bool:
+        """A delta that held items and had every one of them dropped: nothing of it merged."""
+        return not changed and delta.size() > 0 and bool(self.report.dropped)
+
+    def _meta(self) -> MetaRecord:
+        old: MetaRecord = self.view.meta or {}
+        counts = dict(old.get("counts") or {})
+        for key in ("nodes", "edges", "rules"):
+            counts[key] = int(counts.get(key, 0)) + len(self.report.created[key])
+        # a scene given as pending/running was stored by observe_round and is already counted
+        fresh = self.scene is not None and self.scene.get("status") not in ("pending", "running", "merged", "failed")
+        counts["scenes"] = int(counts.get("scenes", 0)) + (1 if fresh else 0)
+        reason = self.scene.get("trigger_reason") if self.scene else old.get("last_trigger_reason")
+        return {
+            "tenant_id": self.t, "env_name": self.env, "app_name": self.app_name,
+            "graph_version": int(old.get("graph_version") or 0) + 1, "updated_at": self.now,
+            "last_trigger_reason": reason, "counts": counts,
+        }
