@@ -1,4 +1,4 @@
-"""Settings: the seed's WorldModelConfig with its defaults, plus every weight the recall uses.
+"""Settings: the original specification's WorldModelConfig with its defaults, plus every weight recall uses.
 
 One pydantic-settings model reads them: each field can be set by an environment variable
 ``WORLDGRAPH_<FIELD>`` (upper case), e.g. ``WORLDGRAPH_MIN_SIMILARITY_THRESHOLD=0.3`` (``null``
@@ -47,12 +47,12 @@ _ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("worldgraph_environ"
 
 
 class WorldGraphConfig(BaseSettings):
-    """Every setting of the seed's WorldModelConfig, with its defaults, and the rest of ours."""
+    """Every setting of the original WorldModelConfig, with its defaults, and the rest of ours."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, case_sensitive=False, extra="forbid",
                                       validate_assignment=True, env_parse_none_str="null")
 
-    # Embedding (seed)
+    # Embedding (the original defaults)
     embedding_model: str = "text-embedding-3-small"
     embedding_dimensions: int = Field(1536, gt=0)
     # auto: the best installed local model (a folder keeps the model that built its index), else
@@ -66,16 +66,16 @@ class WorldGraphConfig(BaseSettings):
     embedding_coalesce_max: int = Field(256, gt=0)  # ... and a shared batch holds at most this many texts
     embedding_coalesce: bool = True  # False: each call embeds alone (the behaviour before coalescing)
 
-    # Recall (seed)
+    # Recall (the original defaults)
     default_recall_limit: int = Field(5, gt=0)
-    # The floor on the cosine similarity (semantic_score). Unset: the seed's 0.6 with
+    # The floor on the cosine similarity (semantic_score). Unset: the original 0.6 with
     # relevance_signal="vector" (the cosine is the only evidence); 0.3 with "hybrid", where the
     # words vouch too and the floor only drops memories whose meaning is plainly unrelated.
     min_similarity_threshold: float | None = Field(None, ge=-1.0, le=1.0)
     candidate_pool: int = Field(100, gt=0)  # "top 100 candidates by semantic similarity"
     fulltext_pool: int = Field(50, ge=0)  # extra BM25 hits merged into the candidates (hybrid)
 
-    # Scoring (seed)
+    # Scoring: the weights of the relevance formula (docs/architecture.md "Recall", step 4)
     semantic_weight: float = 0.6
     recency_boost_days: float = 7
     recency_boost_amount: float = 0.1
@@ -85,8 +85,8 @@ class WorldGraphConfig(BaseSettings):
     feedback_penalty_max: float = -0.3
     confidence_weight: float = 0.1
 
-    # Text relevance, the seed formula's semantic term (memory/recall/relevance.py): "vector" = the cosine
-    # similarity (the seed's exact numbers); "hybrid" = vector and BM25 evidence fused in [0, 1]
+    # Text relevance, the relevance formula's first term (memory/recall/relevance.py): "vector" = the cosine
+    # similarity (the original formula's exact numbers); "hybrid" = vector and BM25 evidence fused in [0, 1]
     relevance_signal: Literal["vector", "hybrid"] = "hybrid"
     hybrid_text_weight: float = Field(0.4, ge=0.0, le=1.0)  # BM25's share of the fused relevance
     neighbor_weight: float = Field(0.0, ge=0.0, le=1.0)  # lift from the best session neighbour's relevance
@@ -104,13 +104,13 @@ class WorldGraphConfig(BaseSettings):
             return self.min_similarity_threshold
         return SEED_MIN_SIMILARITY if self.relevance_signal == "vector" else HYBRID_MIN_SIMILARITY
 
-    # Feedback-aware recall (seed): boosts on the normalised average feedback
+    # Feedback-aware recall: boosts on the normalised average feedback
     feedback_high_threshold: float = 0.7
     feedback_high_boost: float = 0.2
     feedback_low_threshold: float = 0.3
     feedback_low_penalty: float = -0.3
 
-    # Diversity (seed)
+    # Diversity: each memory loses (similarity - threshold) x factor per more similar, higher one
     diversity_penalty_threshold: float = 0.9
     diversity_penalty_factor: float = 0.5
 
@@ -121,7 +121,7 @@ class WorldGraphConfig(BaseSettings):
     readiness_min_confidence: float = Field(0.7, ge=0.0, le=1.0)
     readiness_min_success_rate: float = Field(0.8, ge=0.0, le=1.0)
 
-    # Storage (seed)
+    # Storage
     # relative to the data directory given to WorldModel.open, or an object store URI such as
     # "s3://bucket/prefix" (credentials and endpoint from the standard AWS_* variables: see
     # object_store_options)

@@ -351,7 +351,7 @@ class WorldModel:
     # ------------------------------------------------------------------ recall
     def recall_experiences(self, tenant_id: str, agent_role: str | None, query: str, limit: int = 5,
                            options: RecallOptions | dict[str, Any] | None = None) -> list[RecallResult]:
-        """Past experiences relevant to ``query``, filtered and ranked as the seed specifies."""
+        """Past experiences relevant to ``query``, filtered and ranked in the five steps of docs/architecture.md "Recall"."""
         check_tenant(tenant_id)
         check_query(query, self.config)
         check_text(agent_role, "agent_role", self.config.max_text_bytes, "max_text_bytes")

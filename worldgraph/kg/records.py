@@ -100,7 +100,7 @@ class SceneRecord(TypedDict, total=False):
     episode_id: str | None  # the episode recorded for the round that triggered it
     created_at: str
     updated_at: str
-    # every field of the seed's scene packet:
+    # every field of a scene packet:
     env_name: str
     current_round: int
     trigger_reason: str

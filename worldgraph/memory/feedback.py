@@ -1,4 +1,4 @@
-"""Seed "Submit Feedback": validate a rating, store it, and return it with the episode's new
+"""Submitting feedback: validate a rating, store it, and return it with the episode's new
 aggregates. Works on the episode half of the store only."""
 
 from __future__ import annotations

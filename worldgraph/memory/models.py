@@ -1,6 +1,6 @@
 """Pydantic models at the API boundary: experiences, feedback, canvases, recall options.
 
-Field names follow the ATOM World Model seed's interfaces. The seed's "Record Experience" step
+Field names follow the interfaces of the original specification (docs/architecture.md). Its "Record Experience" step
 reads a few fields under shorter names (``approach``, ``actions``, ``confidence``, ``error``,
 ``violations``, ``intervention``, ``metacognitive``, ``input``); those are accepted as aliases.
 """
@@ -26,7 +26,7 @@ class ReasoningStep(BaseModel):
 
 
 class ReasoningChain(BaseModel):
-    """The seed leaves ReasoningChain open: ordered steps plus free-form extras."""
+    """A reasoning chain: ordered steps plus free-form extras (the specification leaves its shape open)."""
 
     model_config = ConfigDict(extra="allow")
     steps: list[ReasoningStep] = Field(default_factory=list)
@@ -57,7 +57,7 @@ class CanvasAction(BaseModel):
 
 
 class CanvasContext(BaseModel):
-    """The workspace an agent acted on; ``serialize()`` is the seed's canvas_snapshot."""
+    """The workspace an agent acted on; ``serialize()`` is its canvas_snapshot."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     id: str = Field(min_length=1)
@@ -73,7 +73,7 @@ class CanvasContext(BaseModel):
 
 
 class AgentExperience(BaseModel):
-    """Every field of the seed's AgentExperience interface."""
+    """Every field of the AgentExperience interface."""
 
     # allow_inf_nan=False: a NaN confidence is "not a finite number", not "should be <= 1"
     model_config = ConfigDict(extra="forbid", populate_by_name=True, str_strip_whitespace=True, allow_inf_nan=False)
@@ -229,7 +229,7 @@ class DateRange(BaseModel):
 
 
 class RecallOptions(BaseModel):
-    """Every field of the seed's RecallOptions. ``None`` means "the config's default"."""
+    """Every field of RecallOptions. ``None`` means "the config's default"."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 

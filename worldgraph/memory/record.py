@@ -1,4 +1,4 @@
-"""Seed "Record Experience" steps 1, 2 and 4: validate, build the episode, build the searchable text.
+"""Recording an experience (docs/architecture.md "Recording"): validate, build the episode, build the searchable text.
 
 Storing (step 3) and indexing (step 5) are the service's job; this module is pure.
 """
@@ -60,7 +60,7 @@ def parse_canvas(canvas: CanvasContext | dict[str, Any] | None, field: str = "ca
 
 
 def summarize(text: str, limit: int = INPUT_SUMMARY_MAX) -> str:
-    """The seed's summarize(input): long inputs are cut at a word boundary with an ellipsis."""
+    """summarize(input): long inputs are cut at a word boundary with an ellipsis."""
     text = " ".join(text.split())
     if len(text) <= limit:
         return text
@@ -126,7 +126,7 @@ _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augu
 
 
 def searchable_text(episode: dict[str, Any], max_bytes: int | None = None) -> str:
-    """Seed step 4: task type, description, input summary, outcome and learnings (what is embedded).
+    """The searchable text: task type, description, input summary, outcome and learnings (what is embedded).
 
     A conversation turn is embedded as what was said and by whom (``"Caroline: I went to the
     support group"``): the fixed words "conversation" and "success" would only blur it, and so
@@ -171,7 +171,7 @@ def index_text(episode: dict[str, Any], max_bytes: int | None = None) -> str:
 
 
 def index_row(episode: dict[str, Any], vector: Any, max_text_bytes: int | None = None) -> dict[str, Any]:
-    """Seed step 5: the lance_record (its text cut at ``max_text_bytes``, see searchable_text)."""
+    """The index row (lance_record) (its text cut at ``max_text_bytes``, see searchable_text)."""
     return {
         "episode_id": episode["id"],
         "tenant_id": episode["tenant_id"],

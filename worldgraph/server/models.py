@@ -101,7 +101,7 @@ ROUND_DOCS = {
 
 
 class AgentExperience(lib.AgentExperience):
-    """One agent run (every field of the seed's AgentExperience)."""
+    """One agent run (every field of AgentExperience, docs/architecture.md "Glossary")."""
 
     model_config = ConfigDict(json_schema_extra=_described(EXPERIENCE_DOCS))
     # The key (or the MCP server's --tenant) names the tenant, so the schemas do not offer the
@@ -243,7 +243,7 @@ class EpisodeIds(BaseModel):
 
 class ScoreBreakdown(_Open):
     semantic_weighted: float = Field(description="text_relevance x semantic_weight.")
-    text_relevance: float = Field(0.0, description="The seed formula's semantic term, 0 to 1: the cosine "
+    text_relevance: float = Field(0.0, description="The relevance formula's first term, 0 to 1: the cosine "
                                   "(relevance_signal vector) or vector_part + bm25_part + neighbor_part (hybrid).")
     vector_part: float = Field(0.0, description="The cosine's share of text_relevance.")
     bm25_part: float = Field(0.0, description="The full-text (BM25) share of text_relevance, relative to the "
@@ -261,7 +261,7 @@ class ScoreBreakdown(_Open):
 
 
 class RecallResultOut(_Open):
-    """One recalled run (the seed's result fields, the semantic score and how the score was made)."""
+    """One recalled run (the recall result fields, the semantic score and how the score was made)."""
 
     episode_id: str
     task_type: str

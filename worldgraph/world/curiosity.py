@@ -1,5 +1,5 @@
 """The trigger of a world-graph update: ``FLAG_CURIOSITY: yes`` at the end of an agent's output,
-the rolling history of recent rounds, and the scene packet built from them (seed, sections 2-5).
+the rolling history of recent rounds, and the scene packet built from them (docs/architecture.md "World update").
 
 Only the tail of a response counts: agents often quote the protocol ("answer with
 FLAG_CURIOSITY: yes when ...") in their reasoning, and that must not trigger an update.
@@ -188,7 +188,7 @@ def build_scene_packet(
     now: datetime | str | None = None,
     episode_id: str | None = None,
 ) -> SceneRecord:
-    """The seed's scene packet for one flagged round, status "pending"."""
+    """The scene packet of one flagged round (the round, its recent history and the reason), status "pending"."""
     stamp = _iso(now)
     return SceneRecord(
         id=scene_id,

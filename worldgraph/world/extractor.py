@@ -1,5 +1,5 @@
 """Scene packet + graph summary -> a validated JSON graph delta, through any OpenAI-compatible
-chat completions server (seed, sections 7-8).
+chat completions server; a repair round asks about exactly the dropped items.
 
 One call asks for the delta (structured output when the server supports it); the answer is
 parsed once (``delta.parse_delta``) and gets at most one repair round:

@@ -1,4 +1,4 @@
-"""A short view of one environment's graph for the extraction prompt (seed, section 6).
+"""A short view of one environment's graph for the extraction prompt: what the model must know to write a delta.
 
 The LLM must know what the graph already holds so it reuses node ids instead of inventing
 duplicates, but the whole graph does not fit a prompt. We keep the counts and the

@@ -1,4 +1,4 @@
-"""Seed "Record Experience" step 5 and its upkeep: embed episodes, write their index rows, mark them
+"""The last step of recording, and its upkeep: embed episodes, write their index rows, mark them
 indexed, and re-index what failed (``retry``) or everything (``reindex``).
 
 The graph store is the system of record and the LanceDB index is derived: an episode whose

@@ -1,4 +1,4 @@
-"""Seed "Semantic Memory Recall", all five steps, plus the feedback-aware variant.
+"""Semantic recall, all five steps of docs/architecture.md "Recall", plus the feedback-aware variant.
 
 Order of work (ARCHITECTURE.md): candidates (top ``candidate_pool`` by vector, plus BM25 hits in
 hybrid mode), metadata filters and the cosine floor (min_similarity), feedback filter, relevance
@@ -250,7 +250,7 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
 
 def score_candidates(store: EpisodeStore, cfg: WorldGraphConfig, tenant_id: str, q: PreparedQuery,
                      found: Candidates) -> dict[str, ScoreParts]:
-    """3. relevance scoring: the text relevance (the seed formula's semantic term: the cosine, or
+    """3. relevance scoring: the text relevance (the relevance formula's first term: the cosine, or
     the hybrid fusion), + the query's date window, + feedback-aware boosts when min_feedback_score is set."""
     ids, episodes = found.ids, found.episodes
     text_rel = _text_relevance(store, tenant_id, ids, found.semantic, found.bm25, cfg,

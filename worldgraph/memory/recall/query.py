@@ -1,4 +1,4 @@
-"""Query preprocessing and entity extraction (seed recall step 1a and 1c).
+"""Query preprocessing and entity extraction (recall step 1, docs/architecture.md "Recall").
 
 ``parse_query("what broke on canvas-123 last week")`` cleans the text and pulls out what the
 query itself says about scope: canvas references (canvas-123), artifact references

@@ -1,7 +1,7 @@
 """Text relevance: how well a memory matches the query's words and meaning, in [0, 1].
 
-The seed's formula (scoring.py) takes one semantic term. With ``relevance_signal="vector"`` it
-is the cosine similarity, as the seed has it. With ``"hybrid"`` it fuses everything recall
+The relevance formula (scoring.py) takes one semantic term. With ``relevance_signal="vector"`` it
+is the cosine similarity, as the original formula has it. With ``"hybrid"`` it fuses everything recall
 fetched (ARCHITECTURE.md):
 
     relevance = (1 - w) x vector + w x bm25 + speaker match + neighbour lift, at most 1

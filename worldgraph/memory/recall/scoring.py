@@ -1,4 +1,4 @@
-"""Relevance scoring and the diversity penalty: the seed's formulas, every weight from config.
+"""Relevance scoring and the diversity penalty (recall steps 4 and 5), every weight from config.
 
 Pure functions over plain numbers and arrays, so tests can pin exact scores.
 
@@ -25,7 +25,7 @@ def normalise_feedback(mean_score: float | None) -> float | None:
 
 
 def recency_boost(timestamp: float, now: float, cfg: WorldGraphConfig) -> float:
-    """+0.1 under 7 days old, +0.05 under 30 days, else 0 (seed step 3b)."""
+    """+0.1 under 7 days old, +0.05 under 30 days, else 0 (the recency term of step 4)."""
     days = (now - timestamp) / SECONDS_PER_DAY
     if days < cfg.recency_boost_days:
         return cfg.recency_boost_amount
@@ -35,7 +35,7 @@ def recency_boost(timestamp: float, now: float, cfg: WorldGraphConfig) -> float:
 
 
 def feedback_adjustment(avg_feedback: float | None, cfg: WorldGraphConfig) -> float:
-    """Seed step 3c on the normalised average: above 0.5 up to +0.2, below 0.5 down to -0.3."""
+    """The feedback term of step 4, on the normalised average: above 0.5 up to +0.2, below 0.5 down to -0.3."""
     f = NEUTRAL_FEEDBACK if avg_feedback is None else avg_feedback
     if f > NEUTRAL_FEEDBACK:
         return (f - NEUTRAL_FEEDBACK) * (cfg.feedback_boost_max / NEUTRAL_FEEDBACK)
@@ -107,12 +107,12 @@ def relevance(
     feedback_aware: bool = False,
     date: float = 0.0,
 ) -> ScoreParts:
-    """Seed step 3: semantic x 0.6 + recency + feedback + confidence x 0.1, clamped to [0, 1].
+    """Recall step 4: semantic x 0.6 + recency + feedback + confidence x 0.1, clamped to [0, 1].
 
     ``semantic`` is the text relevance (the cosine, or the hybrid fusion of relevance.py);
     ``date`` is the query's date-window boost (0 when the query names no date).
     With ``feedback_aware`` (min_feedback_score set) the +0.2 / -0.3 boosts are added on top of
-    the clamped score, as the seed's feedback-aware recall adds them to the final score.
+    the clamped score, as feedback-aware recall adds them to the final score.
     """
     sem = semantic * cfg.semantic_weight
     rec = recency_boost(timestamp, now, cfg)
@@ -126,10 +126,10 @@ def relevance(
 
 
 def diversity_order(scores: list[float], vectors: np.ndarray, cfg: WorldGraphConfig) -> tuple[list[int], list[float]]:
-    """Seed step 4: sort by score; each memory loses (sim - 0.9) x 0.5 for every higher-ranked
+    """Recall step 5: sort by score; each memory loses (sim - 0.9) x 0.5 for every higher-ranked
     memory it is more than 0.9 similar to; re-sort. Returns (order of indices, penalties by index).
 
-    Penalties are computed against the order before re-sorting, as the seed does; ties keep the
+    Penalties are computed against the order before re-sorting (so one pass decides them); ties keep the
     original order (stable sort), so the result is deterministic.
     """
     n = len(scores)

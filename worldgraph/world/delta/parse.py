@@ -1,6 +1,6 @@
 """The graph delta: its JSON Schema, and the one parse every delta goes through.
 
-The seed's two gates ("先过格式关，再过知识关"), as ARCHITECTURE.md "Merge never writes dirty
+Two gates, format first and knowledge second (docs/architecture.md "World update"), as the README's "Merge never writes dirty
 data, and keeps what is clean" states them:
 
 1. Structure (``validate_delta``): a JSON object with the four arrays entities, states, edges and
