@@ -26,6 +26,7 @@ from worldgraph.errors import (
     WorldGraphError,
 )
 from worldgraph.kg.records import MergeReport
+from worldgraph.memory.episode import Episode
 from worldgraph.memory.feedback import FeedbackResult
 from worldgraph.memory.lifecycle import ForgetReport, Page
 from worldgraph.memory.models import (
@@ -52,7 +53,7 @@ __all__ = [
     "EmbeddingDimensionError", "EpisodeFeedback", "ExtractionError", "FeedbackResult", "InvalidInputError",
     "MergeReport",
     "MetacognitiveInsights", "NotFoundError", "PartialWriteError", "ReadOnlyError", "ReadOnlyQueryError",
-    "ReasoningChain", "RecallOptions", "RecallResult", "StorageError", "StoreUnavailableError", "TenantScopeError",
+    "ReasoningChain", "RecallOptions", "RecallResult", "Episode", "StorageError", "StoreUnavailableError", "TenantScopeError",
     "WorldGraphConfig",
     "WorldGraphError", "WorldModel", "__version__",
 ]

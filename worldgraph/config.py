@@ -135,7 +135,6 @@ class WorldGraphConfig(BaseSettings):
     # about this many 4 KiB pages between checkpoints.
     sqlite_cache_mb: int = Field(256, ge=2)
     sqlite_wal_autocheckpoint_pages: int = Field(16_384, ge=1)
-    postgres_connection_pool: int = 20  # kept for parity with the seed; the graph store pools itself
 
     # LanceDB maintenance
     ann_index_min_rows: int = Field(10_000, gt=0)  # below it an exact scan is fast enough

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from worldgraph.access import open_storage
-from worldgraph.access import open_store as open_store  # re-exported: its old home
 from worldgraph.clock import now_iso, utcnow
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import (
@@ -29,11 +28,13 @@ from worldgraph.errors import (
 from worldgraph.export.environment import export_environment, import_environment
 from worldgraph.kg.cypher_limits import check_params, check_query_text
 from worldgraph.kg.lifecycle import EpisodeFilter, audit_record
+from worldgraph.kg.records import MergeReport, SceneRecord
 from worldgraph.kg.store import GraphStore
 from worldgraph.limits import MAX_PAGE, check_batch, check_delta_size, check_query, check_text, check_value
 from worldgraph.memory.conversation import check_session, parse_turns, quoted, turn_experiences
 from worldgraph.memory.embedders.coalesce import CoalescingEmbedder
 from worldgraph.memory.embeddings import Embedder, embedder_name, index_name, make_embedder
+from worldgraph.memory.episode import Episode
 from worldgraph.memory.feedback import FeedbackResult, submit_feedback
 from worldgraph.memory.index.episode_index import EpisodeIndex, stored_embedder_name
 from worldgraph.memory.index.indexer import EpisodeIndexer, Progress
@@ -359,7 +360,7 @@ class WorldModel:
             check_value(options, "options", self.config, self.config.max_experience_bytes, "max_experience_bytes")
         return recall(self.store, self.index, self.embedder, self.config, tenant_id, agent_role, query, limit, options)
 
-    def get_agent_episodes(self, tenant_id: str, agent_id: str, limit: int = 30) -> list[RecallResult]:
+    def get_agent_episodes(self, tenant_id: str, agent_id: str, limit: int = 30) -> list[Episode]:
         """The agent's newest ``limit`` episodes, newest first."""
         check_tenant(tenant_id)
         if not isinstance(agent_id, str) or not agent_id:
@@ -372,9 +373,9 @@ class WorldModel:
             raise NotFoundError("agent", agent_id, f"tenant {tenant_id!r} has no episodes of this agent; "
                                 + known_names(self.store.agent_ids(tenant_id, KNOWN_SHOWN + 1), "agents",
                                               "record a run of it first"))
-        return [RecallResult(e) for e in episodes]
+        return [Episode(e) for e in episodes]
 
-    def get_episode(self, tenant_id: str, episode_id: str) -> RecallResult:
+    def get_episode(self, tenant_id: str, episode_id: str) -> Episode:
         check_tenant(tenant_id)
         if not isinstance(episode_id, str) or not episode_id:
             raise InvalidInputError("episode_id", "must be a non-empty string", episode_id)
@@ -382,7 +383,7 @@ class WorldModel:
         found = self.store.get_episodes(tenant_id, [episode_id])
         if episode_id not in found:
             raise NotFoundError("episode", episode_id, f"tenant {tenant_id!r} holds no such episode")
-        return RecallResult(found[episode_id])
+        return Episode(found[episode_id])
 
     def readiness(self, tenant_id: str, agent_id: str, window: int = 30) -> dict[str, Any]:
         """Graduation exam over the agent's last ``window`` episodes."""
@@ -440,7 +441,7 @@ class WorldModel:
         more = len(rows) > limit
         rows = rows[:limit]
         nxt = encode_cursor(rows[-1]["ts"], rows[-1]["id"], flt) if more else None
-        return Page([RecallResult(r) for r in rows], nxt)
+        return Page([Episode(r) for r in rows], nxt)
 
     def list_agents(self, tenant_id: str) -> list[dict[str, Any]]:
         """The tenant's agents that have episodes: [{agent_id, agent_role, episodes, last_seen}]."""
@@ -555,14 +556,14 @@ class WorldModel:
             return stats
 
     # ------------------------------------------------------------------ world graph
-    def observe_round(self, tenant_id: str, env_name: str, round: Any) -> Any:  # noqa: A002 - the contract's name
+    def observe_round(self, tenant_id: str, env_name: str, round: Any) -> SceneRecord | None:  # noqa: A002 - the contract's name
         """Record an agent round as an episode; when it ends with ``FLAG_CURIOSITY: yes`` persist a
         scene packet (pending), queue it for the background worker and return it."""
         self._writable("observe_round")
         check_value(round, "round", self.config, self.config.max_experience_bytes, "max_experience_bytes")
         return self.world.observe_round(tenant_id, env_name, round)
 
-    def update_world(self, packet: Any) -> Any:
+    def update_world(self, packet: Any) -> MergeReport:
         """Extract a delta from a scene packet with the LLM, validate and merge it now; returns the
         MergeReport. A packet another worker holds is waited for (``update_wait_seconds``) and its
         merge's report returned; a packet merged before returns that merge's report."""
@@ -576,7 +577,7 @@ class WorldModel:
             check_env(packet["env_name"])
         return self.world.update(packet)
 
-    def apply_delta(self, tenant_id: str, env_name: str, delta: Any, scene: Any = None) -> Any:
+    def apply_delta(self, tenant_id: str, env_name: str, delta: Any, scene: Any = None) -> MergeReport:
         """Merge a delta you already have (no LLM); returns the MergeReport."""
         self._writable("apply_delta")
         check_delta_size(delta, self.config)

@@ -12,7 +12,6 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from worldgraph.clock import iso as iso  # re-exported: their old home
 from worldgraph.clock import to_utc as to_utc
 from worldgraph.clock import utcnow as utcnow
 

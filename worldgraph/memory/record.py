@@ -14,7 +14,6 @@ from pydantic import BaseModel, ValidationError
 from worldgraph.clock import iso, utcnow
 from worldgraph.errors import InvalidInputError
 from worldgraph.memory.models import AgentExperience, CanvasAudit, CanvasContext
-from worldgraph.names import check_tenant  # noqa: F401 - re-exported: its old home
 
 INPUT_SUMMARY_MAX = 500
 

@@ -210,7 +210,7 @@ async def apply_delta(env: str, delta: Annotated[GraphDelta, Body()], tenant: Te
                       reason: Annotated[str | None, Query(description="Why (the scene's trigger reason)")] = None,
                       ) -> dict[str, Any]:
     report = await in_thread(wm.apply_delta, tenant, env, delta, reason)
-    return report.to_dict()  # type: ignore[no-any-return]
+    return report.to_dict()
 
 
 @router.get("/envs/{env}/graph", response_model=WorldGraphOut, tags=["world"], responses=_NOT_FOUND,

@@ -27,6 +27,7 @@ from worldgraph.gcpause import gc_paused
 from worldgraph.kg.store import EpisodeStore
 from worldgraph.memory.cosine import cosine_to
 from worldgraph.memory.embeddings import Embedder, check_embeddings, embed_query
+from worldgraph.memory.episode import Episode
 from worldgraph.memory.index.episode_index import EpisodeIndex
 from worldgraph.memory.models import DateRange, RecallOptions
 from worldgraph.memory.recall.blas_threads import one_blas_thread
@@ -43,14 +44,9 @@ from worldgraph.memory.record import parse_model
 _SEARCH_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="worldgraph-recall")
 
 
-class RecallResult(dict[str, Any]):
-    """A recalled experience: a dict (JSON-ready) whose keys also read as attributes."""
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError as exc:
-            raise AttributeError(name) from exc
+class RecallResult(Episode):
+    """A recalled episode: its fields plus relevance_score, semantic_score and score_breakdown
+    (a dict whose keys also read as attributes)."""
 
 
 @dataclass

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from worldgraph.config import WorldGraphConfig
-from worldgraph.memory.cosine import cosine_matrix  # noqa: F401 - also importable from here, its old home
+from worldgraph.memory.cosine import cosine_matrix
 
 SECONDS_PER_DAY = 86400.0
 NEUTRAL_FEEDBACK = 0.5
