@@ -9,12 +9,16 @@ checks them here, with this rule.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from worldgraph.errors import InvalidInputError, NotFoundError
 
-if TYPE_CHECKING:
-    from worldgraph.kg.store import GraphStore
+
+class HasEnvironments(Protocol):
+    """What ``require_environment`` needs of a store (both stores have it); named here so the
+    ground floor does not import the store layer."""
+
+    def environments(self, tenant_id: str) -> list[str]: ...
 
 __all__ = ["NAME_RE", "NAME_RULE", "KNOWN_SHOWN", "check_name", "check_tenant", "check_env", "known_names",
            "require_environment"]
@@ -52,7 +56,7 @@ def known_names(names: list[str], what: str, hint: str) -> str:
     return f"known {what}: " + ", ".join(names[:KNOWN_SHOWN]) + more
 
 
-def require_environment(store: GraphStore, tenant_id: str, env_name: str, field: str = "env_name") -> None:
+def require_environment(store: HasEnvironments, tenant_id: str, env_name: str, field: str = "env_name") -> None:
     """Nothing if the tenant has the environment (a graph or a scene of it), else NotFoundError
     naming the ones it has."""
     known = store.environments(tenant_id)
