@@ -14,6 +14,11 @@ the store before the call returns), and raises only its own error:
   group is stored) each caller's part is written again alone, so each caller gets its own
   result or error and a valid caller's episodes are never dropped because of another's.
 
+A caller naming an episode id that another caller of the forming group names is held back for a
+later group and, before it is written, looked up in the store: if the id is there now, it fails
+as a record of an existing id does (one transaction holding both would fail for everyone on
+SQLite, and merge the two into one episode on Neo4j).
+
 The first caller of an idle tenant writes at once: grouping adds no wait, it only gathers the
 callers that would otherwise wait for the write lock one after another.
 """
@@ -27,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from worldgraph.errors import InvalidInputError
 
 log = logging.getLogger("worldgraph")
 
@@ -43,6 +50,7 @@ class _Part:
     vectors: Any
     done: bool = False
     error: BaseException | None = None
+    recheck: bool = False  # an earlier group held one of its ids: look in the store before writing
 
 
 @dataclass
@@ -110,16 +118,24 @@ class GroupCommit:
             raise part.error
 
     def _take(self, queue: list[_Part], own: _Part) -> list[_Part]:
-        """The next group: the queue in arrival order up to ``max_episodes``, always with ``own``."""
-        group: list[_Part] = []
-        n = 0
-        for p in list(queue):
-            if group and n + len(p.episodes) > self._max:
+        """The next group: ``own``, then the queue in arrival order up to ``max_episodes``. A part
+        naming an episode id another part of the group names stays queued for a later group (one
+        transaction holding both would fail on SQLite and merge them on Neo4j), marked to be
+        checked against the store before it is written."""
+        group, ids = [own], {e["id"] for e in own.episodes}
+        n = len(own.episodes)
+        for p in queue:
+            if p is own:
+                continue
+            mine = {e["id"] for e in p.episodes}
+            if mine & ids:
+                p.recheck = True
+                continue
+            if n + len(p.episodes) > self._max:
                 break
             group.append(p)
+            ids |= mine
             n += len(p.episodes)
-        if own not in group:
-            group.append(own)
         for p in group:
             queue.remove(p)
         return group
@@ -132,6 +148,9 @@ class GroupCommit:
             self.stats.sizes.append(len(group))
 
     def _run(self, tenant_id: str, group: list[_Part]) -> None:
+        group = [p for p in group if not self._already_recorded(tenant_id, p)]
+        if not group:
+            return
         if len(group) == 1:
             self._alone(tenant_id, group[0])
             return
@@ -164,6 +183,24 @@ class GroupCommit:
             return
         for p in group:
             p.done = True
+
+    def _already_recorded(self, tenant_id: str, p: _Part) -> bool:
+        """For a part held back because an earlier group held one of its ids: if the store has
+        one of them now, the part fails as a record of an existing id does (nothing written)."""
+        if not p.recheck:
+            return False
+        try:
+            held = self._stored(tenant_id, [e["id"] for e in p.episodes])
+        except Exception as exc:  # noqa: BLE001 - this caller's own error
+            p.error, p.done = exc, True
+            return True
+        if not held:
+            return False
+        first = next(e["id"] for e in p.episodes if e["id"] in held)
+        p.error = InvalidInputError("episode_id", f"{first!r} is already recorded (by a concurrent call); "
+                                    "leave episode_id out to get a new id")
+        p.done = True
+        return True
 
     def _alone(self, tenant_id: str, p: _Part) -> None:
         try:
