@@ -163,7 +163,8 @@ class WorldModel:
                            canvases: list[CanvasContext | dict[str, Any] | None] | None = None,
                            progress: Progress | None = None) -> list[str]:
         """Record a batch: all are validated first (one bad item rejects the batch, naming its
-        index and field), then stored in one transaction, then embedded and indexed."""
+        index and field), then embedded, then stored in one transaction and indexed (with the
+        batches of concurrent calls that wait for the same commit: memory/group_commit.py)."""
         check_tenant(tenant_id)
         self._writable("record_experiences")
         cfg = self.config
