@@ -246,13 +246,23 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, SqliteL
 
         def build() -> embedded_cypher.Projection:
             with self._lock, self._snapshot():
-                nodes, rels, episodes = embedded_cypher.load_tenant(read, tenant_id)
-            return embedded_cypher.Projection(tenant_id, nodes, rels, episodes)
+                nodes, rels, episodes, world = embedded_cypher.load_tenant(read, tenant_id)
+            return embedded_cypher.Projection(tenant_id, nodes, rels, episodes, world)
+
+        def read_edges(env: str, ids: list[str]) -> list[tuple[str, str]]:
+            marks = ",".join("?" * len(ids))
+            return read(f"SELECT id, data FROM world_edges WHERE tenant_id = ? AND env_name = ? AND "
+                        f"(src_id IN ({marks}) OR dst_id IN ({marks}))", (tenant_id, env, *ids, *ids))
 
         def refresh_world(proj: embedded_cypher.Projection) -> None:
+            # the rows a world write changed (and the links touching them) are reloaded one by one;
+            # anything else (scenes, a new environment, a large import) reloads the world part
             with self._lock, self._snapshot():
-                nodes, rels = embedded_cypher.load_world_part(read, tenant_id, proj.episodes)
-            proj.replace_world(nodes, rels)
+                raw = embedded_cypher.read_world_rows(read, tenant_id)
+                if proj.update_world(raw, read_edges):
+                    return
+                world = embedded_cypher.load_world_part(raw, tenant_id, proj.episodes)
+            proj.replace_world(world)
         for _ in range(3):
             with self._lock:
                 # data_version changes with every commit of another connection (then all is rebuilt);
