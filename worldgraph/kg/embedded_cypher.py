@@ -265,6 +265,18 @@ class _World:
         self.tenant_id = tenant_id
         self.scenes = scenes
         self.index: dict[tuple[str, str], tuple[str, str]] = {}
+        self.envs: set[Any] = set()  # the (:Environment) nodes
+
+    def scene(self, nodes: Nodes, rels: Rels, data: str, report: str | None, episodes: set[str]) -> Any:
+        """Add a scene and its links; its environment's name."""
+        s = loads(data)
+        _add(nodes["Scene"], {"tenant_id": self.tenant_id, **_props(s, ("id", *q.SCENE_PROPS)), "report": report,
+                              "record": data})
+        env = s.get("env_name")
+        _link(rels, "IN_ENV", "Scene", s["id"], "Environment", env)
+        if s.get("episode_id") in episodes:
+            _link(rels, "FROM_EPISODE", "Scene", s["id"], "Episode", s["episode_id"])
+        return env
 
     def node(self, nodes: Nodes, rels: Rels, env: str, data: str) -> None:
         n = loads(data)
@@ -321,20 +333,15 @@ def load_world_part(raw: WorldRows, tenant_id: str, episodes: set[str]) -> World
     rels = _empty_rels(WORLD_REL_TABLES)
     reports = raw["scene_reports"]
     envs: dict[str, dict[str, Any]] = {}
-    for data in raw["scenes"].values():
-        s = loads(data)
-        _add(nodes["Scene"], {"tenant_id": tenant_id, **_props(s, ("id", *q.SCENE_PROPS)),
-                              "report": reports.get(s["id"]), "record": data})
-        env = s.get("env_name")
+    world = _World(tenant_id, set(raw["scenes"]))
+    for sid, data in raw["scenes"].items():
+        env = world.scene(nodes, rels, data, reports.get(sid), episodes)
         envs.setdefault(env, {"tenant_id": tenant_id, "env_name": env})
-        _link(rels, "IN_ENV", "Scene", s["id"], "Environment", env)
-        if s.get("episode_id") in episodes:
-            _link(rels, "FROM_EPISODE", "Scene", s["id"], "Episode", s["episode_id"])
     for env, data in raw["env_meta"].items():
         envs[env] = _env_row(tenant_id, env, data)
     for row in envs.values():
         _add(nodes["Environment"], row)
-    world = _World(tenant_id, set(raw["scenes"]))
+    world.envs = set(envs)
     for (env, _id), data in raw["world_nodes"].items():
         world.node(nodes, rels, env, data)
     for (env, _id), data in raw["world_rules"].items():
@@ -468,32 +475,43 @@ class Projection:
     def update_world(self, raw: WorldRows, read_edges: Callable[[str, list[str]], list[tuple[str, str]]]) -> bool:
         """Bring the world part to ``raw`` (the world rows read now) by reloading only the rows
         that changed and the relationships that touch them; False (nothing changed) when the
-        change is not of that kind (scenes or environments come or go, too many rows, a property
-        changes type): the caller then reloads the whole world part. ``read_edges(env, ids)``:
+        change is not of that kind (environments come or go, too many rows, a property changes
+        type): the caller then reloads the whole world part. ``read_edges(env, ids)``:
         the (id, data) of the env's edges from or to those node ids."""
         old = self.world.raw
-        if (raw["scenes"] != old["scenes"] or raw["scene_reports"] != old["scene_reports"]
-                or raw["env_meta"].keys() != old["env_meta"].keys()):
+        world = self.world.world
+        if raw["env_meta"].keys() != old["env_meta"].keys():
             return False
-        changed = {t: {k for k, _ in raw[t].items() ^ old[t].items()} for t in ("world_nodes", "world_rules",
-                                                                                  "world_edges")}
-        envs = [e for e, d in raw["env_meta"].items() if old["env_meta"][e] != d]
+        changed = {t: {k for k, _ in raw[t].items() ^ old[t].items()} for t in raw}
         if sum(map(len, changed.values())) > INCREMENTAL_MAX:
             return False
-        world = self.world.world
-        moved = changed["world_nodes"]
+        envs = [e for e, d in raw["env_meta"].items() if old["env_meta"][e] != d]
+        scenes = changed["scenes"] | changed["scene_reports"]
+        for sid in scenes:
+            env = loads(raw["scenes"][sid]).get("env_name") if sid in raw["scenes"] else None
+            was = loads(old["scenes"][sid]).get("env_name") if sid in old["scenes"] else None
+            # an environment that only scenes name would come or go: the world part is reloaded
+            if (env is not None and env not in world.envs) or (was is not None and was not in raw["env_meta"]):
+                return False
+        moved = set(changed["world_nodes"])
+        rules = set(changed["world_rules"])
         edges = set(changed["world_edges"])
+        for sid in scenes:  # what links to a scene names its id: those rows are reloaded with it
+            moved |= {k for k, data in raw["world_nodes"].items() if sid in data}
+            rules |= {k for k, data in raw["world_rules"].items() if sid in data}
+            edges |= {k for k, data in raw["world_edges"].items() if sid in data}
         by_env: dict[str, list[str]] = {}
         for env, nid in moved:
             by_env.setdefault(env, []).append(nid)
         for env, ids in by_env.items():
             edges |= {(env, eid) for eid, _ in read_edges(env, ids)}
-        rules = set(changed["world_rules"])
         if moved:
+            ids = {nid for _env, nid in moved}
             for key, data in raw["world_rules"].items():
-                linked = loads(data).get("linked_node_ids") or []
-                if any((key[0], nid) in moved for nid in linked):
-                    rules.add(key)
+                if any(nid in data for nid in ids):  # a cheap test on the text first
+                    linked = loads(data).get("linked_node_ids") or []
+                    if any((key[0], nid) in moved for nid in linked):
+                        rules.add(key)
         t = self.tenant_id
         with self.lock:
             try:
@@ -502,6 +520,8 @@ class Projection:
                                       {"keys": [q.world_key(t, env, eid) for env, eid in edges]})
                 self.conn.execute("MATCH (r:Rule) WHERE r.key IN $keys DETACH DELETE r",
                                   {"keys": [q.world_key(t, env, rid) for env, rid in rules]})
+                self.conn.execute("MATCH (s:Scene) WHERE s.id IN $ids DETACH DELETE s", {"ids": list(scenes)})
+                world.scenes = set(raw["scenes"])
                 gone: dict[str, list[str]] = {}
                 for k in moved:
                     if k in world.index:
@@ -509,8 +529,12 @@ class Projection:
                         gone.setdefault(label, []).append(key)
                 for label, keys in gone.items():
                     self.conn.execute(f"MATCH (n:{label}) WHERE n.key IN $keys DETACH DELETE n", {"keys": keys})
-                nodes = _empty_nodes(("Entity", "State", "Rule"))
-                rels = _empty_rels(("PRODUCED", "CONCERNS", "TRANSITION", "CONTAINS", "EPISODIC"))
+                nodes = _empty_nodes(("Scene", "Entity", "State", "Rule"))
+                rels = _empty_rels(("IN_ENV", "FROM_EPISODE", "PRODUCED", "CONCERNS", "TRANSITION", "CONTAINS",
+                                    "EPISODIC"))
+                for sid in scenes:
+                    if sid in raw["scenes"]:
+                        world.scene(nodes, rels, raw["scenes"][sid], raw["scene_reports"].get(sid), self.episodes)
                 for k in moved:
                     if k in raw["world_nodes"]:
                         world.node(nodes, rels, k[0], raw["world_nodes"][k])
