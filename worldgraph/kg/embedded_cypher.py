@@ -17,13 +17,18 @@ written for Neo4j (``{tenant_id: $tenant_id}`` on every node) runs unchanged.
 ``check_text`` below refuses LadybugDB's own statements that write, read files or Python objects,
 or change settings (COPY, LOAD FROM, INSTALL, ATTACH, EXPORT, IMPORT, BEGIN / COMMIT, CHECKPOINT,
 CALL). A write the checks missed would change only this process's projection, never the store;
-the next write to the store rebuilds the projection anyway.
+the next episode write or another process's commit rebuilds the projection (a world delta
+rewrites only the rows it wrote, so such a change to other world rows would stay until then).
 
 **Fresh.** A projection is tagged with SQLite's ``PRAGMA data_version`` (commits by other
 connections, other processes included) and the store's write generations (commits through this
 store object, counted per part: the tables each part is read from, ``EPISODE_SOURCES`` and
-``WORLD_SOURCES``). A query whose tag differs first reloads the world part, when only this store's
-world writes moved (a delta), or builds the projection anew; so it sees every committed write.
+``WORLD_SOURCES``). A query whose tag differs first brings the projection up to date: when only
+this store's world writes moved (a delta), by rewriting the world rows they wrote and the
+relationships touching them (``Projection.update_world``; the rows are known from the upserts'
+parameters, or else found by comparing the tenant's world rows with those the projection was
+built from), or by reloading the world part when that change is large or adds an environment;
+otherwise it builds the projection anew. So it sees every committed write.
 
 **Same rows as Neo4j, or a clear error.** The few places where LadybugDB's Cypher differs from
 Neo4j's are rewritten (multi-label patterns, ``labels()``, ``type()``, ``toString()`` ...,
