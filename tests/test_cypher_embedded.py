@@ -500,3 +500,18 @@ def test_a_small_world_delta_is_applied_row_by_row_with_the_rows_of_a_fresh_buil
                                "-[:CONCERNS]->(n) RETURN n.name AS n") == [{"n": "copper coin"}]
     finally:
         wm.close()
+
+
+def test_a_world_write_not_named_by_its_parameters_is_seen(tmp_path: Path) -> None:
+    """forget_environment deletes by environment (no row keys in its parameters): the next query
+    compares the tenant's world rows instead and sees the environment gone."""
+    wm = WorldModel.open(tmp_path, embedder=HashingEmbedder(64))
+    q = "MATCH (n:WorldNode {tenant_id: $tenant_id, env_name: $env}) RETURN count(n) AS n"
+    try:
+        replay_log(wm, "t1", ENV, ROOT / "examples" / "text_adventure.jsonl", use_shipped_deltas=True)
+        assert wm.cypher("t1", q, {"env": ENV})[0]["n"] > 0
+        wm.forget_environment("t1", ENV)
+        assert wm.cypher("t1", q, {"env": ENV}) == [{"n": 0}]
+        assert wm.cypher("t1", "MATCH (r:Rule {tenant_id: $tenant_id}) RETURN count(r) AS n") == [{"n": 0}]
+    finally:
+        wm.close()
