@@ -14,11 +14,13 @@ One run, in this order, on one data folder (embedded store unless ``--graph neo4
    errors (any non-200 or transport error);
 6. SIGTERM the server (graceful), reopen the folder and check every acknowledged episode
    (a 200 with its id) is stored, and indexed for recall.
-7. coalesced embedding: record-only load (one experience a request) at ``--clients`` for
-   ``--coalesce-seconds``, against a server with ``WORLDGRAPH_EMBEDDING_COALESCE=false`` (each
-   record embeds alone, as before) and one with it on (concurrent records share batches),
-   alternated ``--coalesce-rounds`` times on the same folder; reports both throughputs and their
-   ratio. ``--only-coalescing`` runs just this phase (after seeding).
+7. coalesced recording: record-only load (one experience a request) at ``--clients`` for
+   ``--coalesce-seconds``, against a server with ``WORLDGRAPH_EMBEDDING_COALESCE=false`` and
+   ``WORLDGRAPH_RECORD_GROUP_COMMIT=false`` (each record embeds and commits alone, as before) and
+   one with both on (concurrent records share embedding batches and group commits), alternated
+   ``--coalesce-rounds`` times on the same folder; reports both throughputs and their ratio.
+   ``--coalesce-embed-only`` adds a third server between them with shared embedding batches but
+   commits one at a time. ``--only-coalescing`` runs just this phase (after seeding).
 
 The embedder is the deterministic hashing one (``--embedder hashing``, the default) so the
 numbers measure the service and the recall pipeline, not a model; ``--embedder local`` uses the
@@ -222,19 +224,28 @@ def records(rng: random.Random, k: int, n: int) -> Request:
     return "record", "POST", "/v1/experiences", {"experiences": [experience(rng, 50_000_000 + k * 1_000_000 + n)]}
 
 
+COALESCE_MODES = {  # mode -> (WORLDGRAPH_EMBEDDING_COALESCE, WORLDGRAPH_RECORD_GROUP_COMMIT)
+    "off": ("false", "false"), "embed": ("true", "false"), "on": ("true", "true")}
+
+
 def coalescing_phase(data: Path, graph: str, env: dict[str, str], workers: int, key: str, clients: int,
-                     seconds: float, rounds: int) -> dict[str, Any]:
-    """Record throughput with coalescing off, then on, alternated ``rounds`` times."""
-    runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
+                     seconds: float, rounds: int, embed_only: bool = False) -> dict[str, Any]:
+    """Record throughput with coalescing and group commit off, then on (and, with ``embed_only``,
+    coalesced embedding with commits one at a time in between), alternated ``rounds`` times."""
+    modes = ("off", "embed", "on") if embed_only else ("off", "on")
+    load_start = os.getloadavg()
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     for _ in range(rounds):
-        for mode in ("off", "on"):
-            mode_env = {**env, "WORLDGRAPH_EMBEDDING_COALESCE": "true" if mode == "on" else "false"}
+        for mode in modes:
+            coalesce, group = COALESCE_MODES[mode]
+            mode_env = {**env, "WORLDGRAPH_EMBEDDING_COALESCE": coalesce, "WORLDGRAPH_RECORD_GROUP_COMMIT": group}
             with Server(data, graph, mode_env, workers) as srv:
                 pid = srv.proc.pid  # type: ignore[union-attr]
                 runs[mode].append(asyncio.run(http_phase(srv.url, key, clients, seconds, records, pid)))
-    out = {mode: summary(merge(r), clients) for mode, r in runs.items()}
+    out: dict[str, Any] = {mode: summary(merge(r), clients) for mode, r in runs.items()}
     off, on = out["off"]["record"]["per_s"], out["on"]["record"]["per_s"]
     out["ratio"] = round(on / off, 2) if off else None
+    out["load_average"] = [load_start, os.getloadavg()]
     return out
 
 
@@ -292,6 +303,8 @@ def main() -> int:
                    help="length of each record-only phase of the coalescing comparison")
     p.add_argument("--coalesce-rounds", type=int, default=2, help="off/on pairs of the coalescing comparison")
     p.add_argument("--only-coalescing", action="store_true", help="seed, then run only the coalescing comparison")
+    p.add_argument("--coalesce-embed-only", action="store_true",
+                   help="add a server with shared embedding batches but commits one at a time to the comparison")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--tmp", default=None)
     p.add_argument("--out", default=None)
@@ -316,7 +329,7 @@ def main() -> int:
         if args.only_coalescing:
             print(f"record-only, {args.clients} clients: coalescing off / on ...", file=sys.stderr)
             co = coalescing_phase(data, args.graph, env, args.workers, key, args.clients, args.coalesce_seconds,
-                                  args.coalesce_rounds)
+                                  args.coalesce_rounds, args.coalesce_embed_only)
             print(coalescing_report(co, args))
             if args.out:
                 Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -342,7 +355,7 @@ def main() -> int:
                 layer = asyncio.run(http_phase(srv.url, key, args.clients, args.seconds, light, pid))
         print(f"record-only, {args.clients} clients: coalescing off / on ...", file=sys.stderr)
         co = coalescing_phase(data, args.graph, env, args.workers, key, args.clients, args.coalesce_seconds,
-                              args.coalesce_rounds)
+                              args.coalesce_rounds, args.coalesce_embed_only)
         with WorldModel.open(data, graph=args.graph) as wm:
             acked = load["acked"]
             stored = wm.store.get_episodes(TENANT, acked)
@@ -396,14 +409,18 @@ def report(r: dict[str, Any]) -> str:
 
 def coalescing_report(co: dict[str, Any], args: argparse.Namespace) -> str:
     lines = ["", f"record-only, {args.clients} clients, {args.embedder} embedder, "
-                 f"{args.coalesce_rounds} x {args.coalesce_seconds:g} s each, alternated",
-             f"{'embedding':20}| {'records/s':>9} | {'p50 ms':>7} | {'p99 ms':>7} | errors | server CPU ms/req",
-             f"{'-' * 20}+{'-' * 11}+{'-' * 9}+{'-' * 9}+--------+------------------"]
-    for mode, name in (("off", "each call alone"), ("on", "coalesced")):
+                 f"{args.coalesce_rounds} x {args.coalesce_seconds:g} s each, alternated, load average (1/5/15 min) "
+                 + " at the start, ".join(", ".join(f"{x:.1f}" for x in la) for la in co["load_average"]) + " at the end",
+             f"{'embedding / commit':30}| {'records/s':>9} | {'p50 ms':>7} | {'p99 ms':>7} | errors | server CPU ms/req",
+             f"{'-' * 30}+{'-' * 11}+{'-' * 9}+{'-' * 9}+--------+------------------"]
+    names = {"off": "each call alone", "embed": "shared batches, commit alone", "on": "shared batches + group commit"}
+    for mode, name in names.items():
+        if mode not in co:
+            continue
         m = co[mode]["record"]
-        lines.append(f"{name:20}| {m['per_s']:>9} | {m['p50_ms']:>7} | {m['p99_ms']:>7} | {m['errors']:>6} | "
+        lines.append(f"{name:30}| {m['per_s']:>9} | {m['p50_ms']:>7} | {m['p99_ms']:>7} | {m['errors']:>6} | "
                      f"{co[mode]['cpu_ms_per_request']}")
-    lines.append(f"coalesced / alone: {co['ratio']}x")
+    lines.append(f"(shared batches + group commit) / (each call alone): {co['ratio']}x")
     return "\n".join(lines)
 
 

@@ -182,7 +182,7 @@ def test_record_conversations_checks_every_session_first(tmp_path: Path) -> None
             wm.record_conversations("t", [("s1", _session(2, 8)), ("s1", _session(1, 9))])
         with pytest.raises(InvalidInputError, match="sessions"):
             wm.record_conversations("t", "s1")  # type: ignore[arg-type]
-        assert wm.get_agent_episodes("t", "Melanie") == []  # nothing was recorded
+        assert wm.list_agents("t") == []  # nothing was recorded
     finally:
         wm.close()
 

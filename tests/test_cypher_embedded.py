@@ -457,3 +457,61 @@ def test_queries_while_another_thread_writes(tmp_path: Path) -> None:
     finally:
         stop.set()
         wm.close()
+
+
+def test_a_small_world_delta_is_applied_row_by_row_with_the_rows_of_a_fresh_build(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delta that adds, changes and links world nodes, edges and rules updates the projection in
+    place (no world part reloaded) and every contract query then returns what a projection built
+    from scratch returns."""
+    from worldgraph.kg import embedded_cypher
+
+    wm = WorldModel.open(tmp_path, embedder=HashingEmbedder(64))
+    try:
+        replay_log(wm, "t1", ENV, ROOT / "examples" / "text_adventure.jsonl", use_shipped_deltas=True)
+        wm.cypher("t1", "MATCH (n:Entity {tenant_id: $tenant_id}) RETURN count(n) AS n")
+        monkeypatch.setattr(embedded_cypher.Projection, "replace_world",
+                            lambda *a, **k: pytest.fail("reloaded the whole world part"))
+        monkeypatch.setattr(embedded_cypher.Projection, "__init__",
+                            lambda *a, **k: pytest.fail("rebuilt the whole projection"))
+        # the delta's writes name their rows: only those are read again, not the tenant's world
+        monkeypatch.setattr(embedded_cypher, "read_world_rows", lambda *a, **k: pytest.fail("read every world row"))
+        some = wm.cypher("t1", "MATCH (n:Entity {tenant_id: $tenant_id}) RETURN n.name AS name ORDER BY name LIMIT 2")
+        delta = {"entities": [{"ref": "c", "name": "copper coin", "type": "item"},
+                              {"ref": "k", "name": some[0]["name"], "type": "item"}],
+                 "states": [{"ref": "s", "entity_ref": "c", "name": "copper coin shiny"}],
+                 "edges": [{"src_ref": "k", "dst_ref": "c", "relation": "containment", "confidence": 0.9}],
+                 "rules": [{"condition": "if the coin shines", "outcome": "it is seen", "linked_refs": ["c"],
+                            "confidence": 0.7}]}
+        assert wm.apply_delta("t1", ENV, delta).ok
+        incremental = {q: wm.cypher("t1", q, {"env": ENV, **p}) for q, p, _ordered in CONTRACT}
+        monkeypatch.undo()
+        assert isinstance(wm.store, EmbeddedGraphStore)
+        fresh = EmbeddedGraphStore(wm.store.path)
+        try:
+            for q, p, _ordered in CONTRACT:
+                want = fresh.cypher("t1", q, {"env": ENV, **p})
+                assert sorted(map(json.dumps, incremental[q])) == sorted(map(json.dumps, want)), q
+        finally:
+            fresh.close()
+        assert wm.cypher("t1", "MATCH (k:Entity {tenant_id: $tenant_id})-[:CONTAINS]->(c:Entity {tenant_id: "
+                               "$tenant_id, name: 'copper coin'}) RETURN k.name AS k") == [{"k": some[0]["name"]}]
+        assert wm.cypher("t1", "MATCH (r:Rule {tenant_id: $tenant_id, condition: 'if the coin shines'})"
+                               "-[:CONCERNS]->(n) RETURN n.name AS n") == [{"n": "copper coin"}]
+    finally:
+        wm.close()
+
+
+def test_a_world_write_not_named_by_its_parameters_is_seen(tmp_path: Path) -> None:
+    """forget_environment deletes by environment (no row keys in its parameters): the next query
+    compares the tenant's world rows instead and sees the environment gone."""
+    wm = WorldModel.open(tmp_path, embedder=HashingEmbedder(64))
+    q = "MATCH (n:WorldNode {tenant_id: $tenant_id, env_name: $env}) RETURN count(n) AS n"
+    try:
+        replay_log(wm, "t1", ENV, ROOT / "examples" / "text_adventure.jsonl", use_shipped_deltas=True)
+        assert wm.cypher("t1", q, {"env": ENV})[0]["n"] > 0
+        wm.forget_environment("t1", ENV)
+        assert wm.cypher("t1", q, {"env": ENV}) == [{"n": 0}]
+        assert wm.cypher("t1", "MATCH (r:Rule {tenant_id: $tenant_id}) RETURN count(r) AS n") == [{"n": 0}]
+    finally:
+        wm.close()

@@ -203,7 +203,8 @@ def test_forget_environment_and_tenant(wm: WorldModel, tenant: str) -> None:
     report = wm.forget_environment(tenant, ENV)
     assert report.removed["nodes"] == 2 and report.removed["scenes"] == 1
     assert [e["env_name"] for e in wm.list_environments(tenant)] == ["Attic"]
-    assert wm.world_graph(tenant, ENV)["nodes"] == [] and wm.world_graph(tenant, ENV)["meta"] is None
+    with pytest.raises(NotFoundError):  # a forgotten environment is an unknown one
+        wm.world_graph(tenant, ENV)
     with pytest.raises(NotFoundError):
         wm.forget_environment(tenant, ENV)
     assert wm.get_episode(tenant, packet["episode_id"])  # the round's episode stays

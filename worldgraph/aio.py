@@ -55,9 +55,10 @@ class AsyncWorldModel:
         """``WorldModel.open(path, **kwargs)`` in a worker thread (opening may re-index)."""
         return cls(await asyncio.to_thread(WorldModel.open, path, **kwargs))
 
-    async def close(self) -> None:
-        """Waits for background world updates, then closes the store (in a worker thread)."""
-        await asyncio.to_thread(self.sync.close)
+    async def close(self, timeout: float | None = None) -> None:
+        """Waits for background world updates, then closes the store (in a worker thread);
+        ``timeout`` bounds the whole close, as ``WorldModel.close`` says."""
+        await asyncio.to_thread(self.sync.close, timeout)
 
     async def __aenter__(self) -> AsyncWorldModel:
         return self

@@ -65,6 +65,10 @@ class WorldGraphConfig(BaseSettings):
     embedding_coalesce_ms: float = Field(2.0, ge=0.0, le=1000.0)
     embedding_coalesce_max: int = Field(256, gt=0)  # ... and a shared batch holds at most this many texts
     embedding_coalesce: bool = True  # False: each call embeds alone (the behaviour before coalescing)
+    # concurrent record calls of a tenant that arrive while one is being stored are stored together:
+    # one store transaction and one index append per group (memory/group_commit.py); False: each
+    # call commits alone
+    record_group_commit: bool = True
 
     # Recall (the original defaults)
     default_recall_limit: int = Field(5, gt=0)

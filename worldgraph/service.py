@@ -36,6 +36,7 @@ from worldgraph.memory.embedders.coalesce import CoalescingEmbedder
 from worldgraph.memory.embeddings import Embedder, embedder_name, index_name, make_embedder
 from worldgraph.memory.episode import Episode
 from worldgraph.memory.feedback import FeedbackResult, submit_feedback
+from worldgraph.memory.group_commit import GroupCommit
 from worldgraph.memory.index.episode_index import EpisodeIndex, stored_embedder_name
 from worldgraph.memory.index.indexer import EpisodeIndexer, Progress
 from worldgraph.memory.index.objectstore import index_location
@@ -73,6 +74,10 @@ class WorldModel:
         # after an index failure (an unreachable object store), re-index in the background
         self._index_retrier = IndexRetrier(self.retry_indexing, lambda: bool(self.store.unindexed_episodes(limit=1)),
                                            config.index_retry_seconds)
+        # concurrent records of a tenant are stored and indexed in groups (memory/group_commit.py)
+        self._group_commit = (GroupCommit(self._commit_episodes, lambda t, ids: set(self.store.get_episodes(t, ids)),
+                                          lambda: self._index_retrier.kick(), config.max_batch_experiences)
+                              if config.record_group_commit else None)
         self._purge_lock = threading.Lock()
         self._purger = Purger(self.purge, config.purge_after_seconds)
 
@@ -172,7 +177,8 @@ class WorldModel:
                            canvases: list[CanvasContext | dict[str, Any] | None] | None = None,
                            progress: Progress | None = None) -> list[str]:
         """Record a batch: all are validated first (one bad item rejects the batch, naming its
-        index and field), then stored in one transaction, then embedded and indexed."""
+        index and field), then embedded, then stored in one transaction and indexed (with the
+        batches of concurrent calls that wait for the same commit: memory/group_commit.py)."""
         check_tenant(tenant_id)
         self._writable("record_experiences")
         cfg = self.config
@@ -234,12 +240,21 @@ class WorldModel:
             self.indexer.mark(tenant_id, ids, "failed", embed_error)
             self._index_retrier.kick()
             return ids
+        if self._group_commit is not None:  # with the concurrent calls of this tenant, if any
+            self._group_commit.commit(tenant_id, episodes, list(canvas_recs.values()), audits, vectors)
+        else:
+            self._commit_episodes(tenant_id, episodes, list(canvas_recs.values()), audits, vectors)
+        return ids
+
+    def _commit_episodes(self, tenant_id: str, episodes: list[dict[str, Any]], canvases: list[dict[str, Any]],
+                         audits: list[dict[str, Any]], vectors: Any) -> None:
+        """Store embedded episodes in one transaction, then append their index rows; raises only
+        if the store commit fails (then nothing is stored)."""
         # New episodes are appended to the index, not merged: the window holds the table's write
         # lock around the store commit (see EpisodeIndex.adding); it neither fails to open nor raises.
         with self.index.adding(tenant_id) as add:
-            self.store.add_episodes(tenant_id, episodes, list(canvas_recs.values()), audits)
+            self.store.add_episodes(tenant_id, episodes, canvases, audits)
             self.indexer.index_rows(tenant_id, episodes, vectors, add)
-        return ids
 
     def record_conversation(self, tenant_id: str, session_id: str, turns: Iterable[dict[str, Any]],
                             progress: Progress | None = None) -> list[str]:

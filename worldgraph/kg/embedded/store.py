@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -101,29 +101,50 @@ CREATE TABLE IF NOT EXISTS api_keys (
 _WRITE_RE = re.compile(r"\s*(?:INSERT|REPLACE|UPDATE|DELETE)\b", re.I)
 _PARTS = {**{t: "episodes" for t in embedded_cypher.EPISODE_SOURCES}, **{t: "world" for t in embedded_cypher.WORLD_SOURCES}}
 _NOT_PROJECTED = ("api_keys", "schema_info")
+WORLD_LOG_KEPT = 256  # world commits whose written rows are remembered (for a projection's refresh)
+
+
+# Upserts whose parameters name the world row they write: (table, how many parameters after
+# tenant_id make its key in embedded_cypher.WorldRows). scene_links is not read by the projection.
+_KEYED_RE = re.compile(r"\s*INSERT INTO (world_nodes|world_edges|world_rules|scenes|scene_reports|env_meta)"
+                       r"\(tenant_id, env_name(, (?:id|scene_id))?\b")
+_UNREAD = ("scene_links",)
 
 
 class _Tracked:
     """A transaction's cursor that notes which part of a Cypher projection each write touches (by
-    the tables its statement names); a write naming no known table marks both, to be safe."""
+    the tables its statement names); a write naming no known table marks both, to be safe. Of the
+    world part it also notes the rows written ((tenant, table, key) in ``touched[0]``), or None
+    when a write's rows are not known from its parameters."""
 
-    def __init__(self, cur: sqlite3.Cursor, parts: set[str]) -> None:
-        self._cur, self._parts = cur, parts
+    def __init__(self, cur: sqlite3.Cursor, parts: set[str], touched: list[set[tuple[str, str, Any]] | None]) -> None:
+        self._cur, self._parts, self._touched = cur, parts, touched
 
-    def _note(self, sql: str) -> None:
+    def _note(self, sql: str, rows: Iterable[Any]) -> None:
         if _WRITE_RE.match(sql):
             found = {part for table, part in _PARTS.items() if re.search(rf"\b{table}\b", sql)}
             if not found and not any(re.search(rf"\b{t}\b", sql) for t in _NOT_PROJECTED):
                 found = {"episodes", "world"}
             self._parts |= found
+            if "world" in found and self._touched[0] is not None:
+                m = _KEYED_RE.match(sql)
+                if m is None:
+                    if not any(re.search(rf"\b{t}\b", sql) for t in _UNREAD):
+                        self._touched[0] = None
+                    return
+                table, keyed = m.group(1), m.group(2) is not None
+                for row in rows:
+                    key = (row[1], row[2]) if table.startswith("world_") else row[2] if keyed else row[1]
+                    self._touched[0].add((row[0], table, key))
 
     def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
-        self._note(sql)
+        self._note(sql, args[:1])
         return self._cur.execute(sql, *args)
 
     def executemany(self, sql: str, *args: Any) -> sqlite3.Cursor:
-        self._note(sql)
-        return self._cur.executemany(sql, *args)
+        rows = list(args[0]) if args else []
+        self._note(sql, rows)
+        return self._cur.executemany(sql, rows, *args[1:])
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._cur, name)
@@ -153,6 +174,8 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, SqliteL
         self._projections = ProjectionCache()
         # commits through this object that wrote a table of a Cypher projection's episode / world part
         self._write_gens = {"episodes": 0, "world": 0}
+        # (world generation, the world rows its commit wrote, None: not known), the last few
+        self._world_log: list[tuple[int, set[tuple[str, str, Any]] | None]] = []
         if cache_mb is None:
             cache_mb = int(fields["sqlite_cache_mb"].default)
         if wal_autocheckpoint_pages is None:
@@ -203,12 +226,16 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, SqliteL
         with self._lock:
             cur = self._conn.cursor()
             parts: set[str] = set()
+            touched: list[set[tuple[str, str, Any]] | None] = [set()]
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                yield cast(sqlite3.Cursor, _Tracked(cur, parts))
+                yield cast(sqlite3.Cursor, _Tracked(cur, parts, touched))
                 cur.execute("COMMIT")
                 for part in parts:
                     self._write_gens[part] += 1
+                if "world" in parts:
+                    self._world_log.append((self._write_gens["world"], touched[0]))
+                    del self._world_log[:-WORLD_LOG_KEPT]
             except BaseException as exc:
                 if self._conn.in_transaction:  # SQLite may have rolled back itself (SQLITE_FULL)
                     try:
@@ -249,13 +276,30 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, SqliteL
 
         def build() -> embedded_cypher.Projection:
             with self._lock, self._snapshot():
-                nodes, rels, episodes = embedded_cypher.load_tenant(read, tenant_id)
-            return embedded_cypher.Projection(tenant_id, nodes, rels, episodes)
+                nodes, rels, episodes, world = embedded_cypher.load_tenant(read, tenant_id)
+            proj = embedded_cypher.Projection(tenant_id, nodes, rels, episodes, world)
+            proj.world_gen = version[2]
+            return proj
+
+        def read_edges(env: str, ids: list[str]) -> list[tuple[str, str]]:
+            marks = ",".join("?" * len(ids))
+            return read(f"SELECT id, data FROM world_edges WHERE tenant_id = ? AND env_name = ? AND "
+                        f"(src_id IN ({marks}) OR dst_id IN ({marks}))", (tenant_id, env, *ids, *ids))
 
         def refresh_world(proj: embedded_cypher.Projection) -> None:
+            # the rows a world write changed (and the links touching them) are reloaded one by one;
+            # anything else (scenes, a new environment, a large import) reloads the world part
             with self._lock, self._snapshot():
-                nodes, rels = embedded_cypher.load_world_part(read, tenant_id, proj.episodes)
-            proj.replace_world(nodes, rels)
+                touched = self._world_touched(tenant_id, proj.world_gen)
+                raw = (embedded_cypher.read_world_rows(read, tenant_id) if touched is None
+                       else embedded_cypher.read_world_keys(read, tenant_id, proj.world.raw, touched))
+                if proj.update_world(raw, read_edges):
+                    proj.world_gen = version[2]
+                    return
+                world = embedded_cypher.load_world_part(embedded_cypher.read_world_rows(read, tenant_id), tenant_id,
+                                                        proj.episodes)
+            proj.replace_world(world)
+            proj.world_gen = version[2]
         for _ in range(3):
             with self._lock:
                 # data_version changes with every commit of another connection (then all is rebuilt);
@@ -269,6 +313,21 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, SqliteL
             except embedded_cypher.ProjectionClosed:  # another thread replaced it meanwhile
                 continue
         raise StorageError("the Cypher projection kept being replaced by concurrent writes; try the query again")
+
+    def _world_touched(self, tenant_id: str, since: int) -> set[tuple[str, Any]] | None:
+        """The world rows ((table, key)) of ``tenant_id`` this store's commits wrote after world
+        generation ``since``; None when not known (a write not keyed by its parameters, or older
+        than the log)."""
+        out: set[tuple[str, Any]] = set()
+        gens = [gen for gen, _ in self._world_log if gen > since]
+        if len(gens) != self._write_gens["world"] - since:
+            return None
+        for gen, rows in self._world_log:
+            if gen > since:
+                if rows is None:
+                    return None
+                out |= {(table, key) for t, table, key in rows if t == tenant_id}
+        return out
 
     @contextmanager
     def _snapshot(self) -> Iterator[None]:
