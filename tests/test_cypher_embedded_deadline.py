@@ -120,3 +120,26 @@ def test_abandoned_runs_are_bounded(wm: WorldModel, monkeypatch: pytest.MonkeyPa
     wait_for_abandoned_runs()
     assert len(wm.cypher("attacker", NORMAL)) == 3
     assert len(wm.cypher("other", NORMAL)) == 3
+
+
+def test_a_write_during_a_runaway_query_stalls_no_one(wm: WorldModel) -> None:
+    """A world delta while the tenant's query runs: the next query builds a fresh projection rather
+    than wait (under the cache's lock, which every tenant's query takes) for the running one."""
+    wm.cypher("attacker", NORMAL)
+    wm.cypher("other", NORMAL)
+    attacker = threading.Thread(target=lambda: timed_hostile(wm, HOSTILE["lpad"]))
+    attacker.start()
+    try:
+        time.sleep(0.3)
+        delta = {"entities": [{"ref": "x", "name": "new thing", "type": "item"}], "states": [], "edges": [],
+                 "rules": []}
+        assert wm.apply_delta("attacker", "Env", delta).ok
+        started = time.monotonic()
+        rows = wm.cypher("attacker", "MATCH (n:Entity {tenant_id: $tenant_id}) RETURN n.name AS name")
+        assert rows == [{"name": "new thing"}]
+        assert time.monotonic() - started < TIMEOUT
+        started = time.monotonic()
+        assert len(wm.cypher("other", NORMAL)) == 3
+        assert time.monotonic() - started < TIMEOUT
+    finally:
+        attacker.join(timeout=60)
