@@ -24,6 +24,13 @@ use a shared server (``--uri`` alone), but it does load it (each long expression
 busy until it finishes, after the call has ended):
 
     python bench/bench_cypher.py --hostile --uri bolt://127.0.0.1:7687
+
+``--hostile --embedded`` does the same on the embedded store (its own hostile queries: strings and
+lists built by one expression, which LadybugDB runs to their end whatever its timeout, so the
+deadline abandons them; ``embedded_cypher`` "Deadline"). Each such query holds a core and a few
+hundred MB until the engine ends it, after the call has returned:
+
+    python bench/bench_cypher.py --hostile --embedded --timeout 2 --rounds 1 --together 4
 """
 
 from __future__ import annotations
@@ -162,16 +169,40 @@ NORMAL = ("MATCH (e:Episode {tenant_id: $tenant_id}) WHERE e.outcome = 'success'
           "RETURN e.task_description AS task ORDER BY e.ts DESC LIMIT 5")
 
 
-def hostile_call(wm: WorldModel, store: Neo4jGraphStore, tenant: str, name: str) -> tuple[str, float]:
-    query, through = HOSTILE[name]
+# The embedded store (LadybugDB) has its own hostile queries: one expression building a huge
+# string or list runs to its end whatever its timeout (the deadline abandons it), and its parser
+# slows down steeply with nesting (64 levels ~1 s, 300 levels ~56 s here).
+HOSTILE_EMBEDDED: dict[str, tuple[str, str]] = {
+    **{f"nested {d}": (nested(d), "store") for d in (100, 300)},
+    "nested 3000 via WorldModel": (nested(3000), "wm"),
+    "lpad to 300M chars": ("RETURN size(lpad('a', 300000000, 'xy')) AS n", "wm"),
+    "repeat to 300M chars": ("RETURN size(repeat('ab', 150000000)) AS n", "wm"),
+    "list doubled to 16M": ("WITH range(1, 1000000) AS l WITH l + l AS l WITH l + l AS l WITH l + l AS l "
+                            "WITH l + l AS l RETURN size(l) AS n", "wm"),
+    "range(1, 300M)": ("RETURN size(range(1, 300000000)) AS n", "wm"),
+    "100M rows filtered": ("UNWIND range(1, 1000000) AS a UNWIND range(1, 100) AS b WITH a + b AS s "
+                           "WHERE s < 0 RETURN count(*) AS n", "wm"),
+    # (a bare count(*) of a cartesian product is answered from the counts: the WHERE makes it enumerate)
+    "cartesian product": (f"MATCH {SCOPED}, (d:Episode {{tenant_id: $tenant_id}}) "
+                          "WHERE a.task_description <> d.task_description RETURN count(*) AS n", "wm"),
+    "cartesian, all rows": (f"MATCH {SCOPED} RETURN a.id, b.id, c.id", "wm"),
+}
+
+
+def hostile_call(wm: WorldModel, store: Any, tenant: str, name: str,
+                 hostile: dict[str, tuple[str, str]] = HOSTILE) -> tuple[str, float]:
+    query, through = hostile[name]
     started = time.monotonic()
     try:
         (wm.cypher if through == "wm" else store.cypher)(tenant, query)
         outcome = "rows"
     except WorldGraphError as exc:
         text = str(exc)
-        outcome = ("timeout" if "cypher_timeout_seconds" in text else "byte cap" if "cypher_max_result_bytes" in text
+        outcome = ("runaway cap" if "has not ended them yet" in text
+                   else "timeout" if "cypher_timeout_seconds" in text else "byte cap" if "cypher_max_result_bytes" in text
+                   else "row cap" if "cypher_max_rows" in text
                    else "refused (text limit)" if "cypher_max_nesting_depth" in text
+                   else "refused (range)" if "range()" in text
                    else "result too deep" if "nested too deep" in text else type(exc).__name__)
     return outcome, time.monotonic() - started
 
@@ -190,12 +221,26 @@ class OtherTenant(threading.Thread):
             time.sleep(0.05)
 
 
-def run_hostile(uri: str, user: str, password: str, timeout: float, rounds: int, together: int) -> int:
+def wait_for_abandoned_runs(limit: float = 600.0) -> float:
+    """Embedded store: until the engine has ended every run abandoned past its deadline; seconds waited."""
+    from worldgraph.kg import embedded_cypher
+
+    started = time.monotonic()
+    while embedded_cypher.abandoned_runs() and time.monotonic() - started < limit:
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
+def run_hostile(uri: str | None, user: str, password: str, timeout: float, rounds: int, together: int) -> int:
+    """On Neo4j at ``uri``, or on the embedded store when ``uri`` is None."""
+    hostile = HOSTILE if uri else HOSTILE_EMBEDDED
     with tempfile.TemporaryDirectory() as tmp:
-        wm = WorldModel.open(Path(tmp) / "data", embedder=HashingEmbedder(64), graph="neo4j", neo4j_uri=uri,
-                             neo4j_user=user, neo4j_password=password, cypher_timeout_seconds=timeout)
+        if uri:
+            wm = WorldModel.open(Path(tmp) / "data", embedder=HashingEmbedder(64), graph="neo4j", neo4j_uri=uri,
+                                 neo4j_user=user, neo4j_password=password, cypher_timeout_seconds=timeout)
+        else:
+            wm = WorldModel.open(Path(tmp) / "data", embedder=HashingEmbedder(64), cypher_timeout_seconds=timeout)
         store = wm.store
-        assert isinstance(store, Neo4jGraphStore)
         attacker, other = f"hostile-{uuid.uuid4().hex[:8]}", f"other-{uuid.uuid4().hex[:8]}"
         for tenant in (attacker, other):  # 300 episodes: 300^4 rows for the cartesian product
             wm.record_experiences(tenant, [{"agent_id": "a", "task_type": "t", "task_description": f"task {i}",
@@ -203,14 +248,16 @@ def run_hostile(uri: str, user: str, password: str, timeout: float, rounds: int,
         baseline = [timed(lambda: wm.cypher(other, NORMAL)) for _ in range(30)]
         neighbour = OtherTenant(wm, other)
         neighbour.start()
-        results: dict[str, list[tuple[str, float]]] = {name: [] for name in HOSTILE}
+        results: dict[str, list[tuple[str, float]]] = {name: [] for name in hostile}
         for _ in range(rounds):  # one at a time
-            for name in HOSTILE:
-                results[name].append(hostile_call(wm, store, attacker, name))
-        names = [n for n in HOSTILE if HOSTILE[n][1] == "store"]
+            for name in hostile:
+                if not uri:  # each on its own: not refused because an earlier one still runs in the engine
+                    wait_for_abandoned_runs()
+                results[name].append(hostile_call(wm, store, attacker, name, hostile))
+        names = [n for n in hostile if not n.endswith("via WorldModel")]
         batch = [names[i % len(names)] for i in range(together)]
         out: list[tuple[str, str, float]] = []
-        threads = [threading.Thread(target=lambda n=n: out.append((n, *hostile_call(wm, store, attacker, n))))
+        threads = [threading.Thread(target=lambda n=n: out.append((n, *hostile_call(wm, store, attacker, n, hostile))))
                    for n in batch]
         for t in threads:
             t.start()
@@ -218,16 +265,22 @@ def run_hostile(uri: str, user: str, password: str, timeout: float, rounds: int,
             t.join()
         neighbour.stop.set()
         neighbour.join()
-        with store._driver.session(database=store.database) as session:  # leave a shared server as it was
-            for label in q.TENANT_LABELS:
-                session.run(f"MATCH (n:{label}) WHERE n.tenant_id IN $ts DETACH DELETE n", ts=[attacker, other]).consume()
+        if uri:
+            assert isinstance(store, Neo4jGraphStore)
+            with store._driver.session(database=store.database) as session:  # leave a shared server as it was
+                for label in q.TENANT_LABELS:
+                    session.run(f"MATCH (n:{label}) WHERE n.tenant_id IN $ts DETACH DELETE n",
+                                ts=[attacker, other]).consume()
+        else:
+            print(f"abandoned runs ended in the engine {wait_for_abandoned_runs():.1f} s after the last call")
         wm.close()
 
     def past(samples: list[float]) -> str:
         over = [s - timeout for s in samples]
         return f"{statistics.median(over):>+8.2f} {max(over):>+8.2f}"
 
-    print(f"\ncypher_timeout {timeout} s; seconds past it (negative: ended before it)")
+    print(f"\n{'Neo4j' if uri else 'embedded store'}: cypher_timeout {timeout} s; seconds past it "
+          "(negative: ended before it)")
     print(f"{'query':<28} {'calls':>5} {'outcome':<30} {'median':>8} {'max':>8}")
     for name, runs in results.items():
         outcomes = ", ".join(sorted({o for o, _ in runs}))
@@ -236,11 +289,13 @@ def run_hostile(uri: str, user: str, password: str, timeout: float, rounds: int,
           f"{past([t for _, _, t in out])}")
     ended = [t for runs in results.values() for o, t in runs if o == "timeout"] + [t for _, o, t in out if o == "timeout"]
     print(f"{'all that hit the deadline':<28} {len(ended):>5} {'timeout':<30} {past(ended)}")
+    everything = [t for runs in results.values() for _, t in runs] + [t for _, _, t in out]
+    print(f"{'every call':<28} {len(everything):>5} {'':<30} {past(everything)}")
     q50 = statistics.median
     print(f"\nother tenant's query, ms: alone p50 {q50(baseline) * 1000:.1f} max {max(baseline) * 1000:.1f}; "
           f"meanwhile ({len(neighbour.samples)} calls) p50 {q50(neighbour.samples) * 1000:.1f} "
           f"p95 {statistics.quantiles(neighbour.samples, n=20)[-1] * 1000:.1f} max {max(neighbour.samples) * 1000:.1f}")
-    return 0 if ended and max(ended) - timeout <= 2.0 else 1
+    return 0 if ended and max(everything) - timeout <= 2.0 else 1
 
 
 def main() -> int:
@@ -257,11 +312,13 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=2.0, help="--hostile: cypher_timeout_seconds")
     ap.add_argument("--rounds", type=int, default=2, help="--hostile: calls of each hostile query, one at a time")
     ap.add_argument("--together", type=int, default=8, help="--hostile: hostile calls at once, last")
+    ap.add_argument("--embedded", action="store_true", help="--hostile: on the embedded store (LadybugDB) instead")
     args = ap.parse_args()
     if args.hostile:
-        if not args.uri:
-            ap.error("--hostile needs --uri (a running Neo4j; it drops nothing)")
-        return run_hostile(args.uri, args.user, args.password, args.timeout, args.rounds, args.together)
+        if not args.uri and not args.embedded:
+            ap.error("--hostile needs --uri (a running Neo4j; it drops nothing) or --embedded")
+        return run_hostile(None if args.embedded else args.uri, args.user, args.password, args.timeout, args.rounds,
+                           args.together)
     if args.uri and not args.own_server:
         ap.error("--uri drops and re-creates indexes on that server: add --own-server if nobody else uses it")
 

@@ -135,14 +135,14 @@ def test_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Cap
     out = run("forget", "episode", ids[0][:8])
     assert out["removed"]["episodes"] == 1 and out["purge"]["forgets_purged"] == 1
     assert not any(b"clisecret0" in p.read_bytes() for p in data.rglob("*") if p.is_file())
-    assert run("forget", "env", "Nowhere", ok=False)["error"] == "NotFoundError"
-    assert run("forget", "tenant", ok=False)["field"] == "--yes"
+    assert run("forget", "env", "Nowhere", ok=False)["error"]["type"] == "not_found"
+    assert run("forget", "tenant", ok=False)["error"]["field"] == "--yes"
     assert run("forget", "tenant", "--yes")["removed"]["episodes"] == 2
     assert run("purge")["forgets_purged"] == 0
     assert run("episodes", "list")["episodes"] == []
     key = run("keys", "create", "--tenant", "acme", "--scope", "read,forget")
     assert key["scopes"] == ["read", "forget"]
-    assert run("keys", "create", "--tenant", "acme", "--scope", "root", ok=False)["field"] == "scope"
+    assert run("keys", "create", "--tenant", "acme", "--scope", "root", ok=False)["error"]["field"] == "scope"
 
 
 @pytest.mark.slow

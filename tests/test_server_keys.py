@@ -41,7 +41,8 @@ def test_create_check_list_revoke_across_connections(stores: tuple[GraphStore, G
     key, record = one.create(tenant, "ci runner")
     assert key.startswith(f"wg_{record['id']}_") and len(key) == 3 + 16 + 1 + 43
     assert record == {"id": record["id"], "tenant_id": tenant, "name": "ci runner",
-                      "created_at": record["created_at"], "revoked_at": None}
+                      "created_at": record["created_at"], "revoked_at": None,
+                      "scopes": ["read", "write"]}  # a key made without --scope reads and writes
     assert two.tenant_of(key) == tenant  # the other "process" sees the new key
     other_key, _ = one.create(tenant)
     assert key != other_key and two.tenant_of(other_key) == tenant

@@ -80,7 +80,7 @@ def test_request_ids_in_headers_error_bodies_and_log_lines(served: Any, caplog: 
                  client.post("/v1/episodes/nope-nope/feedback", json={"score": 0.5}, headers=auth),  # 404
                  client.post("/v1/experiences", content=b"x" * 30_000, headers={**auth, "content-type":
                                                                                  "application/json"}),  # 413
-                 client.post("/v1/cypher", json={"query": "MATCH (n) RETURN n"}, headers=auth)):  # 501
+                 client.post("/v1/cypher", json={"query": "CREATE (n) RETURN n"}, headers=auth)):  # 403
         assert resp.status_code >= 400
         body = resp.json()["error"]
         assert body["request_id"] == resp.headers["x-request-id"], (resp.status_code, body)

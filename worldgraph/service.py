@@ -517,8 +517,8 @@ class WorldModel:
         removed = self.store.forget_environment(tenant_id, env, audit)
         if removed is None:
             known = self.store.environments(tenant_id)
-            raise NotFoundError("environment", env, f"tenant {tenant_id!r} has no such environment; known: "
-                                + (", ".join(known) if known else "none"))
+            raise NotFoundError("environment", env, f"tenant {tenant_id!r} has no such environment; " + known_names(
+                known, "environments", "nothing to forget"), field="env_name")
         self.world.history.drop(tenant_id, env)
         return self._forget_report("environment", audit, removed)
 

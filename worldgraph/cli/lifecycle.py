@@ -18,7 +18,8 @@ def add_lifecycle_commands(sub: Any, add: Add) -> None:
     sp = add("episodes", cmd_episodes,
              "browse episodes: `episodes list [--agent-id A] [--session S] [--since T] [--until T] [--cursor C]`, "
              "`episodes show EPISODE_ID`, or `episodes AGENT_ID` (that agent's newest)")
-    sp.add_argument("target", metavar="list|show|AGENT_ID")
+    sp.add_argument("target", metavar="list|show|AGENT_ID",
+                    help="list: a page of episodes; show: one episode; an agent id: that agent's newest")
     sp.add_argument("episode_id", nargs="?", default=None, help="for show: the id (or a unique start of it)")
     sp.add_argument("--limit", type=int, default=None, help="how many (list: a page, default 100; AGENT_ID: 30)")
     sp.add_argument("--agent-id", dest="agent_id", default=None, help="list: only this agent's")
@@ -32,9 +33,9 @@ def add_lifecycle_commands(sub: Any, add: Add) -> None:
                                        "path at once; the bytes leave the files with the purge").add_subparsers(
         title="forget commands")
     sp = add("episode", cmd_forget_episode, "forget one episode (its id, or a unique start of it)", parent=group)
-    sp.add_argument("episode_id")
+    sp.add_argument("episode_id", help="the episode to forget (its id or a unique start of it)")
     sp = add("env", cmd_forget_env, "forget an environment's world graph, scenes and packets", parent=group)
-    sp.add_argument("env_name")
+    sp.add_argument("env_name", help="the environment whose world graph, scenes and packets to forget")
     sp = add("tenant", cmd_forget_tenant, "forget every record of --tenant, its API keys included (needs --yes)",
              parent=group)
     sp.add_argument("--yes", action="store_true", help="yes, forget the whole tenant (cannot be undone)")

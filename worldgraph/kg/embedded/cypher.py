@@ -30,6 +30,23 @@ parameters, or else found by comparing the tenant's world rows with those the pr
 built from), or by reloading the world part when that change is large or adds an environment;
 otherwise it builds the projection anew. So it sees every committed write.
 
+**Deadline.** ``cypher()`` returns or fails within ``cypher_timeout`` + ``GRACE`` (1 s), counted
+from when the tenant's projection is ready, whatever the query. LadybugDB's own timeout (set too)
+and ``Connection.interrupt()`` are checked only between steps of its pipeline: one expression that
+builds a huge string or list (``lpad``/``repeat`` to hundreds of MB, a list doubled by
+``l + l``), and its parser on deeply nested brackets (64 levels ~1 s, 300 levels ~56 s here), run
+to their end, seconds to minutes. So ``run`` executes the query in a worker thread and waits until
+the deadline; then it interrupts the engine every 50 ms for up to ``GRACE`` s; a query still
+running then is *abandoned*: its projection is marked closed (nobody else queues on its busy
+connection, the cache drops it, the next query of the tenant builds a fresh one) and the call
+raises ``CypherQueryError`` naming ``cypher_timeout_seconds``. When the engine returns, the worker
+drops what it made and closes that projection's database, freeing its memory. At most
+``MAX_ABANDONED_PER_TENANT`` (2) abandoned runs per tenant and ``MAX_ABANDONED`` (4) per process
+may be alive (each holds a core and its allocation); past either, a new query fails at once
+instead of starting, so a flood of hostile queries cannot pile up threads or memory. A projection
+is never waited for under the cache's lock: closing one a query still runs on is left to that
+query's thread, and a world refresh that finds a query running builds a new projection instead.
+
 **Same rows as Neo4j, or a clear error.** The few places where LadybugDB's Cypher differs from
 Neo4j's are rewritten (multi-label patterns, ``labels()``, ``type()``, ``toString()`` ...,
 relationship uniqueness within a MATCH, trail semantics of var-length paths, column names of
@@ -42,11 +59,13 @@ an unbounded ``*`` stops at 30 hops.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -59,12 +78,20 @@ from worldgraph.kg.codec import dumps, loads
 from worldgraph.kg.neo4j import schema as q
 from worldgraph.kg.store import Record
 
+log = logging.getLogger("worldgraph")
 ENGINE = "LadybugDB"
 # A query text longer than this is refused before the engine parses it. WorldModel.cypher has
 # already applied the config's cypher_max_query_bytes (kg/cypher_limits.py); this bounds direct
 # callers of the store too.
 MAX_QUERY_CHARS = 100_000
 PROJECTIONS_KEPT = 4  # tenants whose projection stays in memory (least recently queried dropped)
+# The deadline (module docstring, "Deadline"): seconds spent interrupting a query past its deadline
+# before it is abandoned; abandoned runs the engine may still be running, per process and per tenant
+# (past either, new queries fail at once); seconds a world refresh waits for a running query.
+GRACE = 1.0
+MAX_ABANDONED = 4
+MAX_ABANDONED_PER_TENANT = 2
+REFRESH_WAIT = 0.25
 
 WORLD = ("Entity", "State")
 # (label, primary key, properties besides tenant_id and record); types are inferred from the data
@@ -433,8 +460,9 @@ class Projection:
 
         self.tenant_id = tenant_id
         self.episodes = episodes  # ids, for the world part's (:Scene)-[:FROM_EPISODE]->(:Episode)
-        self.lock = threading.Lock()
-        self.closed = False
+        self.lock = threading.Lock()  # one query (or refresh) at a time; released through unlock()
+        self.closed = False  # replaced, dropped or abandoned: hand it out no more
+        self.released = False  # its database is closed (its memory freed)
         # buffer_pool_bytes bounds the engine's memory (an in-memory database lives in its buffer
         # pool; 0: LadybugDB's default, most of the machine's memory). Not bounded by default: a
         # 20k-episode tenant (13 MiB SQLite file) did not load in 8x its file size (bench/README.md).
@@ -448,9 +476,23 @@ class Projection:
         self._create(world.nodes, world.rels)
         world.nodes, world.rels = {}, {}  # loaded: only raw and the index stay
 
+    @contextmanager
+    def _refreshing(self) -> Iterator[None]:
+        """Hold the lock for a refresh. A query that still runs on the projection after
+        ``REFRESH_WAIT`` seconds (the refresh's caller holds the cache's lock meanwhile) raises
+        ProjectionBusy: the cache builds a new projection instead of waiting for it."""
+        if not self.lock.acquire(timeout=REFRESH_WAIT):
+            raise ProjectionBusy
+        try:
+            if self.closed:
+                raise ProjectionBusy
+            yield
+        finally:
+            self.unlock()
+
     def replace_world(self, world: WorldPart) -> None:
         """Drop the world part's tables and load them again (the episode part stays)."""
-        with self.lock:
+        with self._refreshing():
             self._drop_world()
             self._create(world.nodes, world.rels)
             world.nodes, world.rels = {}, {}
@@ -553,7 +595,7 @@ class Projection:
                     src = ("Scene", e["src_id"])
                 if rtype is not None and src is not None:
                     old_edges.setdefault((rtype, src[0]), []).append({"a": src[1], "key": q.world_key(t, env, eid)})
-        with self.lock:
+        with self._refreshing():
             try:
                 for rtype in {rtype for rtype, _label in old_edges}:  # a scan: faster than UNWIND + MATCH here
                     self.conn.execute(f"MATCH ()-[e:{rtype}]->() WHERE e.key IN $keys DELETE e",
@@ -631,15 +673,34 @@ class Projection:
                           f"CREATE (a)-[:{rtype} {{{props}}}]->(b)", {"rows": rows})
 
     def close(self) -> None:
-        """After the queries running on it (a newer projection may replace it while they run)."""
-        with self.lock:
-            self.closed = True
-            self.conn.close()
-            self.db.close()
+        """Close it now if no query runs on it, else when that query's thread ends (``unlock``): a
+        newer projection may replace it while a query runs, and a query abandoned past its deadline
+        may run on in the engine for a while. Never waits for a query."""
+        self.closed = True
+        if self.lock.acquire(blocking=False):
+            try:
+                if not self.released:
+                    self.released = True
+                    self.conn.close()
+                    self.db.close()
+            finally:
+                self.lock.release()
+
+    def unlock(self) -> None:
+        """Release ``lock``; when the projection was closed meanwhile, free its database now. (Whoever
+        holds the lock when close() fails to take it unlocks after close() set ``closed``, so the
+        last holder always sees it.)"""
+        self.lock.release()
+        if self.closed:
+            self.close()
 
 
 class ProjectionClosed(Exception):
     """The projection was replaced between being handed out and the query starting: ask again."""
+
+
+class ProjectionBusy(Exception):
+    """A query still runs on the projection: build a new one rather than wait for it."""
 
 
 class ProjectionCache:
@@ -656,19 +717,25 @@ class ProjectionCache:
         moved, or built anew."""
         with self._lock:
             item = self._items.get(tenant_id)
+            if item is not None and item[1].closed:  # abandoned by a query past its deadline (run)
+                del self._items[tenant_id]
+                item = None
             if item is not None and item[0] == version:
                 self._items.move_to_end(tenant_id)
                 return item[1]
             if item is not None and item[0][:-1] == version[:-1]:
                 try:
                     refresh_world(item[1])
+                except ProjectionBusy:  # a query still runs on it: built anew below
+                    pass
                 except BaseException:  # half reloaded: never hand it out again
                     del self._items[tenant_id]
                     item[1].close()
                     raise
-                self._items[tenant_id] = (version, item[1])
-                self._items.move_to_end(tenant_id)
-                return item[1]
+                else:
+                    self._items[tenant_id] = (version, item[1])
+                    self._items.move_to_end(tenant_id)
+                    return item[1]
             proj = build()
             if item is not None:
                 item[1].close()
@@ -981,9 +1048,40 @@ def plain(value: Any) -> Any:
     return str(value)
 
 
+class _Call:
+    """One query on a projection, shared by its caller and the worker thread that runs it."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.state = threading.Lock()  # guards finished / abandoned
+        self.finished = False
+        self.abandoned = False
+        self.rows: list[Record] | None = None
+        self.error: BaseException | None = None
+
+
+# Runs abandoned past their deadline that the engine has not ended yet, per tenant (see "Deadline").
+_abandoned: dict[str, int] = {}
+_abandoned_lock = threading.Lock()
+
+
+def abandoned_runs(tenant_id: str | None = None) -> int:
+    """How many abandoned runs (of ``tenant_id``, or of all tenants) are still alive."""
+    with _abandoned_lock:
+        return _abandoned.get(tenant_id, 0) if tenant_id is not None else sum(_abandoned.values())
+
+
+def _timed_out(timeout: float) -> CypherQueryError:
+    return CypherQueryError(f"the query ran longer than {timeout} s (cypher_timeout_seconds); it was stopped. "
+                            "Narrow it or add LIMIT")
+
+
 def run(proj: Projection, tenant_id: str, query: str, params: Mapping[str, Any] | None, *, timeout: float,
-        max_rows: int, max_bytes: int) -> list[Record]:
-    """Run a checked, translated query on a tenant's projection, within the limits."""
+        max_rows: int, max_bytes: int, deadline: float | None = None) -> list[Record]:
+    """Run a checked, translated query on a tenant's projection, within the limits; rows or an error
+    by ``deadline`` (monotonic; default now + ``timeout``) + ``GRACE`` seconds at most."""
+    if deadline is None:
+        deadline = time.monotonic() + timeout
     bound = guard.bind_params(tenant_id, params)
     for key, value in bound.items():
         try:
@@ -994,48 +1092,142 @@ def run(proj: Projection, tenant_id: str, query: str, params: Mapping[str, Any] 
     text = translate(query)
     used = set(re.findall(rf"\$({_NAME})", _blank(text)))
     args = {k: v for k, v in bound.items() if k in used}
-    with proj.lock:
+    with _abandoned_lock:
+        mine, total = _abandoned.get(tenant_id, 0), sum(_abandoned.values())
+    if mine >= MAX_ABANDONED_PER_TENANT or total >= MAX_ABANDONED:
+        raise CypherQueryError(
+            f"{mine if mine >= MAX_ABANDONED_PER_TENANT else total} earlier queries "
+            f"{'of this tenant ' if mine >= MAX_ABANDONED_PER_TENANT else ''}ran past cypher_timeout_seconds "
+            f"({timeout} s) and the embedded Cypher engine ({ENGINE}) has not ended them yet; try again in a "
+            "moment, with a narrower query (smaller lists and strings)")
+    if time.monotonic() >= deadline:  # a retry (ProjectionClosed) after the deadline
+        raise _timed_out(timeout)
+    # one query at a time per projection: wait for the one before until the deadline, or until it is
+    # closed (replaced, or abandoned by a query past its deadline: the caller then gets a fresh one)
+    while not proj.lock.acquire(timeout=0.05):
         if proj.closed:
             raise ProjectionClosed
-        proj.conn.set_query_timeout(max(1, int(timeout * 1000)))
-        started = time.monotonic()
+        if time.monotonic() >= deadline:
+            raise _timed_out(timeout)
+    call = _Call()
+    try:
+        if proj.closed:
+            raise ProjectionClosed
+        proj.conn.set_query_timeout(max(1, int((deadline - time.monotonic()) * 1000)))
+        threading.Thread(target=_work, name="worldgraph-embedded-cypher", daemon=True,
+                         args=(call, proj, tenant_id, query, text, args, deadline, timeout, max_rows,
+                               max_bytes)).start()
+    except BaseException:
+        proj.unlock()
+        raise
+    try:
+        finished = call.done.wait(max(0.0, deadline - time.monotonic())) or _interrupt(call, proj)
+    except BaseException:  # e.g. Ctrl-C in the CLI: the query must not run on without its caller
+        _interrupt(call, proj)
+        _abandon(call, proj, tenant_id)
+        raise
+    if not finished and _abandon(call, proj, tenant_id):
+        raise _timed_out(timeout)
+    if call.error is not None:
+        raise call.error
+    assert call.rows is not None
+    return call.rows
+
+
+def _interrupt(call: _Call, proj: Projection) -> bool:
+    """Past the deadline: interrupt the engine (again and again: an interrupt that arrives while the
+    query is still being compiled is cleared when it starts) for up to ``GRACE`` seconds. Whether
+    the query has ended."""
+    until = time.monotonic() + GRACE
+    while True:
         try:
-            result = proj.conn.execute(text, args)
-        except RuntimeError as exc:
-            msg = str(exc)
-            if "interrupt" in msg.lower() or "timeout" in msg.lower():
-                raise CypherQueryError(f"the query ran longer than {timeout} s (cypher_timeout_seconds); "
-                                       "add LIMIT or narrow the MATCH") from None
-            hint = ""
-            word = re.search(r"mismatched input '([A-Za-z_]\w*)'", msg)
-            if word and re.search(rf"(?<![\w`]){re.escape(word.group(1))}(?![\w`])", query):
-                hint = (f" ({word.group(1)!r} is a reserved word in {ENGINE}: write it in backticks, "
-                        f"`{word.group(1)}`, or use another name)")
-            raise CypherQueryError(f"the embedded store's Cypher engine ({ENGINE}) could not run the query: "
-                                   f"{msg.splitlines()[0] if msg else exc!r}{hint}") from None
-        if isinstance(result, list):  # several statements: refused (one query at a time)
-            for r in result:
-                r.close()
-            raise CypherQueryError("cypher() runs one query at a time: remove the ';' between statements")
+            proj.conn.interrupt()
+        except Exception:  # noqa: BLE001 - the abandon below is the fallback
+            pass
+        if call.done.wait(min(0.05, max(0.0, until - time.monotonic()))):
+            return True
+        if time.monotonic() >= until:
+            return False
+
+
+def _abandon(call: _Call, proj: Projection, tenant_id: str) -> bool:
+    """Give up on a query the engine did not end: mark its projection closed (nobody else queues on
+    its busy connection; the cache builds a fresh one for the next query; the worker frees the
+    database when the engine returns) and count it until then. False when it ended meanwhile."""
+    with call.state:
+        if call.finished:
+            return False
+        call.abandoned = True
+    proj.closed = True
+    with _abandoned_lock:
+        _abandoned[tenant_id] = _abandoned.get(tenant_id, 0) + 1
+    log.warning("cypher() on the embedded store: the engine did not stop a query of tenant %r %.1f s after "
+                "its deadline; abandoned it (its projection is freed when the engine returns)", tenant_id, GRACE)
+    return True
+
+
+def _work(call: _Call, proj: Projection, tenant_id: str, query: str, text: str, args: dict[str, Any],
+          deadline: float, timeout: float, max_rows: int, max_bytes: int) -> None:
+    """The worker: runs the query, holding ``proj.lock`` (taken by the caller) until it ends."""
+    try:
+        call.rows = _execute(call, proj, query, text, args, deadline, timeout, max_rows, max_bytes)
+    except BaseException as exc:  # noqa: BLE001 - handed to the caller, which raises it
+        call.error = exc
+    finally:
+        with call.state:
+            call.finished = True
+            abandoned = call.abandoned
+        if abandoned:  # nobody waits for it: drop what it made before freeing the projection
+            call.rows = call.error = None
         try:
-            names = result.get_column_names()
-            rows: list[Record] = []
-            size = 0
-            while result.has_next():
-                if len(rows) >= max_rows:
-                    raise CypherInputError("query", f"returns more than {max_rows} rows (cypher_max_rows); add LIMIT "
-                                            "or aggregate")
-                # RETURN * would also show the names translate() gave anonymous relationships
-                row = {k: plain(v) for k, v in zip(names, result.get_next(), strict=True) if not k.startswith("_wg_")}
-                size += len(orjson.dumps(row, default=str))
-                if size > max_bytes:
-                    raise CypherInputError("query", f"returns more than {max_bytes} bytes (cypher_max_result_bytes); "
-                                           "return fewer or smaller values (e.g. properties instead of whole "
-                                           "nodes), or add LIMIT")
-                if time.monotonic() - started > timeout:
-                    raise CypherQueryError(f"the query ran longer than {timeout} s (cypher_timeout_seconds); "
-                                           "add LIMIT or narrow the MATCH")
-                rows.append(row)
+            proj.unlock()  # closes the projection's database if it was closed or abandoned meanwhile
         finally:
-            result.close()
+            if abandoned:
+                with _abandoned_lock:
+                    _abandoned[tenant_id] -= 1
+                    if not _abandoned[tenant_id]:
+                        del _abandoned[tenant_id]
+                log.info("cypher() on the embedded store: an abandoned query of tenant %r has ended", tenant_id)
+            call.done.set()
+
+
+def _execute(call: _Call, proj: Projection, query: str, text: str, args: dict[str, Any], deadline: float,
+             timeout: float, max_rows: int, max_bytes: int) -> list[Record]:
+    try:
+        result = proj.conn.execute(text, args)
+    except RuntimeError as exc:
+        msg = str(exc)
+        if "interrupt" in msg.lower() or "timeout" in msg.lower():
+            raise _timed_out(timeout) from None
+        hint = ""
+        word = re.search(r"mismatched input '([A-Za-z_]\w*)'", msg)
+        if word and re.search(rf"(?<![\w`]){re.escape(word.group(1))}(?![\w`])", query):
+            hint = (f" ({word.group(1)!r} is a reserved word in {ENGINE}: write it in backticks, "
+                    f"`{word.group(1)}`, or use another name)")
+        raise CypherQueryError(f"the embedded store's Cypher engine ({ENGINE}) could not run the query: "
+                               f"{msg.splitlines()[0] if msg else exc!r}{hint}") from None
+    if isinstance(result, list):  # several statements: refused (one query at a time)
+        for r in result:
+            r.close()
+        raise CypherQueryError("cypher() runs one query at a time: remove the ';' between statements")
+    try:
+        names = result.get_column_names()
+        rows: list[Record] = []
+        size = 0
+        while result.has_next():
+            if len(rows) >= max_rows:
+                raise CypherInputError("query", f"returns more than {max_rows} rows (cypher_max_rows); add LIMIT "
+                                        "or aggregate")
+            # RETURN * would also show the names translate() gave anonymous relationships
+            row = {k: plain(v) for k, v in zip(names, result.get_next(), strict=True) if not k.startswith("_wg_")}
+            size += len(orjson.dumps(row, default=str))
+            if size > max_bytes:
+                raise CypherInputError("query", f"returns more than {max_bytes} bytes (cypher_max_result_bytes); "
+                                       "return fewer or smaller values (e.g. properties instead of whole "
+                                       "nodes), or add LIMIT")
+            if call.abandoned or time.monotonic() > deadline:
+                raise _timed_out(timeout)
+            rows.append(row)
+    finally:
+        result.close()
     return rows

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -300,6 +301,10 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, SqliteL
                                                         proj.episodes)
             proj.replace_world(world)
             proj.world_gen = version[2]
+        # One deadline for the query, from when its first projection is ready (building one is not
+        # bounded by it), retries on a fresh projection included: embedded_cypher.run ends at most
+        # GRACE seconds past it.
+        deadline: float | None = None
         for _ in range(3):
             with self._lock:
                 # data_version changes with every commit of another connection (then all is rebuilt);
@@ -307,10 +312,13 @@ class EmbeddedGraphStore(SqliteEpisodes, SqliteWorld, SqliteSceneLeases, SqliteL
                 version = (self._conn.execute("PRAGMA data_version").fetchone()[0], self._write_gens["episodes"],
                            self._write_gens["world"])
             proj = self._projections.get(tenant_id, version, build, refresh_world)
+            if deadline is None:
+                deadline = time.monotonic() + self.cypher_timeout
             try:
                 return embedded_cypher.run(proj, tenant_id, query, params, timeout=self.cypher_timeout,
-                                           max_rows=self.cypher_max_rows, max_bytes=self.cypher_max_result_bytes)
-            except embedded_cypher.ProjectionClosed:  # another thread replaced it meanwhile
+                                           max_rows=self.cypher_max_rows, max_bytes=self.cypher_max_result_bytes,
+                                           deadline=deadline)
+            except embedded_cypher.ProjectionClosed:  # replaced, or abandoned by a query past its deadline
                 continue
         raise StorageError("the Cypher projection kept being replaced by concurrent writes; try the query again")
 
