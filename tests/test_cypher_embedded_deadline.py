@@ -1,5 +1,5 @@
 """The embedded store's ``cypher()`` ends within ``cypher_timeout`` + 2 s whatever the query
-(``worldgraph.kg.embedded_cypher.run``: a worker thread, the engine interrupted at the deadline,
+(``worldgraph.kg.embedded.cypher.run``: a worker thread, the engine interrupted at the deadline,
 the run abandoned when the engine does not stop).
 
 LadybugDB checks its timeout and interrupts only between steps of its pipeline: one expression
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from worldgraph import CypherQueryError, WorldModel
-from worldgraph.kg import embedded_cypher
+from worldgraph.kg.embedded import cypher as embedded_cypher
 from worldgraph.memory.embeddings import HashingEmbedder
 
 TIMEOUT = 1.0
