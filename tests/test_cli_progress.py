@@ -94,6 +94,31 @@ def test_record_conversation_and_reindex_show_progress(tmp_path: Path, tty: bool
             assert 1 < len(text.splitlines()) <= 12
 
 
+@pytest.mark.parametrize("tty", [True, False], ids=["pty", "pipe"])
+def test_purge_shows_progress(tmp_path: Path, tty: bool) -> None:
+    """Forgetting two tenants' episodes (without purging), then `purge`: one index table each."""
+    data = str(tmp_path / "data")
+    for tenant in ("acme", "globex"):
+        conv = tmp_path / f"{tenant}.jsonl"
+        conv.write_text(json.dumps({"session_id": "s", "turns": TURNS[:5]}) + "\n")
+        code, _, err = _run_cli(["--data", data, "--tenant", tenant, "--json", "record-conversation", str(conv)],
+                                False, tmp_path)
+        assert code == 0, err
+        code, out, err = _run_cli(["--data", data, "--tenant", tenant, "--json", "episodes", "list", "--limit", "1"],
+                                  False, tmp_path)
+        eid = json.loads(out)["episodes"][0]["id"]
+        code, _, err = _run_cli(["--data", data, "--tenant", tenant, "forget", "episode", eid, "--no-purge"],
+                                False, tmp_path)
+        assert code == 0, err
+    code, out, err = _run_cli(["--data", data, "purge"], tty, tmp_path)
+    assert code == 0, err
+    assert "forgets_purged" in out and "purging index tables" in err, err
+    if tty:
+        assert "\r" in err and "2/2" in err, err
+    else:
+        assert "\r" not in err and "purging index tables 2/2" in err.splitlines(), err
+
+
 def test_json_lists_the_ids(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     f = tmp_path / "t.json"
     f.write_text(json.dumps(TURNS[:4]))

@@ -537,13 +537,14 @@ class WorldModel:
             log.warning("forgot tenant %s, but its index rows stay until the next purge (%s)", tenant_id, exc)
         return self._forget_report("tenant", audit, removed)
 
-    def purge(self) -> dict[str, Any]:
+    def purge(self, progress: Progress | None = None) -> dict[str, Any]:
         """Physical removal of what was forgotten: afterwards the forgotten text is in no file of the
         embedded store or of the index (local or S3): the index tables touched are compacted, their
         full-text and scalar indexes rebuilt and their old versions deleted; a forgotten tenant's
         table is dropped; the SQLite WAL is checkpointed and truncated (deleted rows are zeroed in
         place, ``secure_delete``). Neo4j keeps deleted records in its store files until the space
-        is reused (README, "Forgetting"). Returns what it did."""
+        is reused (README, "Forgetting"). Returns what it did; ``progress(done, total)`` counts
+        the index tables purged."""
         self._writable("purge")
         with self._purge_lock:
             pending = self.store.forget_log(unpurged=True)
@@ -564,7 +565,7 @@ class WorldModel:
                     self.index.prune(keep, tenant)
                     rewrite.add(tenant)
             stats: dict[str, Any] = {"forgets_purged": len(pending)}
-            stats.update(self.index.purge(stale, sorted(rewrite), drop))
+            stats.update(self.index.purge(stale, sorted(rewrite), drop, progress))
             stats.update(self.store.purge_files())
             if pending:
                 self.store.mark_purged([a["id"] for a in pending], now_iso())

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from worldgraph.cli.common import open_wm, resolve_episode_id
-from worldgraph.cli.console import emit, short, table
+from worldgraph.cli.console import emit, progress_bar, short, table
 from worldgraph.errors import InvalidInputError
 
 Add = Callable[..., argparse.ArgumentParser]
@@ -114,6 +114,6 @@ def cmd_forget_tenant(args: argparse.Namespace) -> int:
 
 def cmd_purge(args: argparse.Namespace) -> int:
     with open_wm(args) as wm:
-        stats = wm.purge()
+        stats = wm.purge(progress=progress_bar("purging index tables", not args.json))
     emit(args, stats, lambda: print("\n".join(f"{k:24} {v}" for k, v in stats.items())))
     return 0

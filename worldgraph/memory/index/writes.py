@@ -212,22 +212,28 @@ class IndexWrites(IndexMaintenance):
             self._after_write(part, 0)
 
     @objectstore.guarded("purging forgotten episode rows")
-    def purge(self, episode_ids: Iterable[str], tenants: Iterable[str], drop_tenants: Iterable[str]) -> dict[str, Any]:
+    def purge(self, episode_ids: Iterable[str], tenants: Iterable[str], drop_tenants: Iterable[str],
+              progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """Physical removal of forgotten rows: delete ``episode_ids`` (rows a forget could not
         delete, after a crash), drop the tables of ``drop_tenants``, then in each of ``tenants``'
         tables rewrite every fragment that has deleted rows (compaction with no threshold),
         rebuild the full-text and scalar indexes from the rows that remain (an index keeps the
         terms of deleted rows until rebuilt) and delete every older version's files. Afterwards no
         file of those tables holds a forgotten row. The ANN index holds vectors only; compaction
-        remaps it to the rows that remain."""
+        remaps it to the rows that remain. ``progress(done, total)`` is called after each table
+        (dropped or rewritten)."""
         from lancedb.index import FTS, BTree
 
         self._writable("purging the episode index")
         ids = [e for e in dict.fromkeys(episode_ids) if isinstance(e, str) and e]
         if ids:
             self.delete(ids)
+        drops, rewrites = list(dict.fromkeys(drop_tenants)), list(dict.fromkeys(tenants))
+        total, done = len(drops) + len(rewrites), 0
+        if progress:
+            progress(0, total)
         dropped = 0
-        for tenant in dict.fromkeys(drop_tenants):
+        for tenant in drops:
             name = table_name(tenant)
             with self._lock, self._parts_lock:
                 if name in self._table_names():
@@ -235,10 +241,16 @@ class IndexWrites(IndexMaintenance):
                     dropped += 1
                 self._parts.pop(name, None)
                 self._small.drop(name)
+            done += 1
+            if progress:
+                progress(done, total)
         rewritten = 0
-        for tenant in dict.fromkeys(tenants):
+        for tenant in rewrites:
             part = self._part(tenant)
+            done += 1
             if part is None:
+                if progress:
+                    progress(done, total)
                 continue
             with self._lock, self._index_lock, self._commit_lock(part):
                 ds = part.table.to_lance()
@@ -258,6 +270,8 @@ class IndexWrites(IndexMaintenance):
                 part.table.checkout_latest()
                 self._indexes(part, refresh=True)
                 self._small.drop(part.name)
+            if progress:
+                progress(done, total)
         return {"index_rows_deleted": len(ids), "index_tables_dropped": dropped, "index_tables_rewritten": rewritten}
 
     def clear(self) -> None:
