@@ -3,12 +3,12 @@ one-statement reads in a single round trip (``_rows``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from neo4j import READ_ACCESS, Driver
 from neo4j import Record as Row
-from neo4j.exceptions import ServiceUnavailable, SessionExpired, TransientError
+from neo4j.exceptions import Neo4jError, ServiceUnavailable, SessionExpired, TransientError
 
 from worldgraph.errors import ReadOnlyError, StoreUnavailableError
 from worldgraph.kg.codec import loads
@@ -40,6 +40,22 @@ class Neo4jBase:
         try:
             with self._driver.session(database=self.database) as session:
                 return session.execute_read(work, *args)
+        except (ServiceUnavailable, SessionExpired) as exc:
+            raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
+
+    def _create_schema(self, statements: Iterable[str], await_query: str) -> None:
+        """Run schema statements (each in its own auto-commit transaction: schema commands cannot
+        share a write's), tolerating what another process created meanwhile, then wait (up to
+        120 s) for the indexes to come online (``await_query``)."""
+        try:
+            with self._driver.session(database=self.database) as session:
+                for stmt in statements:
+                    try:
+                        session.run(stmt).consume()
+                    except Neo4jError as exc:  # another process created it meanwhile
+                        if "AlreadyExists" not in (exc.code or ""):
+                            raise
+                session.run(await_query, seconds=120).consume()
         except (ServiceUnavailable, SessionExpired) as exc:
             raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
 

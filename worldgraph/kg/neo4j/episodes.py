@@ -6,12 +6,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from neo4j import ManagedTransaction
-from neo4j.exceptions import Neo4jError, ServiceUnavailable, SessionExpired
 
-from worldgraph.errors import NotFoundError, StoreUnavailableError
+from worldgraph.errors import NotFoundError
 from worldgraph.kg.codec import loads
 from worldgraph.kg.neo4j import queries as q
-from worldgraph.kg.neo4j.base import Neo4jBase, _unreachable
+from worldgraph.kg.neo4j.base import Neo4jBase
 from worldgraph.kg.neo4j.rows import BATCH, _by_id, _chunks, _dedupe, _dumps, _episode, _row, _run_batched
 from worldgraph.kg.sessions import Link, by_session, new_links, relink
 from worldgraph.kg.store import EpisodeStore, Record
@@ -48,17 +47,7 @@ class Neo4jEpisodeStore(Neo4jBase, EpisodeStore):
     def _ensure_session_schema(self) -> None:
         """The Session key and the episodes' session index (q.SESSION_SCHEMA), once per store
         object; schema commands cannot share the write's transaction, so they run before it."""
-        try:
-            with self._driver.session(database=self.database) as session:
-                for stmt in q.SESSION_SCHEMA:
-                    try:
-                        session.run(stmt).consume()
-                    except Neo4jError as exc:  # another process created it meanwhile
-                        if "AlreadyExists" not in (exc.code or ""):
-                            raise
-                session.run(q.AWAIT_INDEXES, seconds=120).consume()
-        except (ServiceUnavailable, SessionExpired) as exc:
-            raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
+        self._create_schema(q.SESSION_SCHEMA, q.AWAIT_INDEXES)
         self._sessions_ready = True
 
     def session_neighbors(self, tenant_id: str, episode_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:

@@ -10,13 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from neo4j import ManagedTransaction
-from neo4j.exceptions import Neo4jError, ServiceUnavailable, SessionExpired
 
-from worldgraph.errors import StoreUnavailableError
 from worldgraph.kg.codec import dumps, loads
 from worldgraph.kg.lifecycle import EpisodeFilter, iso_of, strip_scene
 from worldgraph.kg.neo4j import queries as q
-from worldgraph.kg.neo4j.base import Neo4jBase, _unreachable
+from worldgraph.kg.neo4j.base import Neo4jBase
 from worldgraph.kg.neo4j.rows import _episode
 from worldgraph.kg.store import Record
 
@@ -126,17 +124,7 @@ class Neo4jLifecycle(Neo4jBase):
     def _ensure_lifecycle_schema(self) -> None:
         if self._lifecycle_ready or self.read_only:
             return
-        try:
-            with self._driver.session(database=self.database) as session:
-                for stmt in LIFECYCLE_SCHEMA:
-                    try:
-                        session.run(stmt).consume()
-                    except Neo4jError as exc:  # another process created it meanwhile
-                        if "AlreadyExists" not in (exc.code or ""):
-                            raise
-                session.run(q.AWAIT_INDEXES, seconds=120).consume()
-        except (ServiceUnavailable, SessionExpired) as exc:
-            raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
+        self._create_schema(LIFECYCLE_SCHEMA, q.AWAIT_INDEXES)
         self._lifecycle_ready = True
 
     # ---------------------------------------------------------------- browse
