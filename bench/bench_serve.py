@@ -262,7 +262,7 @@ class Server:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.cmd = [sys.executable, "-m", "worldgraph.cli.main", "--data", str(data), "--graph", graph, "serve",
+        self.cmd = [sys.executable, "-m", "worldgraph.cli", "--data", str(data), "--graph", graph, "serve",
                     "--port", str(self.port), "--workers", str(workers)]
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None

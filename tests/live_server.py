@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-WORLDGRAPH = [sys.executable, "-m", "worldgraph.cli.main"]
+WORLDGRAPH = [sys.executable, "-m", "worldgraph.cli"]
 
 
 def free_port() -> int:

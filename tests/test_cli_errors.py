@@ -64,7 +64,7 @@ def _cases(data: Path, tmp: Path) -> dict[str, tuple[list[str], str]]:
 
 
 def _run(args: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "worldgraph.cli.main", *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "worldgraph.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
 
 

@@ -47,7 +47,7 @@ def _run_cli(args: list[str], tty: bool, tmp_path: Path) -> tuple[int, str, str]
     """The CLI in a child process, its stderr a pseudo-terminal (``tty``) or a pipe."""
     env = {**os.environ, "WORLDGRAPH_EMBEDDING_PROVIDER": "hashing", "PYTHONPATH": str(ROOT),
            "COLUMNS": "100"}
-    cmd = [sys.executable, "-m", "worldgraph.cli.main", *args]
+    cmd = [sys.executable, "-m", "worldgraph.cli", *args]
     if not tty:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
         return proc.returncode, proc.stdout, proc.stderr

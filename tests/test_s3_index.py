@@ -190,7 +190,7 @@ def test_reindex_pending_after_an_outage_in_a_short_lived_process(s3_env: dict[s
     # `worldgraph reindex --pending` (its open re-indexes what is pending, the command the rest)
     env = dict(os.environ, WORLDGRAPH_LANCEDB_PATH=s3_env["uri"], PYTHONPATH=str(ROOT),
                WORLDGRAPH_EMBEDDING_PROVIDER="hashing")
-    proc = subprocess.run([sys.executable, "-m", "worldgraph.cli.main", "--data", str(data), "reindex", "--pending",
+    proc = subprocess.run([sys.executable, "-m", "worldgraph.cli", "--data", str(data), "reindex", "--pending",
                            "--json"], env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert {e["index_status"] for e in store.get_episodes("t1", ids).values()} == {"indexed"}

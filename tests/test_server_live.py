@@ -167,6 +167,6 @@ def test_workers_must_be_a_small_positive_number(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "worldgraph.cli.main", "--data", str(tmp_path / "d"), "serve",
+    out = subprocess.run([sys.executable, "-m", "worldgraph.cli", "--data", str(tmp_path / "d"), "serve",
                           "--workers", "0"], capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "--workers" in out.stderr and "Traceback" not in out.stderr

@@ -106,7 +106,7 @@ def test_stdio(graph: str, tmp_path: Path, request: pytest.FixtureRequest) -> No
         kw = {"graph": "neo4j", "neo4j_uri": server["uri"], "neo4j_user": server["user"],
               "neo4j_password": server["password"]}
     params = StdioServerParameters(command=sys.executable, env=env, args=[
-        "-m", "worldgraph.cli.main", "--data", str(tmp_path / "data"), "--graph", graph, "mcp", "--tenant", tenant])
+        "-m", "worldgraph.cli", "--data", str(tmp_path / "data"), "--graph", graph, "mcp", "--tenant", tenant])
 
     async def run() -> str:
         async with Client(params, read_timeout_seconds=120) as client:

@@ -75,7 +75,7 @@ class World:
         return ids
 
     def worker(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, "-m", "worldgraph.cli.main", "--data", str(self.data), "--graph",
+        return subprocess.Popen([sys.executable, "-m", "worldgraph.cli", "--data", str(self.data), "--graph",
                                  self.graph, "worker", "--json", "--tenant", self.tenant, "--poll-seconds", "0.2",
                                  *args], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
