@@ -223,7 +223,7 @@ class OtherTenant(threading.Thread):
 
 def wait_for_abandoned_runs(limit: float = 600.0) -> float:
     """Embedded store: until the engine has ended every run abandoned past its deadline; seconds waited."""
-    from worldgraph.kg import embedded_cypher
+    from worldgraph.kg.embedded import cypher as embedded_cypher
 
     started = time.monotonic()
     while embedded_cypher.abandoned_runs() and time.monotonic() - started < limit:

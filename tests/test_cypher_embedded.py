@@ -464,7 +464,7 @@ def test_a_small_world_delta_is_applied_row_by_row_with_the_rows_of_a_fresh_buil
     """A delta that adds, changes and links world nodes, edges and rules updates the projection in
     place (no world part reloaded) and every contract query then returns what a projection built
     from scratch returns."""
-    from worldgraph.kg import embedded_cypher
+    from worldgraph.kg.embedded import cypher as embedded_cypher
 
     wm = WorldModel.open(tmp_path, embedder=HashingEmbedder(64))
     try:

@@ -57,7 +57,7 @@ def test_wheel_installs_and_runs_the_demo_outside_the_checkout(tmp_path: Path) -
 
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WORLDGRAPH_", "PYTHONPATH"))}
-    where = _run([str(py), "-c", "import worldgraph, worldgraph.neo4j_local.build as b, worldgraph.bundled as d; "
+    where = _run([str(py), "-c", "import worldgraph, worldgraph.neo4j_local.jar as b, worldgraph.bundled as d; "
                   "print(worldgraph.__file__); print(b.project_dir()); print(d.examples_dir())"], cwd=work, env=env)
     module, project, examples = (Path(line) for line in where.stdout.split())
     assert module.is_relative_to(purelib), "worldgraph was not imported from the installed wheel"
@@ -66,7 +66,7 @@ def test_wheel_installs_and_runs_the_demo_outside_the_checkout(tmp_path: Path) -
 
     # the shipped Maven project is built in the user's build cache, not in site-packages
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
-    built = _run([str(py), "-c", "import worldgraph.neo4j_local.build as b; "
+    built = _run([str(py), "-c", "import worldgraph.neo4j_local.jar as b; "
                   "b._sync_sources(b.project_dir(), b.build_dir()); print(b.build_dir())"], cwd=work, env=env)
     build_dir = Path(built.stdout.strip())
     assert build_dir.is_relative_to(tmp_path / "cache") and (build_dir / "pom.xml").read_bytes() == (

@@ -3,7 +3,7 @@
 The server is the small Maven project in ``tools/neo4j-local`` (shipped inside the wheel too): an
 embedded Neo4j DBMS with the Bolt connector on ``127.0.0.1`` and authentication disabled (any
 credentials are accepted). This module builds it with Maven when needed
-(``worldgraph.neo4j_local.build``), launches it detached in the background, waits until it accepts
+(``worldgraph.neo4j_local.jar``), launches it detached in the background, waits until it accepts
 Bolt connections and keeps a state file so later calls (and other processes) can find and stop it
 (``worldgraph.neo4j_local.process``).
 
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from worldgraph.bundled import is_checkout, neo4j_project_dir
-from worldgraph.neo4j_local.build import build, jar_path, project_dir
+from worldgraph.neo4j_local.jar import build, jar_path, project_dir
 from worldgraph.neo4j_local.process import (
     CHILDREN,
     LOG_FILE,
