@@ -141,6 +141,14 @@ class ShutdownDeadline:
         os._exit(0)
 
 
+class _StoppedWhileStarting(Exception):
+    """SIGTERM / SIGINT reached a worker before it served (see _serve_workers)."""
+
+
+def _stop_while_starting(sig: int, frame: Any) -> None:
+    raise _StoppedWhileStarting
+
+
 def _serve_workers(args: argparse.Namespace) -> int:
     """``--workers N``: bind the port here, fork N server processes that share it (the kernel hands
     each connection to one of them), forward SIGINT / SIGTERM to them, and exit with the worst of
@@ -170,6 +178,11 @@ def _serve_workers(args: argparse.Namespace) -> int:
         pid = os.fork()
         if pid == 0:  # a worker
             code = 1
+            # A stop that arrives while the worker still opens the data folder (a slow start on a
+            # busy machine) ends it cleanly (exit 0) instead of killing it; once uvicorn runs, its
+            # own handlers take over (_serve_then_close).
+            signal.signal(signal.SIGTERM, _stop_while_starting)
+            signal.signal(signal.SIGINT, _stop_while_starting)
             try:
                 os.setsid()
 
@@ -180,6 +193,8 @@ def _serve_workers(args: argparse.Namespace) -> int:
 
                 threading.Thread(target=orphaned, name="worldgraph-parent-watch", daemon=True).start()
                 _serve(args, sockets=[sock])
+                code = 0
+            except _StoppedWhileStarting:
                 code = 0
             except BaseException:  # noqa: BLE001 - a worker reports and exits; the parent sees its code
                 traceback.print_exc()
