@@ -84,13 +84,7 @@ DETACH DELETE a
 RECOUNT = """
 MATCH (m:Environment {tenant_id: $tenant_id, env_name: $env_name}) WHERE m.record IS NOT NULL
 RETURN m.record AS record,
-  COUNT { MATCH (n:WorldNode) WHERE n.key STARTS WITH $prefix } AS nodes,
-  COUNT { MATCH ()-[r:TRANSITION]->() WHERE r.key STARTS WITH $prefix }
-    + COUNT { MATCH ()-[r:CONTAINS]->() WHERE r.key STARTS WITH $prefix }
-    + COUNT { MATCH ()-[r:EPISODIC]->() WHERE r.key STARTS WITH $prefix } AS edges,
-  COUNT { MATCH (n:Rule) WHERE n.key STARTS WITH $prefix } AS rules,
-  COUNT { MATCH (n:Scene {tenant_id: $tenant_id, env_name: $env_name}) } AS scenes
-"""
+""" + q.ENV_COUNT_COLUMNS
 SET_META_RECORD = "MATCH (m:Environment {tenant_id: $tenant_id, env_name: $env_name}) SET m.record = $record"
 
 ENV_KNOWN = "MATCH (m:Environment {tenant_id: $tenant_id, env_name: $env_name}) RETURN count(m) AS n"

@@ -151,8 +151,8 @@ MERGE (s)-[:PRODUCED]->(n)
 
 LINK_SCENE_RULES = _link_scene("Rule")
 
-ENV_COUNTS = """
-RETURN
+# An environment's counts (nodes, edges, rules, scenes), as RETURN columns: its world keys start with $prefix.
+ENV_COUNT_COLUMNS = """
   COUNT { MATCH (n:WorldNode) WHERE n.key STARTS WITH $prefix } AS nodes,
   COUNT { MATCH ()-[r:TRANSITION]->() WHERE r.key STARTS WITH $prefix }
     + COUNT { MATCH ()-[r:CONTAINS]->() WHERE r.key STARTS WITH $prefix }
@@ -160,6 +160,7 @@ RETURN
   COUNT { MATCH (n:Rule) WHERE n.key STARTS WITH $prefix } AS rules,
   COUNT { MATCH (n:Scene {tenant_id: $tenant_id, env_name: $env_name}) } AS scenes
 """
+ENV_COUNTS = "\nRETURN\n" + ENV_COUNT_COLUMNS
 
 # ENV_COUNTS' rules and scenes only (apply_plan into an environment without world nodes knows the rest).
 ENV_RULE_SCENE_COUNTS = """
