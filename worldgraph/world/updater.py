@@ -154,7 +154,9 @@ class WorldUpdater:
         the store gone too their lease runs out instead, and any worker or ``world retry`` takes
         them over), and the update threads are left to the process's exit (daemons)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        finished = self.wait(timeout)
+        # half the budget waits for the updates, the rest is kept for handing packets back: a
+        # wait that used all of it left the hand-back no time on a busy machine
+        finished = self.wait(None if timeout is None else timeout / 2)
         alive = [t for t in self._threads if t.is_alive()]
         for _ in alive:
             self._queue.put(None)
