@@ -391,6 +391,8 @@ class WorldModel:
         return [Episode(e) for e in episodes]
 
     def get_episode(self, tenant_id: str, episode_id: str) -> Episode:
+        """One stored episode by id, as recorded (no scores: nothing was recalled);
+        NotFoundError when the tenant holds no such episode (another tenant's id included)."""
         check_tenant(tenant_id)
         if not isinstance(episode_id, str) or not episode_id:
             raise InvalidInputError("episode_id", "must be a non-empty string", episode_id)
@@ -429,6 +431,8 @@ class WorldModel:
         }
 
     def stats(self, tenant_id: str) -> dict[str, Any]:
+        """The tenant's counts (episodes, feedback, scenes by status...), how many episodes the
+        index holds, its environments, and which graph store and embedder this model runs on."""
         check_tenant(tenant_id)
         out: dict[str, Any] = dict(self.store.stats(tenant_id))
         out["indexed"] = self.index.count(tenant_id)
@@ -605,7 +609,7 @@ class WorldModel:
         return self.world.wait(timeout)
 
     def retry_updates(self, tenant_id: str | None = None, env_name: str | None = None,
-                      stale_after: float | None = 600.0) -> list[Any]:
+                      stale_after: float | None = 600.0) -> list[MergeReport]:
         """Re-run pending and failed scene packets now, and those left "running" for more than
         ``stale_after`` seconds by a process that died mid-update; returns their MergeReports."""
         self._writable("retry_updates")
