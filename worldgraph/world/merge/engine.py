@@ -1,21 +1,26 @@
 """The pure merge engine: (GraphView, delta, scene, now) -> (MergePlan, MergeReport). No I/O, no clock.
 
-The steps, each in its own module:
-- ``merge.refs``: entities and states (identity: ``ids.node_id(kind, type, name)``, the same kind,
-  type and normalised name is the same node, in this delta and across runs), ref resolution with
-  normalisation, node retraction;
-- ``merge.edges``: edges, containment on the timeline (single parent, no cycles), edge retraction;
-- ``merge.states``: which state of an entity holds when;
-- ``merge.rules``: similar rules merge, contradicted ones close;
-- ``merge.state``: the update time, evidence (noisy-OR confidence for independent scenes, else
-  max; the last 20 pieces kept, all counted), closing and reopening.
+A merge is one ``MergeState`` (``merge.state``: the view it reads, the records it touched, the
+report it builds, the update time) and the functions of the step modules, applied in this order:
+1. ``merge.refs``: entities, then states (identity: ``ids.node_id(kind, type, name)``, the same
+   kind, type and normalised name is the same node, in this delta and across runs); then each
+   state's ``entity_ref``, resolved with every node of the delta known; then the entities' runs;
+2. ``merge.edges``: edges in the delta's order, containment on the timeline (single parent, no
+   cycles), edge retraction;
+3. ``merge.states``: which state of an entity holds when;
+4. ``merge.retract``: node retraction (the node and the edges touching it end);
+5. ``merge.rules``: similar rules merge, contradicted ones close.
+Shared by the steps: ``merge.state`` (the update time, evidence: noisy-OR confidence for
+independent scenes, else max, the last 20 pieces kept, all counted; closing and reopening) and
+``merge.timeline`` (runs computed from the assertion and end events records keep).
 
 Change over time: nothing is deleted; a superseded fact is closed (``valid_to``). Facts are placed
 at the update time (the scene's ``created_at``), so the graph ends the same whatever order the
-updates of an environment are merged in (ARCHITECTURE "Merges of one environment are ordered by
-round"). A delta whose items all fail, or that says nothing, changes nothing: the plan then has no
-records and no meta (no graph_version bump); only the scene's status is written ("merged" for an
-empty delta, "failed" when every item was dropped, so ``world retry`` may ask the LLM again).
+updates of an environment are merged in (docs/architecture.md, "Merge rules": merges of one
+environment are ordered by round). A delta whose items all fail, or that says nothing, changes
+nothing: the plan then has no records and no meta (no graph_version bump); only the scene's status
+is written ("merged" for an empty delta, "failed" when every item was dropped, so ``world retry``
+may ask the LLM again).
 """
 
 from __future__ import annotations
