@@ -1,21 +1,26 @@
 """The pure merge engine: (GraphView, delta, scene, now) -> (MergePlan, MergeReport). No I/O, no clock.
 
-The steps, each in its own module:
-- ``merge.refs``: entities and states (identity: ``ids.node_id(kind, type, name)``, the same kind,
-  type and normalised name is the same node, in this delta and across runs), ref resolution with
-  normalisation, node retraction;
-- ``merge.edges``: edges, containment on the timeline (single parent, no cycles), edge retraction;
-- ``merge.states``: which state of an entity holds when;
-- ``merge.rules``: similar rules merge, contradicted ones close;
-- ``merge.state``: the update time, evidence (noisy-OR confidence for independent scenes, else
-  max; the last 20 pieces kept, all counted), closing and reopening.
+A merge is one ``MergeState`` (``merge.state``: the view it reads, the records it touched, the
+report it builds, the update time) and the functions of the step modules, applied in this order:
+1. ``merge.refs``: entities, then states (identity: ``ids.node_id(kind, type, name)``, the same
+   kind, type and normalised name is the same node, in this delta and across runs); then each
+   state's ``entity_ref``, resolved with every node of the delta known; then the entities' runs;
+2. ``merge.edges``: edges in the delta's order, containment on the timeline (single parent, no
+   cycles), edge retraction;
+3. ``merge.states``: which state of an entity holds when;
+4. ``merge.retract``: node retraction (the node and the edges touching it end);
+5. ``merge.rules``: similar rules merge, contradicted ones close.
+Shared by the steps: ``merge.state`` (the update time, evidence: noisy-OR confidence for
+independent scenes, else max, the last 20 pieces kept, all counted; closing and reopening) and
+``merge.timeline`` (runs computed from the assertion and end events records keep).
 
 Change over time: nothing is deleted; a superseded fact is closed (``valid_to``). Facts are placed
 at the update time (the scene's ``created_at``), so the graph ends the same whatever order the
-updates of an environment are merged in (ARCHITECTURE "Merges of one environment are ordered by
-round"). A delta whose items all fail, or that says nothing, changes nothing: the plan then has no
-records and no meta (no graph_version bump); only the scene's status is written ("merged" for an
-empty delta, "failed" when every item was dropped, so ``world retry`` may ask the LLM again).
+updates of an environment are merged in (docs/architecture.md, "Merge rules": merges of one
+environment are ordered by round). A delta whose items all fail, or that says nothing, changes
+nothing: the plan then has no records and no meta (no graph_version bump); only the scene's status
+is written ("merged" for an empty delta, "failed" when every item was dropped, so ``world retry``
+may ask the LLM again).
 """
 
 from __future__ import annotations
@@ -26,9 +31,12 @@ from typing import Any
 from worldgraph.kg.ids import node_id, normalise_name
 from worldgraph.kg.records import GraphView, MergePlan, MergeReport, MetaRecord, SceneRecord
 from worldgraph.world.delta.parse import ParsedDelta, parse_delta
-from worldgraph.world.merge.refs import NODE_KINDS, ref_ids
-from worldgraph.world.merge.rules import SIMILAR, RulesMixin, jaccard  # noqa: F401 - part of this module's API
-from worldgraph.world.merge.states import StatesMixin
+from worldgraph.world.merge.edges import merge_edges
+from worldgraph.world.merge.refs import NODE_KINDS, entity_refs, entity_runs, merge_nodes, ref_ids
+from worldgraph.world.merge.retract import retract_nodes
+from worldgraph.world.merge.rules import SIMILAR, jaccard, merge_rules  # noqa: F401 - SIMILAR, jaccard: part of this module's API
+from worldgraph.world.merge.state import MergeState
+from worldgraph.world.merge.states import settle_states
 
 
 def referenced_node_ids(tenant_id: str, env_name: str, delta: ParsedDelta | Any) -> list[str]:
@@ -86,7 +94,7 @@ def plan_merge(
     parsed = _parsed(delta)
     if scene is not None and not scene.get("id"):
         raise ValueError("scene: needs an 'id' (ids.new_scene_id()) to be merged")
-    return _Merge(view, scene, now, app_name).run(parsed)
+    return _run(MergeState(view, scene, now, app_name), parsed)
 
 
 def _parsed(delta: ParsedDelta | Any) -> ParsedDelta:
@@ -136,75 +144,76 @@ def view_as_graph(view: GraphView) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- the engine
 
 
-class _Merge(StatesMixin, RulesMixin):
-    def __init__(self, view: GraphView, scene: SceneRecord | None, now: str, app_name: str) -> None:
-        super().__init__(view, scene, now, app_name)
-        self._init_refs()
-        self._init_edges()
-        self._init_rules()
+def _run(state: MergeState, delta: ParsedDelta) -> tuple[MergePlan, MergeReport]:
+    """Apply the delta's parts in this order (each step reads what the earlier ones placed):
+    entities and states, the states' entities, the entities' runs, edges, the states' runs,
+    node retractions, rules. Then the plan: every touched record, the meta and the scene."""
+    state_refs = merge_nodes(state, delta)
+    entity_refs(state, state_refs)
+    entity_runs(state)
+    merge_edges(state, delta.edges)
+    settle_states(state)
+    retract_nodes(state)
+    merge_rules(state, delta.rules)
+    report = state.report
+    changed = any(report.created[k] or report.merged[k] or report.closed[k] or report.reopened[k]
+                  for k in ("nodes", "edges", "rules"))
+    plan = MergePlan(tenant_id=state.t, env_name=state.env)
+    if changed:
+        plan.nodes = [state.nodes[k] for k in sorted(state.nodes)]
+        plan.edges = [state.edges[k] for k in sorted(state.edges)]
+        plan.rules = [state.rules[k] for k in sorted(state.rules)]
+        plan.meta = _meta(state)
+        report.graph_version = plan.meta["graph_version"]
+    else:
+        report.graph_version = (state.view.meta or {}).get("graph_version")
+        report.skipped = ("every item was dropped; nothing merged" if report.dropped
+                          else "the delta holds nothing to merge")
+    if _all_dropped(state, changed, delta):  # not ok: the caller's facts are not in the graph
+        report.ok = False
+        report.error = (f"every item of the delta was dropped ({len(report.dropped)}); "
+                        f"first: {report.dropped[0].reason}")
+    plan.scene = _scene(state, changed, delta)
+    return plan, report
 
-    def run(self, delta: ParsedDelta) -> tuple[MergePlan, MergeReport]:
-        state_refs = self._nodes(delta)
-        self._entity_refs(state_refs)
-        self._entity_runs()
-        self._edges(delta.edges)
-        self._settle_states()
-        self._retract_nodes()
-        self._rules(delta.rules)
-        report = self.report
-        changed = any(report.created[k] or report.merged[k] or report.closed[k] or report.reopened[k]
-                      for k in ("nodes", "edges", "rules"))
-        plan = MergePlan(tenant_id=self.t, env_name=self.env)
-        if changed:
-            plan.nodes = [self.nodes[k] for k in sorted(self.nodes)]
-            plan.edges = [self.edges[k] for k in sorted(self.edges)]
-            plan.rules = [self.rules[k] for k in sorted(self.rules)]
-            plan.meta = self._meta()
-            report.graph_version = plan.meta["graph_version"]
-        else:
-            report.graph_version = (self.view.meta or {}).get("graph_version")
-            report.skipped = ("every item was dropped; nothing merged" if report.dropped
-                              else "the delta holds nothing to merge")
-        if self._all_dropped(changed, delta):  # not ok: the caller's facts are not in the graph
-            report.ok = False
-            report.error = (f"every item of the delta was dropped ({len(report.dropped)}); "
-                            f"first: {report.dropped[0].reason}")
-        plan.scene = self._scene(changed, delta)
-        return plan, report
 
-    def _scene(self, changed: bool, delta: ParsedDelta) -> SceneRecord | None:
-        """The scene as merged. Without a change it is written only when it was stored before
-        (a packet of observe_round), so that its status ends and it is not retried forever."""
-        if self.scene is None:
-            return None
-        stored = self.scene.get("status") in ("pending", "running", "failed", "merged")
-        if not changed and not stored:
-            return None
-        scene: SceneRecord = copy.deepcopy(self.scene)
-        scene.setdefault("tenant_id", self.t)
-        scene.setdefault("env_name", self.env)
-        scene.setdefault("created_at", self.now)
-        failed = self._all_dropped(changed, delta)
-        scene["status"] = "failed" if failed else "merged"
-        scene["error"] = self.report.error if failed else None
-        scene["updated_at"] = self.now
-        return scene
+def _scene(state: MergeState, changed: bool, delta: ParsedDelta) -> SceneRecord | None:
+    """The scene as merged. Without a change it is written only when it was stored before
+    (a packet of observe_round), so that its status ends and it is not retried forever."""
+    if state.scene is None:
+        return None
+    stored = state.scene.get("status") in ("pending", "running", "failed", "merged")
+    if not changed and not stored:
+        return None
+    scene: SceneRecord = copy.deepcopy(state.scene)
+    scene.setdefault("tenant_id", state.t)
+    scene.setdefault("env_name", state.env)
+    scene.setdefault("created_at", state.now)
+    failed = _all_dropped(state, changed, delta)
+    scene["status"] = "failed" if failed else "merged"
+    scene["error"] = state.report.error if failed else None
+    scene["updated_at"] = state.now
+    return scene
 
-    def _all_dropped(self, changed: bool, delta: ParsedDelta) -> bool:
-        """A delta that held items and had every one of them dropped: nothing of it merged."""
-        return not changed and delta.size() > 0 and bool(self.report.dropped)
 
-    def _meta(self) -> MetaRecord:
-        old: MetaRecord = self.view.meta or {}
-        counts = dict(old.get("counts") or {})
-        for key in ("nodes", "edges", "rules"):
-            counts[key] = int(counts.get(key, 0)) + len(self.report.created[key])
-        # a scene given as pending/running was stored by observe_round and is already counted
-        fresh = self.scene is not None and self.scene.get("status") not in ("pending", "running", "merged", "failed")
-        counts["scenes"] = int(counts.get("scenes", 0)) + (1 if fresh else 0)
-        reason = self.scene.get("trigger_reason") if self.scene else old.get("last_trigger_reason")
-        return {
-            "tenant_id": self.t, "env_name": self.env, "app_name": self.app_name,
-            "graph_version": int(old.get("graph_version") or 0) + 1, "updated_at": self.now,
-            "last_trigger_reason": reason, "counts": counts,
-        }
+def _all_dropped(state: MergeState, changed: bool, delta: ParsedDelta) -> bool:
+    """A delta that held items and had every one of them dropped: nothing of it merged."""
+    return not changed and delta.size() > 0 and bool(state.report.dropped)
+
+
+def _meta(state: MergeState) -> MetaRecord:
+    """The environment's meta after a merge that changed something: counts of created records
+    added, graph_version + 1."""
+    old: MetaRecord = state.view.meta or {}
+    counts = dict(old.get("counts") or {})
+    for key in ("nodes", "edges", "rules"):
+        counts[key] = int(counts.get(key, 0)) + len(state.report.created[key])
+    # a scene given as pending/running was stored by observe_round and is already counted
+    fresh = state.scene is not None and state.scene.get("status") not in ("pending", "running", "merged", "failed")
+    counts["scenes"] = int(counts.get("scenes", 0)) + (1 if fresh else 0)
+    reason = state.scene.get("trigger_reason") if state.scene else old.get("last_trigger_reason")
+    return {
+        "tenant_id": state.t, "env_name": state.env, "app_name": state.app_name,
+        "graph_version": int(old.get("graph_version") or 0) + 1, "updated_at": state.now,
+        "last_trigger_reason": reason, "counts": counts,
+    }

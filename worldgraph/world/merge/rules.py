@@ -18,131 +18,135 @@ from typing import Any
 from worldgraph.kg.ids import normalise_name, rule_id
 from worldgraph.kg.records import RuleRecord
 from worldgraph.world.delta.parse import Entry
-from worldgraph.world.merge.state import MergeBase
+from worldgraph.world.merge.refs import resolve_ref, unresolved_reason
+from worldgraph.world.merge.state import (
+    MergeState,
+    add_evidence,
+    close,
+    drop,
+    find_rule,
+    new_record,
+    note,
+    reopen,
+    touch_rule,
+)
 
 SIMILAR = 0.8  # token-set Jaccard at or above which two rule texts say the same thing
 
 
-class RulesMixin(MergeBase):
-    _rule_tokens: dict[str, frozenset[str]] | None  # current rule id -> condition tokens
-    _rule_postings: dict[str, set[str]]  # condition token -> current rule ids
-    _rules_without_tokens: set[str]  # current rules whose condition has no token
-
-    def _init_rules(self) -> None:
-        self._rule_tokens, self._rule_postings, self._rules_without_tokens = None, {}, set()
-
-    def _resolve(self, ref: str, want_kind: str | None) -> str | None:  # RefsMixin's
-        raise NotImplementedError
-
-    def _unresolved(self, ref: str, want_kind: str | None = None) -> str:  # RefsMixin's
-        raise NotImplementedError
-
-    def _rules(self, entries: list[Entry]) -> None:
-        parsed: list[tuple[int, Any]] = []
-        raws = {e.index: e.raw for e in entries}
-        for e in entries:
-            if e.item is None:
-                self._drop("rule", e.index, e.reason or "invalid", e.raw)
-            else:
-                parsed.append((e.index, e.item))
-        for n, (i, item) in enumerate(parsed):
-            later = [j for j, other in parsed[n + 1:] if _contradicts(item, other)]
-            if later:
-                self._drop("rule", i, f"superseded by rules[{later[-1]}]: same condition, another outcome", raws[i])
-                continue
-            for problem in item.linked_ref_problems:
-                self._note("rule", i, problem)
-            linked: list[str] = []
-            for ref in item.linked_refs:
-                nid = self._resolve(ref, None)
-                if nid is None:
-                    self._note("rule", i, f"linked ref {ref!r} {self._unresolved(ref)}; left out of linked_node_ids")
-                elif nid not in linked:
-                    linked.append(nid)
-            self._upsert_rule(item, linked)
-
-    def _upsert_rule(self, item: Any, linked: list[str]) -> None:
-        # Only current rules whose condition is similar can take the evidence or be closed:
-        # ``candidates`` holds every such rule (and maybe some more), in id order.
-        candidates = self._similar_condition_rules(item.condition)
-        best: tuple[float, str] | None = None
-        for rid in candidates:
-            r = self._rule(rid) or {}
-            score = min(jaccard(item.condition, r.get("condition", "")), jaccard(item.outcome, r.get("outcome", "")))
-            if score >= SIMILAR and (best is None or score > best[0]):
-                best = (score, rid)
-        others = {other_id: self._rule(other_id) for other_id in candidates}
-        rid = best[1] if best else rule_id(self.t, self.env, item.condition, item.outcome)
-        old = self._rule(rid)
-        if old is None:
-            rec: RuleRecord = self._new_record(  # type: ignore[assignment]
-                rid, item.confidence, condition=item.condition, outcome=item.outcome, linked_node_ids=linked)
-            self._add_evidence(rec, item.evidence, item.confidence, new=True)
-            self.rules[rid] = rec
-            self.report.created["rules"].append(rid)
+def merge_rules(state: MergeState, entries: list[Entry]) -> None:
+    """Merge the delta's rules in order (a rule a later one of the delta contradicts is dropped);
+    linked refs resolve like edge refs, one that does not is left out with a note."""
+    parsed: list[tuple[int, Any]] = []
+    raws = {e.index: e.raw for e in entries}
+    for e in entries:
+        if e.item is None:
+            drop(state, "rule", e.index, e.reason or "invalid", e.raw)
         else:
-            rec = self._touch_rule(rid)
-            rec["linked_node_ids"] = list(dict.fromkeys([*rec.get("linked_node_ids", []), *linked]))
-            self._add_evidence(rec, item.evidence, item.confidence)
-            if rid not in self.report.created["rules"] and rid not in self.report.merged["rules"]:
-                self.report.merged["rules"].append(rid)
-            if (ended := rec.get("valid_to")) is not None and self.at >= ended:
-                self._reopen(rec, "rules")
-        self._index_rule(rid, rec)
-        newer: list[str] = []
-        for other_id, other in others.items():
-            if other_id == rid or other is None or not _contradicts(item, other):
-                continue
-            if (other.get("valid_from") or "") > self.at:
-                newer.append(other["valid_from"])  # a newer rule already replaced this one
-            else:
-                self._close(self._touch_rule(other_id), "rules")
-                self._unindex_rule(other_id)
-        if newer and rec.get("valid_to") is None:
-            self._close(rec, "rules", at=min(newer))
-            self._unindex_rule(rid)
+            parsed.append((e.index, e.item))
+    for n, (i, item) in enumerate(parsed):
+        later = [j for j, other in parsed[n + 1:] if _contradicts(item, other)]
+        if later:
+            drop(state, "rule", i, f"superseded by rules[{later[-1]}]: same condition, another outcome", raws[i])
+            continue
+        for problem in item.linked_ref_problems:
+            note(state, "rule", i, problem)
+        linked: list[str] = []
+        for ref in item.linked_refs:
+            nid = resolve_ref(state, ref, None)
+            if nid is None:
+                note(state, "rule", i, f"linked ref {ref!r} {unresolved_reason(state, ref)}; left out of linked_node_ids")
+            elif nid not in linked:
+                linked.append(nid)
+        _upsert_rule(state, item, linked)
 
-    def _similar_condition_rules(self, condition: str) -> list[str]:
-        """Ids (sorted) of current rules that may have a condition similar to ``condition``: a
-        superset of those with ``jaccard(condition, rule condition) >= SIMILAR``, found through
-        the token -> rule index instead of a scan of every rule.
 
-        Prefix filtering: Jaccard(A, B) >= 0.8 needs |A & B| >= 0.8 |A | B| > 0.75 |A|, so B holds
-        at least m = max(1, floor(3|A| / 4)) tokens of A and therefore one of any |A| - m + 1 of
-        them; we probe A's rarest tokens. An empty token set is similar only to an empty one."""
-        if self._rule_tokens is None:
-            self._rule_tokens = {}
-            for rid, r in {**self.view.rules, **self.rules}.items():
-                if r.get("valid_to") is None:
-                    self._index_rule(rid, r)
-        tokens = _tokens(condition)
-        if not tokens:
-            return sorted(self._rules_without_tokens)
-        postings = self._rule_postings
-        probes = len(tokens) - max(1, (3 * len(tokens)) // 4) + 1
-        found: set[str] = set()
-        for tok in sorted(tokens, key=lambda t: (len(postings.get(t, ())), t))[:probes]:
-            found.update(postings.get(tok, ()))
-        return sorted(found)
+def _upsert_rule(state: MergeState, item: Any, linked: list[str]) -> None:
+    """The similar current rule takes the evidence (else a new or reopened record); the rules
+    it contradicts close, or it enters closed when one of them is newer (see the module doc)."""
+    # Only current rules whose condition is similar can take the evidence or be closed:
+    # ``candidates`` holds every such rule (and maybe some more), in id order.
+    candidates = _similar_condition_rules(state, item.condition)
+    best: tuple[float, str] | None = None
+    for rid in candidates:
+        r = find_rule(state, rid) or {}
+        score = min(jaccard(item.condition, r.get("condition", "")), jaccard(item.outcome, r.get("outcome", "")))
+        if score >= SIMILAR and (best is None or score > best[0]):
+            best = (score, rid)
+    others = {other_id: find_rule(state, other_id) for other_id in candidates}
+    rid = best[1] if best else rule_id(state.t, state.env, item.condition, item.outcome)
+    old = find_rule(state, rid)
+    if old is None:
+        rec: RuleRecord = new_record(  # type: ignore[assignment]
+            state, rid, item.confidence, condition=item.condition, outcome=item.outcome, linked_node_ids=linked)
+        add_evidence(state, rec, item.evidence, item.confidence, new=True)
+        state.rules[rid] = rec
+        state.report.created["rules"].append(rid)
+    else:
+        rec = touch_rule(state, rid)
+        rec["linked_node_ids"] = list(dict.fromkeys([*rec.get("linked_node_ids", []), *linked]))
+        add_evidence(state, rec, item.evidence, item.confidence)
+        if rid not in state.report.created["rules"] and rid not in state.report.merged["rules"]:
+            state.report.merged["rules"].append(rid)
+        if (ended := rec.get("valid_to")) is not None and state.at >= ended:
+            reopen(state, rec, "rules")
+    _index_rule(state, rid, rec)
+    newer: list[str] = []
+    for other_id, other in others.items():
+        if other_id == rid or other is None or not _contradicts(item, other):
+            continue
+        if (other.get("valid_from") or "") > state.at:
+            newer.append(other["valid_from"])  # a newer rule already replaced this one
+        else:
+            close(state, touch_rule(state, other_id), "rules")
+            _unindex_rule(state, other_id)
+    if newer and rec.get("valid_to") is None:
+        close(state, rec, "rules", at=min(newer))
+        _unindex_rule(state, rid)
 
-    def _index_rule(self, rid: str, rec: Any) -> None:
-        if self._rule_tokens is None or rid in self._rule_tokens:
-            return
-        tokens = _tokens(rec.get("condition", ""))
-        self._rule_tokens[rid] = tokens
-        if not tokens:
-            self._rules_without_tokens.add(rid)
-        for tok in tokens:
-            self._rule_postings.setdefault(tok, set()).add(rid)
 
-    def _unindex_rule(self, rid: str) -> None:
-        tokens = self._rule_tokens.pop(rid, None) if self._rule_tokens is not None else None
-        if tokens is None:
-            return
-        self._rules_without_tokens.discard(rid)
-        for tok in tokens:
-            self._rule_postings[tok].discard(rid)
+def _similar_condition_rules(state: MergeState, condition: str) -> list[str]:
+    """Ids (sorted) of current rules that may have a condition similar to ``condition``: a
+    superset of those with ``jaccard(condition, rule condition) >= SIMILAR``, found through
+    the token -> rule index instead of a scan of every rule.
 
+    Prefix filtering: Jaccard(A, B) >= 0.8 needs |A & B| >= 0.8 |A | B| > 0.75 |A|, so B holds
+    at least m = max(1, floor(3|A| / 4)) tokens of A and therefore one of any |A| - m + 1 of
+    them; we probe A's rarest tokens. An empty token set is similar only to an empty one."""
+    if state.rule_tokens is None:
+        state.rule_tokens = {}
+        for rid, r in {**state.view.rules, **state.rules}.items():
+            if r.get("valid_to") is None:
+                _index_rule(state, rid, r)
+    tokens = _tokens(condition)
+    if not tokens:
+        return sorted(state.rules_without_tokens)
+    postings = state.rule_postings
+    probes = len(tokens) - max(1, (3 * len(tokens)) // 4) + 1
+    found: set[str] = set()
+    for tok in sorted(tokens, key=lambda t: (len(postings.get(t, ())), t))[:probes]:
+        found.update(postings.get(tok, ()))
+    return sorted(found)
+
+
+def _index_rule(state: MergeState, rid: str, rec: Any) -> None:
+    if state.rule_tokens is None or rid in state.rule_tokens:
+        return
+    tokens = _tokens(rec.get("condition", ""))
+    state.rule_tokens[rid] = tokens
+    if not tokens:
+        state.rules_without_tokens.add(rid)
+    for tok in tokens:
+        state.rule_postings.setdefault(tok, set()).add(rid)
+
+
+def _unindex_rule(state: MergeState, rid: str) -> None:
+    tokens = state.rule_tokens.pop(rid, None) if state.rule_tokens is not None else None
+    if tokens is None:
+        return
+    state.rules_without_tokens.discard(rid)
+    for tok in tokens:
+        state.rule_postings[tok].discard(rid)
 
 def jaccard(a: str, b: str) -> float:
     """Token-set Jaccard of two texts after normalisation, articles left out (CJK characters

@@ -8,11 +8,17 @@ is the same whatever order the updates were merged in: an update that arrives la
 it falls into (a late fact that a newer one already contradicted enters as closed history), and a
 run's record keeps the evidence. A record's ``valid_from`` is an assertion too (it held then), so
 runs longer than ``SEEN_KEEP`` assertions keep their start.
+
+Nodes on the timeline (``relayout_nodes``): an entity holds from each assertion until its
+retraction; the states of one group take turns (``merge.states``). A node keeps its latest run as
+``valid_from`` / ``valid_to``. Containment runs are laid by ``merge.edges`` (one child's parents).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from worldgraph.world.merge.state import MergeState, find_node, lay
 
 SEEN_KEEP = 32
 Event = tuple[str, int, str]  # (time, 0 = asserted / 1 = ended, member)
@@ -55,3 +61,18 @@ def segments(events: list[Event]) -> list[Segment]:
 def within(times: list[str], start: str, end: str | None) -> list[str]:
     """The times of a run [start, end), the latest ``SEEN_KEEP``."""
     return sorted(t for t in times if t >= start and (end is None or t < end))[-SEEN_KEEP:]
+
+
+def relayout_nodes(state: MergeState, members: list[str], extra: list[Event]) -> None:
+    """Recompute which of ``members`` holds when (a node's latest run becomes its valid_from /
+    valid_to) from their events and ``extra``."""
+    recs = {m: r for m in dict.fromkeys(members) if (r := find_node(state, m)) is not None}
+    events = [ev for m, r in recs.items() for ev in record_events(r, m)] + extra
+    latest = {member: (start, end) for member, start, end in segments(events)}
+    for m, rec in recs.items():
+        if m not in latest:
+            continue  # no run: a state that lost its group at the only time it was named
+        start, end = latest[m]
+        seen = sorted({t for t, kind, who in events if who == m and kind == 0})[-SEEN_KEEP:]
+        ends = sorted({t for t, kind, who in events if who == m and kind == 1})[-SEEN_KEEP:]
+        lay(state, rec, "nodes", start, end, seen, ends)
