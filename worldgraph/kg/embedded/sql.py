@@ -14,8 +14,7 @@ Conventions the store relies on:
   the parenthesis: ``kg/embedded/connection.py`` reads the written world rows off that text to
   refresh a Cypher projection row by row.
 
-The Cypher projection's own reads (``kg/embedded/cypher.py``) and the read-only open probe
-(``kg/embedded/sqlite_open.py``) stay beside their code.
+The Cypher projection's own reads stay beside it (``kg/embedded/cypher.py``).
 """
 
 from __future__ import annotations
@@ -124,6 +123,10 @@ def pragmas(cache_mb: int, wal_autocheckpoint_pages: int) -> list[str]:
     ]
 
 
+# a read-only connection (sqlite_open): no statement may write, and a first read shows that the
+# files can be read (it needs the -shm)
+QUERY_ONLY = "PRAGMA query_only=ON"
+READ_PROBE = "SELECT count(*) FROM sqlite_master"
 # changes with every commit of another connection to the file
 DATA_VERSION = "PRAGMA data_version"
 # copies the WAL into the database and empties the WAL file: (busy, log pages, checkpointed pages)
