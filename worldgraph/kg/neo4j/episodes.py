@@ -75,7 +75,7 @@ class Neo4jEpisodes(EpisodeStore):
 
     def episode_ids_with_prefix(self, tenant_id: str, prefix: str, limit: int = 10) -> list[str]:
         return [r["id"] for r in self.db.rows(q.EPISODE_IDS_WITH_PREFIX, tenant_id=tenant_id, prefix=prefix,
-                                            limit=int(limit))]
+                                              limit=int(limit))]
 
     def agent_ids(self, tenant_id: str, limit: int = 20) -> list[str]:
         return [r["id"] for r in self.db.rows(q.AGENT_IDS, tenant_id=tenant_id, limit=int(limit))]
@@ -130,7 +130,7 @@ class Neo4jEpisodes(EpisodeStore):
         if not episode_ids:
             return {}
         rows = self.db.rows(q.FEEDBACK_STATS, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)),
-                          category=category)
+                            category=category)
         return {r["episode_id"]: (float(r["mean"]), int(r["n"])) for r in rows}
 
     def episodes_with_feedback(self, tenant_id: str, episode_ids: list[str],
@@ -140,7 +140,7 @@ class Neo4jEpisodes(EpisodeStore):
         if not episode_ids:
             return episodes, stats
         rows = self.db.rows(q.EPISODES_WITH_FEEDBACK, tenant_id=tenant_id, ids=list(dict.fromkeys(episode_ids)),
-                          category=category)
+                            category=category)
         for x in rows[0]["episodes"]:
             rec = _listed_episode(x)
             episodes[rec["id"]] = rec

@@ -156,7 +156,7 @@ RETURN a.id AS id, a.agent_role AS role, n, last ORDER BY a.id""", tenant_id=ten
 
     def environment_metas(self, tenant_id: str) -> dict[str, Record | None]:
         rows = self.db.rows("MATCH (m:Environment) WHERE m.tenant_id = $tenant_id AND m.env_name IS NOT NULL "
-                          "RETURN m.env_name AS env, m.record AS record ORDER BY env", tenant_id=tenant_id)
+                            "RETURN m.env_name AS env, m.record AS record ORDER BY env", tenant_id=tenant_id)
         return {r["env"]: loads(r["record"]) if r["record"] is not None else None for r in rows}
 
     # ---------------------------------------------------------------- forget
@@ -219,8 +219,8 @@ RETURN a.id AS id, a.agent_role AS role, n, last ORDER BY a.id""", tenant_id=ten
         if unpurged:
             where.append("x.purged_at IS NULL")
         rows = self.db.rows(f"MATCH (x:ForgetAudit) WHERE {' AND '.join(where)} "
-                          "RETURN x.record AS record, x.purged_at AS purged ORDER BY x.forgotten_at, x.id",
-                          tenant_id=tenant_id)
+                            "RETURN x.record AS record, x.purged_at AS purged ORDER BY x.forgotten_at, x.id",
+                            tenant_id=tenant_id)
         out = []
         for r in rows:
             rec = loads(r["record"])
@@ -230,7 +230,7 @@ RETURN a.id AS id, a.agent_role AS role, n, last ORDER BY a.id""", tenant_id=ten
 
     def mark_purged(self, audit_ids: list[str], at: str) -> None:
         self.db.write(lambda tx: tx.run("UNWIND $ids AS id MATCH (x:ForgetAudit {id: id}) SET x.purged_at = $at",
-                                      ids=list(audit_ids), at=at).consume())
+                                        ids=list(audit_ids), at=at).consume())
 
     def purge_files(self) -> Record:
         return {"neo4j": "deleted records stay in the Neo4j store files until their space is reused "
