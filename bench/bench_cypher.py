@@ -90,7 +90,7 @@ NEW_INDEXES = {f"wg_{label.lower()}_tenant" for label in q.TENANT_LABELS} | {"wg
 
 
 def set_tenant_indexes(store: Neo4jGraphStore, on: bool) -> None:
-    with store._driver.session(database=store.database) as session:
+    with store.db.driver.session(database=store.database) as session:
         for stmt in q.INDEXES:
             name = stmt.split()[2]  # CREATE INDEX <name> IF NOT EXISTS ...
             if name in NEW_INDEXES:
@@ -132,7 +132,7 @@ def measure_reads(store: Neo4jGraphStore, tenant: str, queries: int) -> list[tup
         p = {"env": ENV, **params}
 
         def bare() -> Any:
-            with store._driver.session(database=store.database) as session:
+            with store.db.driver.session(database=store.database) as session:
                 return session.execute_read(lambda tx: tx.run(query, {**p, "tenant_id": tenant}).data())
 
         def guarded() -> Any:
@@ -267,7 +267,7 @@ def run_hostile(uri: str | None, user: str, password: str, timeout: float, round
         neighbour.join()
         if uri:
             assert isinstance(store, Neo4jGraphStore)
-            with store._driver.session(database=store.database) as session:  # leave a shared server as it was
+            with store.db.driver.session(database=store.database) as session:  # leave a shared server as it was
                 for label in q.TENANT_LABELS:
                     session.run(f"MATCH (n:{label}) WHERE n.tenant_id IN $ts DETACH DELETE n",
                                 ts=[attacker, other]).consume()

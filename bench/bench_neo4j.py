@@ -132,7 +132,7 @@ def measure_floor(store: Any, elements: int, runs: int) -> dict[str, Any]:
     CREATE statements in one transaction: no MERGE, rules, scene links, meta or counts. About
     what this server and machine do for these writes at best; apply_plan cannot beat it."""
     from worldgraph.kg.neo4j import queries as q
-    from worldgraph.kg.neo4j.rows import _row
+    from worldgraph.kg.neo4j.rows import unwind_row
 
     nodes_q = {kind: f"UNWIND $rows AS row CREATE (n:WorldNode:{label} {{key: row.key}}) "
                      f"SET n.tenant_id = $tenant_id, n.env_name = $env_name, n.id = row.id, "
@@ -153,16 +153,16 @@ def measure_floor(store: Any, elements: int, runs: int) -> dict[str, Any]:
         def work(tx: Any) -> None:
             results = []
             for kind, query in nodes_q.items():
-                rows = [{**_row(n, q.NODE_PROPS), "key": prefix + n["id"]} for n in plan.nodes if n["kind"] == kind]
+                rows = [{**unwind_row(n, q.NODE_PROPS), "key": prefix + n["id"]} for n in plan.nodes if n["kind"] == kind]
                 results.append(tx.run(query, params, rows=rows))
             for rel, query in edges_q.items():
-                rows = [{**_row(e, q.EDGE_PROPS), "key": prefix + e["id"], "src": prefix + e["src_id"],
+                rows = [{**unwind_row(e, q.EDGE_PROPS), "key": prefix + e["id"], "src": prefix + e["src_id"],
                          "dst": prefix + e["dst_id"]} for e in plan.edges if e["relation"] == rel]
                 results.append(tx.run(query, params, rows=rows))
             for result in results:
                 result.consume()
         cpu0 = server_cpu_s()
-        times.append(_timed(lambda: store._write(work)))
+        times.append(_timed(lambda: store.db.write(work)))
         cpus.append(server_cpu_s() - cpu0)
     size = len(plan.nodes) + len(plan.edges)
     return {"store": "neo4j floor", "elements": size, "runs": runs, "create_s": statistics.median(times),

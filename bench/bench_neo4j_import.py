@@ -31,7 +31,7 @@ import measure  # noqa: E402
 from bench_neo4j import ENV, make_plan  # noqa: E402
 
 from worldgraph.export.snapshot import read_snapshot, snapshot_dir, write_snapshot  # noqa: E402
-from worldgraph.kg.neo4j.snapshot_import import graph_size, import_state  # noqa: E402
+from worldgraph.kg.neo4j.snapshot_import import graph_size  # noqa: E402
 from worldgraph.kg.neo4j.store import Neo4jGraphStore  # noqa: E402
 
 
@@ -69,12 +69,12 @@ def main() -> int:
             store = Neo4jGraphStore(args.uri, args.user, args.password, import_batch=batch)
             tenant = f"import-{uuid.uuid4().hex[:8]}"
             commits: list[int] = []
-            write = store._write
+            write = store.db.write
 
             def counted(work: Any, *a: Any) -> Any:
                 commits.append(1)
                 return write(work, *a)
-            store._write = counted  # type: ignore[method-assign]
+            store.db.write = counted  # type: ignore[method-assign]
             try:
                 row: dict[str, Any] = {"batch": batch, "records": size, "load": measure.load_average()}
                 for phase in ("fresh", "over itself"):
@@ -91,13 +91,13 @@ def main() -> int:
                     stats = store.stats(tenant)
                     assert (stats["nodes"], stats["edges"], stats["rules"]) == (
                         len(graph["nodes"]), len(graph["edges"]), len(graph["rules"])), stats
-                    assert import_state(store, tenant, ENV) is None
+                    assert store.snapshot_import.import_state(tenant, ENV) is None
                     row[phase] = {"read_snapshot_s": round(t1 - t0, 2), "replace_world_s": round(t2 - t1, 2),
                                   "records_per_s": round(size / (t2 - t1)), "transactions": len(commits)}
                     print(f"batch {batch:>6,} {phase:<12} replace_world {t2 - t1:6.1f} s = {size / (t2 - t1):8,.0f} "
                           f"records/s in {len(commits)} transactions (read_snapshot {t1 - t0:.1f} s)",
                           file=sys.stderr)
-                store._write = write  # type: ignore[method-assign]
+                store.db.write = write  # type: ignore[method-assign]
                 store.replace_world(tenant, ENV, {"nodes": [], "edges": [], "rules": [], "scenes": [], "meta": None})
             finally:
                 store.close()

@@ -69,7 +69,7 @@ def ended_in_time(fn: Any) -> tuple[BaseException, float]:
 
 def running(store: Neo4jGraphStore, mark: str) -> list[str]:
     """Statuses of the server's transactions whose query holds ``mark`` that are still running."""
-    with store._driver.session(database="system") as session:
+    with store.db.driver.session(database="system") as session:
         return [r["status"] for r in session.run(
             "SHOW TRANSACTIONS YIELD currentQuery, status WHERE currentQuery CONTAINS $mark "
             "AND NOT currentQuery STARTS WITH 'SHOW' RETURN status", mark=mark) if r["status"] == "Running"]

@@ -56,7 +56,7 @@ def wait_for_abandoned_runs(limit: float = 180.0) -> None:
 
 
 def projection(wm: WorldModel, tenant: str) -> embedded_cypher.Projection:
-    return wm.store._projections._items[tenant][1]  # type: ignore[attr-defined]
+    return wm.store.projections._items[tenant][1]  # type: ignore[attr-defined]
 
 
 def timed_hostile(wm: WorldModel, query: str) -> float:

@@ -89,7 +89,7 @@ def sealed(neo4j_server: dict[str, str], tmp_path_factory: pytest.TempPathFactor
         store.add_api_key({"id": f"key-{tenant}", "tenant_id": tenant, "name": mark, "key_hash": mark,
                            "created_at": "2026-01-05T12:00:00+00:00", "revoked_at": None})
     s = Sealed(wm, store, victim, attacker, secret)
-    with store._driver.session(database=store.database) as session:  # the operator's view, not cypher()
+    with store.db.driver.session(database=store.database) as session:  # the operator's view, not cypher()
         rows = session.run("MATCH (n) WHERE n.tenant_id = $t RETURN elementId(n) AS e, id(n) AS i", t=victim).data()
     s.victim_element_ids = [r["e"] for r in rows]
     s.victim_ids = [r["i"] for r in rows]
@@ -348,7 +348,7 @@ def test_no_relationship_joins_two_tenants(sealed: Sealed) -> None:
     """What the guard relies on, checked on everything the stores wrote for both tenants (replayed
     world graph, episodes, canvases, audits, feedback, scenes, rules, PRODUCED links)."""
     total, crossing, foreign_edges, types = 0, 0, 0, set()
-    with sealed.store._driver.session(database=sealed.store.database) as session:
+    with sealed.store.db.driver.session(database=sealed.store.database) as session:
         for label in q.TENANT_LABELS:  # a fixed set: each query seeks that label's tenant_id index
             row = session.run(
                 f"MATCH (a:{label}) WHERE a.tenant_id IN $tenants MATCH (a)-[r]-(b) "

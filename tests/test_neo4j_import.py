@@ -18,7 +18,6 @@ import pytest
 
 from tests.test_store_contract import ENV, canonical, edge, first_plan, node, rule, scene
 from worldgraph.errors import InvalidInputError
-from worldgraph.kg.neo4j.snapshot_import import import_state
 from worldgraph.kg.neo4j.store import Neo4jGraphStore
 
 pytestmark = pytest.mark.neo4j
@@ -62,14 +61,14 @@ def snapshot(tenant: str, n_nodes: int, n_scenes: int = 3) -> dict[str, Any]:
 
 
 def count_transactions(store: Neo4jGraphStore) -> list[int]:
-    """Count the store's write transactions (each ``_write`` is one managed transaction)."""
+    """Count the store's write transactions (each ``db.write`` is one managed transaction)."""
     calls: list[int] = []
-    write = store._write
+    write = store.db.write
 
     def counted(work: Any, *args: Any) -> Any:
         calls.append(1)
         return write(work, *args)
-    store._write = counted  # type: ignore[method-assign]
+    store.db.write = counted  # type: ignore[method-assign]
     return calls
 
 
@@ -83,7 +82,7 @@ def test_large_import_runs_in_transactions_of_the_configured_size(open_store: Ca
     # begin, 1 delete batch (7 old records < 50), scenes 1, nodes 3, rules 1, edges 5, finish
     assert len(calls) == 1 + 1 + 1 + 3 + 1 + 5 + 1
     assert canonical(store.world_graph(tenant, ENV)) == canonical(graph)
-    assert import_state(store, tenant, ENV) is None
+    assert store.snapshot_import.import_state(tenant, ENV) is None
     # replacing it again deletes the 135 old nodes, rules and scenes (their edges with them) 50 at a time
     smaller = snapshot(tenant, 60)
     calls.clear()
@@ -122,7 +121,7 @@ def test_bad_large_snapshot_changes_nothing(open_store: Callable[..., Neo4jGraph
     with pytest.raises(InvalidInputError, match="n-missing|e-zzz"):
         store.replace_world(tenant, ENV, bad)
     assert canonical(store.world_graph(tenant, ENV)) == canonical(good)
-    assert import_state(store, tenant, ENV) is None
+    assert store.snapshot_import.import_state(tenant, ENV) is None
 
 
 KILLED_IMPORT = """
@@ -152,7 +151,7 @@ def test_killed_import_leaves_whole_records_and_is_completed_by_importing_again(
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     # what is left: marked incomplete, no meta, and every record present is a whole snapshot record
-    assert import_state(store, tenant, ENV) is not None
+    assert store.snapshot_import.import_state(tenant, ENV) is not None
     left = store.world_graph(tenant, ENV)
     assert left["meta"] is None
     assert 200 <= len(left["nodes"]) < len(graph["nodes"])
@@ -165,4 +164,4 @@ def test_killed_import_leaves_whole_records_and_is_completed_by_importing_again(
     # importing again replaces it and completes
     store.replace_world(tenant, ENV, graph)
     assert canonical(store.world_graph(tenant, ENV)) == canonical(graph)
-    assert import_state(store, tenant, ENV) is None
+    assert store.snapshot_import.import_state(tenant, ENV) is None

@@ -150,13 +150,13 @@ def test_bad_cypher_is_a_clear_error(store: Neo4jGraphStore, tenant: str) -> Non
 def test_schema_is_created_once_and_versioned(store: Neo4jGraphStore, neo4j_server: dict[str, str]) -> None:
     again = Neo4jGraphStore(neo4j_server["uri"], neo4j_server["user"], neo4j_server["password"])
     again.close()
-    with store._driver.session(database=store.database) as session:
+    with store.db.driver.session(database=store.database) as session:
         names = {r["name"] for r in session.run("SHOW CONSTRAINTS YIELD name")}
         version = session.run("MATCH (s:WorldgraphSchema) RETURN s.version AS v").single()
     assert {"wg_episode_key", "wg_node_ukey", "wg_rule_ukey", "wg_contains_ukey", "wg_scene_key"} <= names
     assert not {"wg_node_key", "wg_rule_key", "wg_contains_key"} & names  # schema 1's composite keys
     assert version is not None and version["v"] == q.SCHEMA_VERSION == 4
-    with store._driver.session(database=store.database) as session:
+    with store.db.driver.session(database=store.database) as session:
         tenant_indexes = {tuple(r["labelsOrTypes"]) for r in session.run(
             "SHOW INDEXES YIELD labelsOrTypes, properties WHERE properties = ['tenant_id'] RETURN labelsOrTypes")}
     assert {(label,) for label in q.TENANT_LABELS} <= tenant_indexes
@@ -170,7 +170,7 @@ def test_schema_1_databases_are_given_keys(store: Neo4jGraphStore, neo4j_server:
                      meta={"env_name": ENV, "graph_version": 1})
     store.apply_plan(plan)
     before = store.world_graph(tenant, ENV)
-    with store._driver.session(database=store.database) as session:
+    with store.db.driver.session(database=store.database) as session:
         session.run("MATCH (n:WorldNode {tenant_id: $t}) REMOVE n.key", t=tenant).consume()
         session.run("MATCH ()-[r:CONTAINS {tenant_id: $t}]->() REMOVE r.key", t=tenant).consume()
         session.run("CREATE CONSTRAINT wg_node_key IF NOT EXISTS FOR (n:WorldNode) "
@@ -180,7 +180,7 @@ def test_schema_1_databases_are_given_keys(store: Neo4jGraphStore, neo4j_server:
     again = Neo4jGraphStore(neo4j_server["uri"], neo4j_server["user"], neo4j_server["password"])
     try:
         assert again.world_graph(tenant, ENV) == before
-        with again._driver.session(database=again.database) as session:
+        with again.db.driver.session(database=again.database) as session:
             names = {r["name"] for r in session.run("SHOW CONSTRAINTS YIELD name")}
             key = session.run("MATCH (n:WorldNode {tenant_id: $t, id: 'n-a'}) RETURN n.key AS k", t=tenant).single()
         assert "wg_node_key" not in names and "wg_node_ukey" in names
@@ -195,7 +195,7 @@ def test_index_state_is_kept_out_of_the_record_json(store: Neo4jGraphStore, tena
     stale state, and cypher() returns the record with the current one."""
     ids = add(store, tenant, episode(tenant, minutes=0), episode(tenant, minutes=1))
     store.set_index_status(tenant, ids, "failed", "embedder timed out")
-    with store._driver.session(database=store.database) as session:
+    with store.db.driver.session(database=store.database) as session:
         stored = session.run("MATCH (e:Episode {tenant_id: $t}) RETURN e.record AS r", t=tenant).value()
     assert all("index_status" not in json.loads(r) and "index_error" not in json.loads(r) for r in stored)
     rows = store.cypher(tenant, "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e")
@@ -208,7 +208,7 @@ def test_schema_2_index_errors_move_to_the_property(store: Neo4jGraphStore, neo4
                                                     tenant: str) -> None:
     """Schema 2 kept index_error only in the record JSON; opening the database copies it over."""
     ids = add(store, tenant, episode(tenant, minutes=0))
-    with store._driver.session(database=store.database) as session:
+    with store.db.driver.session(database=store.database) as session:
         session.run("MATCH (e:Episode {tenant_id: $t}) SET e.index_status = 'failed', "
                     "e.record = $record REMOVE e.index_error", t=tenant,
                     record=json.dumps({**store.get_episodes(tenant, ids)[ids[0]], "index_status": "failed",
@@ -257,7 +257,7 @@ def test_only_the_dangling_edges_are_named(store: Neo4jGraphStore, tenant: str) 
 
 
 def _operators(store: Neo4jGraphStore, query: str) -> list[str]:
-    with store._driver.session(database=store.database) as session:
+    with store.db.driver.session(database=store.database) as session:
         plan = session.run("EXPLAIN " + query, {}).consume().plan
     out: list[str] = []
     todo = [plan]
@@ -321,7 +321,7 @@ def test_a_plan_into_an_environment_without_nodes_counts_like_a_full_count(store
                                meta={"env_name": ENV, "graph_version": 1}))
     store.apply_plan(plan)
     counts = store.world_graph(tenant, ENV)["meta"]["counts"]
-    with store._driver.session(database=store.database) as session:
+    with store.db.driver.session(database=store.database) as session:
         full = session.run(q.ENV_COUNTS, tenant_id=tenant, env_name=ENV, prefix=q.env_prefix(tenant, ENV)).single()
     assert full is not None
     assert counts == {k: full[k] for k in ("nodes", "edges", "rules", "scenes")} == \

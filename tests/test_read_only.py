@@ -164,7 +164,7 @@ def test_a_snapshot_taken_after_a_crash_reads_its_write_ahead_log(tmp_path: Path
             assert wm.read_only
             assert len(wm.get_agent_episodes(T, "late")) == 5  # only in the -wal
             assert len(wm.get_agent_episodes(T, "cellarer")) == len(ids)
-            ro = wm.store._ro
+            ro = wm.store.db.opened
             assert ro is not None and ro.how == ("ro" if keep_shm else "copy")
 
 

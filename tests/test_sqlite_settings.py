@@ -15,11 +15,11 @@ from worldgraph.memory.embeddings import HashingEmbedder
 def test_the_config_sets_the_cache_and_the_checkpoint_interval(tmp_path: Path) -> None:
     with WorldModel.open(tmp_path / "a", embedder=HashingEmbedder(32), sqlite_cache_mb=8,
                          sqlite_wal_autocheckpoint_pages=100) as wm:
-        conn = wm.store._conn  # type: ignore[attr-defined]
+        conn = wm.store.db.conn  # type: ignore[attr-defined]
         assert conn.execute("PRAGMA cache_size").fetchone()[0] == -8 * 1024
         assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 100
     with WorldModel.open(tmp_path / "b", embedder=HashingEmbedder(32)) as wm:
-        conn = wm.store._conn  # type: ignore[attr-defined]
+        conn = wm.store.db.conn  # type: ignore[attr-defined]
         assert conn.execute("PRAGMA cache_size").fetchone()[0] == -wm.config.sqlite_cache_mb * 1024
         assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == wm.config.sqlite_wal_autocheckpoint_pages
 

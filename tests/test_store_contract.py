@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from worldgraph.errors import NotFoundError
+from worldgraph.kg.composed import ComposedStore
 from worldgraph.kg.embedded.store import EmbeddedGraphStore
 from worldgraph.kg.records import MergePlan
 from worldgraph.kg.store import GraphStore
@@ -46,6 +47,15 @@ def tenant() -> str:
 
 
 # ------------------------------------------------------------------------- builders
+def test_a_store_owns_its_parts_on_one_shared_connection(store: GraphStore) -> None:
+    """Composed, not stacked (docs/architecture.md, "How a store is made"): the store's only base
+    is ComposedStore, and its parts are objects that share one connection object."""
+    assert isinstance(store, ComposedStore) and type(store).__bases__ == (ComposedStore,)
+    parts = [store.episodes, store.world, store.leases, store.lifecycle]
+    shared = {id(part.db) for part in parts}  # type: ignore[attr-defined]
+    assert len(shared) == 1 and len({type(part) for part in parts}) == 4
+
+
 def episode(tenant: str, agent: str = "agent-1", minutes: int = 0, canvas: dict[str, Any] | None = None,
             task: str = "sort the invoices", **extra: Any) -> tuple[dict[str, Any], dict[str, Any] | None, list[Any]]:
     exp = AgentExperience(agent_id=agent, agent_role="clerk", task_type="sorting", task_description=task,

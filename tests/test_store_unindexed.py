@@ -34,12 +34,12 @@ def test_old_status_index_is_replaced_by_a_partial_one(tmp_path: Path) -> None:
         names = _indexes(db)
         assert "episodes_unindexed" in names and "episodes_index_status" not in names
         assert [e["id"] for e in store.unindexed_episodes()] == ["c", "b"]  # oldest first, indexed left out
-        plan = store._query("EXPLAIN QUERY PLAN SELECT data FROM episodes WHERE index_status != 'indexed' "
+        plan = store.db.query("EXPLAIN QUERY PLAN SELECT data FROM episodes WHERE index_status != 'indexed' "
                             "ORDER BY ts, id LIMIT 10")
         assert "USING INDEX episodes_unindexed" in plan[0][-1] and not any("TEMP B-TREE" in r[-1] for r in plan)
         store.set_index_status("t", ["b", "c"], "indexed")
         assert store.unindexed_episodes() == []
-        count = store._query("SELECT COUNT(*) FROM episodes INDEXED BY episodes_unindexed WHERE index_status != 'indexed'")
+        count = store.db.query("SELECT COUNT(*) FROM episodes INDEXED BY episodes_unindexed WHERE index_status != 'indexed'")
         assert count[0][0] == 0  # marking them indexed took them out of the index
     finally:
         store.close()

@@ -131,7 +131,7 @@ class _Table:
 
 
 def _props(rec: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
-    """What the Neo4j store copies from a record into properties (``neo4j.rows._row``)."""
+    """What the Neo4j store copies from a record into properties (``neo4j.rows.unwind_row``)."""
     out = {}
     for k in keys:
         v = rec.get(k)

@@ -26,6 +26,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from worldgraph.errors import NotFoundError, StorageError
+from worldgraph.kg.embedded import sql
 
 log = logging.getLogger("worldgraph")
 
@@ -55,8 +56,8 @@ def _uri(path: Path, **params: str) -> str:
 def _try(uri: str) -> sqlite3.Connection | None:
     conn = sqlite3.connect(uri, uri=True, timeout=30.0, check_same_thread=False, isolation_level=None)
     try:
-        conn.execute("PRAGMA query_only=ON")
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # reads: needs the -shm
+        conn.execute(sql.QUERY_ONLY)
+        conn.execute(sql.READ_PROBE).fetchone()  # reads: needs the -shm
         return conn
     except sqlite3.OperationalError as exc:
         conn.close()
@@ -91,5 +92,5 @@ def connect_read_only(path: Path) -> ReadOnlyConnection:
                 "beside it)", path)
     copy = Path(tmpdir) / path.name
     conn = sqlite3.connect(str(copy), timeout=30.0, check_same_thread=False, isolation_level=None)
-    conn.execute("PRAGMA query_only=ON")
+    conn.execute(sql.QUERY_ONLY)
     return ReadOnlyConnection(conn, "copy", tmpdir)

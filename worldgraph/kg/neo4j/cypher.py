@@ -48,7 +48,7 @@ from worldgraph.errors import (
 )
 from worldgraph.kg import cypher_guard as guard
 from worldgraph.kg.cypher_limits import json_size
-from worldgraph.kg.neo4j.base import _unreachable
+from worldgraph.kg.neo4j.connection import unreachable
 from worldgraph.kg.store import Record
 
 log = logging.getLogger("worldgraph")
@@ -187,7 +187,7 @@ def _translate(call: _Call, uri: str, timeout: float) -> BaseException:
     if call.timed_out:  # the connection was killed at the deadline
         return _chain(_timed_out(timeout), exc)
     if isinstance(exc, (ServiceUnavailable, SessionExpired)):
-        return _chain(StoreUnavailableError(_unreachable(uri, exc)), exc)
+        return _chain(StoreUnavailableError(unreachable(uri, exc)), exc)
     if isinstance(exc, RecursionError):
         return _chain(CypherQueryError("a result value is nested too deep to read; return it flatter"), exc)
     if isinstance(exc, DriverError):

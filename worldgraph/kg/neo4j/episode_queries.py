@@ -4,7 +4,7 @@ exploration (an episode's neighbourhood) and API keys. The graph model, keys and
 
 from __future__ import annotations
 
-from worldgraph.kg.neo4j.schema import AUDIT_PROPS, EPISODE_COLUMNS, EPISODE_PROPS, _set
+from worldgraph.kg.neo4j.schema import AUDIT_PROPS, EPISODE_COLUMNS, EPISODE_PROPS, set_props
 
 # ---------------------------------------------------------------------------------- episodes
 UPSERT_AGENTS = """
@@ -22,7 +22,7 @@ SET c.name = row.name, c.record = row.record
 UPSERT_EPISODES = f"""
 UNWIND $rows AS row
 MERGE (e:Episode {{tenant_id: $tenant_id, id: row.id}})
-SET {_set("e", EPISODE_PROPS)}, e.record = row.record
+SET {set_props("e", EPISODE_PROPS)}, e.record = row.record
 WITH e, row
 CALL (e, row) {{
   MATCH (a:Agent {{tenant_id: $tenant_id, id: row.agent}})
@@ -37,7 +37,7 @@ CALL (e, row) {{
 UPSERT_AUDITS = f"""
 UNWIND $rows AS row
 MERGE (a:CanvasAudit {{tenant_id: $tenant_id, id: row.id}})
-SET {_set("a", AUDIT_PROPS)}, a.record = row.record
+SET {set_props("a", AUDIT_PROPS)}, a.record = row.record
 WITH a, row
 CALL (a, row) {{
   MATCH (e:Episode {{tenant_id: $tenant_id, id: row.episode}})

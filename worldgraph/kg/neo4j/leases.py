@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
 
 from neo4j import ManagedTransaction
 
@@ -15,15 +14,18 @@ from worldgraph.errors import LeaseLostError
 from worldgraph.kg import lease
 from worldgraph.kg.codec import dumps
 from worldgraph.kg.neo4j import queries as q
+from worldgraph.kg.neo4j.connection import Neo4jConnection
 from worldgraph.kg.records import SceneRecord
 
 __all__ = ["Neo4jSceneLeases", "check_fence"]
 
 
 class Neo4jSceneLeases(lease.HeldLeases):
-    """Mixin of Neo4jGraphStore: needs ``_write``."""
+    """The scene-lease methods of Neo4jGraphStore, on ``db`` (renewal and release come from
+    ``lease.HeldLeases`` through ``_if_held``)."""
 
-    _write: Callable[..., Any]
+    def __init__(self, db: Neo4jConnection) -> None:
+        self.db = db
 
     def claim_scene_lease(self, tenant_id: str, scene_id: str, owner: str, until: str,
                           now: str) -> SceneRecord | None:
@@ -33,7 +35,7 @@ class Neo4jSceneLeases(lease.HeldLeases):
                 _unlock(tx, tenant_id, scene_id, scene)
                 return None
             return _store(tx, tenant_id, lease.leased(scene, owner, until, now))
-        return self._write(work)  # type: ignore[no-any-return]
+        return self.db.write(work)
 
     def _if_held(self, tenant_id: str, scene_id: str, owner: str,
                  change: Callable[[SceneRecord], SceneRecord]) -> bool:
@@ -45,7 +47,7 @@ class Neo4jSceneLeases(lease.HeldLeases):
                 return False
             _store(tx, tenant_id, change(scene))
             return True
-        return bool(self._write(work))
+        return bool(self.db.write(work))
 
 
 def check_fence(tx: ManagedTransaction, tenant_id: str, fence: tuple[str, str] | None) -> None:

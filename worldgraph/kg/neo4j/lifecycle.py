@@ -14,8 +14,8 @@ from neo4j import ManagedTransaction
 from worldgraph.kg.codec import dumps, loads
 from worldgraph.kg.lifecycle import EpisodeFilter, iso_of, strip_scene
 from worldgraph.kg.neo4j import queries as q
-from worldgraph.kg.neo4j.base import Neo4jBase
-from worldgraph.kg.neo4j.rows import _episode
+from worldgraph.kg.neo4j.connection import Neo4jConnection
+from worldgraph.kg.neo4j.rows import episode_of_row
 from worldgraph.kg.store import Record
 
 __all__ = ["Neo4jLifecycle"]
@@ -110,15 +110,17 @@ _TENANT_DELETES: tuple[tuple[str, str], ...] = (
 )
 
 
-class Neo4jLifecycle(Neo4jBase):
-    """Mixin of Neo4jGraphStore: list / forget / purge (see the module docstring)."""
+class Neo4jLifecycle:
+    """The list / forget / purge methods of Neo4jGraphStore (see the module docstring), on ``db``."""
 
-    _lifecycle_ready = False
+    def __init__(self, db: Neo4jConnection) -> None:
+        self.db = db
+        self._lifecycle_ready = False  # LIFECYCLE_SCHEMA ensured (on first use)
 
     def _ensure_lifecycle_schema(self) -> None:
-        if self._lifecycle_ready or self.read_only:
+        if self._lifecycle_ready or self.db.read_only:
             return
-        self._create_schema(LIFECYCLE_SCHEMA, q.AWAIT_INDEXES)
+        self.db.create_schema(LIFECYCLE_SCHEMA, q.AWAIT_INDEXES)
         self._lifecycle_ready = True
 
     # ---------------------------------------------------------------- browse
@@ -139,10 +141,10 @@ class Neo4jLifecycle(Neo4jBase):
             params["after_ts"], params["after_id"] = after
         query = (f"MATCH (e:Episode) WHERE {' AND '.join(where)} RETURN {q.EPISODE_COLUMNS} "
                  "ORDER BY e.ts DESC, e.id DESC LIMIT $limit")
-        return [_episode(r) for r in self._rows(query, **params)]
+        return [episode_of_row(r) for r in self.db.rows(query, **params)]
 
     def list_agents(self, tenant_id: str) -> list[Record]:
-        rows = self._rows("""
+        rows = self.db.rows("""
 MATCH (a:Agent) WHERE a.tenant_id = $tenant_id AND a.id IS NOT NULL
 CALL (a) {
   MATCH (e:Episode {tenant_id: $tenant_id, agent_id: a.id}) RETURN count(e) AS n, max(e.ts) AS last
@@ -153,8 +155,8 @@ RETURN a.id AS id, a.agent_role AS role, n, last ORDER BY a.id""", tenant_id=ten
                  "last_seen": iso_of(r["last"])} for r in rows]
 
     def environment_metas(self, tenant_id: str) -> dict[str, Record | None]:
-        rows = self._rows("MATCH (m:Environment) WHERE m.tenant_id = $tenant_id AND m.env_name IS NOT NULL "
-                          "RETURN m.env_name AS env, m.record AS record ORDER BY env", tenant_id=tenant_id)
+        rows = self.db.rows("MATCH (m:Environment) WHERE m.tenant_id = $tenant_id AND m.env_name IS NOT NULL "
+                            "RETURN m.env_name AS env, m.record AS record ORDER BY env", tenant_id=tenant_id)
         return {r["env"]: loads(r["record"]) if r["record"] is not None else None for r in rows}
 
     # ---------------------------------------------------------------- forget
@@ -176,7 +178,7 @@ RETURN a.id AS id, a.agent_role AS role, n, last ORDER BY a.id""", tenant_id=ten
             return {"episodes": 1, "feedback": int(deleted["feedback"]) if deleted else 0,
                     "canvas_audits": int(deleted["audits"]) if deleted else 0, "scenes": len(scenes),
                     "world_records_updated": changed}
-        return self._write(work)
+        return self.db.write(work)
 
     def forget_environment(self, tenant_id: str, env_name: str, audit: Record) -> Record | None:
         self._ensure_lifecycle_schema()
@@ -191,7 +193,7 @@ RETURN a.id AS id, a.agent_role AS role, n, last ORDER BY a.id""", tenant_id=ten
             tx.run(q.DELETE_ENV, tenant_id=tenant_id, env_name=env_name, prefix=prefix).consume()
             _create_audit(tx, audit)
             return {k: int(counts[k]) if counts else 0 for k in ("nodes", "edges", "rules", "scenes")}
-        return self._write(work)
+        return self.db.write(work)
 
     def forget_tenant(self, tenant_id: str, audit: Record) -> Record:
         self._ensure_lifecycle_schema()
@@ -208,17 +210,17 @@ RETURN a.id AS id, a.agent_role AS role, n, last ORDER BY a.id""", tenant_id=ten
             _create_audit(tx, audit)
             return {k: counts[k] for k in ("episodes", "feedback", "scenes", "nodes", "edges", "rules", "agents",
                                            "canvases", "api_keys")}
-        return self._write(work)
+        return self.db.write(work)
 
     def forget_log(self, tenant_id: str | None = None, unpurged: bool = False) -> list[Record]:
-        if not self._lifecycle_ready and not self.read_only:
+        if not self._lifecycle_ready and not self.db.read_only:
             self._ensure_lifecycle_schema()
         where = ["($tenant_id IS NULL OR x.tenant_id = $tenant_id)"]
         if unpurged:
             where.append("x.purged_at IS NULL")
-        rows = self._rows(f"MATCH (x:ForgetAudit) WHERE {' AND '.join(where)} "
-                          "RETURN x.record AS record, x.purged_at AS purged ORDER BY x.forgotten_at, x.id",
-                          tenant_id=tenant_id)
+        rows = self.db.rows(f"MATCH (x:ForgetAudit) WHERE {' AND '.join(where)} "
+                            "RETURN x.record AS record, x.purged_at AS purged ORDER BY x.forgotten_at, x.id",
+                            tenant_id=tenant_id)
         out = []
         for r in rows:
             rec = loads(r["record"])
@@ -227,8 +229,8 @@ RETURN a.id AS id, a.agent_role AS role, n, last ORDER BY a.id""", tenant_id=ten
         return out
 
     def mark_purged(self, audit_ids: list[str], at: str) -> None:
-        self._write(lambda tx: tx.run("UNWIND $ids AS id MATCH (x:ForgetAudit {id: id}) SET x.purged_at = $at",
-                                      ids=list(audit_ids), at=at).consume())
+        self.db.write(lambda tx: tx.run("UNWIND $ids AS id MATCH (x:ForgetAudit {id: id}) SET x.purged_at = $at",
+                                        ids=list(audit_ids), at=at).consume())
 
     def purge_files(self) -> Record:
         return {"neo4j": "deleted records stay in the Neo4j store files until their space is reused "

@@ -3,13 +3,11 @@
 Three modules hold them, each read top-down: ``neo4j.schema`` (the graph model, keys,
 constraints, indexes, migrations), ``neo4j.episode_queries`` (episodes, sessions, feedback,
 canvases, neighbourhoods, API keys) and ``neo4j.world_queries`` (world nodes, rules, edges,
-scenes). ``from worldgraph.kg import neo4j_queries as q`` reaches all of them.
+scenes). ``from worldgraph.kg.neo4j import queries as q`` reaches all of them.
 """
 
 from __future__ import annotations
 
 from worldgraph.kg.neo4j.episode_queries import *  # noqa: F401,F403
 from worldgraph.kg.neo4j.schema import *  # noqa: F401,F403
-from worldgraph.kg.neo4j.schema import _esc as _esc
-from worldgraph.kg.neo4j.schema import _set as _set
 from worldgraph.kg.neo4j.world_queries import *  # noqa: F401,F403

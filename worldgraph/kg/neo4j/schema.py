@@ -52,23 +52,24 @@ SCHEMA_VERSION = SCHEMA_VERSIONS["neo4j"]
 KEY_SEP, KEY_ESC = "\u001f", "\u001e"
 
 
-def _esc(part: str) -> str:
+def escape_key(part: str) -> str:
+    """One part of a key with KEY_ESC and KEY_SEP escaped, so that joined parts decode one way."""
     return part.replace(KEY_ESC, KEY_ESC + KEY_ESC).replace(KEY_SEP, KEY_ESC + KEY_SEP)
 
 
 def world_key(tenant_id: str, env_name: str, id: str) -> str:
     """The ``key`` of a world node, rule or edge: an injective encoding of (tenant, env, id)."""
-    return f"{_esc(tenant_id)}{KEY_SEP}{_esc(env_name)}{KEY_SEP}{_esc(id)}"
+    return f"{escape_key(tenant_id)}{KEY_SEP}{escape_key(env_name)}{KEY_SEP}{escape_key(id)}"
 
 
 def env_prefix(tenant_id: str, env_name: str) -> str:
     """What exactly the keys of one environment start with."""
-    return f"{_esc(tenant_id)}{KEY_SEP}{_esc(env_name)}{KEY_SEP}"
+    return f"{escape_key(tenant_id)}{KEY_SEP}{escape_key(env_name)}{KEY_SEP}"
 
 
 def tenant_prefix(tenant_id: str) -> str:
     """What exactly the keys of one tenant start with."""
-    return f"{_esc(tenant_id)}{KEY_SEP}"
+    return f"{escape_key(tenant_id)}{KEY_SEP}"
 
 # relation (record value) -> relationship type; the only relationship types edges may have.
 EDGE_TYPES: dict[str, str] = {"transition": "TRANSITION", "containment": "CONTAINS", "episodic": "EPISODIC"}
@@ -96,7 +97,7 @@ AUDIT_PROPS: tuple[str, ...] = ("episode_id", "canvas_id", "timestamp", "action_
 SCENE_PROPS: tuple[str, ...] = ("env_name", "status", "created_at", "episode_id", "current_round", "trigger_reason")
 
 
-def _set(var: str, keys: tuple[str, ...]) -> str:
+def set_props(var: str, keys: tuple[str, ...]) -> str:
     """``n.k = row.props.k, ...``: explicit SETs, unlike ``n += row.props``, let the planner
     stream the rows (no Eager) because it can see they do not touch the MERGE keys. The rows
     also carry the keys a query looks other nodes up by under names no SET uses (``row.agent``,

@@ -1,10 +1,13 @@
 """The Neo4j graph store: the same records as the embedded store, in a real graph.
 
 Every Cypher statement lives in ``worldgraph.kg.neo4j.queries`` (with the graph model). The
-class is assembled from its parts: ``neo4j.base`` (sessions and transactions), ``neo4j.episodes``
-(episodes, sessions, feedback, canvases, neighbourhoods), ``neo4j.world`` (the world graph and
-scenes), ``neo4j.leases`` (scene leases); this module connects, keeps the schema current, and
-runs ``cypher()`` and the API keys. Each
+store is composed (``kg.composed``): it owns its parts, each built on one ``Neo4jConnection``
+(``neo4j.connection``: the driver, sessions and transactions): ``episodes`` (``neo4j.episodes``:
+episodes, sessions, feedback, canvases, neighbourhoods), ``world`` (``neo4j.world``: the world
+graph and scenes), which is given ``snapshot_import`` (``neo4j.snapshot_import``: whole
+environments in bounded transactions), ``leases`` (``neo4j.leases``) and ``lifecycle``
+(``neo4j.lifecycle``: list, forget, purge). This module connects, keeps the schema current, and
+runs tenants, stats, ``cypher()`` and the API keys. Each
 public write is ONE managed transaction (``session.execute_write``: the driver retries
 transient errors such as deadlocks), made of batched ``UNWIND $rows ... MERGE`` statements
 over rows deduplicated by id; reads use ``execute_read``. Records are stored as JSON strings
@@ -32,19 +35,21 @@ from worldgraph.errors import (
 )
 from worldgraph.kg import cypher_guard as guard
 from worldgraph.kg.codec import loads
+from worldgraph.kg.composed import ComposedStore
 from worldgraph.kg.neo4j import cypher as neo4j_cypher
 from worldgraph.kg.neo4j import queries as q
-from worldgraph.kg.neo4j.base import _unreachable
-from worldgraph.kg.neo4j.episodes import Neo4jEpisodeStore
+from worldgraph.kg.neo4j.connection import Neo4jConnection, unreachable
+from worldgraph.kg.neo4j.episodes import Neo4jEpisodes, tenant_ids
 from worldgraph.kg.neo4j.leases import Neo4jSceneLeases
 from worldgraph.kg.neo4j.lifecycle import Neo4jLifecycle
-from worldgraph.kg.neo4j.rows import _run_batched
-from worldgraph.kg.neo4j.world import Neo4jWorldStore
-from worldgraph.kg.store import GraphStore, Record
+from worldgraph.kg.neo4j.rows import run_batched
+from worldgraph.kg.neo4j.snapshot_import import Neo4jSnapshotImport
+from worldgraph.kg.neo4j.world import Neo4jWorld
+from worldgraph.kg.store import Record
 from worldgraph.schema import needs_upgrade
 
 
-class Neo4jGraphStore(Neo4jLifecycle, Neo4jSceneLeases, Neo4jWorldStore, Neo4jEpisodeStore, GraphStore):
+class Neo4jGraphStore(ComposedStore):
     """GraphStore on a Neo4j 5 server (Community is enough). Thread-safe: the driver pools."""
 
     name = "neo4j"
@@ -58,7 +63,6 @@ class Neo4jGraphStore(Neo4jLifecycle, Neo4jSceneLeases, Neo4jWorldStore, Neo4jEp
         self.read_only = read_only
         self.cypher_timeout, self.cypher_max_rows = cypher_timeout, cypher_max_rows
         self.cypher_max_result_bytes = cypher_max_result_bytes
-        self.import_batch = import_batch
         driver: Driver | None = None
         try:
             driver = GraphDatabase.driver(
@@ -82,9 +86,13 @@ class Neo4jGraphStore(Neo4jLifecycle, Neo4jSceneLeases, Neo4jWorldStore, Neo4jEp
             _close(driver)
             if isinstance(exc, Neo4jError) and exc.code == "Neo.ClientError.Database.DatabaseNotFound":
                 raise InvalidInputError("neo4j_database", _no_database(uri, database), database) from exc
-            raise StoreUnavailableError(_unreachable(uri, exc)) from exc
-        self._driver: Driver = driver
-        self._sessions_ready = False  # q.SESSION_SCHEMA ensured (on the first session write)
+            raise StoreUnavailableError(unreachable(uri, exc)) from exc
+        self.db = Neo4jConnection(driver, uri, database, read_only)
+        self.snapshot_import = Neo4jSnapshotImport(self.db, import_batch)
+        self.episodes = Neo4jEpisodes(self.db)
+        self.world = Neo4jWorld(self.db, self.snapshot_import)
+        self.leases = Neo4jSceneLeases(self.db)
+        self.lifecycle = Neo4jLifecycle(self.db)
         if read_only:
             return  # no constraints, indexes or migrations: reads need none of them to be correct
         try:
@@ -98,7 +106,7 @@ class Neo4jGraphStore(Neo4jLifecycle, Neo4jSceneLeases, Neo4jWorldStore, Neo4jEp
         """Constraints first (MERGE seeks their indexes), then indexes, then the version node.
         Schema commands cannot share a transaction with data writes, so each runs on its own."""
         try:
-            with self._driver.session(database=self.database) as session:
+            with self.db.driver.session(database=self.database) as session:
                 current = session.execute_read(lambda tx: tx.run(q.SCHEMA_VERSION_READ).single())
                 # raises StorageError for a database a newer worldgraph has migrated
                 if not needs_upgrade("neo4j", current["version"] if current is not None else None):
@@ -113,7 +121,16 @@ class Neo4jGraphStore(Neo4jLifecycle, Neo4jSceneLeases, Neo4jWorldStore, Neo4jEp
                 session.execute_write(_copy_index_errors)
                 session.execute_write(lambda tx: tx.run(q.SCHEMA_VERSION_WRITE, version=q.SCHEMA_VERSION).consume())
         except (ServiceUnavailable, SessionExpired) as exc:
-            raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
+            raise StoreUnavailableError(unreachable(self.uri, exc)) from exc
+
+    def tenants(self) -> list[str]:
+        return tenant_ids(self.db)
+
+    def stats(self, tenant_id: str) -> dict[str, int]:
+        row = self.db.read(lambda tx: tx.run(q.STATS, tenant_id=tenant_id, prefix=q.tenant_prefix(tenant_id)).single())
+        assert row is not None
+        return {k: int(row[k]) for k in ("episodes", "agents", "feedback", "canvases", "canvas_audits",
+                                         "scenes", "nodes", "edges", "rules")}
 
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[Record]:
         """Run a read-only query that provably stays in the caller's tenant (``cypher_guard``): its
@@ -121,36 +138,36 @@ class Neo4jGraphStore(Neo4jLifecycle, Neo4jSceneLeases, Neo4jWorldStore, Neo4jEp
         ``cypher_timeout`` (``neo4j.cypher``: the call returns or fails by then, + ~1 s)."""
         params = guard.bind_params(tenant_id, params)
         guard.check_text(query)
-        return neo4j_cypher.run(self._driver, self.uri, self.database, tenant_id, query, params,
+        return neo4j_cypher.run(self.db.driver, self.uri, self.database, tenant_id, query, params,
                                 timeout=self.cypher_timeout, max_rows=self.cypher_max_rows,
                                 max_bytes=self.cypher_max_result_bytes)
 
     # ---------------------------------------------------------------- API keys
     def add_api_key(self, key: Record) -> None:
         try:
-            with self._driver.session(database=self.database) as session:
+            with self.db.driver.session(database=self.database) as session:
                 session.run(q.API_KEY_CONSTRAINT).consume()
         except (ServiceUnavailable, SessionExpired) as exc:
-            raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
+            raise StoreUnavailableError(unreachable(self.uri, exc)) from exc
         params = {k: key.get(k) for k in ("id", "tenant_id", "name", "key_hash", "scopes", "created_at", "revoked_at")}
-        self._write(lambda tx: tx.run(q.CREATE_API_KEY, params).consume())
+        self.db.write(lambda tx: tx.run(q.CREATE_API_KEY, params).consume())
 
     def get_api_key(self, key_id: str) -> Record | None:
-        rows = self._read(lambda tx: [_api_key(r) for r in tx.run(q.GET_API_KEY, id=key_id)])
+        rows = self.db.read(lambda tx: [_api_key(r) for r in tx.run(q.GET_API_KEY, id=key_id)])
         return rows[0] if rows else None
 
     def list_api_keys(self, tenant_id: str | None = None) -> list[Record]:
-        return self._read(lambda tx: [_api_key(r) for r in tx.run(q.LIST_API_KEYS, tenant_id=tenant_id)])
+        return self.db.read(lambda tx: [_api_key(r) for r in tx.run(q.LIST_API_KEYS, tenant_id=tenant_id)])
 
     def revoke_api_key(self, key_id: str, revoked_at: str) -> Record:
-        rows: list[Record] = self._write(
+        rows: list[Record] = self.db.write(
             lambda tx: [_api_key(r) for r in tx.run(q.REVOKE_API_KEY, id=key_id, revoked_at=revoked_at)])
         if not rows:
             raise NotFoundError("api key", key_id, "`worldgraph keys list` shows the key ids")
         return rows[0]
 
     def close(self) -> None:
-        self._driver.close()
+        self.db.driver.close()
 
 
 # -------------------------------------------------------------------- helpers
@@ -172,7 +189,7 @@ def _copy_index_errors(tx: ManagedTransaction) -> None:
         error = loads(r["record"]).get("index_error")
         if error is not None:
             rows.append({"tenant_id": r["tenant_id"], "id": r["id"], "error": error})
-    _run_batched(tx, q.SET_INDEX_ERRORS, rows)
+    run_batched(tx, q.SET_INDEX_ERRORS, rows)
 
 
 def _api_key(row: Any) -> Record:

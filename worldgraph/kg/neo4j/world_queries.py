@@ -4,7 +4,7 @@ environments. The graph model, keys and schema are in ``worldgraph.kg.neo4j.sche
 
 from __future__ import annotations
 
-from worldgraph.kg.neo4j.schema import EDGE_PROPS, EDGE_TYPES, NODE_LABELS, NODE_PROPS, RULE_PROPS, SCENE_PROPS, _set
+from worldgraph.kg.neo4j.schema import EDGE_PROPS, EDGE_TYPES, NODE_LABELS, NODE_PROPS, RULE_PROPS, SCENE_PROPS, set_props
 
 # ---------------------------------------------------------------------------------- world graph
 # The scenes a batch of nodes names in source_scenes ($scene_ids), each sought once: ``scenes``,
@@ -26,7 +26,7 @@ def upsert_nodes(kind: str) -> str:
 UNWIND $rows AS row
 MERGE (n:WorldNode {{key: row.key}})
 ON CREATE SET n.tenant_id = $tenant_id, n.env_name = $env_name, n.id = row.id
-SET n:{label}, {_set("n", NODE_PROPS)}, n.record = row.record
+SET n:{label}, {set_props("n", NODE_PROPS)}, n.record = row.record
 FOREACH (s IN [x IN scenes WHERE x.id IN row.scenes | x.node] | MERGE (s)-[:PRODUCED]->(n))
 """
 
@@ -40,7 +40,7 @@ def create_nodes(kind: str) -> str:
 {_BATCH_SCENES}
 UNWIND $rows AS row
 CREATE (n:WorldNode:{label} {{key: row.key}})
-SET n.tenant_id = $tenant_id, n.env_name = $env_name, n.id = row.id, {_set("n", NODE_PROPS)}, n.record = row.record
+SET n.tenant_id = $tenant_id, n.env_name = $env_name, n.id = row.id, {set_props("n", NODE_PROPS)}, n.record = row.record
 FOREACH (s IN [x IN scenes WHERE x.id IN row.scenes | x.node] | CREATE (s)-[:PRODUCED]->(n))
 """
 
@@ -54,7 +54,7 @@ UNWIND $rows AS row
 MATCH (src:WorldNode {{key: row.src}})
 MATCH (dst:WorldNode {{key: row.dst}})
 CREATE (src)-[r:{rtype} {{key: row.key}}]->(dst)
-SET r.tenant_id = $tenant_id, r.env_name = $env_name, r.id = row.id, {_set("r", EDGE_PROPS)}, r.record = row.record
+SET r.tenant_id = $tenant_id, r.env_name = $env_name, r.id = row.id, {set_props("r", EDGE_PROPS)}, r.record = row.record
 RETURN count(*) AS written
 """
 
@@ -69,7 +69,7 @@ UPSERT_RULES = f"""
 UNWIND $rows AS row
 MERGE (r:Rule {{key: row.key}})
 ON CREATE SET r.tenant_id = $tenant_id, r.env_name = $env_name, r.id = row.id
-SET {_set("r", RULE_PROPS)}, r.record = row.record
+SET {set_props("r", RULE_PROPS)}, r.record = row.record
 WITH r, row
 CALL (r) {{
   MATCH (r)-[c:CONCERNS]->()
@@ -97,7 +97,7 @@ UNWIND $rows AS row
 {_edge_ends(relation)}
 MERGE (src)-[r:{EDGE_TYPES[relation]} {{key: row.key}}]->(dst)
 ON CREATE SET r.tenant_id = $tenant_id, r.env_name = $env_name, r.id = row.id
-SET {_set("r", EDGE_PROPS)}, r.record = row.record
+SET {set_props("r", EDGE_PROPS)}, r.record = row.record
 RETURN count(*) AS written
 """
 
@@ -308,7 +308,7 @@ RETURN m.import_incomplete AS import_id
 UPSERT_SCENES = f"""
 UNWIND $rows AS row
 MERGE (s:Scene {{tenant_id: $tenant_id, id: row.id}})
-SET {_set("s", SCENE_PROPS)}, s.record = row.record
+SET {set_props("s", SCENE_PROPS)}, s.record = row.record
 MERGE (m:Environment {{tenant_id: $tenant_id, env_name: row.env}})
 MERGE (s)-[:IN_ENV]->(m)
 WITH s, row

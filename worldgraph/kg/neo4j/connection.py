@@ -1,5 +1,6 @@
-"""The plumbing every part of the Neo4j store shares: one managed transaction per call, and
-one-statement reads in a single round trip (``_rows``)."""
+"""The one driver the parts of the Neo4j store share (``Neo4jConnection``): one managed
+transaction per call (``write`` / ``read``), one-statement reads in a single round trip
+(``rows``), and schema statements (``create_schema``)."""
 
 from __future__ import annotations
 
@@ -12,43 +13,49 @@ from neo4j.exceptions import Neo4jError, ServiceUnavailable, SessionExpired, Tra
 
 from worldgraph.errors import ReadOnlyError, StoreUnavailableError
 from worldgraph.kg.codec import loads
-from worldgraph.kg.neo4j.rows import _episode
+from worldgraph.kg.neo4j.rows import episode_of_row
 from worldgraph.kg.store import Record
+
+__all__ = ["Neo4jConnection", "unreachable"]
 
 T = TypeVar("T")
 
 
-class Neo4jBase:
-    """What Neo4jGraphStore's parts (episodes, world graph, leases) run their work through."""
+class Neo4jConnection:
+    """What Neo4jGraphStore's parts (episodes, world graph, snapshot import, leases, lifecycle)
+    run their work through: the store's ``driver`` on ``database`` at ``uri``. ``read_only``: every
+    ``write`` raises ReadOnlyError."""
 
-    uri: str
-    database: str
-    read_only: bool
-    _driver: Driver
-    import_batch: int = 10_000  # records per transaction of a large snapshot import (neo4j.snapshot_import)
+    def __init__(self, driver: Driver, uri: str, database: str, read_only: bool) -> None:
+        self.driver = driver
+        self.uri = uri
+        self.database = database
+        self.read_only = read_only
 
-    def _write(self, work: Callable[..., T], *args: Any) -> T:
+    def write(self, work: Callable[..., T], *args: Any) -> T:
+        """``work(tx, *args)`` in one managed write transaction (the driver retries transient errors)."""
         if self.read_only:
             raise ReadOnlyError("writing to the graph store", "the Neo4j store was opened read-only")
         try:
-            with self._driver.session(database=self.database) as session:
+            with self.driver.session(database=self.database) as session:
                 return session.execute_write(work, *args)
         except (ServiceUnavailable, SessionExpired) as exc:
-            raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
+            raise StoreUnavailableError(unreachable(self.uri, exc)) from exc
 
-    def _read(self, work: Callable[..., T], *args: Any) -> T:
+    def read(self, work: Callable[..., T], *args: Any) -> T:
+        """``work(tx, *args)`` in one managed read transaction."""
         try:
-            with self._driver.session(database=self.database) as session:
+            with self.driver.session(database=self.database) as session:
                 return session.execute_read(work, *args)
         except (ServiceUnavailable, SessionExpired) as exc:
-            raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
+            raise StoreUnavailableError(unreachable(self.uri, exc)) from exc
 
-    def _create_schema(self, statements: Iterable[str], await_query: str) -> None:
+    def create_schema(self, statements: Iterable[str], await_query: str) -> None:
         """Run schema statements (each in its own auto-commit transaction: schema commands cannot
         share a write's), tolerating what another process created meanwhile, then wait (up to
         120 s) for the indexes to come online (``await_query``)."""
         try:
-            with self._driver.session(database=self.database) as session:
+            with self.driver.session(database=self.database) as session:
                 for stmt in statements:
                     try:
                         session.run(stmt).consume()
@@ -57,29 +64,30 @@ class Neo4jBase:
                             raise
                 session.run(await_query, seconds=120).consume()
         except (ServiceUnavailable, SessionExpired) as exc:
-            raise StoreUnavailableError(_unreachable(self.uri, exc)) from exc
+            raise StoreUnavailableError(unreachable(self.uri, exc)) from exc
 
-    def _rows(self, query: str, **params: Any) -> list[Row]:
+    def rows(self, query: str, **params: Any) -> list[Row]:
         """The rows of ONE read statement, in an auto-commit transaction: the driver pipelines RUN
         and PULL, so it is one round trip, where a managed transaction adds BEGIN and COMMIT
         (~1 ms each here; recall makes 2-4 such reads). A transient failure (a cluster member
         going away, a deadlock) falls back to the managed, retried path."""
         try:
-            with self._driver.session(database=self.database, default_access_mode=READ_ACCESS) as session:
+            with self.driver.session(database=self.database, default_access_mode=READ_ACCESS) as session:
                 return list(session.run(query, params))
         except (TransientError, ServiceUnavailable, SessionExpired):
-            return self._read(lambda tx: list(tx.run(query, params)))
+            return self.read(lambda tx: list(tx.run(query, params)))
 
-    def _records(self, query: str, **params: Any) -> list[Record]:
+    def records(self, query: str, **params: Any) -> list[Record]:
         """Run one read query whose rows have a ``record`` column; decode them."""
-        return [loads(r["record"]) for r in self._rows(query, **params) if r["record"] is not None]
+        return [loads(r["record"]) for r in self.rows(query, **params) if r["record"] is not None]
 
-    def _episodes(self, query: str, **params: Any) -> list[Record]:
+    def episodes(self, query: str, **params: Any) -> list[Record]:
         """Run one read query returning q.EPISODE_COLUMNS; the episode records, state put back."""
-        return [_episode(r) for r in self._rows(query, **params)]
+        return [episode_of_row(r) for r in self.rows(query, **params)]
 
 
-def _unreachable(uri: str, exc: BaseException) -> str:
+def unreachable(uri: str, exc: BaseException) -> str:
+    """The error message for a Neo4j server that cannot be reached, with the ways to start one."""
     return (f"cannot reach Neo4j at {uri} ({type(exc).__name__}: {exc}). Start a server with "
             "`worldgraph neo4j start` (no Docker needed), or `docker compose up -d neo4j`, or point "
             "NEO4J_URI (and NEO4J_USER / NEO4J_PASSWORD) at a running one.")
