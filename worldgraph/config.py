@@ -97,6 +97,10 @@ class WorldGraphConfig(BaseSettings):
     # Added to the fused relevance of a memory said by a person the query names, when the query
     # names some of the candidates' speakers and not others (memory/recall/relevance.py)
     speaker_match_weight: float = Field(0.15, ge=0.0, le=1.0)
+    # When the speaker match applies, the vector part is the cosine with the query without the
+    # named speakers' names (the match says who, the cosine says what); the candidates and the
+    # min_similarity floor still use the whole query's cosine. Costs a second query embedding.
+    speaker_free_vector: bool = True
     # Dates and relative phrases in the query ("in May 2023", "last week") add this much to the
     # memories inside their window: a soft signal, never a filter
     date_match_boost: float = Field(0.1, ge=0.0, le=1.0)

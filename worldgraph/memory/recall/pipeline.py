@@ -32,7 +32,7 @@ from worldgraph.memory.index.episode_index import EpisodeIndex
 from worldgraph.memory.models import DateRange, RecallOptions
 from worldgraph.memory.recall.blas_threads import one_blas_thread
 from worldgraph.memory.recall.query import ParsedQuery, parse_query
-from worldgraph.memory.recall.relevance import in_window, named_speakers, text_relevance
+from worldgraph.memory.recall.relevance import in_window, named_speakers, text_relevance, without_speakers
 from worldgraph.memory.recall.scoring import (
     ScoreParts,
     diversity_order,
@@ -121,7 +121,7 @@ def _recall(
     found = find_candidates(store, index, cfg, tenant_id, q)
     if found is None:
         return []
-    parts = score_candidates(store, cfg, tenant_id, q, found)
+    parts = score_candidates(store, cfg, tenant_id, q, found, embedder)
     top = diversify(cfg, q.k, found, parts)
     return format_results(store, tenant_id, q.opts, found, parts, top)
 
@@ -245,12 +245,22 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
 
 
 def score_candidates(store: EpisodeStore, cfg: WorldGraphConfig, tenant_id: str, q: PreparedQuery,
-                     found: Candidates) -> dict[str, ScoreParts]:
+                     found: Candidates, embedder: Embedder | None = None) -> dict[str, ScoreParts]:
     """3. relevance scoring: the text relevance (the relevance formula's first term: the cosine, or
-    the hybrid fusion), + the query's date window, + feedback-aware boosts when min_feedback_score is set."""
+    the hybrid fusion), + the query's date window, + feedback-aware boosts when min_feedback_score is set.
+    ``embedder``: for the speaker-free cosine (``speaker_free_cosines``; None leaves it out)."""
     ids, episodes = found.ids, found.episodes
-    text_rel = _text_relevance(store, tenant_id, ids, found.semantic, found.bm25, cfg,
-                               searched_text=found.searched_text, query=q.text, episodes=episodes)
+    named: set[str] = set()
+    if cfg.relevance_signal == "hybrid" and found.searched_text and cfg.speaker_match_weight > 0:
+        agents = {str(episodes[i].get("agent_id") or "") for i in ids}
+        named = named_speakers(q.text, agents)
+        if len(named) == len(agents):  # every speaker (or none) named: the match tells nothing apart
+            named = set()
+    cosine = found.semantic
+    if named and embedder is not None and cfg.speaker_free_vector:
+        cosine = speaker_free_cosines(embedder, q.text, named, found) or cosine
+    text_rel = _text_relevance(store, tenant_id, ids, cosine, found.bm25, cfg,
+                               searched_text=found.searched_text, named=named, episodes=episodes)
     dates = _date_boosts(q.window, q.query, q.opts.now is not None, ids, episodes, cfg)
     feedback_aware = q.opts.min_feedback_score is not None
     parts: dict[str, ScoreParts] = {}
@@ -330,12 +340,25 @@ def format_results(store: EpisodeStore, tenant_id: str, opts: RecallOptions, fou
     return results
 
 
+def speaker_free_cosines(embedder: Embedder, text: str, named: set[str], found: Candidates) -> dict[str, float] | None:
+    """The candidates' cosines with ``text`` without the names of the ``named`` speakers
+    (relevance.without_speakers), for the vector part of the text relevance. None when nothing but
+    the names is left. One more query embedding; the candidates' vectors are already at hand."""
+    rest = without_speakers(text, named)
+    if not any(ch.isalnum() for ch in rest):
+        return None
+    vec = check_embeddings(embed_query(embedder, [rest]), 1, embedder.dimensions)[0]
+    sims = cosine_to(np.stack([found.vectors[i] for i in found.ids]), vec)
+    return {i: float(sim) for i, sim in zip(found.ids, sims)}
+
+
 def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semantic: dict[str, float],
-                    bm25: dict[str, float], cfg: WorldGraphConfig, searched_text: bool, query: str = "",
+                    bm25: dict[str, float], cfg: WorldGraphConfig, searched_text: bool, named: set[str] | None = None,
                     episodes: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, float]]:
     """Per candidate: the text relevance and its parts (relevance.py), for score_breakdown; BM25
     relative to the query's best hit, whether or not that one is still a candidate; the speaker
-    match for the candidates whose speaker (agent_id) ``query`` names."""
+    match for the candidates whose speaker (agent_id) is among ``named``; ``vector_cosine``: the
+    cosine the vector part is made of (the query's, or the speaker-free one)."""
     if not ids:
         return {}
     neighbors: list[tuple[int | None, int | None]] | None = None
@@ -346,14 +369,13 @@ def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semanti
         for i in ids:
             prev, nxt = links.get(i, (None, None))
             neighbors.append((pos.get(prev) if prev else None, pos.get(nxt) if nxt else None))
-    named = None
-    if episodes is not None and query and cfg.speaker_match_weight > 0:
-        agents = [str(episodes[i].get("agent_id") or "") for i in ids]
-        who = named_speakers(query, agents)
-        named = np.array([a in who for a in agents], dtype=bool)
+    hit = None
+    if episodes is not None and named:
+        hit = np.array([str(episodes[i].get("agent_id") or "") in named for i in ids], dtype=bool)
     rel = text_relevance(np.array([semantic[i] for i in ids]), np.array([bm25.get(i, 0.0) for i in ids]),
-                         max(bm25.values(), default=0.0), neighbors, cfg, searched_text, named)
-    return {i: {"text_relevance": float(rel.relevance[n]), "vector_part": float(rel.vector[n]),
+                         max(bm25.values(), default=0.0), neighbors, cfg, searched_text, hit)
+    return {i: {"text_relevance": float(rel.relevance[n]), "vector_cosine": float(semantic[i]),
+                "vector_part": float(rel.vector[n]),
                 "bm25_part": float(rel.bm25[n]), "speaker_part": float(rel.speaker[n]),
                 "neighbor_part": float(rel.neighbor[n])}
             for n, i in enumerate(ids)}
