@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -30,6 +30,7 @@ from worldgraph.memory.embeddings import Embedder, check_embeddings, embed_query
 from worldgraph.memory.episode import Episode
 from worldgraph.memory.index.episode_index import EpisodeIndex
 from worldgraph.memory.models import DateRange, RecallOptions
+from worldgraph.memory.recall import rewrite
 from worldgraph.memory.recall.blas_threads import one_blas_thread
 from worldgraph.memory.recall.query import ParsedQuery, parse_query
 from worldgraph.memory.recall.relevance import in_window, named_speakers, text_relevance, without_speakers
@@ -140,6 +141,8 @@ class PreparedQuery:
     window: ParsedQuery | None  # the query's own dates, a soft signal (None: none, or an explicit date_range)
     filters: Filters
     qvec: np.ndarray
+    subqueries: list[str] = field(default_factory=list)  # the LLM step's (rewrite.py), searched beside the query
+    subvecs: np.ndarray | None = None  # their embeddings, one row each
 
 
 @dataclass
@@ -154,6 +157,7 @@ class Candidates:
     episodes: dict[str, dict[str, Any]]  # records from the graph store
     stats: dict[str, Any]  # feedback aggregates
     avg: dict[str, float | None]  # normalised feedback
+    subquery: dict[str, float] | None = None  # the best cosine with any of the LLM's sub-queries
 
 
 def prepare_query(embedder: Embedder, cfg: WorldGraphConfig, agent_role: str | None, query: str,
@@ -185,7 +189,11 @@ def prepare_query(embedder: Embedder, cfg: WorldGraphConfig, agent_role: str | N
         start=dr.start if dr else None, end=dr.end if dr else None, success_only=opts.success_only,
     )
     qvec = check_embeddings(embed_query(embedder, [text]), 1, embedder.dimensions)[0]
-    return PreparedQuery(opts, query, k, now_s, min_sim, parsed, text, window, filters, qvec)
+    q = PreparedQuery(opts, query, k, now_s, min_sim, parsed, text, window, filters, qvec)
+    if rewrite.enabled(cfg) and (subs := rewrite.subqueries(cfg, text)):
+        q.subqueries = subs
+        q.subvecs = check_embeddings(embed_query(embedder, subs), len(subs), embedder.dimensions)
+    return q
 
 
 def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphConfig, tenant_id: str,
@@ -215,6 +223,9 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
         raise
     extra_hits = text_hits.result() if text_hits is not None else search_text() if searched_text else []
     by_id: dict[str, dict[str, Any]] = {h["episode_id"]: h for h in hits}
+    for vec in q.subvecs if q.subvecs is not None else []:  # the LLM's sub-queries: their own vector top-N
+        for h in index.vector_search(tenant_id, vec, k=cfg.candidate_pool, where=where, columns=["episode_id"]):
+            by_id.setdefault(h["episode_id"], h)
     bm25: dict[str, float] = {}
     for h in extra_hits:
         by_id.setdefault(h["episode_id"], h)
@@ -227,10 +238,16 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
     matrix = np.stack([vectors[i] for i in ids])
     sims = cosine_to(matrix, q.qvec)
     semantic = {i: float(sim) for i, sim in zip(ids, sims)}
+    subquery = None
+    if q.subvecs is not None:
+        best = np.max(np.stack([cosine_to(matrix, vec) for vec in q.subvecs]), axis=0)
+        subquery = {i: float(sim) for i, sim in zip(ids, best)}
+    # the cosine floor: the query's cosine, or a sub-query's (the LLM vouches for what it asked)
+    near = semantic if subquery is None else {i: max(semantic[i], subquery[i]) for i in ids}
 
     # 2b. metadata filters, on the system of record (with the feedback aggregates: one read)
     episodes, stats = store.episodes_with_feedback(tenant_id, ids, category=opts.feedback_category)
-    ids = [i for i in ids if i in episodes and q.filters.keeps(episodes[i]) and semantic[i] >= q.min_sim]
+    ids = [i for i in ids if i in episodes and q.filters.keeps(episodes[i]) and near[i] >= q.min_sim]
 
     # 2c. feedback filter
     if opts.feedback_category is not None:
@@ -241,7 +258,7 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
         ids = [i for i in ids if (f := avg[i]) is not None and f >= floor]
     if not ids:
         return None
-    return Candidates(ids, vectors, semantic, bm25, searched_text, episodes, stats, avg)
+    return Candidates(ids, vectors, semantic, bm25, searched_text, episodes, stats, avg, subquery)
 
 
 def score_candidates(store: EpisodeStore, cfg: WorldGraphConfig, tenant_id: str, q: PreparedQuery,
@@ -259,8 +276,14 @@ def score_candidates(store: EpisodeStore, cfg: WorldGraphConfig, tenant_id: str,
     cosine = found.semantic
     if named and embedder is not None and cfg.speaker_free_vector:
         cosine = speaker_free_cosines(embedder, q.text, named, found) or cosine
+    if found.subquery is not None:  # a memory matches the question if it matches one of its parts
+        sub = found.subquery
+        cosine = {i: max(cosine[i], sub[i]) for i in ids}
     text_rel = _text_relevance(store, tenant_id, ids, cosine, found.bm25, cfg,
                                searched_text=found.searched_text, named=named, episodes=episodes)
+    if found.subquery is not None:
+        for i in ids:
+            text_rel[i]["subquery_cosine"] = found.subquery[i]
     dates = _date_boosts(q.window, q.query, q.opts.now is not None, ids, episodes, cfg)
     feedback_aware = q.opts.min_feedback_score is not None
     parts: dict[str, ScoreParts] = {}
