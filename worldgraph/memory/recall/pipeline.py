@@ -3,8 +3,10 @@
 Order of work (ARCHITECTURE.md): candidates (top ``candidate_pool`` by vector, plus BM25 hits in
 hybrid mode), metadata filters and the cosine floor (min_similarity), feedback filter, relevance
 score, diversity penalty, top-k. The relevance score's semantic term is the text relevance of
-relevance.py (the cosine, or vector and BM25 evidence fused); the dates a query names add a soft
-boost (``_date_boosts``), never a filter. The tenant and the metadata filters are also pushed
+relevance.py (the cosine, or vector and BM25 evidence fused; when the query names a speaker, its
+vector part is the cosine with the query without the name: ``speaker_free_cosines``); the dates a
+query names add a soft boost (``_date_boosts``), never a filter. The optional LLM step
+(rewrite.py) adds sub-queries, each searched beside the query. The tenant and the metadata filters are also pushed
 down into the LanceDB search, so a narrow filter (one canvas, one week) still gets its full pool
 of candidates instead of whatever of the global top 100 survives; they are checked again on the
 episode records from the graph store, which is the system of record: an episode the store does
