@@ -11,7 +11,7 @@ import pytest
 from tests.test_scoring import VectorEmbedder, unit
 from worldgraph import WorldModel
 from worldgraph.config import WorldGraphConfig
-from worldgraph.memory.recall.relevance import in_window, named_speakers, text_relevance
+from worldgraph.memory.recall.relevance import in_window, named_speakers, text_relevance, without_speakers
 
 COS = np.array([0.5, 0.2, -0.1])
 BM25 = np.array([4.0, 0.0, 2.0])
@@ -135,3 +135,58 @@ def test_a_question_about_a_person_ranks_their_memories_first(tmp_path: Path) ->
         assert b["text_relevance"] == pytest.approx(b["vector_part"] + b["bm25_part"] + b["speaker_part"])
     assert order[0.0] == [0, 1]  # on words and meaning alone Caroline's turn ranks first
     assert order[0.15] == [1, 0]  # the question is about Melanie: her turn first
+
+
+def test_without_speakers() -> None:
+    assert without_speakers("What do Melanie's kids like?", {"Melanie"}) == "What do kids like?"
+    assert without_speakers("what did caroline  and MELANIE\u2019s kids paint", {"Caroline Smith", "Melanie"}) == \
+        "what did and kids paint"  # any case, curly possessive, every word of a named id
+    assert without_speakers("Did Melanie see Melanies' show?", {"Melanie"}) == "Did see Melanies' show?"  # whole words
+    assert without_speakers("what did agent 7 decide", {"agent 7"}) == "what did 7 decide"  # one-letter words stay
+    assert without_speakers("Melanie?", {"Melanie"}) == "?"  # nothing but the name: the caller keeps the query
+    assert without_speakers("what  did Bob say", set()) == "what did Bob say"
+
+
+class CountingEmbedder(VectorEmbedder):
+    def __init__(self, vectors: dict[str, list[float]]) -> None:
+        super().__init__(vectors)
+        self.texts: list[str] = []
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.texts.extend(texts)
+        return super().embed(texts)
+
+
+def test_the_vector_part_ranks_a_named_persons_memories_by_what_they_say(tmp_path: Path) -> None:
+    # The whole query ("... Melanie paint") is closest to alpha (0.8; what the name brings), the
+    # query without the name ("... paint") to bravo (0.87), alpha not at all. Both are Melanie's,
+    # Caroline's charlie keeps the speaker match telling memories apart.
+    vecs = {"Melanie paint": [1.0, 0.0, 0.0, 0.0], "paint": [0.0, 0.0, 1.0, 0.0], "alpha": unit(0.8, 1),
+            "bravo": unit(0.5, 2), "charlie": unit(0.6, 3), "nobody": [1.0, 0.0, 0.0, 0.0]}
+    order = {}
+    for on in (False, True):
+        emb = CountingEmbedder(vecs)
+        wm = WorldModel.open(tmp_path / str(on), embedder=emb, speaker_free_vector=on)
+        ids = [wm.record_conversation("t", f"s{n}", [{"speaker": who, "text": text,
+                                                     "timestamp": f"2023-05-0{n + 1}T10:00:00Z"}])[0]
+               for n, (who, text) in enumerate([("Melanie", "alpha"), ("Melanie", "bravo"), ("Caroline", "charlie")])]
+        emb.texts.clear()
+        res = wm.recall_experiences("t", None, "what did Melanie paint", limit=3)
+        asked = list(emb.texts)
+        emb.texts.clear()
+        wm.recall_experiences("t", None, "what did nobody paint", limit=3)  # names no speaker
+        assert emb.texts == ["what did nobody paint"]  # one embedding, as before
+        wm.close()
+        order[on] = [ids.index(r["episode_id"]) for r in res]
+        by = {ids.index(r["episode_id"]): r for r in res}
+        assert by[1]["semantic_score"] == pytest.approx(0.5)  # the whole query's cosine (min_similarity's)
+        b = by[1]["score_breakdown"]
+        assert b["vector_part"] == pytest.approx(0.6 * b["vector_cosine"])
+        if on:
+            assert asked == ["what did Melanie paint", "what did paint"]
+            assert b["vector_cosine"] == pytest.approx(0.866, abs=1e-3)
+            assert by[0]["score_breakdown"]["vector_cosine"] == pytest.approx(0.0, abs=1e-6)
+        else:
+            assert asked == ["what did Melanie paint"] and b["vector_cosine"] == pytest.approx(0.5)
+    assert order[False][0] == 0  # the name's pull: alpha first
+    assert order[True][0] == 1  # what Melanie said about painting: bravo first

@@ -97,6 +97,16 @@ class WorldGraphConfig(BaseSettings):
     # Added to the fused relevance of a memory said by a person the query names, when the query
     # names some of the candidates' speakers and not others (memory/recall/relevance.py)
     speaker_match_weight: float = Field(0.15, ge=0.0, le=1.0)
+    # When the speaker match applies, the vector part is the cosine with the query without the
+    # named speakers' names (the match says who, the cosine says what); the candidates and the
+    # min_similarity floor still use the whole query's cosine. Costs a second query embedding.
+    speaker_free_vector: bool = True
+    # The optional LLM step (memory/recall/rewrite.py): with an OpenAI-compatible LLM configured,
+    # recall asks it (llm_model) for up to this many search queries, searches each beside the
+    # query and ranks a memory by its best cosine with any of them; 0 = off. A failed or slower
+    # than recall_llm_timeout_seconds LLM leaves the query alone.
+    recall_llm_subqueries: int = Field(0, ge=0, le=8)
+    recall_llm_timeout_seconds: float = Field(5.0, gt=0)
     # Dates and relative phrases in the query ("in May 2023", "last week") add this much to the
     # memories inside their window: a soft signal, never a filter
     date_match_boost: float = Field(0.1, ge=0.0, le=1.0)

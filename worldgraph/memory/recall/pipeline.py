@@ -3,8 +3,10 @@
 Order of work (ARCHITECTURE.md): candidates (top ``candidate_pool`` by vector, plus BM25 hits in
 hybrid mode), metadata filters and the cosine floor (min_similarity), feedback filter, relevance
 score, diversity penalty, top-k. The relevance score's semantic term is the text relevance of
-relevance.py (the cosine, or vector and BM25 evidence fused); the dates a query names add a soft
-boost (``_date_boosts``), never a filter. The tenant and the metadata filters are also pushed
+relevance.py (the cosine, or vector and BM25 evidence fused; when the query names a speaker, its
+vector part is the cosine with the query without the name: ``speaker_free_cosines``); the dates a
+query names add a soft boost (``_date_boosts``), never a filter. The optional LLM step
+(rewrite.py) adds sub-queries, each searched beside the query. The tenant and the metadata filters are also pushed
 down into the LanceDB search, so a narrow filter (one canvas, one week) still gets its full pool
 of candidates instead of whatever of the global top 100 survives; they are checked again on the
 episode records from the graph store, which is the system of record: an episode the store does
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -30,9 +32,10 @@ from worldgraph.memory.embeddings import Embedder, check_embeddings, embed_query
 from worldgraph.memory.episode import Episode
 from worldgraph.memory.index.episode_index import EpisodeIndex
 from worldgraph.memory.models import DateRange, RecallOptions
+from worldgraph.memory.recall import rewrite
 from worldgraph.memory.recall.blas_threads import one_blas_thread
 from worldgraph.memory.recall.query import ParsedQuery, parse_query
-from worldgraph.memory.recall.relevance import in_window, named_speakers, text_relevance
+from worldgraph.memory.recall.relevance import in_window, named_speakers, text_relevance, without_speakers
 from worldgraph.memory.recall.scoring import (
     ScoreParts,
     diversity_order,
@@ -121,7 +124,7 @@ def _recall(
     found = find_candidates(store, index, cfg, tenant_id, q)
     if found is None:
         return []
-    parts = score_candidates(store, cfg, tenant_id, q, found)
+    parts = score_candidates(store, cfg, tenant_id, q, found, embedder)
     top = diversify(cfg, q.k, found, parts)
     return format_results(store, tenant_id, q.opts, found, parts, top)
 
@@ -140,6 +143,8 @@ class PreparedQuery:
     window: ParsedQuery | None  # the query's own dates, a soft signal (None: none, or an explicit date_range)
     filters: Filters
     qvec: np.ndarray
+    subqueries: list[str] = field(default_factory=list)  # the LLM step's (rewrite.py), searched beside the query
+    subvecs: np.ndarray | None = None  # their embeddings, one row each
 
 
 @dataclass
@@ -154,6 +159,7 @@ class Candidates:
     episodes: dict[str, dict[str, Any]]  # records from the graph store
     stats: dict[str, Any]  # feedback aggregates
     avg: dict[str, float | None]  # normalised feedback
+    subquery: dict[str, float] | None = None  # the best cosine with any of the LLM's sub-queries
 
 
 def prepare_query(embedder: Embedder, cfg: WorldGraphConfig, agent_role: str | None, query: str,
@@ -185,7 +191,11 @@ def prepare_query(embedder: Embedder, cfg: WorldGraphConfig, agent_role: str | N
         start=dr.start if dr else None, end=dr.end if dr else None, success_only=opts.success_only,
     )
     qvec = check_embeddings(embed_query(embedder, [text]), 1, embedder.dimensions)[0]
-    return PreparedQuery(opts, query, k, now_s, min_sim, parsed, text, window, filters, qvec)
+    q = PreparedQuery(opts, query, k, now_s, min_sim, parsed, text, window, filters, qvec)
+    if rewrite.enabled(cfg) and (subs := rewrite.subqueries(cfg, text)):
+        q.subqueries = subs
+        q.subvecs = check_embeddings(embed_query(embedder, subs), len(subs), embedder.dimensions)
+    return q
 
 
 def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphConfig, tenant_id: str,
@@ -215,6 +225,9 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
         raise
     extra_hits = text_hits.result() if text_hits is not None else search_text() if searched_text else []
     by_id: dict[str, dict[str, Any]] = {h["episode_id"]: h for h in hits}
+    for vec in q.subvecs if q.subvecs is not None else []:  # the LLM's sub-queries: their own vector top-N
+        for h in index.vector_search(tenant_id, vec, k=cfg.candidate_pool, where=where, columns=["episode_id"]):
+            by_id.setdefault(h["episode_id"], h)
     bm25: dict[str, float] = {}
     for h in extra_hits:
         by_id.setdefault(h["episode_id"], h)
@@ -227,10 +240,16 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
     matrix = np.stack([vectors[i] for i in ids])
     sims = cosine_to(matrix, q.qvec)
     semantic = {i: float(sim) for i, sim in zip(ids, sims)}
+    subquery = None
+    if q.subvecs is not None:
+        best = np.max(np.stack([cosine_to(matrix, vec) for vec in q.subvecs]), axis=0)
+        subquery = {i: float(sim) for i, sim in zip(ids, best)}
+    # the cosine floor: the query's cosine, or a sub-query's (the LLM vouches for what it asked)
+    near = semantic if subquery is None else {i: max(semantic[i], subquery[i]) for i in ids}
 
     # 2b. metadata filters, on the system of record (with the feedback aggregates: one read)
     episodes, stats = store.episodes_with_feedback(tenant_id, ids, category=opts.feedback_category)
-    ids = [i for i in ids if i in episodes and q.filters.keeps(episodes[i]) and semantic[i] >= q.min_sim]
+    ids = [i for i in ids if i in episodes and q.filters.keeps(episodes[i]) and near[i] >= q.min_sim]
 
     # 2c. feedback filter
     if opts.feedback_category is not None:
@@ -241,16 +260,32 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
         ids = [i for i in ids if (f := avg[i]) is not None and f >= floor]
     if not ids:
         return None
-    return Candidates(ids, vectors, semantic, bm25, searched_text, episodes, stats, avg)
+    return Candidates(ids, vectors, semantic, bm25, searched_text, episodes, stats, avg, subquery)
 
 
 def score_candidates(store: EpisodeStore, cfg: WorldGraphConfig, tenant_id: str, q: PreparedQuery,
-                     found: Candidates) -> dict[str, ScoreParts]:
+                     found: Candidates, embedder: Embedder | None = None) -> dict[str, ScoreParts]:
     """3. relevance scoring: the text relevance (the relevance formula's first term: the cosine, or
-    the hybrid fusion), + the query's date window, + feedback-aware boosts when min_feedback_score is set."""
+    the hybrid fusion), + the query's date window, + feedback-aware boosts when min_feedback_score is set.
+    ``embedder``: for the speaker-free cosine (``speaker_free_cosines``; None leaves it out)."""
     ids, episodes = found.ids, found.episodes
-    text_rel = _text_relevance(store, tenant_id, ids, found.semantic, found.bm25, cfg,
-                               searched_text=found.searched_text, query=q.text, episodes=episodes)
+    named: set[str] = set()
+    if cfg.relevance_signal == "hybrid" and found.searched_text and cfg.speaker_match_weight > 0:
+        agents = {str(episodes[i].get("agent_id") or "") for i in ids}
+        named = named_speakers(q.text, agents)
+        if len(named) == len(agents):  # every speaker (or none) named: the match tells nothing apart
+            named = set()
+    cosine = found.semantic
+    if named and embedder is not None and cfg.speaker_free_vector:
+        cosine = speaker_free_cosines(embedder, q.text, named, found) or cosine
+    if found.subquery is not None:  # a memory matches the question if it matches one of its parts
+        sub = found.subquery
+        cosine = {i: max(cosine[i], sub[i]) for i in ids}
+    text_rel = _text_relevance(store, tenant_id, ids, cosine, found.bm25, cfg,
+                               searched_text=found.searched_text, named=named, episodes=episodes)
+    if found.subquery is not None:
+        for i in ids:
+            text_rel[i]["subquery_cosine"] = found.subquery[i]
     dates = _date_boosts(q.window, q.query, q.opts.now is not None, ids, episodes, cfg)
     feedback_aware = q.opts.min_feedback_score is not None
     parts: dict[str, ScoreParts] = {}
@@ -330,12 +365,25 @@ def format_results(store: EpisodeStore, tenant_id: str, opts: RecallOptions, fou
     return results
 
 
+def speaker_free_cosines(embedder: Embedder, text: str, named: set[str], found: Candidates) -> dict[str, float] | None:
+    """The candidates' cosines with ``text`` without the names of the ``named`` speakers
+    (relevance.without_speakers), for the vector part of the text relevance. None when nothing but
+    the names is left. One more query embedding; the candidates' vectors are already at hand."""
+    rest = without_speakers(text, named)
+    if not any(ch.isalnum() for ch in rest):
+        return None
+    vec = check_embeddings(embed_query(embedder, [rest]), 1, embedder.dimensions)[0]
+    sims = cosine_to(np.stack([found.vectors[i] for i in found.ids]), vec)
+    return {i: float(sim) for i, sim in zip(found.ids, sims)}
+
+
 def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semantic: dict[str, float],
-                    bm25: dict[str, float], cfg: WorldGraphConfig, searched_text: bool, query: str = "",
+                    bm25: dict[str, float], cfg: WorldGraphConfig, searched_text: bool, named: set[str] | None = None,
                     episodes: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, float]]:
     """Per candidate: the text relevance and its parts (relevance.py), for score_breakdown; BM25
     relative to the query's best hit, whether or not that one is still a candidate; the speaker
-    match for the candidates whose speaker (agent_id) ``query`` names."""
+    match for the candidates whose speaker (agent_id) is among ``named``; ``vector_cosine``: the
+    cosine the vector part is made of (the query's, or the speaker-free one)."""
     if not ids:
         return {}
     neighbors: list[tuple[int | None, int | None]] | None = None
@@ -346,14 +394,13 @@ def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semanti
         for i in ids:
             prev, nxt = links.get(i, (None, None))
             neighbors.append((pos.get(prev) if prev else None, pos.get(nxt) if nxt else None))
-    named = None
-    if episodes is not None and query and cfg.speaker_match_weight > 0:
-        agents = [str(episodes[i].get("agent_id") or "") for i in ids]
-        who = named_speakers(query, agents)
-        named = np.array([a in who for a in agents], dtype=bool)
+    hit = None
+    if episodes is not None and named:
+        hit = np.array([str(episodes[i].get("agent_id") or "") in named for i in ids], dtype=bool)
     rel = text_relevance(np.array([semantic[i] for i in ids]), np.array([bm25.get(i, 0.0) for i in ids]),
-                         max(bm25.values(), default=0.0), neighbors, cfg, searched_text, named)
-    return {i: {"text_relevance": float(rel.relevance[n]), "vector_part": float(rel.vector[n]),
+                         max(bm25.values(), default=0.0), neighbors, cfg, searched_text, hit)
+    return {i: {"text_relevance": float(rel.relevance[n]), "vector_cosine": float(semantic[i]),
+                "vector_part": float(rel.vector[n]),
                 "bm25_part": float(rel.bm25[n]), "speaker_part": float(rel.speaker[n]),
                 "neighbor_part": float(rel.neighbor[n])}
             for n, i in enumerate(ids)}

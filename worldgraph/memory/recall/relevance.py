@@ -14,7 +14,10 @@ fetched (ARCHITECTURE.md):
 - ``w`` = ``hybrid_text_weight``;
 - speaker match = ``speaker_match_weight`` for a memory said by a person the query names
   (``"What do Melanie's kids like?"``: Melanie's own turns), when the query names some of the
-  candidates' speakers and not others (it then says whose memories are meant);
+  candidates' speakers and not others (it then says whose memories are meant); with
+  ``speaker_free_vector`` the cosine of ``vector`` is then taken with the query without those
+  names (``without_speakers``: "What do kids like?"), so that it ranks the person's memories by
+  what they say instead of by the name every one of them carries;
 - neighbour lift = ``neighbor_weight`` x the fused relevance of the memory's best session
   neighbour (the turn before or after it) among the candidates: an answer that follows a
   question matching the query well is lifted with it.
@@ -116,3 +119,15 @@ def named_speakers(query: str, speakers: Iterable[str]) -> set[str]:
         if f" {' '.join(parts)} " in said or (len(parts[0]) > 1 and parts[0] in vocab):
             out.add(sp)
     return out
+
+
+def without_speakers(query: str, speakers: Iterable[str]) -> str:
+    """``query`` without the words of the named speakers' ids (``named_speakers``), possessive
+    forms included: "What do Melanie's kids like?" -> "What do kids like?". Case-insensitive;
+    whitespace collapsed. What is left may be empty (a query that is only a name)."""
+    words = {w for sp in speakers for w in _WORD.findall(sp.lower()) if len(w) > 1}
+    if not words:
+        return " ".join(query.split())
+    names = "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+    out = re.sub(rf"(?<!\w)(?:{names})(?:['\u2019]s?)?(?!\w)", " ", query, flags=re.IGNORECASE)
+    return " ".join(out.split())
