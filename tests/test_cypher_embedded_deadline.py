@@ -104,7 +104,7 @@ def test_abandoned_runs_are_bounded(wm: WorldModel, monkeypatch: pytest.MonkeyPa
     """A flood of hostile queries cannot pile up runs: past MAX_ABANDONED_PER_TENANT still alive,
     the tenant's next query fails at once; other tenants are served; once the engine ends the run,
     the tenant's queries work again."""
-    monkeypatch.setattr(embedded_cypher, "MAX_ABANDONED_PER_TENANT", 1)
+    monkeypatch.setattr(embedded_cypher.execution, "MAX_ABANDONED_PER_TENANT", 1)
     wm.cypher("attacker", NORMAL)
     assert timed_hostile(wm, "RETURN size(lpad('a', 400000000, 'xy')) AS n") <= BOUND
     if not embedded_cypher.abandoned_runs("attacker"):
@@ -114,7 +114,7 @@ def test_abandoned_runs_are_bounded(wm: WorldModel, monkeypatch: pytest.MonkeyPa
         wm.cypher("attacker", NORMAL)
     assert time.monotonic() - started < 0.5
     assert len(wm.cypher("other", NORMAL)) == 3
-    monkeypatch.setattr(embedded_cypher, "MAX_ABANDONED", 1)
+    monkeypatch.setattr(embedded_cypher.execution, "MAX_ABANDONED", 1)
     with pytest.raises(CypherQueryError, match="1 earlier queries ran past"):
         wm.cypher("other", NORMAL)
     wait_for_abandoned_runs()
