@@ -68,6 +68,7 @@ from worldgraph.kg.embedded.cypher.execution import (
     MAX_ABANDONED,
     MAX_ABANDONED_PER_TENANT,
     abandoned_runs,
+    check_abandoned,
     plain,
     run,
 )
@@ -95,6 +96,6 @@ __all__ = [
     "ENGINE", "EPISODE_SOURCES", "GRACE", "LABELS", "MAX_ABANDONED", "MAX_ABANDONED_PER_TENANT", "MAX_QUERY_CHARS",
     "MAX_RANGE", "NODE_TABLES", "PROJECTIONS_KEPT", "REFRESH_WAIT", "REL_TABLES", "WORLD_SOURCES", "Projection",
     "ProjectionBusy", "ProjectionCache", "ProjectionClosed", "WorldPart", "WorldRows", "abandoned_runs",
-    "check_text", "load_episode_part", "load_tenant", "load_world_part", "plain", "read_world_keys",
+    "check_abandoned", "check_text", "load_episode_part", "load_tenant", "load_world_part", "plain", "read_world_keys",
     "read_world_rows", "run", "translate",
 ]

@@ -85,6 +85,20 @@ def abandoned_runs(tenant_id: str | None = None) -> int:
         return _abandoned.get(tenant_id, 0) if tenant_id is not None else sum(_abandoned.values())
 
 
+def check_abandoned(tenant_id: str, timeout: float) -> None:
+    """CypherQueryError when MAX_ABANDONED_PER_TENANT abandoned runs of the tenant, or MAX_ABANDONED
+    of all tenants, are still alive: a new query fails at once instead of starting (the store checks
+    this before it builds a projection too)."""
+    with _abandoned_lock:
+        mine, total = _abandoned.get(tenant_id, 0), sum(_abandoned.values())
+    if mine >= MAX_ABANDONED_PER_TENANT or total >= MAX_ABANDONED:
+        raise CypherQueryError(
+            f"{mine if mine >= MAX_ABANDONED_PER_TENANT else total} earlier queries "
+            f"{'of this tenant ' if mine >= MAX_ABANDONED_PER_TENANT else ''}ran past cypher_timeout_seconds "
+            f"({timeout} s) and the embedded Cypher engine ({ENGINE}) has not ended them yet; try again in a "
+            "moment, with a narrower query (smaller lists and strings)")
+
+
 def _timed_out(timeout: float) -> CypherQueryError:
     return CypherQueryError(f"the query ran longer than {timeout} s (cypher_timeout_seconds); it was stopped. "
                             "Narrow it or add LIMIT")
@@ -106,14 +120,7 @@ def run(proj: Projection, tenant_id: str, query: str, params: Mapping[str, Any] 
     text = translate(query)
     used = set(re.findall(rf"\$({NAME})", blank(text)))
     args = {k: v for k, v in bound.items() if k in used}
-    with _abandoned_lock:
-        mine, total = _abandoned.get(tenant_id, 0), sum(_abandoned.values())
-    if mine >= MAX_ABANDONED_PER_TENANT or total >= MAX_ABANDONED:
-        raise CypherQueryError(
-            f"{mine if mine >= MAX_ABANDONED_PER_TENANT else total} earlier queries "
-            f"{'of this tenant ' if mine >= MAX_ABANDONED_PER_TENANT else ''}ran past cypher_timeout_seconds "
-            f"({timeout} s) and the embedded Cypher engine ({ENGINE}) has not ended them yet; try again in a "
-            "moment, with a narrower query (smaller lists and strings)")
+    check_abandoned(tenant_id, timeout)
     if time.monotonic() >= deadline:  # a retry (ProjectionClosed) after the deadline
         raise _timed_out(timeout)
     # one query at a time per projection: wait for the one before until the deadline, or until it is

@@ -119,6 +119,62 @@ def _check_ranges(code: str) -> None:
                                "the timeout can stop it; use a smaller range")
 
 
+# How big one expression may make a string or list. LadybugDB evaluates an expression whole before
+# it looks at its timeout or an interrupt, outside the memory its buffer pool bounds: lpad to 400M
+# characters took 2.3 GB, a list doubled 14 times by ``WITH l + l AS l`` ~3 GB and a minute.
+MAX_BUILT = 1_000_000
+_BUILDERS_RE = re.compile(r"(?<![.$\w`])(lpad|rpad|repeat)\s*\(", re.I)
+_INT_RE = re.compile(r"\s*\d+\s*")
+# a value added to itself (``l + l``, ``list_concat(l, l)``): each repetition doubles it
+_DOUBLING_RE = re.compile(rf"(?<![.$\w`])({NAME})\s*\+\s*\1(?![\w`(.\[])"
+                          rf"|(?<![.$\w`])(?:list_concat|list_cat|array_concat|array_cat|concat)\s*\(\s*({NAME})\s*,"
+                          rf"\s*\2\s*\)", re.I)
+
+
+def _arguments(code: str, open_at: int) -> list[str]:
+    """The top-level arguments of the call whose ``(`` ends at ``open_at``."""
+    depth, j, start, args = 1, open_at, open_at, []
+    while j < len(code) and depth:
+        ch = code[j]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 1:
+            args.append(code[start:j])
+            start = j + 1
+        j += 1
+    args.append(code[start:j - 1])
+    return args
+
+
+def _check_builders(code: str) -> None:
+    """Refuse the expressions that build a huge string or list in one step (see MAX_BUILT): the
+    length of ``lpad`` / ``rpad`` and the count of ``repeat`` must be integer literals (``repeat``
+    of a string literal) making at most MAX_BUILT characters, and a value may not be added to
+    itself. Refused, not run: the deadline ends the call, but the engine would run on, holding
+    that memory, until the expression is built."""
+    for m in _BUILDERS_RE.finditer(code):
+        name, args = m.group(1).lower(), _arguments(code, m.end())
+        if name == "repeat":
+            text = args[0].strip() if args else ""
+            count = args[1] if len(args) == 2 else ""
+            quoted = len(text) >= 2 and text[0] == text[-1] and text[0] in "'\""
+            if not quoted or not _INT_RE.fullmatch(count) or (len(text) - 2) * int(count) > MAX_BUILT:
+                raise _unsupported("repeat() beyond a string literal repeated by an integer literal to at most "
+                                   f"{MAX_BUILT:,} characters", "its string is built whole before the timeout "
+                                   "can stop it; repeat a literal fewer times")
+        elif len(args) != 3 or not _INT_RE.fullmatch(args[1]) or int(args[1]) > MAX_BUILT:
+            raise _unsupported(f"{name}() to a length that is not an integer literal of at most {MAX_BUILT:,}",
+                               "its string is built whole before the timeout can stop it; pad to a smaller "
+                               "literal length")
+    found = _DOUBLING_RE.search(code)
+    if found:
+        raise _unsupported(f"adding a value to itself ({found.group(0).strip()})",
+                           "repeated, it doubles a list or string in one step the timeout cannot stop "
+                           "(a number: write 2 * x)")
+
+
 def _label_tables(labels: list[str]) -> list[str]:
     tables: set[str] | None = None
     for label in labels:
@@ -136,6 +192,7 @@ def translate(query: str) -> str:
         raise _unsupported("shortestPath()", "bound the path instead: MATCH p = (a)-[:CONTAINS*1..5]-(b) "
                            "RETURN p ORDER BY length(p) LIMIT 1")
     _check_ranges(code)
+    _check_builders(code)
     if re.search(r"(?<![.$\w`])(?:properties|keys)\s*\(", code, re.I):
         raise _unsupported("properties() and keys() as Neo4j returns them (it lists every property of the "
                            "node's table, set or not)", "return the node itself (RETURN x) or name the properties")
