@@ -216,10 +216,12 @@ class Projection:
                     old_edges.setdefault((rtype, src[0]), []).append({"a": src[1], "key": q.world_key(t, env, eid)})
         with self._refreshing():
             try:
-                for rtype in {rtype for rtype, _label in old_edges}:  # a scan: faster than UNWIND + MATCH here
-                    self.conn.execute(f"MATCH ()-[e:{rtype}]->() WHERE e.key IN $keys DELETE e",
-                                      {"keys": [r["key"] for (rt, _), rows in old_edges.items() if rt == rtype
-                                                for r in rows]})
+                # each from its source node, found by its key, then among that node's relationships
+                # (a scan of the whole relationship table took 20-45 ms per type at 10k edges)
+                for (rtype, label), erows in old_edges.items():
+                    self.conn.execute(f"MATCH (a:{label})-[e:{rtype}]->() WHERE a.{NODE_TABLES[label][0]} IN $a "
+                                      "AND e.key IN $keys DELETE e",
+                                      {"a": list({r["a"] for r in erows}), "keys": [r["key"] for r in erows]})
                 self._delete("Rule", [q.world_key(t, env, rid) for env, rid in rules])
                 self._delete("Scene", list(scenes))
                 world.scenes = set(raw["scenes"])
