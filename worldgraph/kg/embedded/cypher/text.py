@@ -131,21 +131,30 @@ _DOUBLING_RE = re.compile(rf"(?<![.$\w`])({NAME})\s*\+\s*\1(?![\w`(.\[])"
                           rf"\s*\2\s*\)", re.I)
 
 
-def _arguments(code: str, open_at: int) -> list[str]:
-    """The top-level arguments of the call whose ``(`` ends at ``open_at``."""
-    depth, j, start, args = 1, open_at, open_at, []
-    while j < len(code) and depth:
-        ch = code[j]
+def _items(code: str, start: int, end: int) -> list[tuple[int, int]]:
+    """The bounds of the comma-separated items of ``code[start:end]`` (commas inside brackets do not
+    separate)."""
+    depth, item_start, bounds = 0, start, []
+    for k in range(start, end):
+        ch = code[k]
         if ch in "([{":
             depth += 1
         elif ch in ")]}":
             depth -= 1
-        elif ch == "," and depth == 1:
-            args.append(code[start:j])
-            start = j + 1
+        elif ch == "," and depth == 0:
+            bounds.append((item_start, k))
+            item_start = k + 1
+    bounds.append((item_start, end))
+    return bounds
+
+
+def _arguments(code: str, open_at: int) -> list[str]:
+    """The arguments of the call whose ``(`` ends at ``open_at``."""
+    depth, j = 1, open_at
+    while j < len(code) and depth:
+        depth += {"(": 1, ")": -1}.get(code[j], 0)
         j += 1
-    args.append(code[start:j - 1])
-    return args
+    return [code[a:b] for a, b in _items(code, open_at, j - 1)]
 
 
 def _check_builders(code: str) -> None:
@@ -310,19 +319,7 @@ def _column_names(query: str, code: str) -> list[tuple[int, int, str]]:
         dm = re.match(r"\s*DISTINCT\b", code[after:end], re.I)
         if dm:
             items_at += dm.end()
-        depth, item_start = 0, items_at
-        bounds = []
-        for k in range(items_at, end):
-            ch = code[k]
-            if ch in "([{":
-                depth += 1
-            elif ch in ")]}":
-                depth -= 1
-            elif ch == "," and depth == 0:
-                bounds.append((item_start, k))
-                item_start = k + 1
-        bounds.append((item_start, end))
-        for a, b in bounds:
+        for a, b in _items(code, items_at, end):
             text = code[a:b]
             if not text.strip() or text.strip() == "*" or re.search(r"\bAS\s+[\w`]", text, re.I):
                 continue
