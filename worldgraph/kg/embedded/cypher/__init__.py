@@ -32,20 +32,21 @@ otherwise it builds the projection anew. So it sees every committed write.
 
 **Deadline.** ``cypher()`` returns or fails within ``cypher_timeout`` + ``GRACE`` (1 s), counted
 from when the tenant's projection is ready, whatever the query. LadybugDB's own timeout (set too)
-and ``Connection.interrupt()`` are checked only between steps of its pipeline: one expression that
-builds a huge string or list (``lpad``/``repeat`` to hundreds of MB, a list doubled by
-``l + l``), and its parser on deeply nested brackets (64 levels ~1 s, 300 levels ~56 s here), run
-to their end, seconds to minutes. So ``run`` executes the query in a worker thread and waits until
-the deadline; then it interrupts the engine every 50 ms for up to ``GRACE`` s; a query still
-running then is *abandoned*: its projection is marked closed (nobody else queues on its busy
-connection, the cache drops it, the next query of the tenant builds a fresh one) and the call
-raises ``CypherQueryError`` naming ``cypher_timeout_seconds``. When the engine returns, the worker
-drops what it made and closes that projection's database, freeing its memory. At most
-``MAX_ABANDONED_PER_TENANT`` (2) abandoned runs per tenant and ``MAX_ABANDONED`` (4) per process
-may be alive (each holds a core and its allocation); past either, a new query fails at once
-instead of starting, so a flood of hostile queries cannot pile up threads or memory. A projection
-is never waited for under the cache's lock: closing one a query still runs on is left to that
-query's thread, and a world refresh that finds a query running builds a new projection instead.
+and ``Connection.interrupt()`` are checked only between steps of its pipeline: one expression (a
+``list_transform`` over a long list; one building a huge string or list, which ``text`` refuses
+before it runs because it also holds gigabytes meanwhile) and its parser on deeply nested brackets
+(64 levels ~1 s, 300 levels ~56 s here, the first time) run to their end, seconds to minutes. So
+``run`` executes the query in a worker thread and waits until the deadline; then it interrupts the
+engine every 50 ms for up to ``GRACE`` s; a query still running then is *abandoned*: its projection
+is marked closed (nobody else queues on its busy connection, the cache drops it, the next query of
+the tenant builds a fresh one) and the call raises ``CypherQueryError`` naming
+``cypher_timeout_seconds``. When the engine returns, the worker drops what it made and closes that
+projection's database, freeing its memory. At most ``MAX_ABANDONED_PER_TENANT`` (2) abandoned runs
+per tenant and ``MAX_ABANDONED`` (4) per process may be alive (each holds a core and its
+allocation); past either, a new query fails at once instead of starting, so a flood of hostile
+queries cannot pile up threads or memory. A projection is never waited for under the cache's lock:
+closing one a query still runs on is left to that query's thread, and a world refresh that finds a
+query running builds a new projection instead.
 
 **Same rows as Neo4j, or a clear error.** The few places where LadybugDB's Cypher differs from
 Neo4j's are rewritten (multi-label patterns, ``labels()``, ``type()``, ``toString()`` ...,
