@@ -8,10 +8,14 @@ alternating (on, off, on, off, ...) so drift on a busy machine hits both alike:
 
 Reads: ``store.cypher()`` (EXPLAIN + plan check + run, one READ transaction) against the same
 query run bare in a READ transaction, for the README's exploration queries on a replayed
-examples/text_adventure.jsonl world. p50 over ``--queries`` repetitions after 5 warm-up runs.
+examples/text_adventure.jsonl world; beside them the same queries through ``cypher()`` on the
+embedded store (SQLite + its LadybugDB projection) holding the same replayed world, which must
+return the same rows. p50 over ``--queries`` repetitions after 5 warm-up runs; the embedded
+store's first query (which builds the tenant's projection) is shown apart.
 
     python bench/bench_cypher.py                       # starts a local Neo4j (tools/neo4j-local), stops it after
     python bench/bench_cypher.py --uri bolt://127.0.0.1:7797 --own-server
+    python bench/bench_cypher.py --uri bolt://127.0.0.1:7687 --reads-only   # reads only: a shared server is fine
 
 It drops and re-creates indexes, so ``--uri`` needs ``--own-server``: never point it at a shared one.
 
@@ -25,10 +29,11 @@ busy until it finishes, after the call has ended):
 
     python bench/bench_cypher.py --hostile --uri bolt://127.0.0.1:7687
 
-``--hostile --embedded`` does the same on the embedded store (its own hostile queries: strings and
-lists built by one expression, which LadybugDB runs to their end whatever its timeout, so the
-deadline abandons them; ``embedded_cypher`` "Deadline"). Each such query holds a core and a few
-hundred MB until the engine ends it, after the call has returned:
+``--hostile --embedded`` does the same on the embedded store (its own hostile queries: long loops
+in one expression, which LadybugDB runs to their end whatever its timeout, so the deadline abandons
+them, ``embedded.cypher`` "Deadline"; strings and lists built whole by one expression, refused
+before they run). Each abandoned query holds a core until the engine ends it, after the call has
+returned:
 
     python bench/bench_cypher.py --hostile --embedded --timeout 2 --rounds 1 --together 4
 """
@@ -56,6 +61,7 @@ from worldgraph.cli.replay import replay_log  # noqa: E402
 from worldgraph.errors import WorldGraphError  # noqa: E402
 from worldgraph.kg.neo4j import queries as q  # noqa: E402
 from worldgraph.kg.neo4j.store import Neo4jGraphStore  # noqa: E402
+from worldgraph.kg.store import GraphStore  # noqa: E402
 from worldgraph.memory.embeddings import HashingEmbedder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,7 +132,10 @@ def measure_writes(store: Neo4jGraphStore, runs: int, elements: int, batch: int)
             for on, s in samples.items()}
 
 
-def measure_reads(store: Neo4jGraphStore, tenant: str, queries: int) -> list[tuple[str, float, float]]:
+def measure_reads(store: Neo4jGraphStore, tenant: str, queries: int,
+                  embedded: GraphStore) -> list[tuple[str, float, float, float]]:
+    """Per query: Neo4j bare, Neo4j cypher(), embedded cypher() (p50 ms; the embedded store holds
+    the same world under the same tenant)."""
     rows = []
     for name, (query, params) in READS.items():
         p = {"env": ENV, **params}
@@ -137,14 +146,30 @@ def measure_reads(store: Neo4jGraphStore, tenant: str, queries: int) -> list[tup
 
         def guarded() -> Any:
             return store.cypher(tenant, query, p)
+
+        def local() -> Any:
+            return embedded.cypher(tenant, query, p)
         assert len(guarded()) == len(bare()) > 0, name
+        mine, theirs = local(), guarded()
+        if not same_rows(mine, theirs):  # e.g. timestamps: each store replayed the log at its own time
+            print(f"note: {name}: the two stores' rows differ, e.g. embedded {mine[:2]} / neo4j {theirs[:2]}",
+                  file=sys.stderr)
         for _ in range(5):
-            bare(), guarded()
-        pairs = [(timed(bare), timed(guarded)) for _ in range(queries)]  # interleaved: drift hits both
-        bare_ms = statistics.median(b for b, _ in pairs) * 1000
-        guarded_ms = statistics.median(g for _, g in pairs) * 1000
-        rows.append((name, bare_ms, guarded_ms))
+            bare(), guarded(), local()
+        runs = [(timed(bare), timed(guarded), timed(local)) for _ in range(queries)]  # interleaved: drift hits all
+        rows.append((name, *(statistics.median(r[k] for r in runs) * 1000 for k in range(3))))
     return rows
+
+
+def same_rows(a: list[Any], b: list[Any]) -> bool:
+    """Order-insensitive row equality (collect() lists compared as sets too)."""
+    def norm(v: Any) -> Any:
+        if isinstance(v, dict):
+            return sorted((k, norm(x)) for k, x in v.items())
+        if isinstance(v, list):
+            return sorted((norm(x) for x in v), key=repr)
+        return v
+    return sorted(map(repr, map(norm, a))) == sorted(map(repr, map(norm, b)))
 
 
 # ----------------------------------------------------------------------------- --hostile
@@ -169,12 +194,16 @@ NORMAL = ("MATCH (e:Episode {tenant_id: $tenant_id}) WHERE e.outcome = 'success'
           "RETURN e.task_description AS task ORDER BY e.ts DESC LIMIT 5")
 
 
-# The embedded store (LadybugDB) has its own hostile queries: one expression building a huge
-# string or list runs to its end whatever its timeout (the deadline abandons it), and its parser
-# slows down steeply with nesting (64 levels ~1 s, 300 levels ~56 s here).
+# The embedded store (LadybugDB) has its own hostile queries: one expression runs to its end
+# whatever its timeout (the deadline abandons it; those building a huge string or list are refused
+# first, embedded.cypher.text MAX_BUILT), and its parser slows down steeply with nesting the first
+# time it sees a depth (64 levels ~1 s, 300 levels ~56 s here).
 HOSTILE_EMBEDDED: dict[str, tuple[str, str]] = {
     **{f"nested {d}": (nested(d), "store") for d in (100, 300)},
     "nested 3000 via WorldModel": (nested(3000), "wm"),
+    "1M-step list_transform": ("RETURN size(list_transform(range(1, 1000000), x -> size(lpad(to_string(x), 200, 'b'))))"
+                               " AS n", "wm"),
+    # refused before the engine runs them (embedded.cypher.text MAX_BUILT): each ran on, holding GBs
     "lpad to 300M chars": ("RETURN size(lpad('a', 300000000, 'xy')) AS n", "wm"),
     "repeat to 300M chars": ("RETURN size(repeat('ab', 150000000)) AS n", "wm"),
     "list doubled to 16M": ("WITH range(1, 1000000) AS l WITH l + l AS l WITH l + l AS l WITH l + l AS l "
@@ -203,6 +232,8 @@ def hostile_call(wm: WorldModel, store: Any, tenant: str, name: str,
                    else "row cap" if "cypher_max_rows" in text
                    else "refused (text limit)" if "cypher_max_nesting_depth" in text
                    else "refused (range)" if "range()" in text
+                   else "refused (builder)" if "adding a value to itself" in text or "characters" in text
+                   or "integer literal of at most" in text
                    else "result too deep" if "nested too deep" in text else type(exc).__name__)
     return outcome, time.monotonic() - started
 
@@ -308,6 +339,8 @@ def main() -> int:
     ap.add_argument("--elements", type=int, default=10_000, help="graph elements per plan")
     ap.add_argument("--batch", type=int, default=1000, help="episodes per add_episodes call")
     ap.add_argument("--queries", type=int, default=200, help="repetitions per read query")
+    ap.add_argument("--reads-only", action="store_true", help="skip the writes (which drop indexes): --uri may "
+                    "then be a shared server")
     ap.add_argument("--hostile", action="store_true", help="measure how hostile queries end instead (see above)")
     ap.add_argument("--timeout", type=float, default=2.0, help="--hostile: cypher_timeout_seconds")
     ap.add_argument("--rounds", type=int, default=2, help="--hostile: calls of each hostile query, one at a time")
@@ -319,7 +352,7 @@ def main() -> int:
             ap.error("--hostile needs --uri (a running Neo4j; it drops nothing) or --embedded")
         return run_hostile(None if args.embedded else args.uri, args.user, args.password, args.timeout, args.rounds,
                            args.together)
-    if args.uri and not args.own_server:
+    if args.uri and not args.own_server and not args.reads_only:
         ap.error("--uri drops and re-creates indexes on that server: add --own-server if nobody else uses it")
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -337,8 +370,18 @@ def main() -> int:
             assert isinstance(store, Neo4jGraphStore)
             tenant = f"reader-{uuid.uuid4().hex[:8]}"
             replay_log(wm, tenant, ENV, ROOT / "examples" / "text_adventure.jsonl", use_shipped_deltas=True)
-            reads = measure_reads(store, tenant, args.queries)
-            writes = measure_writes(store, args.runs, args.elements, args.batch)
+            local = WorldModel.open(Path(tmp) / "embedded", embedder=HashingEmbedder(64))
+            try:
+                replay_log(local, tenant, ENV, ROOT / "examples" / "text_adventure.jsonl", use_shipped_deltas=True)
+                first_ms = timed(lambda: local.store.cypher(tenant, READS["rules by evidence"][0], {"env": ENV})) * 1000
+                reads = measure_reads(store, tenant, args.queries, local.store)
+            finally:
+                local.close()
+            writes = {} if args.reads_only else measure_writes(store, args.runs, args.elements, args.batch)
+            if args.reads_only:  # perhaps a shared server: leave it as it was
+                with store._driver.session(database=store.database) as session:
+                    for label in q.TENANT_LABELS:
+                        session.run(f"MATCH (n:{label} {{tenant_id: $t}}) DETACH DELETE n", t=tenant).consume()
             wm.close()
         finally:
             if local_home is not None:
@@ -346,12 +389,14 @@ def main() -> int:
 
                 neo4j_local.stop(home=local_home)
 
-    print(f"\nwrites, median of {args.runs} alternating runs   apply_plan el/s   add_episodes eps/s")
-    for variant, r in writes.items():
-        print(f"{variant:<42} {r['plan']:>15,.0f} {r['episodes']:>20,.0f}")
-    print(f"\nreads, p50 of {args.queries}      bare ms   cypher() ms   overhead ms")
-    for name, bare_ms, guarded_ms in reads:
-        print(f"{name:<26} {bare_ms:>9.2f} {guarded_ms:>13.2f} {guarded_ms - bare_ms:>13.2f}")
+    if writes:
+        print(f"\nwrites, median of {args.runs} alternating runs   apply_plan el/s   add_episodes eps/s")
+        for variant, r in writes.items():
+            print(f"{variant:<42} {r['plan']:>15,.0f} {r['episodes']:>20,.0f}")
+    print(f"\nreads, p50 of {args.queries}      neo4j bare ms   neo4j cypher() ms   overhead ms   embedded cypher() ms")
+    for name, bare_ms, guarded_ms, local_ms in reads:
+        print(f"{name:<26} {bare_ms:>15.2f} {guarded_ms:>19.2f} {guarded_ms - bare_ms:>13.2f} {local_ms:>22.2f}")
+    print(f"embedded store's first query (builds the tenant's projection): {first_ms:.0f} ms")
     return 0
 
 

@@ -14,6 +14,12 @@ API. Then, per store:
 
     python bench/bench_cypher_embedded.py --episodes 10000 --world 4000
     NEO4J_URI=bolt://127.0.0.1:7687 NEO4J_PASSWORD=... python bench/bench_cypher_embedded.py --neo4j
+
+``--data FILE`` keeps the written SQLite file at FILE (written there when missing) and measures a
+copy of it, so two trees (before / after a change) can be measured on the same data, alternately:
+
+    python bench/bench_cypher_embedded.py --episodes 100000 --world 20000 --data /tmp/b100k.db
+    PYTHONPATH=/path/to/old/tree python /path/to/old/tree/bench/bench_cypher_embedded.py --data /tmp/b100k.db
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -104,18 +111,28 @@ def main() -> None:
     ap.add_argument("--world", type=int, default=4_000, help="world elements (half nodes)")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--deltas", type=int, default=5)
+    ap.add_argument("--data", type=Path, help="an SQLite file to keep the written data in and measure a copy of")
     ap.add_argument("--neo4j", action="store_true", help="also on Neo4j at $NEO4J_URI (a fresh tenant)")
     args = ap.parse_args()
     tenant = f"bench-{uuid.uuid4().hex[:8]}"
     params = {"env": ENV, "state": "thing 1999"}
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "worldgraph.db"
-        store = EmbeddedGraphStore(path)
-        t = time.perf_counter()
-        load(store, tenant, args.episodes, args.world)
-        store.close()
-        print(f"embedded: wrote {args.episodes} episodes + {args.world} world elements in "
-              f"{time.perf_counter() - t:.1f} s; SQLite file {path.stat().st_size / 2**20:.1f} MiB")
+        if args.data is not None and args.data.exists():
+            shutil.copy(args.data, path)
+            store = EmbeddedGraphStore(path)
+            tenant = store.tenants()[0]
+            store.close()
+            print(f"embedded: a copy of {args.data} (tenant {tenant}); SQLite file {path.stat().st_size / 2**20:.1f} MiB")
+        else:
+            store = EmbeddedGraphStore(path)
+            t = time.perf_counter()
+            load(store, tenant, args.episodes, args.world)
+            store.close()
+            print(f"embedded: wrote {args.episodes} episodes + {args.world} world elements in "
+                  f"{time.perf_counter() - t:.1f} s; SQLite file {path.stat().st_size / 2**20:.1f} MiB")
+            if args.data is not None:
+                shutil.copy(path, args.data)
         for k, v in measure(lambda: EmbeddedGraphStore(path), tenant, params, args.runs, args.deltas).items():
             print(f"  embedded  {k:40s} {v:9.1f}")
     if args.neo4j:

@@ -3,8 +3,11 @@
 the run abandoned when the engine does not stop).
 
 LadybugDB checks its timeout and interrupts only between steps of its pipeline: one expression
-that builds a huge string or list (``lpad``, ``repeat``, list concatenation) runs to its end,
-4-70 s here, whatever the timeout. These tests use such queries with a 1 s timeout.
+that loops over a long list (``list_transform``) runs to its end, whatever the timeout. These
+tests use such queries with a 1 s timeout. The expressions that build a huge string or list in
+one step (``lpad``, ``repeat``, a list added to itself) ran on in the engine too, holding
+gigabytes; they are refused before the engine sees them
+(``test_runaway_builders_are_refused_at_once``).
 """
 
 from __future__ import annotations
@@ -23,13 +26,25 @@ from worldgraph.memory.embeddings import HashingEmbedder
 TIMEOUT = 1.0
 BOUND = TIMEOUT + 2.0
 NORMAL = "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e.task_description AS task ORDER BY task"
-# each runs several seconds in the engine, past any timeout (measured: lpad of 400M 10.4 s, repeat
-# of 200M 12.6 s, a 16M-element list made by doubling 9.5 s, with a 1 s timeout and interrupt())
+# each runs several seconds in one expression, past any timeout, in little memory (measured with
+# no timeout, load average ~10: 1M elements of 2,000 characters 48 s, flat ~100 MB). (Deeply nested
+# brackets, slow in the parser the first time, parse fast once the parser has seen that depth.)
 HOSTILE = {
-    "lpad": "RETURN size(lpad('a', 300000000, 'xy')) AS n",
-    "repeat": "RETURN size(repeat('ab', 150000000)) AS n",
-    "list doubling": "WITH range(1, 1000000) AS l WITH l + l AS l WITH l + l AS l WITH l + l AS l "
-                     "WITH l + l AS l RETURN size(l) AS n",
+    "padding in a loop": "RETURN size(list_transform(range(1, 150000), x -> size(lpad(to_string(x), 2000, 'b')))) AS n",
+    "padding in a longer loop": "RETURN size(list_transform(range(1, 250000), x -> size(lpad(to_string(x), 2000, 'b'))))"
+                                " AS n",
+}
+# what built gigabytes in one expression before it was refused (lpad to 400M characters 2.3 GB,
+# a list doubled 14 times ~3 GB): each now fails at once, naming what is refused
+RUNAWAY = {
+    "RETURN size(lpad('a', 300000000, 'xy')) AS n": "lpad",
+    "RETURN size(rpad('a', 2000000, 'xy')) AS n": "rpad",
+    "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN size(lpad(e.id, size(e.id) * 100000000, 'x')) AS n": "lpad",
+    "RETURN size(repeat('ab', 150000000)) AS n": "repeat",
+    "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN size(repeat(e.id, 10)) AS n": "repeat",
+    "WITH range(1, 1000000) AS l WITH l + l AS l WITH l + l AS l RETURN size(l) AS n": "adding a value to itself",
+    "WITH 'ab' AS s WITH s+s AS s WITH s+s AS s RETURN size(s) AS n": "adding a value to itself",
+    "WITH [1, 2] AS l WITH list_concat(l, l) AS l RETURN size(l) AS n": "adding a value to itself",
 }
 
 
@@ -84,7 +99,7 @@ def test_a_hostile_query_ends_on_time_and_the_next_query_works(wm: WorldModel, n
 def test_another_tenant_is_served_meanwhile(wm: WorldModel) -> None:
     wm.cypher("other", NORMAL)
     done: list[float] = []
-    attacker = threading.Thread(target=lambda: done.append(timed_hostile(wm, HOSTILE["lpad"])))
+    attacker = threading.Thread(target=lambda: done.append(timed_hostile(wm, HOSTILE["padding in a loop"])))
     attacker.start()
     try:
         time.sleep(0.3)
@@ -104,9 +119,9 @@ def test_abandoned_runs_are_bounded(wm: WorldModel, monkeypatch: pytest.MonkeyPa
     """A flood of hostile queries cannot pile up runs: past MAX_ABANDONED_PER_TENANT still alive,
     the tenant's next query fails at once; other tenants are served; once the engine ends the run,
     the tenant's queries work again."""
-    monkeypatch.setattr(embedded_cypher, "MAX_ABANDONED_PER_TENANT", 1)
+    monkeypatch.setattr(embedded_cypher.execution, "MAX_ABANDONED_PER_TENANT", 1)
     wm.cypher("attacker", NORMAL)
-    assert timed_hostile(wm, "RETURN size(lpad('a', 400000000, 'xy')) AS n") <= BOUND
+    assert timed_hostile(wm, HOSTILE["padding in a longer loop"]) <= BOUND
     if not embedded_cypher.abandoned_runs("attacker"):
         pytest.skip("the engine ended the query within the grace period on this machine: nothing was abandoned")
     started = time.monotonic()
@@ -114,7 +129,7 @@ def test_abandoned_runs_are_bounded(wm: WorldModel, monkeypatch: pytest.MonkeyPa
         wm.cypher("attacker", NORMAL)
     assert time.monotonic() - started < 0.5
     assert len(wm.cypher("other", NORMAL)) == 3
-    monkeypatch.setattr(embedded_cypher, "MAX_ABANDONED", 1)
+    monkeypatch.setattr(embedded_cypher.execution, "MAX_ABANDONED", 1)
     with pytest.raises(CypherQueryError, match="1 earlier queries ran past"):
         wm.cypher("other", NORMAL)
     wait_for_abandoned_runs()
@@ -127,7 +142,7 @@ def test_a_write_during_a_runaway_query_stalls_no_one(wm: WorldModel) -> None:
     than wait (under the cache's lock, which every tenant's query takes) for the running one."""
     wm.cypher("attacker", NORMAL)
     wm.cypher("other", NORMAL)
-    attacker = threading.Thread(target=lambda: timed_hostile(wm, HOSTILE["lpad"]))
+    attacker = threading.Thread(target=lambda: timed_hostile(wm, HOSTILE["padding in a loop"]))
     attacker.start()
     try:
         time.sleep(0.3)
@@ -143,3 +158,16 @@ def test_a_write_during_a_runaway_query_stalls_no_one(wm: WorldModel) -> None:
         assert time.monotonic() - started < TIMEOUT
     finally:
         attacker.join(timeout=60)
+
+
+@pytest.mark.parametrize("query", list(RUNAWAY))
+def test_runaway_builders_are_refused_at_once(wm: WorldModel, query: str) -> None:
+    """A string or list built whole in one expression is refused before the engine runs it: no run
+    is abandoned holding its memory, and small ones still run."""
+    started = time.monotonic()
+    with pytest.raises(CypherQueryError, match=f"does not support {RUNAWAY[query]}"):
+        wm.cypher("attacker", query)
+    assert time.monotonic() - started < TIMEOUT
+    assert embedded_cypher.abandoned_runs() == 0
+    assert wm.cypher("attacker", "RETURN lpad('a', 3, 'x') AS p, repeat('ab', 2) AS r, size([1] + [2]) AS n") == [
+        {"p": "xxa", "r": "abab", "n": 2}]

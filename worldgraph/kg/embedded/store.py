@@ -82,6 +82,10 @@ class EmbeddedGraphStore(ComposedStore):
         """Read-only Cypher on a projection of the caller's tenant alone (``embedded.cypher``),
         rebuilt first when anything was committed since it was built (here or by another process)."""
         embedded_cypher.check_text(query)
+        # what the engine cannot run, or must not (a runaway string or list), is refused before a
+        # projection is built for it (run() translates again: a few regex passes)
+        embedded_cypher.translate(query)
+        embedded_cypher.check_abandoned(tenant_id, self.cypher_timeout)  # before a projection is built for it
 
         def read(statement: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
             return self.db.conn.execute(statement, args).fetchall()

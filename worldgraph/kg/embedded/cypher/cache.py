@@ -1,0 +1,63 @@
+"""The projections of the last few tenants queried, each tagged with the store's version."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from worldgraph.kg.embedded.cypher.projection import Projection, ProjectionBusy
+
+PROJECTIONS_KEPT = 4  # tenants whose projection stays in memory (least recently queried dropped)
+
+
+class ProjectionCache:
+    """The projections of the last few tenants queried, each tagged with the store's version."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: OrderedDict[str, tuple[Any, Projection]] = OrderedDict()
+
+    def get(self, tenant_id: str, version: tuple[Any, ...], build: Callable[[], Projection],
+            refresh_world: Callable[[Projection], None]) -> Projection:
+        """The tenant's projection at ``version`` = (other connections' commits, this store's episode-part
+        writes, its world-part writes): as it is, with its world part reloaded when only the last
+        moved, or built anew."""
+        with self._lock:
+            item = self._items.get(tenant_id)
+            if item is not None and item[1].closed:  # abandoned by a query past its deadline (run)
+                del self._items[tenant_id]
+                item = None
+            if item is not None and item[0] == version:
+                self._items.move_to_end(tenant_id)
+                return item[1]
+            if item is not None and item[0][:-1] == version[:-1]:
+                try:
+                    refresh_world(item[1])
+                except ProjectionBusy:  # a query still runs on it: built anew below
+                    pass
+                except BaseException:  # half reloaded: never hand it out again
+                    del self._items[tenant_id]
+                    item[1].close()
+                    raise
+                else:
+                    self._items[tenant_id] = (version, item[1])
+                    self._items.move_to_end(tenant_id)
+                    return item[1]
+            proj = build()
+            if item is not None:
+                item[1].close()
+            self._items[tenant_id] = (version, proj)
+            self._items.move_to_end(tenant_id)
+            while len(self._items) > PROJECTIONS_KEPT:
+                _, (_, old) = self._items.popitem(last=False)
+                old.close()
+            return proj
+
+    def close(self) -> None:
+        with self._lock:
+            for _, proj in self._items.values():
+                proj.close()
+            self._items.clear()
+

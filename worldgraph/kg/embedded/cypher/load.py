@@ -1,0 +1,246 @@
+"""Reading one tenant's rows from SQLite into node and relationship columns: the episode part and
+the world part (each rebuilt on its own)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from worldgraph.kg.codec import dumps, loads
+from worldgraph.kg.embedded.cypher.model import (
+    EPISODE_CHUNK,
+    EPISODE_KEYS,
+    NODE_TABLES,
+    REL_TABLES,
+    WORLD_NODE_TABLES,
+    WORLD_REL_TABLES,
+    Nodes,
+    Rels,
+    SqlQuery,
+    add_row,
+    empty_nodes,
+    empty_rels,
+    link,
+    prop_column,
+    props_of,
+)
+from worldgraph.kg.neo4j import schema as q
+
+
+def load_tenant(query: SqlQuery, tenant_id: str) -> tuple[Nodes, Rels, set[str], WorldPart]:
+    """The tenant's episode part (node and relationship columns, episode ids) and its world part,
+    as the Neo4j store would hold them. Reads only rows of ``tenant_id``."""
+    nodes, rels, episodes = load_episode_part(query, tenant_id)
+    return nodes, rels, episodes, load_world_part(read_world_rows(query, tenant_id), tenant_id, episodes)
+
+
+def load_episode_part(query: SqlQuery, tenant_id: str) -> tuple[Nodes, Rels, set[str]]:
+    """Column by column: a Python dict per episode lives only while its chunk is decoded."""
+    t = (tenant_id,)
+    nodes = empty_nodes(label for label in NODE_TABLES if label not in WORLD_NODE_TABLES)
+    rels = empty_rels(rtype for rtype in REL_TABLES if rtype not in WORLD_REL_TABLES)
+    seq = {eid: (s, nxt) for eid, s, nxt in
+           query("SELECT episode_id, seq, next_id FROM session_links WHERE tenant_id = ?", t)}
+    ep = nodes["Episode"]
+    agent_ids: list[Any] = []
+    canvas_ids: list[Any] = []
+    rows = query("SELECT data, index_status, index_error FROM episodes WHERE tenant_id = ?", t)
+    for start in range(0, len(rows), EPISODE_CHUNK):
+        chunk = rows[start:start + EPISODE_CHUNK]
+        recs = [loads(r[0]) for r in chunk]
+        datas = [r[0] for r in chunk]
+        for i, rec in enumerate(recs):
+            if "index_status" in rec or "index_error" in rec:  # the Neo4j store keeps them out of the record
+                recs[i] = rec = {k: v for k, v in rec.items() if k not in q.EPISODE_STATE}
+                datas[i] = dumps(rec)
+        for k in EPISODE_KEYS:
+            ep[k] += prop_column([rec.get(k) for rec in recs])
+        ep["index_status"] += [r[1] for r in chunk]
+        ep["index_error"] += [r[2] for r in chunk]
+        ep["record"] += datas
+        agent_ids += [rec.get("agent_id") for rec in recs]
+        canvas_ids += [rec.get("canvas_id") for rec in recs]
+        del recs, datas
+    del rows
+    ids = ep["id"]
+    n = len(ids)
+    ep["tenant_id"] = [tenant_id] * n
+    ep["session_seq"] = [seq[eid][0] if eid in seq else None for eid in ids]
+    episodes: set[str] = set(ids)
+    for sid, last in query("SELECT session_id, MAX(seq) FROM session_links WHERE tenant_id = ? GROUP BY session_id", t):
+        add_row(nodes["Session"], {"tenant_id": tenant_id, "id": sid, "last_seq": last})
+    for (data,) in query("SELECT data FROM agents WHERE tenant_id = ?", t):
+        a = loads(data)
+        agent = {"id": a["id"], "tenant_id": tenant_id, "agent_role": a.get("agent_role", "")}
+        add_row(nodes["Agent"], {**agent, "record": dumps(agent)})
+    canvases = set()
+    for (data,) in query("SELECT data FROM canvases WHERE tenant_id = ?", t):
+        c = loads(data)
+        canvases.add(c["id"])
+        add_row(nodes["Canvas"], {"tenant_id": tenant_id, "id": c["id"], "name": c.get("name"), "record": data})
+    agents = set(nodes["Agent"]["id"])
+    performed = [(e, a) for e, a in zip(ids, agent_ids, strict=True) if a is not None and a in agents]
+    on_canvas = [(e, c) for e, c in zip(ids, canvas_ids, strict=True) if c is not None and c in canvases]
+    rels["PERFORMED_BY"][("Episode", "Agent")] = {"from": [e for e, _ in performed], "to": [a for _, a in performed]}
+    rels["ON_CANVAS"][("Episode", "Canvas")] = {"from": [e for e, _ in on_canvas], "to": [c for _, c in on_canvas]}
+    nxt = [(eid, s[1]) for eid, s in seq.items() if s[1] is not None and eid in episodes and s[1] in episodes]
+    rels["NEXT"][("Episode", "Episode")] = {"from": [a for a, _ in nxt], "to": [b for _, b in nxt]}
+    for (data,) in query("SELECT data FROM canvas_audits WHERE tenant_id = ?", t):
+        a = loads(data)
+        add_row(nodes["CanvasAudit"], {"tenant_id": tenant_id, **props_of(a, ("id", *q.AUDIT_PROPS)), "record": data})
+        if a.get("episode_id") in episodes:
+            link(rels, "DURING", "CanvasAudit", a["id"], "Episode", a["episode_id"])
+    for (data,) in query("SELECT data FROM feedback WHERE tenant_id = ?", t):
+        f = loads(data)
+        add_row(nodes["Feedback"], {"tenant_id": tenant_id, "id": f["id"], "episode_id": f["episode_id"],
+                                 "category": f.get("feedback_category"), "score": f["feedback_score"],
+                                 "created_at": f["created_at"], "record": data})
+        if f["episode_id"] in episodes:
+            link(rels, "RATES", "Feedback", f["id"], "Episode", f["episode_id"])
+    return nodes, rels, episodes
+
+
+# The world part's source rows as read (undecoded): table -> key -> data. A refresh reads them
+# again and compares, so only the rows that changed are decoded and reloaded.
+WorldRows = dict[str, dict[Any, str]]
+_WORLD_READS = {
+    "scene_reports": "SELECT scene_id, data FROM scene_reports WHERE tenant_id = ?",
+    "scenes": "SELECT id, data FROM scenes WHERE tenant_id = ?",
+    "env_meta": "SELECT env_name, data FROM env_meta WHERE tenant_id = ?",
+    "world_nodes": "SELECT env_name, id, data FROM world_nodes WHERE tenant_id = ?",
+    "world_rules": "SELECT env_name, id, data FROM world_rules WHERE tenant_id = ?",
+    "world_edges": "SELECT env_name, id, data FROM world_edges WHERE tenant_id = ?",
+}
+
+
+def read_world_rows(query: SqlQuery, tenant_id: str) -> WorldRows:
+    out: WorldRows = {}
+    for table, sql in _WORLD_READS.items():
+        rows = query(sql, (tenant_id,))
+        out[table] = {r[0]: r[1] for r in rows} if sql.count(",") == 1 else {(r[0], r[1]): r[2] for r in rows}
+    return out
+
+
+_WORLD_READ_ONE = {
+    "scene_reports": "SELECT data FROM scene_reports WHERE tenant_id = ? AND scene_id = ?",
+    "scenes": "SELECT data FROM scenes WHERE tenant_id = ? AND id = ?",
+    "env_meta": "SELECT data FROM env_meta WHERE tenant_id = ? AND env_name = ?",
+    "world_nodes": "SELECT data FROM world_nodes WHERE tenant_id = ? AND env_name = ? AND id = ?",
+    "world_rules": "SELECT data FROM world_rules WHERE tenant_id = ? AND env_name = ? AND id = ?",
+    "world_edges": "SELECT data FROM world_edges WHERE tenant_id = ? AND env_name = ? AND id = ?",
+}
+
+
+def read_world_keys(query: SqlQuery, tenant_id: str, base: WorldRows, touched: Iterable[tuple[str, Any]]) -> WorldRows:
+    """``base`` (the rows a projection was built from) with the rows ``touched`` ((table, key) as
+    in WorldRows) read again: what read_world_rows would return when only those rows were written."""
+    raw = {table: dict(rows) for table, rows in base.items()}
+    for table, key in touched:
+        rows = query(_WORLD_READ_ONE[table], (tenant_id, *(key if isinstance(key, tuple) else (key,))))
+        if rows:
+            raw[table][key] = rows[0][0]
+        else:
+            raw[table].pop(key, None)
+    return raw
+
+
+class _World:
+    """Turns world rows into node and relationship rows, the Neo4j store's way; holds what links
+    need to know: the world nodes present ((env, id) -> (label, key)) and the scene ids."""
+
+    def __init__(self, tenant_id: str, scenes: set[str]) -> None:
+        self.tenant_id = tenant_id
+        self.scenes = scenes
+        self.index: dict[tuple[str, str], tuple[str, str]] = {}
+        self.envs: set[Any] = set()  # the (:Environment) nodes
+
+    def scene(self, nodes: Nodes, rels: Rels, data: str, report: str | None, episodes: set[str]) -> Any:
+        """Add a scene and its links; its environment's name."""
+        s = loads(data)
+        add_row(nodes["Scene"], {"tenant_id": self.tenant_id, **props_of(s, ("id", *q.SCENE_PROPS)), "report": report,
+                              "record": data})
+        env = s.get("env_name")
+        link(rels, "IN_ENV", "Scene", s["id"], "Environment", env)
+        if s.get("episode_id") in episodes:
+            link(rels, "FROM_EPISODE", "Scene", s["id"], "Episode", s["episode_id"])
+        return env
+
+    def node(self, nodes: Nodes, rels: Rels, env: str, data: str) -> None:
+        n = loads(data)
+        label = q.NODE_LABELS.get(n.get("kind", "entity"), "Entity")
+        key = q.world_key(self.tenant_id, env, n["id"])
+        self.index[(env, n["id"])] = (label, key)
+        add_row(nodes[label], {"tenant_id": self.tenant_id, "env_name": env, "key": key,
+                            **props_of(n, ("id", *q.NODE_PROPS)), "record": data})
+        for sid in dict.fromkeys(n.get("source_scenes") or []):
+            if sid in self.scenes:
+                link(rels, "PRODUCED", "Scene", sid, label, key)
+
+    def rule(self, nodes: Nodes, rels: Rels, env: str, data: str) -> None:
+        r = loads(data)
+        key = q.world_key(self.tenant_id, env, r["id"])
+        add_row(nodes["Rule"], {"tenant_id": self.tenant_id, "env_name": env, "key": key,
+                             **props_of(r, ("id", *q.RULE_PROPS)), "record": data})
+        for nid in dict.fromkeys(r.get("linked_node_ids") or []):
+            if (env, nid) in self.index:
+                label, nkey = self.index[(env, nid)]
+                link(rels, "CONCERNS", "Rule", key, label, nkey)
+        for sid in dict.fromkeys(r.get("source_scenes") or []):
+            if sid in self.scenes:
+                link(rels, "PRODUCED", "Scene", sid, "Rule", key)
+
+    def edge(self, rels: Rels, env: str, data: str) -> None:
+        e = loads(data)
+        rtype = q.EDGE_TYPES.get(e.get("relation", ""))
+        if rtype is None:
+            return
+
+        def end(id: Any) -> tuple[str, str] | None:
+            if (env, id) in self.index:
+                return self.index[(env, id)]
+            return ("Scene", id) if rtype == "EPISODIC" and id in self.scenes else None
+        src, dst = end(e.get("src_id")), end(e.get("dst_id"))
+        if src is None or dst is None:
+            return
+        props = {"key": q.world_key(self.tenant_id, env, e["id"]), "tenant_id": self.tenant_id, "env_name": env,
+                 "id": e["id"], **props_of(e, q.EDGE_PROPS), "record": data}
+        link(rels, rtype, src[0], src[1], dst[0], dst[1], props)
+
+
+@dataclass
+class WorldPart:
+    nodes: Nodes
+    rels: Rels
+    raw: WorldRows  # the rows it was built from
+    world: _World
+
+
+def load_world_part(raw: WorldRows, tenant_id: str, episodes: set[str]) -> WorldPart:
+    nodes = empty_nodes(WORLD_NODE_TABLES)
+    rels = empty_rels(WORLD_REL_TABLES)
+    reports = raw["scene_reports"]
+    envs: dict[str, dict[str, Any]] = {}
+    world = _World(tenant_id, set(raw["scenes"]))
+    for sid, data in raw["scenes"].items():
+        env = world.scene(nodes, rels, data, reports.get(sid), episodes)
+        envs.setdefault(env, {"tenant_id": tenant_id, "env_name": env})
+    for env, data in raw["env_meta"].items():
+        envs[env] = env_row(tenant_id, env, data)
+    for row in envs.values():
+        add_row(nodes["Environment"], row)
+    world.envs = set(envs)
+    for (env, _id), data in raw["world_nodes"].items():
+        world.node(nodes, rels, env, data)
+    for (env, _id), data in raw["world_rules"].items():
+        world.rule(nodes, rels, env, data)
+    for (env, _id), data in raw["world_edges"].items():
+        world.edge(rels, env, data)
+    return WorldPart(nodes, rels, raw, world)
+
+
+def env_row(tenant_id: str, env: str, data: str) -> dict[str, Any]:
+    meta = loads(data)
+    return {"tenant_id": tenant_id, "env_name": env, "record": data,
+            "graph_version": meta.get("graph_version"), "updated_at": meta.get("updated_at")}
+

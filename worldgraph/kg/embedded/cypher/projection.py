@@ -1,0 +1,325 @@
+"""The projection: one tenant's graph in a LadybugDB database, filled from the loaded columns with
+COPY FROM Arrow tables; the few-row writes a world refresh makes (``refresh``)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from worldgraph.errors import CypherQueryError
+from worldgraph.kg.codec import loads
+from worldgraph.kg.embedded.cypher.load import WorldPart, WorldRows, env_row
+from worldgraph.kg.embedded.cypher.model import (
+    ENGINE,
+    INCREMENTAL_MAX,
+    NODE_TABLES,
+    REL_TABLES,
+    WORLD_NODE_TABLES,
+    WORLD_REL_TABLES,
+    Columns,
+    Nodes,
+    Rels,
+    empty_nodes,
+    empty_rels,
+    node_names,
+    rel_names,
+)
+from worldgraph.kg.neo4j import schema as q
+
+REFRESH_WAIT = 0.25
+
+
+_KUZU_TYPES = {"string": "STRING", "int64": "INT64", "double": "DOUBLE", "bool": "BOOLEAN",
+               "list<item: string>": "STRING[]"}
+_ARROW_TYPES = {"STRING": "string", "INT64": "int64", "DOUBLE": "float64", "BOOLEAN": "bool", "STRING[]": "list<string>"}
+
+
+def _array(name: str, values: list[Any], kind: str | None = None) -> tuple[Any, str]:
+    """One column as an Arrow array and its LadybugDB type, each value as Neo4j holds it (ints and
+    floats mixed become doubles; all-null columns are strings). With ``kind`` (a table's existing
+    column), the values must fit it: CypherQueryError if they do not."""
+    import pyarrow as pa
+
+    try:
+        arr = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise CypherQueryError(f"cannot project the property {name!r} into {ENGINE}: its values mix types ({exc})") \
+            from None
+    t = arr.type
+    if pa.types.is_null(t):
+        arr = arr.cast(pa.string())
+    elif pa.types.is_integer(t):
+        arr = arr.cast(pa.int64())
+    elif pa.types.is_floating(t):
+        arr = arr.cast(pa.float64())
+    elif pa.types.is_large_string(t):
+        arr = arr.cast(pa.string())
+    elif pa.types.is_list(t) and pa.types.is_null(t.value_type):
+        arr = arr.cast(pa.list_(pa.string()))
+    got = _KUZU_TYPES.get(str(arr.type))
+    if got is None:
+        raise CypherQueryError(f"cannot project the property {name!r} ({arr.type}) into {ENGINE}")
+    if kind is not None and got != kind:
+        if arr.null_count == len(arr) or (got, kind) == ("INT64", "DOUBLE"):
+            arr = arr.cast(pa.list_(pa.string()) if kind == "STRING[]" else _ARROW_TYPES[kind])
+        else:
+            raise CypherQueryError(f"the property {name!r} is {got} in new rows, {kind} in the projection")
+        got = kind
+    return arr, got
+
+
+class Projection:
+    """One tenant's graph in an in-memory LadybugDB database (see the module docstring)."""
+
+    def __init__(self, tenant_id: str, nodes: Nodes, rels: Rels, episodes: set[str], world: WorldPart,
+                 buffer_pool_bytes: int = 0) -> None:
+        import ladybug
+
+        self.tenant_id = tenant_id
+        self.episodes = episodes  # ids, for the world part's (:Scene)-[:FROM_EPISODE]->(:Episode)
+        self.lock = threading.Lock()  # one query (or refresh) at a time; released through unlock()
+        self.closed = False  # replaced, dropped or abandoned: hand it out no more
+        self.released = False  # its database is closed (its memory freed)
+        # buffer_pool_bytes bounds the engine's memory (an in-memory database lives in its buffer
+        # pool; 0: LadybugDB's default, most of the machine's memory). Not bounded by default: a
+        # 20k-episode tenant (13 MiB SQLite file) did not load in 8x its file size (bench/README.md).
+        self.db = ladybug.Database(":memory:", buffer_pool_size=buffer_pool_bytes)
+        self.conn = ladybug.Connection(self.db)
+        self.conn.set_max_threads_for_exec(2)
+        self.kinds: dict[str, dict[str, str]] = {}  # table -> column -> LadybugDB type
+        self.world = world
+        self.world_gen = 0  # the store's world-write generation the world part is at (embedded.py)
+        self._create(nodes, rels)
+        self._create(world.nodes, world.rels)
+        world.nodes, world.rels = {}, {}  # loaded: only raw and the index stay
+
+    @contextmanager
+    def _refreshing(self) -> Iterator[None]:
+        """Hold the lock for a refresh. A query that still runs on the projection after
+        ``REFRESH_WAIT`` seconds (the refresh's caller holds the cache's lock meanwhile) raises
+        ProjectionBusy: the cache builds a new projection instead of waiting for it."""
+        if not self.lock.acquire(timeout=REFRESH_WAIT):
+            raise ProjectionBusy
+        try:
+            if self.closed:
+                raise ProjectionBusy
+            yield
+        finally:
+            self.unlock()
+
+    def replace_world(self, world: WorldPart) -> None:
+        """Drop the world part's tables and load them again (the episode part stays)."""
+        with self._refreshing():
+            self._drop_world()
+            self._create(world.nodes, world.rels)
+            world.nodes, world.rels = {}, {}
+            self.world = world
+
+    def _drop_world(self) -> None:
+        for rtype in WORLD_REL_TABLES:
+            self.conn.execute(f"DROP TABLE IF EXISTS {rtype}")
+        for label in WORLD_NODE_TABLES:
+            self.conn.execute(f"DROP TABLE IF EXISTS {label}")
+
+    def _create(self, nodes: Nodes, rels: Rels) -> None:
+        """Create and fill the node tables of ``nodes`` and the relationship tables of ``rels``."""
+        for label, columns in nodes.items():
+            cols = {n: _array(n, columns[n]) for n in node_names(label)}
+            columns.clear()  # consumed: the Python values go before the engine's copy is made
+            self.kinds[label] = {n: kind for n, (_, kind) in cols.items()}
+            ddl = ", ".join(f"{n} {kind}" for n, (_, kind) in cols.items())
+            self.conn.execute(f"CREATE NODE TABLE {label}({ddl}, PRIMARY KEY ({NODE_TABLES[label][0]}))")
+            self._copy_nodes(label, {n: arr for n, (arr, _) in cols.items()})
+        for rtype, by_pair in rels.items():
+            names = rel_names(rtype)[2:]
+            joined: dict[str, list[Any]] = {n: [v for c in by_pair.values() for v in c.get(n, [])] for n in names}
+            kinds = {n: _array(n, values)[1] for n, values in joined.items()}
+            self.kinds[rtype] = kinds
+            ddl = "".join(f", {n} {kind}" for n, kind in kinds.items())
+            self.conn.execute(f"CREATE REL TABLE {rtype}("
+                              f"{', '.join(f'FROM {a} TO {b}' for a, b in REL_TABLES[rtype])}{ddl})")
+        self._copy_rels(rels)
+
+    def _copy_nodes(self, label: str, arrays: Mapping[str, Any]) -> None:
+        import pyarrow as pa
+
+        if arrays and len(next(iter(arrays.values()))):
+            arrow_rows = pa.table(dict(arrays))  # noqa: F841 - read by COPY
+            self.conn.execute(f"COPY {label} FROM arrow_rows")
+
+    def _copy_rels(self, rels: Rels) -> None:
+        """Append the relationships of ``rels`` to their (existing) tables."""
+        import pyarrow as pa
+
+        for rtype, by_pair in rels.items():
+            kinds = self.kinds[rtype]
+            for (a, b), columns in by_pair.items():
+                if not columns["from"]:
+                    continue
+                arrow_rows = pa.table({"from": columns["from"], "to": columns["to"],  # noqa: F841 - read by COPY
+                                       **{n: _array(n, columns[n], kinds[n])[0] for n in kinds}})
+                self.conn.execute(f"COPY {rtype} FROM arrow_rows (from='{a}', to='{b}')")
+
+    def update_world(self, raw: WorldRows, read_edges: Callable[[str, list[str]], list[tuple[str, str]]]) -> bool:
+        """Bring the world part to ``raw`` (the world rows read now) by reloading only the rows
+        that changed and the relationships that touch them; False (nothing changed) when the
+        change is not of that kind (environments come or go, too many rows, a property changes
+        type): the caller then reloads the whole world part. ``read_edges(env, ids)``:
+        the (id, data) of the env's edges from or to those node ids."""
+        old = self.world.raw
+        world = self.world.world
+        if raw["env_meta"].keys() != old["env_meta"].keys():
+            return False
+        changed = {t: {k for k, _ in raw[t].items() ^ old[t].items()} for t in raw}
+        if sum(map(len, changed.values())) > INCREMENTAL_MAX:
+            return False
+        envs = [e for e, d in raw["env_meta"].items() if old["env_meta"][e] != d]
+        scenes = changed["scenes"] | changed["scene_reports"]
+        for sid in scenes:
+            env = loads(raw["scenes"][sid]).get("env_name") if sid in raw["scenes"] else None
+            was = loads(old["scenes"][sid]).get("env_name") if sid in old["scenes"] else None
+            # an environment that only scenes name would come or go: the world part is reloaded
+            if (env is not None and env not in world.envs) or (was is not None and was not in raw["env_meta"]):
+                return False
+        moved = set(changed["world_nodes"])
+        rules = set(changed["world_rules"])
+        edges = set(changed["world_edges"])
+        for sid in scenes:  # what links to a scene names its id: those rows are reloaded with it
+            moved |= {k for k, data in raw["world_nodes"].items() if sid in data}
+            rules |= {k for k, data in raw["world_rules"].items() if sid in data}
+            edges |= {k for k, data in raw["world_edges"].items() if sid in data}
+        by_env: dict[str, list[str]] = {}
+        for env, nid in moved:
+            by_env.setdefault(env, []).append(nid)
+        for env, ids in by_env.items():
+            edges |= {(env, eid) for eid, _ in read_edges(env, ids)}
+        if moved:
+            moved_ids = {nid for _env, nid in moved}
+            for key, data in raw["world_rules"].items():
+                if any(nid in data for nid in moved_ids):  # a cheap test on the text first
+                    linked = loads(data).get("linked_node_ids") or []
+                    if any((key[0], nid) in moved for nid in linked):
+                        rules.add(key)
+        t = self.tenant_id
+        # the changed edges as they are in the projection: (type, from label) -> [(from pk, key)]
+        old_edges: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for env, eid in edges:
+            if (env, eid) in old["world_edges"]:
+                e = loads(old["world_edges"][(env, eid)])
+                rtype = q.EDGE_TYPES.get(e.get("relation", ""))
+                src = world.index.get((env, e.get("src_id")))
+                if src is None and rtype == "EPISODIC" and e.get("src_id") in world.scenes:
+                    src = ("Scene", e["src_id"])
+                if rtype is not None and src is not None:
+                    old_edges.setdefault((rtype, src[0]), []).append({"a": src[1], "key": q.world_key(t, env, eid)})
+        with self._refreshing():
+            try:
+                # each from its source node, found by its key, then among that node's relationships
+                # (a scan of the whole relationship table took 20-45 ms per type at 10k edges)
+                for (rtype, label), erows in old_edges.items():
+                    self.conn.execute(f"MATCH (a:{label})-[e:{rtype}]->() WHERE a.{NODE_TABLES[label][0]} IN $a "
+                                      "AND e.key IN $keys DELETE e",
+                                      {"a": list({r["a"] for r in erows}), "keys": [r["key"] for r in erows]})
+                self._delete("Rule", [q.world_key(t, env, rid) for env, rid in rules])
+                self._delete("Scene", list(scenes))
+                world.scenes = set(raw["scenes"])
+                gone: dict[str, list[str]] = {}
+                for k in moved:
+                    if k in world.index:
+                        label, key = world.index.pop(k)
+                        gone.setdefault(label, []).append(key)
+                for label, keys in gone.items():
+                    self._delete(label, keys)
+                nodes = empty_nodes(("Scene", "Entity", "State", "Rule"))
+                rels = empty_rels(("IN_ENV", "FROM_EPISODE", "PRODUCED", "CONCERNS", "TRANSITION", "CONTAINS",
+                                    "EPISODIC"))
+                for sid in scenes:
+                    if sid in raw["scenes"]:
+                        world.scene(nodes, rels, raw["scenes"][sid], raw["scene_reports"].get(sid), self.episodes)
+                for k in moved:
+                    if k in raw["world_nodes"]:
+                        world.node(nodes, rels, k[0], raw["world_nodes"][k])
+                for k in rules:
+                    if k in raw["world_rules"]:
+                        world.rule(nodes, rels, k[0], raw["world_rules"][k])
+                for k in edges:
+                    if k in raw["world_edges"]:
+                        world.edge(rels, k[0], raw["world_edges"][k])
+                for label, columns in nodes.items():
+                    self._insert_nodes(label, columns)
+                for rtype, by_pair in rels.items():
+                    for pair, columns in by_pair.items():
+                        self._insert_rels(rtype, pair, columns)
+                for env in envs:
+                    row = env_row(t, env, raw["env_meta"][env])
+                    self.conn.execute("MATCH (e:Environment {env_name: $env_name}) SET e.record = $record, "
+                                      "e.graph_version = $graph_version, e.updated_at = $updated_at",
+                                      {k: v for k, v in row.items() if k != "tenant_id"})
+            except (RuntimeError, CypherQueryError):
+                # half applied: the whole world part is reloaded from the store (the caller)
+                return False
+        self.world.raw = raw
+        return True
+
+    # A few rows are written with UNWIND statements: each COPY costs 10-40 ms whatever its size.
+    def _delete(self, label: str, pks: list[Any]) -> None:
+        if pks:
+            self.conn.execute(f"UNWIND $pks AS k MATCH (n:{label} {{{NODE_TABLES[label][0]}: k}}) DETACH DELETE n",
+                              {"pks": pks})
+
+    def _typed(self, table: str, columns: Columns, names: Iterable[str]) -> tuple[list[dict[str, Any]], str]:
+        """The rows as parameters (each value as its column's type) and the property map that sets them."""
+        kinds = self.kinds[table]
+        values = {n: _array(n, columns[n], kinds[n])[0].to_pylist() for n in names}
+        rows = [dict(zip(values, row, strict=True)) for row in zip(*values.values(), strict=True)]
+        props = ", ".join(f"`{n}`: CAST(r.`{n}` AS {kinds[n]})" for n in values)
+        return rows, props
+
+    def _insert_nodes(self, label: str, columns: Columns) -> None:
+        if columns[NODE_TABLES[label][0]]:
+            rows, props = self._typed(label, columns, self.kinds[label])
+            self.conn.execute(f"UNWIND $rows AS r CREATE (:{label} {{{props}}})", {"rows": rows})
+
+    def _insert_rels(self, rtype: str, pair: tuple[str, str], columns: Columns) -> None:
+        if not columns["from"]:
+            return
+        a, b = pair
+        rows, props = self._typed(rtype, columns, self.kinds[rtype])
+        rows = [{**row, "_from": src, "_to": dst} for row, src, dst in
+                zip(rows or [{}] * len(columns["from"]), columns["from"], columns["to"], strict=True)]
+        self.conn.execute(f"UNWIND $rows AS r MATCH (a:{a} {{{NODE_TABLES[a][0]}: r._from}}) "
+                          f"MATCH (b:{b} {{{NODE_TABLES[b][0]}: r._to}}) "
+                          f"CREATE (a)-[:{rtype} {{{props}}}]->(b)", {"rows": rows})
+
+    def close(self) -> None:
+        """Close it now if no query runs on it, else when that query's thread ends (``unlock``): a
+        newer projection may replace it while a query runs, and a query abandoned past its deadline
+        may run on in the engine for a while. Never waits for a query."""
+        self.closed = True
+        if self.lock.acquire(blocking=False):
+            try:
+                if not self.released:
+                    self.released = True
+                    self.conn.close()
+                    self.db.close()
+            finally:
+                self.lock.release()
+
+    def unlock(self) -> None:
+        """Release ``lock``; when the projection was closed meanwhile, free its database now. (Whoever
+        holds the lock when close() fails to take it unlocks after close() set ``closed``, so the
+        last holder always sees it.)"""
+        self.lock.release()
+        if self.closed:
+            self.close()
+
+
+class ProjectionClosed(Exception):
+    """The projection was replaced between being handed out and the query starting: ask again."""
+
+
+class ProjectionBusy(Exception):
+    """A query still runs on the projection: build a new one rather than wait for it."""
+

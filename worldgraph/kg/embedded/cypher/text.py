@@ -1,0 +1,330 @@
+"""The query text: what is refused before the engine parses it (``check_text``) and the
+translation into LadybugDB's dialect (``translate``)."""
+
+from __future__ import annotations
+
+import re
+
+from worldgraph.errors import CypherInputError, CypherQueryError, ReadOnlyQueryError
+from worldgraph.kg import cypher_guard as guard
+from worldgraph.kg.embedded.cypher.model import ENGINE, LABELS, WORLD
+
+# A query text longer than this is refused before the engine parses it. WorldModel.cypher has
+# already applied the config's cypher_max_query_bytes (kg/cypher_limits.py); this bounds direct
+# callers of the store too.
+MAX_QUERY_CHARS = 100_000
+_BLANK_RE = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`(?:[^`]|``)*`|//[^\n]*|/\*.*?\*/", re.S)
+# LadybugDB statements that are not reads of the projection (the Neo4j ones are cypher_guard's)
+_ENGINE_WORDS = ("COPY", "INSTALL", "ATTACH", "EXPORT", "IMPORT", "BEGIN", "COMMIT", "ROLLBACK", "CHECKPOINT",
+                 "LOAD", "CALL", "MACRO", "PROJECT")
+_ENGINE_RE = re.compile(r"(?<![.$:\w])(" + "|".join(_ENGINE_WORDS) + r")\b(?!\s*:)", re.I)
+NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def blank(query: str) -> str:
+    """The query with the insides of strings, quoted names and comments replaced by spaces (same
+    length, so positions found in it are positions in the query)."""
+    def keep(m: re.Match[str]) -> str:
+        s = m.group(0)
+        if s.startswith(("//", "/*")):
+            return " " * len(s)
+        return s[0] + " " * (len(s) - 2) + s[-1]
+    return _BLANK_RE.sub(keep, query)
+
+
+def _unsupported(feature: str, instead: str) -> CypherQueryError:
+    return CypherQueryError(f"the embedded store's Cypher engine ({ENGINE}) does not support {feature}; {instead} "
+                            "(or run the query on the Neo4j store: --graph neo4j)")
+
+
+def check_text(query: str) -> None:
+    """Refuse what is not a read of the projection, before the engine parses it."""
+    guard.check_text(query)
+    if len(query) > MAX_QUERY_CHARS:
+        raise CypherInputError("query", f"is {len(query)} characters; at most {MAX_QUERY_CHARS} are accepted")
+    found = _ENGINE_RE.search(blank(query))
+    if found:
+        word = found.group(1).upper()
+        raise ReadOnlyQueryError(
+            f"cypher() is read-only: {word} is not allowed (statements that write, read files or Python objects, "
+            "or change the engine's settings are refused). Use the WorldModel API to change data.")
+
+
+_LABELS_RE = re.compile(rf"\(\s*(?P<var>{NAME}|`[^`]*`)?\s*(?P<labels>(?::\s*(?:{NAME}|`[^`]*`)\s*)+)")
+_BAD_LABEL_RE = re.compile(rf"\(\s*(?:{NAME})?\s*:\s*{NAME}\s*[|&!%]")
+_REL_RE = re.compile(r"(?P<open><?-\s*)\[(?P<body>[^\[\]]*)\](?P<close>\s*->?)")
+_CLAUSE_RE = re.compile(r"(?<![.$:\w])(OPTIONAL\s+MATCH|MATCH|WITH|RETURN|UNWIND|UNION(?:\s+ALL)?|WHERE|ORDER\s+BY|SKIP|"
+                        r"LIMIT)\b", re.I)
+_FUNCS = {"tostring": "to_string", "tointeger": "to_int64", "tofloat": "to_double", "toboolean": "to_bool",
+          "type": "label"}
+_FUNC_RE = re.compile(r"(?<![.$\w`])(?P<name>toString|toInteger|toFloat|toBoolean|type|labels)\s*\(", re.I)
+
+
+_KEYWORDS = frozenset({"RETURN", "WITH", "IN", "AND", "OR", "NOT", "WHERE", "UNWIND", "THEN", "ELSE", "WHEN", "BY",
+                       "AS", "DISTINCT", "XOR", "CASE", "COLLECT", "EXISTS", "COUNT"})
+
+
+def _clauses(code: str) -> list[tuple[int, int, str, int, int]]:
+    """The clause keywords of the query: (start, end of keyword, kind, bracket depth, end of clause).
+    A clause ends at the next clause keyword of the same or a lower depth, or where its brackets
+    close; keywords inside brackets (``[x IN l WHERE ...]``, ``EXISTS { MATCH ... }``) belong there."""
+    depth, depths = 0, []
+    for ch in code:
+        if ch in ")]}":
+            depth -= 1
+        depths.append(depth)
+        if ch in "([{":
+            depth += 1
+    found = []
+    for m in _CLAUSE_RE.finditer(code):
+        kind = m.group(1).upper()
+        if kind == "WITH" and re.search(r"(?:STARTS|ENDS)\s+\Z", code[:m.start()], re.I):
+            continue
+        kind = "MATCH" if kind.endswith("MATCH") else kind.split()[0]
+        found.append((m.start(), m.end(), kind, depths[m.start()]))
+    out = []
+    for i, (start, after, kind, d) in enumerate(found):
+        end = len(code)
+        for k in range(after, len(code)):
+            if depths[k] < d:
+                end = k
+                break
+        for nxt in found[i + 1:]:
+            if nxt[3] <= d and nxt[0] < end:
+                end = nxt[0]
+                break
+        out.append((start, after, kind, d, end))
+    return out
+
+
+MAX_RANGE = 1_000_000
+
+
+def _check_ranges(code: str) -> None:
+    """``range(a, b)`` builds its whole list before the timeout is looked at (300M elements ran 69 s
+    past a 0.5 s timeout): only integer literals spanning at most MAX_RANGE are accepted."""
+    for m in re.finditer(r"(?<![.$\w`])range\s*\(", code, re.I):
+        depth, j = 1, m.end()
+        while j < len(code) and depth:
+            depth += {"(": 1, ")": -1}.get(code[j], 0)
+            j += 1
+        args = code[m.end():j - 1].split(",")
+        if not 2 <= len(args) <= 3 or not all(re.fullmatch(r"\s*-?\d+\s*", a) for a in args):
+            raise _unsupported("range() with bounds that are not integer literals",
+                               f"write range(first, last) with numbers at most {MAX_RANGE:,} apart")
+        first, last = int(args[0]), int(args[1])
+        step = abs(int(args[2])) if len(args) == 3 else 1
+        if step == 0 or abs(last - first) // step > MAX_RANGE:
+            raise _unsupported(f"range() of more than {MAX_RANGE:,} numbers", "its list is built whole before "
+                               "the timeout can stop it; use a smaller range")
+
+
+# How big one expression may make a string or list. LadybugDB evaluates an expression whole before
+# it looks at its timeout or an interrupt, outside the memory its buffer pool bounds: lpad to 400M
+# characters took 2.3 GB, a list doubled 14 times by ``WITH l + l AS l`` ~3 GB and a minute.
+MAX_BUILT = 1_000_000
+_BUILDERS_RE = re.compile(r"(?<![.$\w`])(lpad|rpad|repeat)\s*\(", re.I)
+_INT_RE = re.compile(r"\s*\d+\s*")
+# a value added to itself (``l + l``, ``list_concat(l, l)``): each repetition doubles it
+_DOUBLING_RE = re.compile(rf"(?<![.$\w`])({NAME})\s*\+\s*\1(?![\w`(.\[])"
+                          rf"|(?<![.$\w`])(?:list_concat|list_cat|array_concat|array_cat|concat)\s*\(\s*({NAME})\s*,"
+                          rf"\s*\2\s*\)", re.I)
+
+
+def _items(code: str, start: int, end: int) -> list[tuple[int, int]]:
+    """The bounds of the comma-separated items of ``code[start:end]`` (commas inside brackets do not
+    separate)."""
+    depth, item_start, bounds = 0, start, []
+    for k in range(start, end):
+        ch = code[k]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            bounds.append((item_start, k))
+            item_start = k + 1
+    bounds.append((item_start, end))
+    return bounds
+
+
+def _arguments(code: str, open_at: int) -> list[str]:
+    """The arguments of the call whose ``(`` ends at ``open_at``."""
+    depth, j = 1, open_at
+    while j < len(code) and depth:
+        depth += {"(": 1, ")": -1}.get(code[j], 0)
+        j += 1
+    return [code[a:b] for a, b in _items(code, open_at, j - 1)]
+
+
+def _check_builders(code: str) -> None:
+    """Refuse the expressions that build a huge string or list in one step (see MAX_BUILT): the
+    length of ``lpad`` / ``rpad`` and the count of ``repeat`` must be integer literals (``repeat``
+    of a string literal) making at most MAX_BUILT characters, and a value may not be added to
+    itself. Refused, not run: the deadline ends the call, but the engine would run on, holding
+    that memory, until the expression is built."""
+    for m in _BUILDERS_RE.finditer(code):
+        name, args = m.group(1).lower(), _arguments(code, m.end())
+        if name == "repeat":
+            text = args[0].strip() if args else ""
+            count = args[1] if len(args) == 2 else ""
+            quoted = len(text) >= 2 and text[0] == text[-1] and text[0] in "'\""
+            if not quoted or not _INT_RE.fullmatch(count) or (len(text) - 2) * int(count) > MAX_BUILT:
+                raise _unsupported("repeat() beyond a string literal repeated by an integer literal to at most "
+                                   f"{MAX_BUILT:,} characters", "its string is built whole before the timeout "
+                                   "can stop it; repeat a literal fewer times")
+        elif len(args) != 3 or not _INT_RE.fullmatch(args[1]) or int(args[1]) > MAX_BUILT:
+            raise _unsupported(f"{name}() to a length that is not an integer literal of at most {MAX_BUILT:,}",
+                               "its string is built whole before the timeout can stop it; pad to a smaller "
+                               "literal length")
+    found = _DOUBLING_RE.search(code)
+    if found:
+        raise _unsupported(f"adding a value to itself ({found.group(0).strip()})",
+                           "repeated, it doubles a list or string in one step the timeout cannot stop "
+                           "(a number: write 2 * x)")
+
+
+def _label_tables(labels: list[str]) -> list[str]:
+    tables: set[str] | None = None
+    for label in labels:
+        if label not in LABELS:
+            raise CypherQueryError(f"the graph model has no label {label!r}; labels: {', '.join(sorted(LABELS))}")
+        these = set(WORLD) if label == "WorldNode" else {label}
+        tables = these if tables is None else tables & these
+    return sorted(tables or ())
+
+
+def translate(query: str) -> str:
+    """The query in LadybugDB's dialect (module docstring); CypherQueryError for what cannot be."""
+    code = blank(query)
+    if re.search(r"(?<![.$\w])(?:shortestPath|allShortestPaths)\s*\(", code, re.I):
+        raise _unsupported("shortestPath()", "bound the path instead: MATCH p = (a)-[:CONTAINS*1..5]-(b) "
+                           "RETURN p ORDER BY length(p) LIMIT 1")
+    _check_ranges(code)
+    _check_builders(code)
+    if re.search(r"(?<![.$\w`])(?:properties|keys)\s*\(", code, re.I):
+        raise _unsupported("properties() and keys() as Neo4j returns them (it lists every property of the "
+                           "node's table, set or not)", "return the node itself (RETURN x) or name the properties")
+    if _BAD_LABEL_RE.search(code):
+        raise _unsupported("label expressions with | & ! %", "write one label per pattern, or UNION two queries")
+    # list subscripts and slices: 1-based in LadybugDB, 0-based in Neo4j (same text, other rows)
+    for m in re.finditer(r"[\w)\]`]\s*\[", code):
+        word = re.search(r"(\w+)\s*\[\Z", code[:m.end()])
+        if word and word.group(1).upper() in _KEYWORDS:
+            continue
+        raise _unsupported("list indexing and slicing (x[i], x[a..b])",
+                           "its lists are 1-based, so the same text would return other values")
+    edits: list[tuple[int, int, str]] = []
+    for m in _LABELS_RE.finditer(code):
+        labels = [s.strip().strip("`") for s in m.group("labels").split(":")[1:]]
+        tables = _label_tables(labels)
+        if not tables:  # no node has these labels together: keep the pattern, match nothing
+            raise _unsupported(f"the label combination {':'.join(labels)}", "no node has all of these labels")
+        edits.append((m.start("labels"), m.end("labels"), ":" + ":".join(tables) + " "))
+    for m in _FUNC_RE.finditer(code):
+        name = m.group("name").lower()
+        if name == "labels":
+            edits.append((m.start(), m.end(), "_wg_labels("))
+        else:
+            edits.append((m.start("name"), m.end("name"), _FUNCS[name]))
+    edits += _relationship_edits(code)
+    edits += _column_names(query, code)
+    out = query
+    for start, end, text in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+        out = out[:start] + text + out[end:]
+    # labels(x): the Neo4j store's labels of the node's table
+    out = re.sub(r"_wg_labels\(", "_wg_labels_of(", out)
+    while "_wg_labels_of(" in out:
+        i = out.index("_wg_labels_of(")
+        j, depth = i + len("_wg_labels_of("), 1
+        while j < len(out) and depth:
+            depth += {"(": 1, ")": -1}.get(out[j], 0)
+            j += 1
+        arg = out[i + len("_wg_labels_of("): j - 1]
+        out = (out[:i] + f"CASE label({arg}) WHEN 'Entity' THEN ['WorldNode', 'Entity'] WHEN 'State' THEN "
+               f"['WorldNode', 'State'] ELSE [label({arg})] END" + out[j:])
+    return out
+
+
+def _relationship_edits(code: str) -> list[tuple[int, int, str]]:
+    """Neo4j matches each relationship at most once per MATCH (its patterns, comma-separated ones
+    too) and var-length paths as trails; LadybugDB matches walks. So: ``* TRAIL`` for each
+    var-length relationship, a name for each anonymous one, and ``r1 <> r2`` for each pair of
+    fixed-length relationships of one MATCH. A named var-length relationship (a list in Neo4j,
+    a path in LadybugDB) is refused."""
+    edits: list[tuple[int, int, str]] = []
+    clauses = _clauses(code)
+    n = 0
+    for i, (start, _after, kind, _d, pattern_end) in enumerate(clauses):
+        if kind != "MATCH":
+            continue
+        where_at, end = None, pattern_end
+        nxt = clauses[i + 1] if i + 1 < len(clauses) else None
+        if nxt is not None and nxt[2] == "WHERE" and nxt[0] == pattern_end:
+            where_at, end = nxt[0], nxt[4]
+        fixed: list[tuple[str, str]] = []  # (name, types)
+        varlen: list[str] = []
+        for m in _REL_RE.finditer(code, start, pattern_end):
+            body = m.group("body")
+            bm = re.match(rf"\s*(?P<var>{NAME})?\s*(?P<types>:[^*{{]*)?(?P<star>\*[^{{]*)?(?P<rest>.*)\Z", body, re.S)
+            if bm is None:
+                continue
+            types = (bm.group("types") or "").replace(" ", "").lstrip(":")
+            if bm.group("star") is not None:
+                if bm.group("var"):
+                    raise _unsupported(f"a named var-length relationship ([{bm.group('var')}{bm.group('types') or ''}*..])",
+                                       "name the path instead: p = (a)-[:CONTAINS*1..3]->(b), relationships(p)")
+                star = m.start("body") + bm.start("star")
+                edits.append((star, star + 1, "* TRAIL "))
+                varlen.append(types)
+                continue
+            var = bm.group("var")
+            if var is None:
+                n += 1
+                var = f"_wg_r{n}"
+                at = m.start("body") + (bm.start("types") if bm.group("types") else len(body) - len(body.lstrip()))
+                edits.append((at, at, var))
+            fixed.append((var, types))
+        pairs = [(a, b) for k, (a, ta) in enumerate(fixed) for (b, tb) in fixed[k + 1:]
+                 if _may_share(ta, tb)]
+        if varlen and any(_may_share(tv, t) for tv in varlen for _, t in fixed):
+            raise _unsupported("a var-length relationship and a fixed one of the same type in one MATCH",
+                               "split them into two MATCH clauses, or give them different types")
+        if pairs:
+            cond = " AND ".join(f"{a} <> {b}" for a, b in pairs)
+            if where_at is not None:
+                body_start = where_at + len("WHERE")
+                edits.append((body_start, body_start, " ("))
+                edits.append((end, end, f") AND {cond} "))
+            else:
+                edits.append((pattern_end, pattern_end, f" WHERE {cond} "))
+    return edits
+
+
+def _may_share(a: str, b: str) -> bool:
+    """Whether relationships typed ``a`` and ``b`` (``T1|T2``, empty for any) can be the same one."""
+    if not a or not b:
+        return True
+    return bool({t.strip(":") for t in a.split("|")} & {t.strip(":") for t in b.split("|")})
+
+
+def _column_names(query: str, code: str) -> list[tuple[int, int, str]]:
+    """Neo4j names an unaliased RETURN item by its text (``count(*)``, ``e.name``); LadybugDB by its
+    own rendering. Each unaliased item of each RETURN gets ``AS `<its text>```."""
+    edits: list[tuple[int, int, str]] = []
+    for _start, after, kind, _d, end in _clauses(code):
+        if kind != "RETURN":
+            continue
+        items_at = after
+        dm = re.match(r"\s*DISTINCT\b", code[after:end], re.I)
+        if dm:
+            items_at += dm.end()
+        for a, b in _items(code, items_at, end):
+            text = code[a:b]
+            if not text.strip() or text.strip() == "*" or re.search(r"\bAS\s+[\w`]", text, re.I):
+                continue
+            raw = query[a:b].strip()
+            stop = a + len(query[a:b].rstrip())
+            edits.append((stop, stop, " AS `" + raw.replace("`", "``") + "`"))
+    return edits
+
