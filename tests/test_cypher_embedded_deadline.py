@@ -90,10 +90,12 @@ def test_a_hostile_query_ends_on_time_and_the_next_query_works(wm: WorldModel, n
     started = time.monotonic()
     assert [r["task"] for r in wm.cypher("attacker", NORMAL)] == [f"attacker task {i}" for i in range(3)]
     assert time.monotonic() - started <= BOUND
-    if embedded_cypher.abandoned_runs("attacker"):  # the engine did not stop: the projection was abandoned
-        assert before.closed and projection(wm, "attacker") is not before
+    if before.closed:  # the engine did not stop at the deadline: the run and its projection were abandoned
+        assert projection(wm, "attacker") is not before
         wait_for_abandoned_runs()
-    assert before.closed and before.released, "the projection's database was not freed when its run ended"
+        assert before.released, "the projection's database was not freed when its run ended"
+    else:  # the engine stopped (how fast depends on the machine): the same projection serves on
+        assert projection(wm, "attacker") is before and not before.released
 
 
 def test_another_tenant_is_served_meanwhile(wm: WorldModel) -> None:
