@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from worldgraph.config import child_environment
 from worldgraph.memory.index.policy import (
     ann_due_rows,
     compaction_target,
@@ -125,8 +125,7 @@ class IndexMaintenance(IndexTables):
             return
         # An object store too: the child opens the same URI with the AWS_* variables it inherits.
         pkg_root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env = child_environment(pythonpath_first=pkg_root)
         cmd = [sys.executable, "-m", "worldgraph.memory.index.episode_index", "maintain", self.path, str(self.dimensions),
                self.embedder_name, self.config.model_dump_json(), json.dumps(tasks)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
