@@ -9,6 +9,10 @@
 A module imports only its own layer and the layers below it. A module of the package that is in
 no layer fails the test: place it (a new package is a decision, written here and in the docs).
 
+No module takes another module's private names (``_name``): not by ``from m import _name`` (however
+the import is spread over lines), not as ``m._name`` of an imported module. What two modules share
+is public in one of them, with a name that says what it is.
+
 Every module of the package is parsed with ``ast`` (nothing is imported), and every import in it
 counts: module level and inside functions alike, absolute and relative. For cycles, imports
 under ``if TYPE_CHECKING:`` are left out (they never run, so they cannot form a runtime cycle);
@@ -234,3 +238,70 @@ def test_layer_of_takes_the_longest_name() -> None:
     assert layer_of("worldgraph.kg.embedded.store") == 3
     assert layer_of("worldgraph.cli.demo") == 0 and layer_of("worldgraph.errors") == 4
     assert layer_of("worldgraph.nowhere") is None
+
+
+# Packages whose private imports are being removed on their own branches of issue 23 (the knowledge-graph
+# stores and the world-model pipeline); the rule holds everywhere else.
+PRIVATE_IMPORTS_PENDING = ("worldgraph.kg", "worldgraph.world")
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_imports(package: Path = PACKAGE) -> list[str]:
+    """'module:line name' for each private name a module takes from another module of the package:
+    ``from worldgraph.m import _x`` (absolute or relative) and ``m._x`` where ``m`` is a module of
+    the package it imported."""
+    modules = package_modules(package)
+    found = []
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        aliases: dict[str, str] = {}  # local name -> the package module it is bound to
+        for node in _imports(tree, type_checking=True):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] == "worldgraph":
+                        aliases[a.asname or a.name] = a.name
+                continue
+            base = node.module or ""
+            if node.level:
+                base = ".".join(here[:len(here) - node.level + 1] + ([base] if base else []))
+            if not (base == "worldgraph" or base.startswith("worldgraph.")):
+                continue
+            for a in node.names:
+                if base + "." + a.name in modules:
+                    aliases[a.asname or a.name] = base + "." + a.name
+                if _private(a.name) and base != name:
+                    found.append(f"{name}:{node.lineno} {a.name} (from {base})")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _private(node.attr):
+                dotted = ast.unparse(node.value)
+                if dotted in aliases and aliases[dotted] != name:
+                    found.append(f"{name}:{node.lineno} {node.attr} (of {aliases[dotted]})")
+    return found
+
+
+def test_no_module_takes_another_modules_private_names() -> None:
+    bad = [f for f in private_imports()
+           if not any(f == p or f.startswith((p + ".", p + ":")) for p in PRIVATE_IMPORTS_PENDING)]
+    assert bad == [], "modules take other modules' private names (make the shared thing public, or move it):\n" + \
+        "\n".join(bad)
+
+
+def test_the_private_name_check_sees_every_form(tmp_path: Path) -> None:
+    pkg = tmp_path / "worldgraph"
+    (pkg / "memory").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "memory" / "__init__.py").write_text("")
+    (pkg / "memory" / "schema.py").write_text("_RETRIES = 5\ndef _check(): ...\n_check()\n__all__ = []\n")
+    (pkg / "memory" / "tables.py").write_text("from worldgraph.memory.schema import (\n    __all__,\n"
+                                              "    _RETRIES,\n)\nfrom . import schema\nschema._check()\n")
+    (pkg / "memory" / "search.py").write_text("import worldgraph.memory.schema as s\nfrom .schema import _check\n"
+                                              "s._RETRIES\n")
+    assert sorted(private_imports(pkg)) == [
+        "worldgraph.memory.search:2 _check (from worldgraph.memory.schema)",
+        "worldgraph.memory.search:3 _RETRIES (of worldgraph.memory.schema)",
+        "worldgraph.memory.tables:1 _RETRIES (from worldgraph.memory.schema)",
+        "worldgraph.memory.tables:6 _check (of worldgraph.memory.schema)"]
