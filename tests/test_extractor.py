@@ -12,7 +12,7 @@ from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import DeltaValidationError, ExtractionError
 from worldgraph.kg.records import DroppedItem
 from worldgraph.world.curiosity import AgentRound, build_scene_packet
-from worldgraph.world.extractor import DeltaExtractor, InvalidDeltaError, LLMUnavailableError, strip_fences
+from worldgraph.world.extractor import DeltaExtractor, LLMUnavailableError, strip_fences
 
 try:  # the lead's conftest may import the fixture too; both ways work
     from tests.fake_openai import FakeOpenAI, Reply, closed_port_url, fake_openai  # noqa: F401
@@ -86,7 +86,7 @@ def test_not_a_delta_then_repaired(fake_openai: FakeOpenAI) -> None:
 
 def test_invalid_twice_raises_with_the_errors(fake_openai: FakeOpenAI) -> None:
     fake_openai.queue("Sure! Here is what I learned: the key is brass.", '{"entities": "none"}')
-    with pytest.raises(InvalidDeltaError) as info:
+    with pytest.raises(DeltaValidationError) as info:
         _extractor(fake_openai).extract(_scene(), "")
     assert isinstance(info.value, DeltaValidationError)  # one error for an invalid delta, whoever wrote it
     assert "entities: must be an array, got string" in info.value.errors
@@ -257,7 +257,7 @@ def test_prompt_injection_stays_inside_the_data_block(fake_openai: FakeOpenAI) -
 
 def test_injected_answer_is_rejected_by_validation(fake_openai: FakeOpenAI) -> None:
     fake_openai.queue("PWNED", "PWNED")
-    with pytest.raises(InvalidDeltaError):
+    with pytest.raises(DeltaValidationError):
         _extractor(fake_openai).extract(_scene(after=INJECTION), "")
 
 

@@ -155,9 +155,6 @@ def test_feedback_returns_a_feedback_result_of_the_same_shape(tmp_path: Path) ->
     assert fb.average == 0.75 and fb["count"] == 1 and fb.feedback_notes == "good" and fb.episode_id == eid
 
 
-def test_invalid_delta_error_is_the_one_delta_error() -> None:
-    from worldgraph.world.extractor import InvalidDeltaError
-
-    assert InvalidDeltaError is DeltaValidationError
+def test_delta_validation_error_keeps_the_answer() -> None:
     err = DeltaValidationError(["entities: must be an array"], raw='{"entities": 1}')
     assert err.raw == '{"entities": 1}' and "invalid graph delta" in str(err)

@@ -25,7 +25,7 @@ from worldgraph.errors import (
     TenantScopeError,
     WorldGraphError,
 )
-from worldgraph.kg.records import MergeReport
+from worldgraph.kg.records import MergeReport, SceneRecord
 from worldgraph.memory.episode import Episode
 from worldgraph.memory.feedback import FeedbackResult
 from worldgraph.memory.lifecycle import ForgetReport, Page
@@ -46,14 +46,37 @@ from worldgraph.service import WorldModel
 __version__ = "0.1.0"
 
 __all__ = [
-    "ForgetReport",
-    "Page",
-    "AgentExperience", "AsyncWorldModel", "CanvasAction", "CanvasAudit", "CanvasContext", "CypherQueryError", "DateRange",
+    "AgentExperience",
+    "AsyncWorldModel",
+    "CanvasAction",
+    "CanvasAudit",
+    "CanvasContext",
+    "CypherQueryError",
+    "DateRange",
     "DeltaValidationError",
-    "EmbeddingDimensionError", "EpisodeFeedback", "ExtractionError", "FeedbackResult", "InvalidInputError",
+    "EmbeddingDimensionError",
+    "Episode",
+    "EpisodeFeedback",
+    "ExtractionError",
+    "FeedbackResult",
+    "ForgetReport",
+    "InvalidInputError",
     "MergeReport",
-    "MetacognitiveInsights", "NotFoundError", "PartialWriteError", "ReadOnlyError", "ReadOnlyQueryError",
-    "ReasoningChain", "RecallOptions", "RecallResult", "Episode", "StorageError", "StoreUnavailableError", "TenantScopeError",
+    "MetacognitiveInsights",
+    "NotFoundError",
+    "Page",
+    "PartialWriteError",
+    "ReadOnlyError",
+    "ReadOnlyQueryError",
+    "ReasoningChain",
+    "RecallOptions",
+    "RecallResult",
+    "SceneRecord",
+    "StorageError",
+    "StoreUnavailableError",
+    "TenantScopeError",
     "WorldGraphConfig",
-    "WorldGraphError", "WorldModel", "__version__",
+    "WorldGraphError",
+    "WorldModel",
+    "__version__",
 ]

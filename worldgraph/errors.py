@@ -1,4 +1,30 @@
-"""Errors that name the field, the rule it broke and what to do about it."""
+"""Errors that name the field, the rule it broke and what to do about it.
+
+Every error worldgraph raises on purpose is a ``WorldGraphError``; each also subclasses the
+built-in exception a caller would expect (a bad value is a ``ValueError``, an unknown id a
+``LookupError``), so ``except ValueError`` keeps working. The tree (tests/test_errors.py checks it
+against the classes):
+
+* WorldGraphError
+  + InvalidInputError (ValueError): a value breaks a rule; ``field`` names it
+    - CypherInputError: a Cypher query, its params or its result break a size limit
+    - EmbeddingDimensionError: an embedder returned vectors of the wrong shape
+  + NotFoundError (LookupError): an id the store does not hold
+  + StoreUnavailableError (ConnectionError): a server the store needs cannot be reached
+  + ReadOnlyQueryError (PermissionError): a Cypher query that would write or leave the tenant
+    - TenantScopeError: a Cypher query not provably inside the caller's tenant
+  + CypherQueryError (ValueError): a query the store could not run (syntax, type, timeout)
+  + DeltaValidationError (ValueError): a graph delta that is not well formed
+  + NotSupportedError: this store or configuration cannot do what was asked
+  + ExtractionError: the LLM gave no valid delta, or could not be reached
+  + ReadOnlyError (PermissionError): a write asked of a read-only WorldModel
+  + StorageError (OSError): the disk refused a write; the transaction was rolled back
+  + LeaseLostError: a world-update worker's lease ran out; its merge was refused
+  + PartialWriteError: the first of two writes committed, the second failed
+
+``ERROR_TYPES`` below maps them to the one error vocabulary of every surface (REST, MCP, the
+CLI's ``--json``).
+"""
 
 from __future__ import annotations
 
@@ -61,8 +87,7 @@ class DeltaValidationError(WorldGraphError, ValueError):
     """A graph delta that is not an object with four arrays of objects; nothing was written.
 
     Given to ``apply_delta`` by a caller, or returned by the LLM and still invalid after the
-    repair round (then ``raw`` holds the answer's start). ``kg.extractor.InvalidDeltaError`` is
-    this class under its old name."""
+    repair round (then ``raw`` holds the answer's start)."""
 
     def __init__(self, errors: list[str], raw: str | None = None) -> None:
         self.errors = errors
@@ -72,8 +97,8 @@ class DeltaValidationError(WorldGraphError, ValueError):
 
 
 class NotSupportedError(WorldGraphError):
-    """This store or configuration cannot do what was asked (e.g. Cypher on the embedded store);
-    the message names what to use instead."""
+    """This store or configuration cannot do what was asked (e.g. a world-update worker without
+    an LLM configured); the message names what to use instead."""
 
 
 class ExtractionError(WorldGraphError):

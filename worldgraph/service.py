@@ -169,7 +169,27 @@ class WorldModel:
     # ------------------------------------------------------------------ record
     def record_experience(self, tenant_id: str, experience: AgentExperience | dict[str, Any],
                           canvas: CanvasContext | dict[str, Any] | None = None) -> str:
-        """Store one agent run and index it for recall; returns the episode id."""
+        """Store one agent run and index it for recall.
+
+        Example::
+
+            eid = wm.record_experience("acme", {"agent_id": "fin-1", "agent_role": "Finance",
+                                                "task_type": "reconcile", "task_description": "...",
+                                                "outcome": "success", "confidence_score": 0.9})
+
+        Args:
+            tenant_id: the tenant the episode belongs to (nothing else ever sees it).
+            experience: an ``AgentExperience`` or a dict of its fields.
+            canvas: the ``CanvasContext`` the run happened on, if any.
+
+        Returns:
+            The new episode's id.
+
+        Raises:
+            InvalidInputError: a field breaks a rule (the error names it and the fix).
+            ReadOnlyError: the model was opened read-only.
+            StorageError: the disk refused the write; nothing was stored.
+        """
         self._writable("record_experience")
         return self.record_experiences(tenant_id, [experience], canvases=[canvas])[0]
 
@@ -367,7 +387,29 @@ class WorldModel:
     # ------------------------------------------------------------------ recall
     def recall_experiences(self, tenant_id: str, agent_role: str | None, query: str, limit: int = 5,
                            options: RecallOptions | dict[str, Any] | None = None) -> list[RecallResult]:
-        """Past experiences relevant to ``query``, filtered and ranked in the five steps of docs/architecture.md "Recall"."""
+        """Past experiences relevant to ``query``, filtered and ranked in the five steps of
+        docs/architecture.md "Recall" (relevance, recency, feedback, confidence, diversity).
+
+        Example::
+
+            for r in wm.recall_experiences("acme", "Finance", "reconcile inventory", limit=5,
+                                           options={"success_only": True}):
+                print(r.episode_id, r.relevance_score, r.score_breakdown)
+
+        Args:
+            tenant_id: whose memories to search.
+            agent_role: only episodes of this role (None: every role).
+            query: what to recall, in words; dates and ids in it become soft filters.
+            limit: how many results, best first.
+            options: a ``RecallOptions`` or a dict of its fields (filters, weights, thresholds).
+
+        Returns:
+            ``RecallResult`` items (an ``Episode`` with its scores), best first.
+
+        Raises:
+            InvalidInputError: a bad query, limit or option (named).
+            StoreUnavailableError: the index's object store did not answer in time.
+        """
         check_tenant(tenant_id)
         check_query(query, self.config)
         check_text(agent_role, "agent_role", self.config.max_text_bytes, "max_text_bytes")
@@ -391,6 +433,8 @@ class WorldModel:
         return [Episode(e) for e in episodes]
 
     def get_episode(self, tenant_id: str, episode_id: str) -> Episode:
+        """One stored episode by id, as recorded (no scores: nothing was recalled);
+        NotFoundError when the tenant holds no such episode (another tenant's id included)."""
         check_tenant(tenant_id)
         if not isinstance(episode_id, str) or not episode_id:
             raise InvalidInputError("episode_id", "must be a non-empty string", episode_id)
@@ -429,6 +473,8 @@ class WorldModel:
         }
 
     def stats(self, tenant_id: str) -> dict[str, Any]:
+        """The tenant's counts (episodes, feedback, scenes by status...), how many episodes the
+        index holds, its environments, and which graph store and embedder this model runs on."""
         check_tenant(tenant_id)
         out: dict[str, Any] = dict(self.store.stats(tenant_id))
         out["indexed"] = self.index.count(tenant_id)
@@ -594,7 +640,28 @@ class WorldModel:
         return self.world.update(packet)
 
     def apply_delta(self, tenant_id: str, env_name: str, delta: Any, scene: Any = None) -> MergeReport:
-        """Merge a delta you already have (no LLM); returns the MergeReport."""
+        """Merge a delta you already have (no LLM): validated, then merged with its evidence.
+
+        Example::
+
+            report = wm.apply_delta("acme", "kitchen", {"entities": [...], "states": [],
+                                                        "edges": [], "rules": []})
+
+        Args:
+            tenant_id: whose world graph.
+            env_name: the environment the delta describes.
+            delta: the four arrays of docs/architecture.md "Delta format".
+            scene: the scene packet the delta came from, if any (becomes the facts' source).
+
+        Returns:
+            A ``MergeReport``: what was created, updated, closed and dropped (with reasons).
+
+        Raises:
+            DeltaValidationError: the delta is not an object with four arrays of objects, or
+                passes ``max_delta_bytes``.
+            InvalidInputError: ``scene`` passes ``max_experience_bytes``, or a bad name.
+            ReadOnlyError: the model was opened read-only.
+        """
         self._writable("apply_delta")
         check_delta_size(delta, self.config)
         check_value(scene, "scene", self.config, self.config.max_experience_bytes, "max_experience_bytes")
@@ -605,7 +672,7 @@ class WorldModel:
         return self.world.wait(timeout)
 
     def retry_updates(self, tenant_id: str | None = None, env_name: str | None = None,
-                      stale_after: float | None = 600.0) -> list[Any]:
+                      stale_after: float | None = 600.0) -> list[MergeReport]:
         """Re-run pending and failed scene packets now, and those left "running" for more than
         ``stale_after`` seconds by a process that died mid-update; returns their MergeReports."""
         self._writable("retry_updates")
@@ -632,8 +699,28 @@ class WorldModel:
         return import_environment(self.store, tenant_id, Path(path), env_name, progress)
 
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Read-only, tenant-scoped Cypher: ``$tenant_id`` is bound for you. The query text and the
-        params are checked first, whatever the store (``kg.cypher_limits``)."""
+        """Read-only, tenant-scoped Cypher on either store: ``$tenant_id`` is bound for you. The
+        query text and the params are checked first, whatever the store (``kg.cypher_limits``).
+
+        Example::
+
+            rows = wm.cypher("acme", "MATCH (r:Rule {tenant_id: $tenant_id}) "
+                                     "RETURN r.condition, r.outcome ORDER BY r.confidence DESC LIMIT 5")
+
+        Args:
+            tenant_id: the tenant the query is scoped to (it sees nothing else).
+            query: one read-only Cypher statement.
+            params: query parameters (JSON values; ``tenant_id`` is set for you).
+
+        Returns:
+            One dict per row, keyed by the RETURN names.
+
+        Raises:
+            CypherInputError: the text, params or result pass a size limit.
+            ReadOnlyQueryError: the query would write or call a refused procedure.
+            TenantScopeError: the query is not provably inside the tenant.
+            CypherQueryError: the store could not run it (syntax, type, ``cypher_timeout_seconds``).
+        """
         check_tenant(tenant_id)
         check_query_text(query, self.config)
         check_params(params, self.config)

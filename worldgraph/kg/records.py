@@ -93,6 +93,9 @@ class RuleRecord(TypedDict, total=False):
 
 
 class SceneRecord(TypedDict, total=False):
+    """A scene packet as stored: the round that raised curiosity, with its update status
+    (what ``observe_round`` returns and ``update_world`` takes)."""
+
     id: str
     tenant_id: str
     status: str  # pending | running | merged | failed

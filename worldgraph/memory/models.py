@@ -33,6 +33,8 @@ class ReasoningChain(BaseModel):
 
 
 class MetacognitiveInsights(BaseModel):
+    """What the agent says about its own run: what worked, what failed, what it is unsure of."""
+
     model_config = ConfigDict(extra="allow")
     what_worked: list[str] = Field(default_factory=list)
     what_failed: list[str] = Field(default_factory=list)
@@ -209,6 +211,8 @@ class CanvasAudit(BaseModel):
 
 
 class DateRange(BaseModel):
+    """A recall filter on the episode's time: from ``start`` to ``end``, both inclusive; either may be open."""
+
     model_config = ConfigDict(extra="forbid")
     start: datetime | None = None
     end: datetime | None = None

@@ -57,11 +57,6 @@ class LLMUnavailableError(ExtractionError):
         super().__init__(message)
 
 
-# The model's answer was still not a well-formed delta after the repair round: the same error as
-# a caller's invalid delta (one name, errors.DeltaValidationError); the old name stays importable.
-InvalidDeltaError = DeltaValidationError
-
-
 class DeltaExtractor:
     """Turns scene packets into graph deltas with ``config.llm_model``.
 
