@@ -5,7 +5,7 @@
 Per size N (world nodes, entities + states) it grows one environment through ``apply_delta`` on
 the embedded store (rooms in areas, furniture, items, doors and lamps with states and transitions,
 moved items and a rule per room; see ``grow_world``), renders the page with ``render_view`` and
-opens it in one headless Chromium (driven over the DevTools pipe, ``tests/chromium.py``)
+opens it in one headless Chromium (driven over the DevTools pipe, ``tests/support/chromium.py``)
 ``--repeats`` times per layout. Columns (medians over the repeats):
 
 - ``render``: ``render_view(graph, title)`` in Python (JSON + inlining); ``page``: its size.
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.chromium import Browser, find_chromium  # noqa: E402
+from tests.support.chromium import Browser, find_chromium  # noqa: E402
 from worldgraph import WorldModel  # noqa: E402
 from worldgraph.memory.embeddings import HashingEmbedder  # noqa: E402
 from worldgraph.server.view import render_view  # noqa: E402

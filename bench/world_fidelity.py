@@ -38,7 +38,7 @@ for p in (str(ROOT), str(ROOT / "bench")):
 
 from fidelity_oracle import containment, corrupt, oracle_delta, states, transitions, visible  # noqa: E402
 
-from tests.fake_openai import FakeOpenAI, Reply  # noqa: E402
+from tests.support.fake_openai import FakeOpenAI, Reply  # noqa: E402
 from worldgraph import WorldModel  # noqa: E402
 from worldgraph.memory.embeddings import HashingEmbedder  # noqa: E402
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Re-vendors the JavaScript that `worldgraph view` inlines into its page (no CDN: the page must
 # work offline) from the npm registry: cytoscape.js and the fCoSE layout with its two bases.
-# Bump a version below, run this script, look at the page (tests/test_view.py), commit.
+# Bump a version below, run this script, look at the page (tests/live/test_view_browser.py), commit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST=worldgraph/server/view_assets

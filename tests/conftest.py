@@ -1,5 +1,5 @@
-"""Shared fixtures: a real Neo4j (see tests/neo4j_fixture.py), a local OpenAI-compatible server
-(tests/fake_openai.py), and a clean environment so no test reaches a real LLM by accident."""
+"""Shared fixtures: a real Neo4j (see tests/support/neo4j_fixture.py), a local OpenAI-compatible server
+(tests/support/fake_openai.py), and a clean environment so no test reaches a real LLM by accident."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ if str(ROOT) not in sys.path:
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from tests.fake_openai import fake_openai  # noqa: E402,F401
-from tests.s3_fixture import s3_env, s3_server  # noqa: E402,F401
+from tests.support.fake_openai import fake_openai  # noqa: E402,F401
+from tests.support.s3_fixture import s3_env, s3_server  # noqa: E402,F401
 
 try:
-    from tests.neo4j_fixture import neo4j_server  # noqa: E402,F401
+    from tests.support.neo4j_fixture import neo4j_server  # noqa: E402,F401
 except ImportError:  # pragma: no cover - while the launcher is being written
     pass
 

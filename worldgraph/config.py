@@ -5,7 +5,11 @@ One pydantic-settings model reads them: each field can be set by an environment 
 unsets an optional one); the usual ``NEO4J_URI`` / ``NEO4J_USER`` (``NEO4J_USERNAME``) /
 ``NEO4J_PASSWORD`` / ``NEO4J_DATABASE`` are honoured after their ``WORLDGRAPH_NEO4J_*`` names.
 Explicit keyword arguments win over the environment, which wins over the defaults. This module
-is the only one that reads the environment (LLM and object-store variables included).
+is the only one that reads the environment (LLM and object-store variables included) or sets it:
+the command line's defaults (``cli_defaults``), the local Neo4j launcher's variables
+(``LauncherSettings``), library defaults (``set_library_defaults``) and the environment of a
+child process (``child_environment``) are here too; a test (test_config_env.py) holds every
+other module to that.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError
@@ -366,3 +372,69 @@ def llm_configured(environ: Mapping[str, str] | None = None) -> bool:
     without one, scene packets wait for ``worldgraph world retry``."""
     base_url, api_key = openai_endpoint(environ)
     return bool(base_url or api_key)
+
+
+# ------------------------------------------------------------------ variables outside WorldGraphConfig
+# The command line's global options and the local Neo4j launcher read a few variables of their own;
+# they are read here, like every other variable, each when it is needed (a test or a shell that
+# changes one between two calls sees the change).
+
+
+def cli_defaults(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``worldgraph`` command's global options when not given: ``--data`` from
+    ``WORLDGRAPH_DATA`` (default ``./data``), ``--graph`` from ``WORLDGRAPH_GRAPH`` (default
+    ``embedded``), ``--tenant`` from ``WORLDGRAPH_TENANT`` (default ``default``)."""
+    env = _environ() if environ is None else environ
+    return {"data": env.get("WORLDGRAPH_DATA", "./data"),
+            "graph": env.get("WORLDGRAPH_GRAPH", "embedded"),
+            "tenant": env.get("WORLDGRAPH_TENANT", "default")}
+
+
+@dataclass(frozen=True)
+class LauncherSettings:
+    """The local Neo4j launcher's variables (``worldgraph.neo4j_local``); None when unset.
+
+    ``home``: ``WORLDGRAPH_NEO4J_HOME``, the state folder (empty counts as unset);
+    ``project``: ``WORLDGRAPH_NEO4J_PROJECT``, the Maven project (empty counts as unset);
+    ``java_opts``: ``WORLDGRAPH_NEO4J_JAVA_OPTS``, the JVM options (set but empty: none);
+    ``pagecache``: ``WORLDGRAPH_NEO4J_PAGECACHE``, Neo4j's page cache size;
+    ``cache_home``: ``XDG_CACHE_HOME`` if set and not empty, else ``~/.cache`` (where a wheel's
+    copy of the Maven project is built)."""
+
+    home: str | None
+    project: str | None
+    java_opts: str | None
+    pagecache: str | None
+    cache_home: Path
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> LauncherSettings:
+        env = _environ() if environ is None else environ
+        return cls(home=env.get("WORLDGRAPH_NEO4J_HOME") or None,
+                   project=env.get("WORLDGRAPH_NEO4J_PROJECT") or None,
+                   java_opts=env.get("WORLDGRAPH_NEO4J_JAVA_OPTS"),
+                   pagecache=env.get("WORLDGRAPH_NEO4J_PAGECACHE"),
+                   cache_home=Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache"))
+
+
+# Variables a library reads itself, set for this process (and the processes it starts) unless the
+# operator set them: lance's vector index statistics include every centroid unless told otherwise
+# (and warn about it on each call); the episode index reads only the partition count, so it opts in
+# to lance's announced default.
+LIBRARY_DEFAULTS: dict[str, str] = {"LANCE_INCLUDE_VECTOR_CENTROIDS": "false"}
+
+
+def set_library_defaults() -> None:
+    """Set each of LIBRARY_DEFAULTS in this process's environment that is not set already."""
+    for name, value in LIBRARY_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+
+
+def child_environment(pythonpath_first: str | None = None) -> dict[str, str]:
+    """The environment of a child process of ours: this process's (the ``AWS_*`` and ``OPENAI_*``
+    variables and LIBRARY_DEFAULTS included), with ``pythonpath_first`` put in front of
+    ``PYTHONPATH`` so the child imports the same worldgraph as its parent."""
+    env = dict(os.environ)
+    if pythonpath_first is not None:
+        env["PYTHONPATH"] = pythonpath_first + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env

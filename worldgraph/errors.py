@@ -2,7 +2,7 @@
 
 Every error worldgraph raises on purpose is a ``WorldGraphError``; each also subclasses the
 built-in exception a caller would expect (a bad value is a ``ValueError``, an unknown id a
-``LookupError``), so ``except ValueError`` keeps working. The tree (tests/test_errors.py checks it
+``LookupError``), so ``except ValueError`` keeps working. The tree (tests/unit/ground/test_errors.py checks it
 against the classes):
 
 * WorldGraphError

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from worldgraph.cli.console import emit, note
+from worldgraph.config import LauncherSettings
 
 Add = Callable[..., argparse.ArgumentParser]
 
@@ -27,7 +27,7 @@ def add_admin_commands(add: Add) -> None:
 def neo4j_home(args: argparse.Namespace) -> Path:
     """The launcher's state folder for this data folder: WORLDGRAPH_NEO4J_HOME, else <data>/neo4j-local,
     so `worldgraph neo4j stop` stops this data folder's server and no other checkout's."""
-    env = os.environ.get("WORLDGRAPH_NEO4J_HOME")
+    env = LauncherSettings.from_env().home
     return Path(env).expanduser().resolve() if env else (Path(args.data) / "neo4j-local").resolve()
 
 

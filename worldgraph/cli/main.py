@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import traceback
 import warnings
@@ -24,6 +23,7 @@ from worldgraph.cli.admin import add_admin_commands
 from worldgraph.cli.lifecycle import add_lifecycle_commands
 from worldgraph.cli.memory import add_memory_commands
 from worldgraph.cli.world import add_world_commands
+from worldgraph.config import cli_defaults
 from worldgraph.errors import WorldGraphError, classify
 
 Handler = Callable[[argparse.Namespace], int]
@@ -48,10 +48,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def global_defaults() -> dict[str, Any]:
-    return {"data": os.environ.get("WORLDGRAPH_DATA", "./data"),
-            "graph": os.environ.get("WORLDGRAPH_GRAPH", "embedded"),
-            "tenant": os.environ.get("WORLDGRAPH_TENANT", "default"),
-            "read_only": False, "json": False, "verbose": False}
+    return {**cli_defaults(), "read_only": False, "json": False, "verbose": False}
 
 
 def main(argv: list[str] | None = None) -> int:

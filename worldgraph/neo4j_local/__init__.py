@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from worldgraph.bundled import is_checkout, neo4j_project_dir
+from worldgraph.config import LauncherSettings
 from worldgraph.neo4j_local.jar import build, jar_path, project_dir
 from worldgraph.neo4j_local.process import (
     CHILDREN,
@@ -94,7 +95,7 @@ def state_dir(home: str | os.PathLike[str] | None = None) -> Path:
     `worldgraph neo4j`, each data folder) has its own server, and stopping one leaves the others."""
     if home is not None:
         return Path(home).expanduser().resolve()
-    env = os.environ.get("WORLDGRAPH_NEO4J_HOME")
+    env = LauncherSettings.from_env().home
     if env:
         return Path(env).expanduser().resolve()
     project = neo4j_project_dir()
@@ -153,7 +154,8 @@ def start(
         data.mkdir(parents=True, exist_ok=True)
         log = sdir / LOG_FILE
 
-        java_opts = shlex.split(os.environ.get("WORLDGRAPH_NEO4J_JAVA_OPTS", DEFAULT_JAVA_OPTS))
+        settings = LauncherSettings.from_env()
+        java_opts = shlex.split(DEFAULT_JAVA_OPTS if settings.java_opts is None else settings.java_opts)
         cmd = [
             java,
             *java_opts,
@@ -166,7 +168,7 @@ def start(
             "--data",
             str(data),
             "--pagecache",
-            os.environ.get("WORLDGRAPH_NEO4J_PAGECACHE", DEFAULT_PAGECACHE),
+            DEFAULT_PAGECACHE if settings.pagecache is None else settings.pagecache,
         ]
 
         with open(log, "ab") as fh:

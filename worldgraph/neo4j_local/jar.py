@@ -8,19 +8,19 @@ writable, so that copy is built in a per-user build cache (``$XDG_CACHE_HOME/wor
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 from worldgraph.bundled import is_checkout, neo4j_project_dir
+from worldgraph.config import LauncherSettings
 from worldgraph.neo4j_local.process import ALTERNATIVES, Neo4jLocalError, locked, require_tool
 
 
 def project_dir() -> Path:
     """The Maven project (env ``WORLDGRAPH_NEO4J_PROJECT``, else ``tools/neo4j-local`` of the
     checkout, else the copy shipped in the wheel)."""
-    env = os.environ.get("WORLDGRAPH_NEO4J_PROJECT")
+    env = LauncherSettings.from_env().project
     if env:
         return Path(env).expanduser().resolve()
     return neo4j_project_dir()
@@ -29,9 +29,10 @@ def project_dir() -> Path:
 def build_dir() -> Path:
     """Where the project is built: itself in a checkout, else a copy in the user's build cache."""
     project = project_dir()
-    if os.environ.get("WORLDGRAPH_NEO4J_PROJECT") or is_checkout(project):
+    settings = LauncherSettings.from_env()
+    if settings.project or is_checkout(project):
         return project
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "worldgraph" / "neo4j-local-build"
+    cache = settings.cache_home / "worldgraph" / "neo4j-local-build"
     return cache
 
 

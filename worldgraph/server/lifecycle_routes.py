@@ -13,13 +13,13 @@ from starlette.concurrency import run_in_threadpool as in_thread
 from worldgraph.server.auth import Tenant
 from worldgraph.server.errors import ApiError
 from worldgraph.server.models import ErrorResponse
-from worldgraph.server.routes import _ERRORS, _NOT_FOUND, WM
+from worldgraph.server.routes import ERROR_RESPONSES, NOT_FOUND_RESPONSES, WM
 
 _FORBIDDEN: dict[int | str, dict[str, Any]] = {
     403: {"model": ErrorResponse, "description": "The key lacks the `forget` scope (or the server is read-only)"}}
 _LIST_PARAMS = frozenset({"agent_id", "session_id", "since", "until", "limit", "cursor"})
 
-router = APIRouter(prefix="/v1", responses=_ERRORS)
+router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
 
 class EpisodePage(BaseModel):
@@ -89,14 +89,14 @@ async def list_episodes(request: Request, tenant: Tenant, wm: WM,
     return page.to_dict("episodes")
 
 
-@router.get("/episodes/{episode_id}", response_model=dict[str, Any], tags=["memory"], responses=_NOT_FOUND,
+@router.get("/episodes/{episode_id}", response_model=dict[str, Any], tags=["memory"], responses=NOT_FOUND_RESPONSES,
             summary="One episode by id")
 async def get_episode(episode_id: str, tenant: Tenant, wm: WM) -> dict[str, Any]:
     return dict(await in_thread(wm.get_episode, tenant, episode_id))
 
 
 @router.delete("/episodes/{episode_id}", response_model=ForgetReportOut, tags=["forget"],
-               responses={**_NOT_FOUND, **_FORBIDDEN}, summary="Forget an episode (needs the forget scope)",
+               responses={**NOT_FOUND_RESPONSES, **_FORBIDDEN}, summary="Forget an episode (needs the forget scope)",
                description="Gone from every read path at once, with its feedback, session links, index rows and "
                            "(for a round) its scene packet; the bytes leave the files with the background purge.")
 async def forget_episode(episode_id: str, tenant: Tenant, wm: WM) -> dict[str, Any]:
@@ -114,7 +114,7 @@ async def list_environments(tenant: Tenant, wm: WM) -> dict[str, Any]:
     return {"envs": await in_thread(wm.list_environments, tenant)}
 
 
-@router.delete("/envs/{env}", response_model=ForgetReportOut, tags=["forget"], responses={**_NOT_FOUND, **_FORBIDDEN},
+@router.delete("/envs/{env}", response_model=ForgetReportOut, tags=["forget"], responses={**NOT_FOUND_RESPONSES, **_FORBIDDEN},
                summary="Forget an environment's world graph, scenes and packets (needs the forget scope)")
 async def forget_environment(env: str, tenant: Tenant, wm: WM) -> dict[str, Any]:
     report = await in_thread(wm.forget_environment, tenant, env, "api")

@@ -60,16 +60,18 @@ async def _world_model(request: Request) -> WorldModel:
 
 WM = Annotated[WorldModel, Depends(_world_model)]
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
+# The error answers every /v1 route may give, and a route's 404, as OpenAPI response documents
+# (lifecycle_routes.py uses them too).
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "No API key, or an unknown or revoked one"},
     413: {"model": ErrorResponse, "description": "Body over max_request_bytes"},
     422: {"model": ErrorResponse, "description": "Malformed JSON or a bad field (named in error.field)"},
 }
-_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+NOT_FOUND_RESPONSES: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse, "description": "Not found in this tenant (another tenant's ids are not found too)"}}
 
 health_router = APIRouter()
-router = APIRouter(prefix="/v1", responses=_ERRORS)
+router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
 
 @health_router.get("/health", response_model=Health, tags=["service"], summary="Liveness (no key needed)")
@@ -112,7 +114,7 @@ async def recall_experiences(body: RecallRequest, tenant: Tenant, wm: WM, reques
 
 
 @router.post("/episodes/{episode_id}/feedback", response_model=FeedbackOut, tags=["memory"],
-             responses=_NOT_FOUND, summary="Rate an episode in [-1, 1]",
+             responses=NOT_FOUND_RESPONSES, summary="Rate an episode in [-1, 1]",
              description="`episode_id` is the full id or a unique start of it (at least 4 characters). "
                          "`created_by` defaults to the API key's name (anonymous for an unnamed key).")
 async def submit_feedback(episode_id: str, body: FeedbackRequest, tenant: Tenant, wm: WM,
@@ -135,7 +137,7 @@ async def submit_feedback(episode_id: str, body: FeedbackRequest, tenant: Tenant
     return await in_thread(rate)
 
 
-@router.get("/agents/{agent_id}/episodes", response_model=EpisodesResponse, tags=["memory"], responses=_NOT_FOUND,
+@router.get("/agents/{agent_id}/episodes", response_model=EpisodesResponse, tags=["memory"], responses=NOT_FOUND_RESPONSES,
             summary="An agent's newest episodes")
 async def get_agent_episodes(agent_id: str, tenant: Tenant, wm: WM,
                              limit: Annotated[int, Query(gt=0, le=1000, description="How many, newest first")] = 30,
@@ -143,7 +145,7 @@ async def get_agent_episodes(agent_id: str, tenant: Tenant, wm: WM,
     return {"episodes": await in_thread(wm.get_agent_episodes, tenant, agent_id, limit)}
 
 
-@router.get("/agents/{agent_id}/readiness", response_model=Readiness, tags=["memory"], responses=_NOT_FOUND,
+@router.get("/agents/{agent_id}/readiness", response_model=Readiness, tags=["memory"], responses=NOT_FOUND_RESPONSES,
             summary="Graduation exam over an agent's last runs")
 async def readiness(agent_id: str, tenant: Tenant, wm: WM,
                     window: Annotated[int, Query(gt=0, le=1000, description="How many of its newest runs")] = 30,
@@ -213,13 +215,13 @@ async def apply_delta(env: str, delta: Annotated[GraphDelta, Body()], tenant: Te
     return report.to_dict()
 
 
-@router.get("/envs/{env}/graph", response_model=WorldGraphOut, tags=["world"], responses=_NOT_FOUND,
+@router.get("/envs/{env}/graph", response_model=WorldGraphOut, tags=["world"], responses=NOT_FOUND_RESPONSES,
             summary="One environment's graph: nodes, edges, rules, scenes, meta")
 async def world_graph(env: str, tenant: Tenant, wm: WM) -> dict[str, Any]:
     return await in_thread(wm.world_graph, tenant, env)
 
 
-@router.get("/envs/{env}/snapshot", response_model=SnapshotOut, tags=["world"], responses=_NOT_FOUND,
+@router.get("/envs/{env}/snapshot", response_model=SnapshotOut, tags=["world"], responses=NOT_FOUND_RESPONSES,
             summary="Export an environment's canonical snapshot (`worldgraph export`)",
             description="The records of the five snapshot files (nodes, edges, rules, scenes, meta), each list "
                         "sorted by id with every contract key; PUT it back to import it.")
@@ -254,7 +256,7 @@ async def import_snapshot(env: str, body: Snapshot, tenant: Tenant, wm: WM) -> d
     return await in_thread(run)
 
 
-@router.get("/envs/{env}/view", response_class=HTMLResponse, tags=["world"], responses=_NOT_FOUND,
+@router.get("/envs/{env}/view", response_class=HTMLResponse, tags=["world"], responses=NOT_FOUND_RESPONSES,
             summary="One self-contained HTML page drawing the environment's graph")
 async def view(env: str, tenant: Tenant, wm: WM) -> HTMLResponse:
     from worldgraph.server.headers import with_frame_ancestors

@@ -5,7 +5,7 @@
 //
 // Python: WORLDGRAPH_PYTHON, else the repository's .venv/bin/python, else python3.
 // schema.ts starts with the sha256 of the openapi.json it was made from; the Python test
-// tests/test_typescript_client.py fails when either file is stale. It is a .ts file (types only),
+// tests/unit/server/test_typescript_client.py fails when either file is stale. It is a .ts file (types only),
 // not a .d.ts: tsc copies no .d.ts into dist, so dist/src/index.d.ts would import a schema the
 // package does not ship and every type would become `any` in a consumer's project.
 import { execFileSync } from "node:child_process";

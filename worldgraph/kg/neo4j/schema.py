@@ -16,7 +16,7 @@ The graph model (Neo4j 5.26, Community edition):
     (:WorldgraphSchema {name: "worldgraph", version: N})
 
 No relationship joins two tenants: every statement below that links two nodes finds both ends
-by ``$tenant_id`` or by a ``key`` that starts with the tenant's prefix (tests/test_cypher_tenants.py
+by ``$tenant_id`` or by a ``key`` that starts with the tenant's prefix (tests/unit/kg/test_cypher_tenants.py
 checks it on stored data). ``cypher()`` relies on it (``worldgraph.kg.cypher_guard``): an
 expansion from a node of the caller's tenant stays inside the tenant.
 

@@ -29,7 +29,7 @@ from worldgraph.errors import InvalidInputError, ReadOnlyError
 from worldgraph.filemodes import private_dir
 from worldgraph.memory.embeddings import same_fallback_label
 from worldgraph.memory.index import objectstore
-from worldgraph.memory.index.maintenance import _run_tasks
+from worldgraph.memory.index.maintenance import run_maintenance_tasks
 from worldgraph.memory.index.schema import (  # noqa: F401 - re-exported: the index's public names
     FTS_INDEX_NAME,
     META_FILE,
@@ -39,9 +39,9 @@ from worldgraph.memory.index.schema import (  # noqa: F401 - re-exported: the in
     TABLE_PREFIXES,
     VECTOR_INDEX_NAME,
     WHERE_KEYS,
-    _is_part_name,
     build_filter,
     episode_schema,
+    is_tenant_table,
     metadata_filter,
     sql_literal,
     stored_embedder_name,
@@ -49,7 +49,7 @@ from worldgraph.memory.index.schema import (  # noqa: F401 - re-exported: the in
 )
 from worldgraph.memory.index.search import IndexSearch
 from worldgraph.memory.index.small import SmallTables
-from worldgraph.memory.index.tables import _Part
+from worldgraph.memory.index.tables import TenantTable
 from worldgraph.memory.index.writes import IndexWrites
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         self._lock = threading.RLock()  # serialises this object's writes
         self._index_lock = threading.RLock()  # serialises index creation / optimize
         self._parts_lock = threading.Lock()  # guards opening / creating tables
-        self._parts: dict[str, _Part] = {}  # table name -> part (opened lazily, cached)
+        self._parts: dict[str, TenantTable] = {}  # table name -> part (opened lazily, cached)
         self._maint_lock = threading.Lock()
         self._maint_thread: threading.Thread | None = None
         self._maint_pending: set[tuple[str, str]] = set()  # (task, table name)
@@ -137,14 +137,14 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         names = self._table_names()
         if rebuild:
             for name in names:
-                if _is_part_name(name) or name == TABLE_NAME:
+                if is_tenant_table(name) or name == TABLE_NAME:
                     self._db.drop_table(name)
             self._write_meta()
             return
         meta = self._read_meta()
         existing_name = (meta or {}).get("embedder")
         existing_dim = (meta or {}).get("dimensions")
-        part_names = [n for n in names if _is_part_name(n)]
+        part_names = [n for n in names if is_tenant_table(n)]
         # the tables themselves are the authority on the vector size
         if TABLE_NAME in names:
             existing_dim = self._vector_size(self._db.open_table(TABLE_NAME))
@@ -234,7 +234,7 @@ def _maintain_main(argv: list[str]) -> int:
     _, path, dims, name, cfg_json, tasks_json = argv
     config = WorldGraphConfig.model_validate_json(cfg_json)
     idx = EpisodeIndex(path, int(dims), name, config)
-    _run_tasks(idx, json.loads(tasks_json))
+    run_maintenance_tasks(idx, json.loads(tasks_json))
     return 0
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from worldgraph.config import child_environment
 from worldgraph.memory.index.policy import (
     ann_due_rows,
     compaction_target,
@@ -30,7 +30,7 @@ from worldgraph.memory.index.schema import (
     SCALAR_INDEXES,
     VECTOR_INDEX_NAME,
 )
-from worldgraph.memory.index.tables import IndexTables, _Part
+from worldgraph.memory.index.tables import IndexTables, TenantTable
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
 
@@ -43,7 +43,7 @@ class IndexMaintenance(IndexTables):
     _maint_pending: set[tuple[str, str]]
     maintenance_runs: list[dict[str, Any]]
 
-    def _after_write(self, part: _Part, n_rows: int) -> None:
+    def _after_write(self, part: TenantTable, n_rows: int) -> None:
         """Cheap bookkeeping after a write; expensive work runs in the background, rarely."""
         part.writes += 1
         part.rows_since_optimize += n_rows
@@ -121,12 +121,11 @@ class IndexMaintenance(IndexTables):
         this process's recalls and writes flowing.
         """
         if self.path.startswith("memory://"):  # another process cannot see this one's memory
-            _run_tasks(self, tasks)
+            run_maintenance_tasks(self, tasks)
             return
         # An object store too: the child opens the same URI with the AWS_* variables it inherits.
         pkg_root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env = child_environment(pythonpath_first=pkg_root)
         cmd = [sys.executable, "-m", "worldgraph.memory.index.episode_index", "maintain", self.path, str(self.dimensions),
                self.embedder_name, self.config.model_dump_json(), json.dumps(tasks)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -158,7 +157,7 @@ class IndexMaintenance(IndexTables):
                     created.append(name)
         return created
 
-    def _ensure_part(self, part: _Part, vector: bool = True, fold: bool = True) -> list[str]:
+    def _ensure_part(self, part: TenantTable, vector: bool = True, fold: bool = True) -> list[str]:
         from lancedb.index import FTS, Bitmap, BTree
 
         created: list[str] = []
@@ -196,7 +195,7 @@ class IndexMaintenance(IndexTables):
             log.info("episode index %s: created %s", part.name, ", ".join(created))
         return created
 
-    def _has_unindexed_rows(self, part: _Part, names: Iterable[str]) -> bool:
+    def _has_unindexed_rows(self, part: TenantTable, names: Iterable[str]) -> bool:
         for name in names:
             try:
                 stats = part.table.index_stats(name)
@@ -207,7 +206,7 @@ class IndexMaintenance(IndexTables):
                 return True
         return False
 
-    def _create_index(self, part: _Part, column: str, cfg: Any, name: str) -> None:
+    def _create_index(self, part: TenantTable, column: str, cfg: Any, name: str) -> None:
         """create_index that tolerates another process having just created the same index."""
         try:
             self._retry(part, lambda: part.table.create_index(column, config=cfg, name=name, replace=False),
@@ -217,25 +216,25 @@ class IndexMaintenance(IndexTables):
                 return
             raise
 
-    def _create_vector_index(self, part: _Part) -> None:
+    def _create_vector_index(self, part: TenantTable) -> None:
         """Train the ANN index on the table as it is now (replacing an older one)."""
         rows = int(part.table.count_rows())
         cfg = vector_index_config(self.config, rows, self.dimensions)
         part.table.create_index("vector", config=cfg, name=VECTOR_INDEX_NAME, replace=True)
         part.ann_partitions = None
 
-    def _ann_partitions(self, part: _Part) -> int | None:
+    def _ann_partitions(self, part: TenantTable) -> int | None:
         """IVF partitions of the table's ANN index (None: no index)."""
         if part.ann_partitions is None:
             part.ann_partitions = index_partitions(part.latest_dataset(), VECTOR_INDEX_NAME)
         return part.ann_partitions
 
-    def _ann_due_rows(self, part: _Part) -> int:
+    def _ann_due_rows(self, part: TenantTable) -> int:
         """Rows at which the table's ANN index is built (none yet) or retrained (index_policy.ann_due_rows)."""
         has = VECTOR_INDEX_NAME in self._indexes(part)
         return ann_due_rows(self.config, (self._ann_partitions(part) or 1) if has else None)
 
-    def _ann_stale(self, part: _Part, rows: int) -> bool:
+    def _ann_stale(self, part: TenantTable, rows: int) -> bool:
         return rows >= self._ann_due_rows(part)
 
     def rebuild_vector_index(self, tenant_id: str) -> bool:
@@ -261,7 +260,7 @@ class IndexMaintenance(IndexTables):
         for part in self._selected_parts(tenant_id):
             self._optimize_part(part, full=True)
 
-    def _optimize_part(self, part: _Part, full: bool = False) -> None:
+    def _optimize_part(self, part: TenantTable, full: bool = False) -> None:
         """Compact, fold new rows into the indexes (index_policy.fold_new_rows), drop old versions."""
         with self._index_lock:
             part.rows_since_optimize = 0
@@ -300,7 +299,10 @@ class IndexMaintenance(IndexTables):
         return any(VECTOR_INDEX_NAME in self._indexes(p, refresh=True) for p in self._selected_parts(tenant_id))
 
 
-def _run_tasks(idx: IndexMaintenance, tasks: Iterable[Sequence[str]]) -> None:
+def run_maintenance_tasks(idx: IndexMaintenance, tasks: Iterable[Sequence[str]]) -> None:
+    """Carry out ``(what, table)`` tasks, ``what`` being "ann" (build the ANN index) or "optimize";
+    a table dropped meanwhile is skipped. Run in the maintenance child process, or in this one for
+    an in-memory index."""
     for what, name in tasks:
         part = idx._part_by_name(name, create=False)
         if part is None:  # dropped meanwhile

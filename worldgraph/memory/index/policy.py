@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from typing import Any
 
-from worldgraph.config import WorldGraphConfig
+from worldgraph.config import WorldGraphConfig, set_library_defaults
 
 log = logging.getLogger(__name__)
 
 # lance's vector index statistics include every centroid unless told otherwise (and warn about
 # it on each call); only the partition count is read here. This opts in to lance's announced
-# default, for this process and the maintenance processes it starts.
-os.environ.setdefault("LANCE_INCLUDE_VECTOR_CENTROIDS", "false")
+# default (config.LIBRARY_DEFAULTS), for this process and the maintenance processes it starts.
+set_library_defaults()
 
 
 def ann_partitions_for(config: WorldGraphConfig, rows: int) -> int:

@@ -58,7 +58,7 @@ SCALAR_INDEXES: dict[str, str] = {
 }
 WHERE_KEYS = frozenset({"agent_role", "agent_id", "canvas_ids", "start", "end", "success_only"})
 STRING_COLUMNS = ("episode_id", "tenant_id", "agent_id", "agent_role", "task_type", "outcome", "text")
-_COMMIT_RETRIES = 5
+COMMIT_RETRIES = 5  # attempts of a table commit that conflicts with another writer's
 PK_METADATA = "lance-schema:unenforced-primary-key"
 
 
@@ -105,7 +105,8 @@ def sql_literal(value: Any, field: str = "value") -> str:
     raise InvalidInputError(field, f"expected a string, number or bool, got {type(value).__name__}")
 
 
-def _as_timestamp(value: Any, field: str) -> float:
+def as_timestamp(value: Any, field: str) -> float:
+    """Unix seconds of ``value`` (a number, or a datetime: naive ones are UTC); InvalidInputError naming ``field`` otherwise."""
     if isinstance(value, datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=timezone.utc)
@@ -118,7 +119,8 @@ def _as_timestamp(value: Any, field: str) -> float:
     return f
 
 
-def _check_tenant(tenant_id: Any) -> str:
+def require_tenant_id(tenant_id: Any) -> str:
+    """``tenant_id`` if it is a non-empty string, else InvalidInputError."""
     if not isinstance(tenant_id, str) or not tenant_id:
         raise InvalidInputError("tenant_id", "must be a non-empty string")
     return tenant_id
@@ -126,7 +128,7 @@ def _check_tenant(tenant_id: Any) -> str:
 
 def table_name(tenant_id: str) -> str:
     """The LanceDB table that holds ``tenant_id``'s episodes (a pure function of the id)."""
-    _check_tenant(tenant_id)
+    require_tenant_id(tenant_id)
     if _PLAIN_TENANT.fullmatch(tenant_id):
         return "ep-" + tenant_id
     raw = tenant_id.encode("utf-8")
@@ -135,7 +137,8 @@ def table_name(tenant_id: str) -> str:
     return "eps-" + hashlib.sha256(raw).hexdigest()
 
 
-def _is_part_name(name: str) -> bool:
+def is_tenant_table(name: str) -> bool:
+    """Whether a table of the index folder holds one tenant's episodes (its name has a tenant table prefix)."""
     return name.startswith(TABLE_PREFIXES)
 
 
@@ -166,9 +169,9 @@ def _where_parts(where: dict[str, Any] | None) -> list[str]:
         parts.append(f"canvas_id IN ({', '.join(lits)})")
     start, end = where.get("start"), where.get("end")
     if start is not None:
-        parts.append(f"timestamp >= {sql_literal(_as_timestamp(start, 'where.start'))}")
+        parts.append(f"timestamp >= {sql_literal(as_timestamp(start, 'where.start'))}")
     if end is not None:
-        parts.append(f"timestamp <= {sql_literal(_as_timestamp(end, 'where.end'))}")
+        parts.append(f"timestamp <= {sql_literal(as_timestamp(end, 'where.end'))}")
     if where.get("success_only"):
         parts.append("success = true")
     return parts
@@ -192,7 +195,7 @@ def build_filter(tenant_id: str, where: dict[str, Any] | None = None) -> str:
     The index no longer needs the tenant part (each tenant has its own table); this is kept for
     callers that filter a table holding several tenants.
     """
-    parts = [f"tenant_id = {sql_literal(_check_tenant(tenant_id), 'tenant_id')}"] + _where_parts(where)
+    parts = [f"tenant_id = {sql_literal(require_tenant_id(tenant_id), 'tenant_id')}"] + _where_parts(where)
     if len(parts) == 1:
         return parts[0]
     return " AND ".join(f"({p})" for p in parts)
@@ -202,7 +205,7 @@ def _raise(exc: Exception) -> Any:
     raise exc
 
 
-def _unique(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def first_per_episode(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """First row of each episode_id (a defensive guard: the table should hold one per id)."""
     seen: set[str] = set()
     out = []
@@ -213,6 +216,7 @@ def _unique(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _is_commit_conflict(exc: BaseException) -> bool:
+def is_commit_conflict(exc: BaseException) -> bool:
+    """Whether a failed commit lost a race with another writer (and is worth retrying)."""
     text = str(exc).lower()
     return "conflict" in text or "retryable" in text or "concurrent" in text

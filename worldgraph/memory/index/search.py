@@ -16,14 +16,14 @@ from worldgraph.memory.index.policy import ann_search_params
 from worldgraph.memory.index.schema import (
     FTS_INDEX_NAME,
     VECTOR_INDEX_NAME,
-    _check_tenant,
-    _unique,
+    first_per_episode,
     metadata_filter,
+    require_tenant_id,
     sql_literal,
     table_name,
 )
 from worldgraph.memory.index.small import SmallTable
-from worldgraph.memory.index.tables import IndexTables, _Part
+from worldgraph.memory.index.tables import IndexTables, TenantTable
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
 
@@ -53,7 +53,7 @@ class IndexSearch(IndexTables):
         part = self._parts.get(table_name(tenant_id))
         return part is not None and self._small.holds(part.name)
 
-    def _small_table(self, part: _Part, select: Sequence[str] | None) -> SmallTable | None:
+    def _small_table(self, part: TenantTable, select: Sequence[str] | None) -> SmallTable | None:
         """The in-memory copy of a small table without an ANN index, at its newest version (None:
         search it with LanceDB)."""
         if VECTOR_INDEX_NAME in self._indexes(part):
@@ -113,7 +113,7 @@ class IndexSearch(IndexTables):
         """
         if not isinstance(k, int) or k <= 0:
             raise InvalidInputError("k", f"must be a positive integer, got {k!r}")
-        _check_tenant(tenant_id)
+        require_tenant_id(tenant_id)
         pred = metadata_filter(where)
         select = self._select(columns)
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
@@ -152,7 +152,7 @@ class IndexSearch(IndexTables):
         for row, sim in zip(results, sims):
             row["similarity"] = float(sim)
         results.sort(key=lambda r: r["similarity"], reverse=True)
-        return _unique(results)[:k]
+        return first_per_episode(results)[:k]
 
     @objectstore.guarded("searching episodes by text")
     def text_search(
@@ -173,7 +173,7 @@ class IndexSearch(IndexTables):
             raise InvalidInputError("k", f"must be a positive integer, got {k!r}")
         if not isinstance(query, str):
             raise InvalidInputError("query", f"expected a string, got {type(query).__name__}")
-        _check_tenant(tenant_id)
+        require_tenant_id(tenant_id)
         pred = metadata_filter(where)
         select = self._select(columns)
         text = " ".join(query.replace("\x00", " ").split())
@@ -201,4 +201,4 @@ class IndexSearch(IndexTables):
             raise
         results = self._rows(tbl, tenant_id, "_score", "bm25")
         results.sort(key=lambda r: r["bm25"], reverse=True)
-        return _unique(results)
+        return first_per_episode(results)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from worldgraph.memory.index.schema import _as_timestamp
+from worldgraph.memory.index.schema import as_timestamp
 
 SMALL_TABLE_ROWS = 5_000  # at most this many rows: searched in process (bench/README.md "Small tenants")
 CACHED_TABLES = 64  # tables whose copy is kept (least recently searched dropped first)
@@ -135,9 +135,9 @@ class SmallTable:
         ts = np.array(cols["timestamp"], dtype=np.float64) if (
             where.get("start") is not None or where.get("end") is not None) else None
         if ts is not None and where.get("start") is not None:
-            keep &= ts >= _as_timestamp(where["start"], "where.start")
+            keep &= ts >= as_timestamp(where["start"], "where.start")
         if ts is not None and where.get("end") is not None:
-            keep &= ts <= _as_timestamp(where["end"], "where.end")
+            keep &= ts <= as_timestamp(where["end"], "where.end")
         if where.get("success_only"):
             keep &= np.array([bool(v) for v in cols["success"]], dtype=bool)
         return keep

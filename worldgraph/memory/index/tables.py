@@ -23,12 +23,12 @@ from worldgraph.errors import ReadOnlyError
 from worldgraph.locks import file_lock
 from worldgraph.memory.index import objectstore
 from worldgraph.memory.index.schema import (
-    _COMMIT_RETRIES,
+    COMMIT_RETRIES,
     META_FILE,
     META_FORMAT,
     WRITE_LOCK_FILE,
-    _is_commit_conflict,
-    _is_part_name,
+    is_commit_conflict,
+    is_tenant_table,
     table_name,
 )
 from worldgraph.memory.index.small import SmallTables
@@ -36,7 +36,7 @@ from worldgraph.memory.index.small import SmallTables
 log = logging.getLogger("worldgraph.memory.index.episode_index")
 
 
-class _Part:
+class TenantTable:
     """One tenant's table and this process's bookkeeping for it."""
 
     __slots__ = (
@@ -91,7 +91,7 @@ class IndexTables:
     _lock: threading.RLock
     _index_lock: threading.RLock
     _parts_lock: threading.Lock
-    _parts: dict[str, _Part]
+    _parts: dict[str, TenantTable]
     _small: SmallTables  # small tables searched in process (index_small.py)
 
     @property
@@ -152,7 +152,7 @@ class IndexTables:
                 return None
             raise
 
-    def _part_by_name(self, name: str, create: bool) -> _Part | None:
+    def _part_by_name(self, name: str, create: bool) -> TenantTable | None:
         part = self._parts.get(name)
         if part is not None:
             return part
@@ -169,15 +169,15 @@ class IndexTables:
                     table = self._open_table(name)
                     if table is None:
                         table = self._db.create_table(name, schema=self.schema, exist_ok=True)
-            part = _Part(name, table)
+            part = TenantTable(name, table)
             self._parts[name] = part
             return part
 
-    def _part(self, tenant_id: str, create: bool = False) -> _Part | None:
+    def _part(self, tenant_id: str, create: bool = False) -> TenantTable | None:
         return self._part_by_name(table_name(tenant_id), create)
 
-    def _all_parts(self) -> list[_Part]:
-        parts = [self._part_by_name(n, create=False) for n in self._table_names() if _is_part_name(n)]
+    def _all_parts(self) -> list[TenantTable]:
+        parts = [self._part_by_name(n, create=False) for n in self._table_names() if is_tenant_table(n)]
         return [p for p in parts if p is not None]
 
     def table_for(self, tenant_id: str) -> Any | None:
@@ -187,7 +187,7 @@ class IndexTables:
 
     def tenant_tables(self) -> list[str]:
         """Names of the per-tenant tables that exist (see ``table_name``)."""
-        return sorted(n for n in self._table_names() if _is_part_name(n))
+        return sorted(n for n in self._table_names() if is_tenant_table(n))
 
 
 
@@ -196,7 +196,7 @@ class IndexTables:
             raise ReadOnlyError(operation, f"the episode index at {self.path} was opened read-only")
 
     @contextmanager
-    def _commit_lock(self, part: _Part | None) -> Iterator[None]:
+    def _commit_lock(self, part: TenantTable | None) -> Iterator[None]:
         """Exclusive lock shared by every process writing one table of this (local) index.
 
         LanceDB resolves most commit races itself, but under concurrent compaction two
@@ -217,16 +217,16 @@ class IndexTables:
         with file_lock(Path(self.path) / filename):
             yield
 
-    def _retry(self, part: _Part, fn: Any, what: str, lock: bool = True) -> Any:
+    def _retry(self, part: TenantTable, fn: Any, what: str, lock: bool = True) -> Any:
         delay = 0.05
-        for attempt in range(1, _COMMIT_RETRIES + 1):
+        for attempt in range(1, COMMIT_RETRIES + 1):
             try:
                 if not lock:
                     return fn()
                 with self._commit_lock(part):
                     return fn()
             except Exception as exc:  # lancedb raises plain OSError/RuntimeError/ValueError
-                if attempt == _COMMIT_RETRIES or not _is_commit_conflict(exc):
+                if attempt == COMMIT_RETRIES or not is_commit_conflict(exc):
                     raise
                 log.info("%s lost a commit race (attempt %d): %s; retrying", what, attempt, exc)
                 time.sleep(delay)
@@ -237,12 +237,12 @@ class IndexTables:
                     pass
         return None  # pragma: no cover
 
-    def _indexes(self, part: _Part, refresh: bool = False) -> set[str]:
+    def _indexes(self, part: TenantTable, refresh: bool = False) -> set[str]:
         if part.index_names is None or refresh:
             part.index_names = {ix.name for ix in part.table.list_indices()}
         return part.index_names
 
-    def _selected_parts(self, tenant_id: str | None) -> list[_Part]:
+    def _selected_parts(self, tenant_id: str | None) -> list[TenantTable]:
         if tenant_id is None:
             return self._all_parts()
         part = self._part(tenant_id)

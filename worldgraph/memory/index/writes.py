@@ -20,12 +20,12 @@ from worldgraph.memory.index.schema import (
     FTS_INDEX_NAME,
     SCALAR_INDEXES,
     STRING_COLUMNS,
-    _as_timestamp,
-    _check_tenant,
+    as_timestamp,
+    require_tenant_id,
     sql_literal,
     table_name,
 )
-from worldgraph.memory.index.tables import _Part
+from worldgraph.memory.index.tables import TenantTable
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
 
@@ -81,7 +81,7 @@ class IndexWrites(IndexMaintenance):
             conf = row.get("confidence")
             cols["confidence"].append(0.0 if conf is None else float(conf))
             ts = row.get("timestamp")
-            cols["timestamp"].append(now if ts is None else _as_timestamp(ts, f"rows[{i}].timestamp"))
+            cols["timestamp"].append(now if ts is None else as_timestamp(ts, f"rows[{i}].timestamp"))
             if eid in seen:  # the last row of a batch wins, as if written one after another
                 keep[seen[eid]] = -1
             seen[eid] = len(keep)
@@ -108,7 +108,7 @@ class IndexWrites(IndexMaintenance):
             for part, n in self._merge_by_tenant(self._to_arrow(rows), "upsert"):
                 self._after_write(part, n)
 
-    def _merge_by_tenant(self, data: pa.Table, what: str) -> list[tuple[_Part, int]]:
+    def _merge_by_tenant(self, data: pa.Table, what: str) -> list[tuple[TenantTable, int]]:
         """Merge-insert ``data`` (keyed by episode_id) into each of its tenants' tables;
         returns the tables written and how many rows each got."""
         tenants = data.column("tenant_id").unique().to_pylist()
@@ -121,7 +121,7 @@ class IndexWrites(IndexMaintenance):
             written.append((part, sub.num_rows))
         return written
 
-    def _write_part(self, part: _Part, data: pa.Table) -> None:
+    def _write_part(self, part: TenantTable, data: pa.Table) -> None:
         """Merge-insert ``data`` by episode_id (an append while the table is empty: a reindex's
         first batch, a new tenant). Fresh episodes take the cheaper path of ``adding``."""
         if self._is_local and part.table.count_rows() == 0:
@@ -151,8 +151,8 @@ class IndexWrites(IndexMaintenance):
         re-indexing.
         """
         self._writable("writing episode index rows")
-        _check_tenant(tenant_id)
-        part: _Part | None = None
+        require_tenant_id(tenant_id)
+        part: TenantTable | None = None
         if self._is_local:
             try:
                 part = self._part(tenant_id, create=True)
