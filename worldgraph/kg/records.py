@@ -18,7 +18,7 @@ Relation = Literal["transition", "containment", "episodic"]
 RELATIONS: tuple[str, ...] = ("transition", "containment", "episodic")
 SCENE_STATUSES: tuple[str, ...] = ("pending", "running", "merged", "failed")
 
-# Keys every snapshot record has (ARCHITECTURE.md "Canonical snapshot"); records carry more.
+# Keys every snapshot record has (docs/architecture.md, "Canonical snapshot"); records carry more.
 NODE_KEYS: tuple[str, ...] = ("id", "kind", "type", "name", "attributes", "confidence", "evidence", "source_scenes")
 EDGE_KEYS: tuple[str, ...] = (
     "id", "relation", "src_id", "dst_id", "confidence", "evidence", "source_scenes", "valid_from", "valid_to",

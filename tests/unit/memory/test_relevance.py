@@ -72,7 +72,7 @@ def test_word_evidence_reorders_recall(tmp_path: Path) -> None:
         order = [r["episode_id"] for r in res]
         by = {r["episode_id"]: r for r in res}
         if signal == "vector":
-            # the seed: cosine only, default floor 0.6 (charlie's 0.2 is dropped)
+            # the original formula: cosine only, default floor 0.6 (charlie's 0.2 is dropped)
             assert order == [ids[signal]["alpha"], ids[signal]["bravo"]]
             assert by[order[0]]["relevance_score"] == pytest.approx(0.9 * 0.6 + 0.5 * 0.1)
         else:

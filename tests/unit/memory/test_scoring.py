@@ -1,4 +1,4 @@
-"""The seed's scoring formulas, pinned to exact values (pure functions and end-to-end recall)."""
+"""The recall scoring formulas of docs/architecture.md ("Recall", step 4), pinned to exact values (pure functions and end-to-end recall)."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def scored(tmp_path):  # type: ignore[no-untyped-def]
         "charlie": unit(0.7, 3),
         "delta": unit(0.3, 1),
     })
-    wm = WorldModel.open(tmp_path, embedder=emb, relevance_signal="vector")  # the seed's exact numbers
+    wm = WorldModel.open(tmp_path, embedder=emb, relevance_signal="vector")  # the original formula's exact numbers
     ids = wm.record_experiences("t1", [
         _exp("alpha", 1, 0.8),  # 0.54 + 0.1 + 0 + 0.08 = 0.72
         _exp("bravo", 10, 0.5),  # 0.48 + 0.05 + 0.2 (rated +1) + 0.05 = 0.78
@@ -147,7 +147,7 @@ def test_min_similarity_applies_to_semantic_score(scored) -> None:  # type: igno
     wm, ids = scored
     res = wm.recall_experiences("t1", "Finance", "qqq", options={"min_similarity": 0.75, "hybrid": False})
     assert [r["episode_id"] for r in res] == [ids[1], ids[0]]
-    # the seed's default threshold, 0.6, keeps three
+    # the original default threshold, 0.6, keeps three
     assert len(wm.recall_experiences("t1", "Finance", "qqq", options={"hybrid": False})) == 3
 
 

@@ -179,7 +179,7 @@ def test_the_issue_examples_name_their_field(tmp_path: Path) -> None:
         with pytest.raises(InvalidInputError) as info:
             wm.record_experience(T, base, canvas={"id": "c", "state": deep(10_000)})
         assert info.value.field.startswith("canvas.state") and "max_nesting_depth" in info.value.rule
-        # item-level salvage (ARCHITECTURE.md): the item is dropped with its reason, nothing merges
+        # item-level salvage (docs/architecture.md, "World update"): the item is dropped with its reason, nothing merges
         report = wm.apply_delta(T, "env", {"entities": [{"name": "door\udc80", "type": "x"}], "states": [],
                                            "edges": [], "rules": []})
         assert [d.reason for d in report.dropped] == [

@@ -1,6 +1,6 @@
 """Semantic recall, all five steps of docs/architecture.md "Recall", plus the feedback-aware variant.
 
-Order of work (ARCHITECTURE.md): candidates (top ``candidate_pool`` by vector, plus BM25 hits in
+Order of work: candidates (top ``candidate_pool`` by vector, plus BM25 hits in
 hybrid mode), metadata filters and the cosine floor (min_similarity), feedback filter, relevance
 score, diversity penalty, top-k. The relevance score's semantic term is the text relevance of
 relevance.py (the cosine, or vector and BM25 evidence fused; when the query names a speaker, its

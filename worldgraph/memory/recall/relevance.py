@@ -2,7 +2,7 @@
 
 The relevance formula (scoring.py) takes one semantic term. With ``relevance_signal="vector"`` it
 is the cosine similarity, as the original formula has it. With ``"hybrid"`` it fuses everything recall
-fetched (ARCHITECTURE.md):
+fetched:
 
     relevance = (1 - w) x vector + w x bm25 + speaker match + neighbour lift, at most 1
 

@@ -2,7 +2,7 @@
 
 Pure functions over plain numbers and arrays, so tests can pin exact scores.
 
-Feedback scale (ARCHITECTURE.md): scores are stored in [-1, 1]; scoring uses the normalised
+Feedback scale (docs/architecture.md, "Feedback scale"): scores are stored in [-1, 1]; scoring uses the normalised
 average ``(mean + 1) / 2`` in [0, 1], and an episode with no feedback counts as neutral (0.5).
 """
 

@@ -1,7 +1,7 @@
 """The items of a graph delta: one pydantic model per array, lenient where the meaning is clear.
 
-The merge checks each item on its own (ARCHITECTURE "Merge never writes dirty data, and keeps what
-is clean"): an item with a missing name, a wrong field type, ... is dropped and listed in the
+The merge never writes dirty data and keeps what is clean: it checks each item on its own
+(docs/architecture.md, "World update"): an item with a missing name, a wrong field type, ... is dropped and listed in the
 MergeReport with the reason ``parse_item`` gives; the rest of the delta still merges.
 
 ``retract: true`` on an entity, state or edge item says the fact stopped being true (an object
