@@ -1,6 +1,6 @@
-"""Several processes merging one environment lose no update (merges of one
-environment are ordered by round: docs/architecture.md, "Merge rules"), on both stores; and answers that arrive late and out of order
-end in the in-order graph."""
+"""Several processes merging one environment lose no update (merges of one environment are
+ordered by round: docs/architecture.md, "Merge rules"), on both stores; and answers that arrive
+late and out of order end in the in-order graph."""
 
 from __future__ import annotations
 

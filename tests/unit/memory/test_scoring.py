@@ -1,4 +1,5 @@
-"""The recall scoring formulas of docs/architecture.md ("Recall", step 4), pinned to exact values (pure functions and end-to-end recall)."""
+"""The recall scoring formulas of docs/architecture.md ("Recall", step 4), pinned to exact values
+(pure functions and end-to-end recall)."""
 
 from __future__ import annotations
 
