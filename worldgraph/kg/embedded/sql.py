@@ -14,7 +14,9 @@ Conventions the store relies on:
   the parenthesis: ``kg/embedded/connection.py`` reads the written world rows off that text to
   refresh a Cypher projection row by row.
 
-The Cypher projection's own reads stay beside it (``kg/embedded/cypher.py``).
+The Cypher projection's loads of SQLite rows are here too (the last section); the LadybugDB
+statements that build and refresh the projection are that engine's Cypher, in
+``kg/embedded/cypher/projection.py``.
 """
 
 from __future__ import annotations
@@ -444,3 +446,32 @@ def forget_log(tenant: bool, unpurged: bool) -> str:
 
 def mark_purged(n: int) -> str:
     return f"UPDATE forget_log SET purged_at = ? WHERE id IN ({placeholders(n)})"
+
+
+# ==================================================================== the Cypher projection's loads
+# kg/embedded/cypher/load.py reads a whole tenant into a projection with these, and reads again
+# the rows a write touched to refresh it.
+PROJECTION_SESSION_LINKS = "SELECT episode_id, seq, next_id FROM session_links WHERE tenant_id = ?"
+PROJECTION_EPISODES = "SELECT data, index_status, index_error FROM episodes WHERE tenant_id = ?"
+PROJECTION_SESSIONS = "SELECT session_id, MAX(seq) FROM session_links WHERE tenant_id = ? GROUP BY session_id"
+PROJECTION_AGENTS = "SELECT data FROM agents WHERE tenant_id = ?"
+PROJECTION_CANVASES = "SELECT data FROM canvases WHERE tenant_id = ?"
+PROJECTION_CANVAS_AUDITS = "SELECT data FROM canvas_audits WHERE tenant_id = ?"
+PROJECTION_FEEDBACK = "SELECT data FROM feedback WHERE tenant_id = ?"
+# The world part's rows by table, (tenant): the key columns, then data. One key column (one comma
+# in the statement) keys the row by that column, two by the pair (env_name, id).
+PROJECTION_WORLD_ROWS = {
+    "scene_reports": "SELECT scene_id, data FROM scene_reports WHERE tenant_id = ?",
+    "scenes": "SELECT id, data FROM scenes WHERE tenant_id = ?",
+    "env_meta": ENV_METAS,
+    "world_nodes": "SELECT env_name, id, data FROM world_nodes WHERE tenant_id = ?",
+    "world_rules": "SELECT env_name, id, data FROM world_rules WHERE tenant_id = ?",
+    "world_edges": "SELECT env_name, id, data FROM world_edges WHERE tenant_id = ?",
+}
+# One row's data by table, (tenant, *its key as in PROJECTION_WORLD_ROWS).
+PROJECTION_WORLD_ROW = {
+    "scene_reports": GET_SCENE_REPORT,
+    "scenes": GET_SCENE,
+    "env_meta": GET_META,
+    **{table: record_in_env(table) for table in ("world_nodes", "world_rules", "world_edges")},
+}

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worldgraph.kg.codec import dumps, loads
+from worldgraph.kg.embedded import sql
 from worldgraph.kg.embedded.cypher.model import (
     EPISODE_CHUNK,
     EPISODE_KEYS,
@@ -41,11 +42,11 @@ def load_episode_part(query: SqlQuery, tenant_id: str) -> tuple[Nodes, Rels, set
     nodes = empty_nodes(label for label in NODE_TABLES if label not in WORLD_NODE_TABLES)
     rels = empty_rels(rtype for rtype in REL_TABLES if rtype not in WORLD_REL_TABLES)
     seq = {eid: (s, nxt) for eid, s, nxt in
-           query("SELECT episode_id, seq, next_id FROM session_links WHERE tenant_id = ?", t)}
+           query(sql.PROJECTION_SESSION_LINKS, t)}
     ep = nodes["Episode"]
     agent_ids: list[Any] = []
     canvas_ids: list[Any] = []
-    rows = query("SELECT data, index_status, index_error FROM episodes WHERE tenant_id = ?", t)
+    rows = query(sql.PROJECTION_EPISODES, t)
     for start in range(0, len(rows), EPISODE_CHUNK):
         chunk = rows[start:start + EPISODE_CHUNK]
         recs = [loads(r[0]) for r in chunk]
@@ -68,14 +69,14 @@ def load_episode_part(query: SqlQuery, tenant_id: str) -> tuple[Nodes, Rels, set
     ep["tenant_id"] = [tenant_id] * n
     ep["session_seq"] = [seq[eid][0] if eid in seq else None for eid in ids]
     episodes: set[str] = set(ids)
-    for sid, last in query("SELECT session_id, MAX(seq) FROM session_links WHERE tenant_id = ? GROUP BY session_id", t):
+    for sid, last in query(sql.PROJECTION_SESSIONS, t):
         add_row(nodes["Session"], {"tenant_id": tenant_id, "id": sid, "last_seq": last})
-    for (data,) in query("SELECT data FROM agents WHERE tenant_id = ?", t):
+    for (data,) in query(sql.PROJECTION_AGENTS, t):
         a = loads(data)
         agent = {"id": a["id"], "tenant_id": tenant_id, "agent_role": a.get("agent_role", "")}
         add_row(nodes["Agent"], {**agent, "record": dumps(agent)})
     canvases = set()
-    for (data,) in query("SELECT data FROM canvases WHERE tenant_id = ?", t):
+    for (data,) in query(sql.PROJECTION_CANVASES, t):
         c = loads(data)
         canvases.add(c["id"])
         add_row(nodes["Canvas"], {"tenant_id": tenant_id, "id": c["id"], "name": c.get("name"), "record": data})
@@ -86,12 +87,12 @@ def load_episode_part(query: SqlQuery, tenant_id: str) -> tuple[Nodes, Rels, set
     rels["ON_CANVAS"][("Episode", "Canvas")] = {"from": [e for e, _ in on_canvas], "to": [c for _, c in on_canvas]}
     nxt = [(eid, s[1]) for eid, s in seq.items() if s[1] is not None and eid in episodes and s[1] in episodes]
     rels["NEXT"][("Episode", "Episode")] = {"from": [a for a, _ in nxt], "to": [b for _, b in nxt]}
-    for (data,) in query("SELECT data FROM canvas_audits WHERE tenant_id = ?", t):
+    for (data,) in query(sql.PROJECTION_CANVAS_AUDITS, t):
         a = loads(data)
         add_row(nodes["CanvasAudit"], {"tenant_id": tenant_id, **props_of(a, ("id", *q.AUDIT_PROPS)), "record": data})
         if a.get("episode_id") in episodes:
             link(rels, "DURING", "CanvasAudit", a["id"], "Episode", a["episode_id"])
-    for (data,) in query("SELECT data FROM feedback WHERE tenant_id = ?", t):
+    for (data,) in query(sql.PROJECTION_FEEDBACK, t):
         f = loads(data)
         add_row(nodes["Feedback"], {"tenant_id": tenant_id, "id": f["id"], "episode_id": f["episode_id"],
                                  "category": f.get("feedback_category"), "score": f["feedback_score"],
@@ -104,32 +105,14 @@ def load_episode_part(query: SqlQuery, tenant_id: str) -> tuple[Nodes, Rels, set
 # The world part's source rows as read (undecoded): table -> key -> data. A refresh reads them
 # again and compares, so only the rows that changed are decoded and reloaded.
 WorldRows = dict[str, dict[Any, str]]
-_WORLD_READS = {
-    "scene_reports": "SELECT scene_id, data FROM scene_reports WHERE tenant_id = ?",
-    "scenes": "SELECT id, data FROM scenes WHERE tenant_id = ?",
-    "env_meta": "SELECT env_name, data FROM env_meta WHERE tenant_id = ?",
-    "world_nodes": "SELECT env_name, id, data FROM world_nodes WHERE tenant_id = ?",
-    "world_rules": "SELECT env_name, id, data FROM world_rules WHERE tenant_id = ?",
-    "world_edges": "SELECT env_name, id, data FROM world_edges WHERE tenant_id = ?",
-}
 
 
 def read_world_rows(query: SqlQuery, tenant_id: str) -> WorldRows:
     out: WorldRows = {}
-    for table, sql in _WORLD_READS.items():
-        rows = query(sql, (tenant_id,))
-        out[table] = {r[0]: r[1] for r in rows} if sql.count(",") == 1 else {(r[0], r[1]): r[2] for r in rows}
+    for table, statement in sql.PROJECTION_WORLD_ROWS.items():
+        rows = query(statement, (tenant_id,))
+        out[table] = {r[0]: r[1] for r in rows} if statement.count(",") == 1 else {(r[0], r[1]): r[2] for r in rows}
     return out
-
-
-_WORLD_READ_ONE = {
-    "scene_reports": "SELECT data FROM scene_reports WHERE tenant_id = ? AND scene_id = ?",
-    "scenes": "SELECT data FROM scenes WHERE tenant_id = ? AND id = ?",
-    "env_meta": "SELECT data FROM env_meta WHERE tenant_id = ? AND env_name = ?",
-    "world_nodes": "SELECT data FROM world_nodes WHERE tenant_id = ? AND env_name = ? AND id = ?",
-    "world_rules": "SELECT data FROM world_rules WHERE tenant_id = ? AND env_name = ? AND id = ?",
-    "world_edges": "SELECT data FROM world_edges WHERE tenant_id = ? AND env_name = ? AND id = ?",
-}
 
 
 def read_world_keys(query: SqlQuery, tenant_id: str, base: WorldRows, touched: Iterable[tuple[str, Any]]) -> WorldRows:
@@ -137,7 +120,7 @@ def read_world_keys(query: SqlQuery, tenant_id: str, base: WorldRows, touched: I
     in WorldRows) read again: what read_world_rows would return when only those rows were written."""
     raw = {table: dict(rows) for table, rows in base.items()}
     for table, key in touched:
-        rows = query(_WORLD_READ_ONE[table], (tenant_id, *(key if isinstance(key, tuple) else (key,))))
+        rows = query(sql.PROJECTION_WORLD_ROW[table], (tenant_id, *(key if isinstance(key, tuple) else (key,))))
         if rows:
             raw[table][key] = rows[0][0]
         else:
