@@ -25,6 +25,7 @@ Python's, not the module's.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "worldgraph"
@@ -311,3 +312,98 @@ def test_the_private_name_check_sees_every_form(tmp_path: Path) -> None:
         "worldgraph.memory.search:3 _RETRIES (of worldgraph.memory.schema)",
         "worldgraph.memory.tables:1 _RETRIES (from worldgraph.memory.schema)",
         "worldgraph.memory.tables:6 _check (of worldgraph.memory.schema)"]
+
+
+# Statements are text in one place per backend (docs/architecture.md, "How a store is made"): a
+# store module runs a named statement from its backend's query module and never writes one. For
+# Neo4j the query modules are kg/neo4j/*queries.py, plus kg/neo4j/schema.py, which is the schema's
+# own text (constraints, indexes, key migrations, the version node). kg/neo4j/cypher.py is not one:
+# it runs the caller's query and manages its transaction (EXPLAIN + the query, SHOW / TERMINATE
+# TRANSACTIONS), none of which is one of these data clauses. For SQLite the one module is
+# kg/embedded/sql.py; the LadybugDB Cypher that kg/embedded/cypher/projection.py runs to keep its
+# projection is that engine's, not SQLite's, and the SQL patterns below do not take it.
+# Docstrings are prose and left out; every other string constant counts, f-string parts included.
+
+CYPHER_STATEMENT = re.compile(r"(?m)^\s*(?:OPTIONAL\s+MATCH|MATCH|MERGE|CREATE|UNWIND|DETACH\s+DELETE)\s*[(\s$]")
+SQL_STATEMENT = re.compile(r"(?m)^\s*(?:SELECT\s|INSERT\s+(?:OR\s+\w+\s+)?INTO\s|REPLACE\s+INTO\s|UPDATE\s+\w+\s+SET\s"
+                           r"|DELETE\s+FROM\s|PRAGMA\s|CREATE\s+(?:TEMP\w*\s+|UNIQUE\s+|VIRTUAL\s+)?"
+                           r"(?:TABLE|INDEX|VIEW|TRIGGER)\s)")
+QUERY_MODULES = {
+    "neo4j": lambda name: name.endswith("queries") or name == "worldgraph.kg.neo4j.schema",
+    "embedded": lambda name: name == "worldgraph.kg.embedded.sql",
+}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def inline_statements(backend: str, package: Path = PACKAGE) -> list[str]:
+    """'module:line text' for each string constant of a kg/<backend> module outside the backend's
+    query modules that starts a clause of a statement (CYPHER_STATEMENT for neo4j, SQL_STATEMENT
+    for embedded) at the start of one of its lines."""
+    pattern = CYPHER_STATEMENT if backend == "neo4j" else SQL_STATEMENT
+    prefix = f"worldgraph.kg.{backend}"
+    found: list[tuple[str, int, str]] = []
+    for name, path in package_modules(package).items():
+        if not (name == prefix or name.startswith(prefix + ".")) or QUERY_MODULES[backend](name):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        skip = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip \
+                    and pattern.search(node.value):
+                found.append((name, node.lineno, f"{name}:{node.lineno} {node.value.strip()[:60]!r}"))
+    return [text for _, _, text in sorted(found)]
+
+
+def test_neo4j_statements_live_in_the_query_modules() -> None:
+    bad = inline_statements("neo4j")
+    assert bad == [], "Cypher statements outside kg/neo4j/*queries.py and schema.py (name them there):\n" + \
+        "\n".join(bad)
+
+
+def test_sqlite_statements_live_in_sql_py() -> None:
+    bad = inline_statements("embedded")
+    assert bad == [], "SQLite statements outside kg/embedded/sql.py (name them there):\n" + "\n".join(bad)
+
+
+def test_the_statement_checks_see_inline_text_and_spare_the_query_modules(tmp_path: Path) -> None:
+    pkg = tmp_path / "worldgraph"
+    for sub in ("neo4j", "embedded"):
+        (pkg / "kg" / sub).mkdir(parents=True)
+        (pkg / "kg" / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "kg" / "__init__.py").write_text("")
+    (pkg / "kg" / "neo4j" / "lifecycle.py").write_text(
+        '"""MATCH in prose is no statement."""\n'
+        'A = "MATCH (n) RETURN n"\n'
+        'def f(w, tx):\n'
+        '    """CREATE nothing."""\n'
+        '    tx.run(f"\\n  UNWIND $ids AS id {w}")\n'
+        '    tx.run(w + " DETACH DELETE n")\n'
+        '    return "match the case", "MERGED", "EXPLAIN " + w\n')
+    (pkg / "kg" / "neo4j" / "lifecycle_queries.py").write_text('A = "MATCH (n) RETURN n"\n')
+    (pkg / "kg" / "neo4j" / "schema.py").write_text('C = "CREATE INDEX x IF NOT EXISTS FOR (n:N) ON (n.a)"\n')
+    (pkg / "kg" / "embedded" / "load.py").write_text(
+        'Q = {"a": "SELECT data FROM a WHERE id = ?"}\n'
+        'def g(cur, t):\n'
+        '    cur.execute(f"DELETE FROM {t} WHERE id = ?")\n'
+        '    cur.execute("INSERT OR IGNORE INTO x VALUES (?)")\n'
+        '    cur.execute("CREATE NODE TABLE n(id STRING, PRIMARY KEY (id))")\n'
+        '    return "Select one", "UPDATE", "BEGIN IMMEDIATE"\n')
+    (pkg / "kg" / "embedded" / "sql.py").write_text('S = "SELECT 1"\nP = "PRAGMA data_version"\n')
+    assert inline_statements("neo4j", pkg) == [
+        "worldgraph.kg.neo4j.lifecycle:2 'MATCH (n) RETURN n'",
+        "worldgraph.kg.neo4j.lifecycle:5 'UNWIND $ids AS id'",
+        "worldgraph.kg.neo4j.lifecycle:6 'DETACH DELETE n'"]
+    assert inline_statements("embedded", pkg) == [
+        "worldgraph.kg.embedded.load:1 'SELECT data FROM a WHERE id = ?'",
+        "worldgraph.kg.embedded.load:3 'DELETE FROM'",
+        "worldgraph.kg.embedded.load:4 'INSERT OR IGNORE INTO x VALUES (?)'"]
