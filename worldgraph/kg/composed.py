@@ -1,8 +1,9 @@
 """A GraphStore made of parts: ``ComposedStore`` answers every ``GraphStore`` method by handing it
 to the part that owns it.
 
-Each backend's store owns four parts, built on one shared connection object (the embedded store's
-``SqliteConnection``, the Neo4j store's ``Neo4jSession``), the way graphiti's driver owns its
+Each backend's store owns these four parts (the Neo4j store a fifth, ``snapshot_import``, which
+its world part is handed), built on one shared connection object (the embedded store's
+``SqliteConnection``, the Neo4j store's ``Neo4jConnection``), the way graphiti's driver owns its
 operation objects:
 
     store.episodes   EpisodeStore   episodes, sessions, feedback, canvases, neighbourhoods
