@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from worldgraph.errors import NotSupportedError
+from worldgraph.errors import InvalidInputError, NotSupportedError
 from worldgraph.kg import lease
 from worldgraph.world.updater import WorldUpdater, llm_configured, now_iso
 
@@ -59,8 +59,6 @@ class WorldWorker:
             raise NotSupportedError("worldgraph worker extracts scene packets with an LLM: set OPENAI_BASE_URL "
                                     "(and OPENAI_API_KEY, WORLDGRAPH_LLM_MODEL) for an OpenAI-compatible server")
         if concurrency < 1:
-            from worldgraph.errors import InvalidInputError
-
             raise InvalidInputError("concurrency", "must be at least 1", concurrency)
         self.world = world
         self.tenant_id = tenant_id
