@@ -98,7 +98,9 @@ class WorldGraphConfig(BaseSettings):
     # Text relevance, the relevance formula's first term (memory/recall/relevance.py): "vector" = the cosine
     # similarity (the original formula's exact numbers); "hybrid" = vector and BM25 evidence fused in [0, 1]
     relevance_signal: Literal["vector", "hybrid"] = "hybrid"
-    hybrid_text_weight: float = Field(0.4, ge=0.0, le=1.0)  # BM25's share of the fused relevance
+    # BM25's share of the fused relevance: 0.25 since the vector part says more (the speaker-free
+    # vector, the speaker floor); chosen on conv-26/30 of LoCoMo, checked on the other three (bench/README.md)
+    hybrid_text_weight: float = Field(0.25, ge=0.0, le=1.0)
     neighbor_weight: float = Field(0.0, ge=0.0, le=1.0)  # lift from the best session neighbour's relevance
     # Added to the fused relevance of a memory said by a person the query names, when the query
     # names some of the candidates' speakers and not others (memory/recall/relevance.py)

@@ -82,10 +82,11 @@ def test_word_evidence_reorders_recall(tmp_path: Path) -> None:
             assert order == [ids[signal]["bravo"], ids[signal]["alpha"]]
             assert b["semantic_score"] == pytest.approx(0.7)  # semantic_score stays the cosine
             parts = b["score_breakdown"]
-            assert parts["bm25_part"] == pytest.approx(0.4) and parts["vector_part"] == pytest.approx(0.42)
-            assert parts["text_relevance"] == pytest.approx(0.82)
-            assert b["relevance_score"] == pytest.approx(0.82 * 0.6 + 0.05)
-            assert a["score_breakdown"]["bm25_part"] == 0.0 and a["score_breakdown"]["text_relevance"] == pytest.approx(0.54)
+            # 0.75 x cosine + 0.25 x BM25 / best (hybrid_text_weight 0.25)
+            assert parts["bm25_part"] == pytest.approx(0.25) and parts["vector_part"] == pytest.approx(0.525)
+            assert parts["text_relevance"] == pytest.approx(0.775)
+            assert b["relevance_score"] == pytest.approx(0.775 * 0.6 + 0.05)
+            assert a["score_breakdown"]["bm25_part"] == 0.0 and a["score_breakdown"]["text_relevance"] == pytest.approx(0.675)
 
 
 def test_speaker_match_lifts_the_named_persons_memories() -> None:
@@ -182,7 +183,7 @@ def test_the_vector_part_ranks_a_named_persons_memories_by_what_they_say(tmp_pat
         by = {ids.index(r["episode_id"]): r for r in res}
         assert by[1]["semantic_score"] == pytest.approx(0.5)  # the whole query's cosine (min_similarity's)
         b = by[1]["score_breakdown"]
-        assert b["vector_part"] == pytest.approx(0.6 * b["vector_cosine"])
+        assert b["vector_part"] == pytest.approx((1 - WorldGraphConfig().hybrid_text_weight) * b["vector_cosine"])
         if on:
             assert asked == ["what did Melanie paint", "what did paint"]
             assert b["vector_cosine"] == pytest.approx(0.866, abs=1e-3)
