@@ -98,7 +98,9 @@ class WorldGraphConfig(BaseSettings):
     # Text relevance, the relevance formula's first term (memory/recall/relevance.py): "vector" = the cosine
     # similarity (the original formula's exact numbers); "hybrid" = vector and BM25 evidence fused in [0, 1]
     relevance_signal: Literal["vector", "hybrid"] = "hybrid"
-    hybrid_text_weight: float = Field(0.4, ge=0.0, le=1.0)  # BM25's share of the fused relevance
+    # BM25's share of the fused relevance: 0.25 since the vector part says more (the speaker-free
+    # vector, the speaker floor); chosen on conv-26/30 of LoCoMo, checked on the other three (bench/README.md)
+    hybrid_text_weight: float = Field(0.25, ge=0.0, le=1.0)
     neighbor_weight: float = Field(0.0, ge=0.0, le=1.0)  # lift from the best session neighbour's relevance
     # Added to the fused relevance of a memory said by a person the query names, when the query
     # names some of the candidates' speakers and not others (memory/recall/relevance.py)
@@ -107,6 +109,14 @@ class WorldGraphConfig(BaseSettings):
     # named speakers' names (the match says who, the cosine says what); the candidates and the
     # min_similarity floor still use the whole query's cosine. Costs a second query embedding.
     speaker_free_vector: bool = True
+    # The cosine floor while the speaker match applies (the query names some of the candidates'
+    # speakers and not others), in place of the built-in floor: only while min_similarity_threshold
+    # is unset and the caller passes no min_similarity (a floor someone set is kept as set). A name
+    # the query shares with a memory's speaker lifts the cosine of every memory of that person (each
+    # is embedded as "Name: ..."), so there the floor no longer tells an unrelated question from a
+    # related one; it only drops evidence that says what the question asks in other words.
+    # None: one floor for every query.
+    speaker_min_similarity: float | None = Field(0.2, ge=-1.0, le=1.0)
     # The optional LLM step (memory/recall/rewrite.py): with an OpenAI-compatible LLM configured,
     # recall asks it (llm_model) for up to this many search queries, searches each beside the
     # query and ranks a memory by its best cosine with any of them; 0 = off. A failed or slower

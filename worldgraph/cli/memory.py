@@ -40,8 +40,8 @@ def add_memory_commands(add: Add) -> None:
     sp.add_argument("--now", default=None, help="ISO date/time that 'last week', 'yesterday' ... are read against")
     sp.add_argument("--success-only", action="store_true", help="only episodes whose outcome was a success")
     sp.add_argument("--min-similarity", type=float, default=None,
-                    help="cosine floor in [-1, 1] (default: the configured one, 0.3 with hybrid recall, 0.6 "
-                         "vector-only)")
+                    help="cosine floor in [-1, 1] (default: the configured one, 0.3 with hybrid recall, 0.2 "
+                         "when the query names some of the memories' speakers, 0.6 vector-only)")
     sp.add_argument("--min-feedback", dest="min_feedback_score", type=float, default=None,
                     help="min normalised average feedback in [0, 1]")
     sp.add_argument("--feedback-category", default=None, help="count only feedback of this category")

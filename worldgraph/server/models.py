@@ -69,7 +69,9 @@ _DEFAULTS = WorldGraphConfig.model_construct()  # field defaults, without the en
 DEFAULT_MIN_SIMILARITY = _DEFAULTS.min_similarity
 MIN_SIMILARITY_DOC = (f"Minimum semantic (cosine) similarity, -1 to 1. Default: the server's min_similarity_threshold, "
                       f"{DEFAULT_MIN_SIMILARITY} unless the server sets it (relevance_signal "
-                      f"{_DEFAULTS.relevance_signal!r}; {SEED_MIN_SIMILARITY} with 'vector').")
+                      f"{_DEFAULTS.relevance_signal!r}; {SEED_MIN_SIMILARITY} with 'vector'); while that is unset, "
+                      f"{_DEFAULTS.speaker_min_similarity} for a query that names some of the memories' speakers and "
+                      f"not others (speaker_min_similarity).")
 
 RECALL_OPTION_DOCS = {
     "limit": "How many results (overrides the request's limit).",

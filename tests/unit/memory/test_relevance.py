@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -81,10 +82,11 @@ def test_word_evidence_reorders_recall(tmp_path: Path) -> None:
             assert order == [ids[signal]["bravo"], ids[signal]["alpha"]]
             assert b["semantic_score"] == pytest.approx(0.7)  # semantic_score stays the cosine
             parts = b["score_breakdown"]
-            assert parts["bm25_part"] == pytest.approx(0.4) and parts["vector_part"] == pytest.approx(0.42)
-            assert parts["text_relevance"] == pytest.approx(0.82)
-            assert b["relevance_score"] == pytest.approx(0.82 * 0.6 + 0.05)
-            assert a["score_breakdown"]["bm25_part"] == 0.0 and a["score_breakdown"]["text_relevance"] == pytest.approx(0.54)
+            # 0.75 x cosine + 0.25 x BM25 / best (hybrid_text_weight 0.25)
+            assert parts["bm25_part"] == pytest.approx(0.25) and parts["vector_part"] == pytest.approx(0.525)
+            assert parts["text_relevance"] == pytest.approx(0.775)
+            assert b["relevance_score"] == pytest.approx(0.775 * 0.6 + 0.05)
+            assert a["score_breakdown"]["bm25_part"] == 0.0 and a["score_breakdown"]["text_relevance"] == pytest.approx(0.675)
 
 
 def test_speaker_match_lifts_the_named_persons_memories() -> None:
@@ -181,7 +183,7 @@ def test_the_vector_part_ranks_a_named_persons_memories_by_what_they_say(tmp_pat
         by = {ids.index(r["episode_id"]): r for r in res}
         assert by[1]["semantic_score"] == pytest.approx(0.5)  # the whole query's cosine (min_similarity's)
         b = by[1]["score_breakdown"]
-        assert b["vector_part"] == pytest.approx(0.6 * b["vector_cosine"])
+        assert b["vector_part"] == pytest.approx((1 - WorldGraphConfig().hybrid_text_weight) * b["vector_cosine"])
         if on:
             assert asked == ["what did Melanie paint", "what did paint"]
             assert b["vector_cosine"] == pytest.approx(0.866, abs=1e-3)
@@ -190,3 +192,38 @@ def test_the_vector_part_ranks_a_named_persons_memories_by_what_they_say(tmp_pat
             assert asked == ["what did Melanie paint"] and b["vector_cosine"] == pytest.approx(0.5)
     assert order[False][0] == 0  # the name's pull: alpha first
     assert order[True][0] == 1  # what Melanie said about painting: bravo first
+
+
+def test_the_floor_is_lower_while_the_query_names_a_speaker(tmp_path: Path) -> None:
+    # alpha (Melanie's) is 0.25 from every query vector: under the hybrid floor 0.3, over the
+    # speaker floor 0.2. It is returned only for a query that names some speakers and not others,
+    # and only while neither the caller's min_similarity nor speaker_min_similarity None says otherwise.
+    e0 = [1.0, 0.0, 0.0, 0.0]
+    vecs = {"Melanie and Caroline paint": e0, "Melanie paint": e0, "nobody paint": e0, "paint": e0,
+            "alpha": unit(0.25, 1), "bravo": unit(0.5, 2), "charlie": unit(0.6, 3)}
+
+    def recalled(query: str, options: dict[str, object] | None = None, **config: object) -> dict[str, float]:
+        wm = WorldModel.open(tmp_path / uuid.uuid4().hex, embedder=VectorEmbedder(vecs), **config)
+        try:
+            for n, (who, text) in enumerate([("Melanie", "alpha"), ("Melanie", "bravo"), ("Caroline", "charlie")]):
+                wm.record_conversation("t", f"s{n}", [{"speaker": who, "text": text,
+                                                      "timestamp": f"2023-05-0{n + 1}T10:00:00Z"}])
+            res = wm.recall_experiences("t", None, query, limit=3, options=options)
+        finally:
+            wm.close()
+        return {r["task_description"]: r["semantic_score"] for r in res}
+
+    assert WorldGraphConfig().speaker_min_similarity == 0.2
+    named = recalled("what did Melanie paint")
+    assert set(named) == {"alpha", "bravo", "charlie"} and named["alpha"] == pytest.approx(0.25)
+    assert set(recalled("what did nobody paint")) == {"bravo", "charlie"}  # names no speaker: the floor 0.3
+    assert set(recalled("what did Melanie and Caroline paint")) == {"bravo", "charlie"}  # names every speaker
+    assert set(recalled("what did Melanie paint", speaker_min_similarity=None)) == {"bravo", "charlie"}
+    assert set(recalled("what did Melanie paint", {"min_similarity": 0.3})) == {"bravo", "charlie"}  # the caller's
+    assert set(recalled("what did Melanie paint", speaker_match_weight=0.0)) == {"bravo", "charlie"}  # no match
+    # a floor someone set is kept as set: the operator's, stricter or looser
+    assert set(recalled("what did Melanie paint", min_similarity_threshold=0.55)) == {"charlie"}
+    assert set(recalled("what did Melanie paint", min_similarity_threshold=0.1)) == {"alpha", "bravo", "charlie"}
+    assert set(recalled("what did nobody paint", min_similarity_threshold=0.1)) == {"alpha", "bravo", "charlie"}
+    # the vector signal's floor (0.6, no speaker match) is not touched
+    assert set(recalled("what did Melanie paint", relevance_signal="vector")) == {"charlie"}

@@ -160,6 +160,8 @@ class Candidates:
     stats: dict[str, Any]  # feedback aggregates
     avg: dict[str, float | None]  # normalised feedback
     subquery: dict[str, float] | None = None  # the best cosine with any of the LLM's sub-queries
+    named: set[str] = field(default_factory=set)  # the speakers the query names (speaker_names)
+    floor: float = 0.0  # the cosine floor the candidates passed (min_similarity, or speaker_min_similarity)
 
 
 def prepare_query(embedder: Embedder, cfg: WorldGraphConfig, agent_role: str | None, query: str,
@@ -249,7 +251,14 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
 
     # 2b. metadata filters, on the system of record (with the feedback aggregates: one read)
     episodes, stats = store.episodes_with_feedback(tenant_id, ids, category=opts.feedback_category)
-    ids = [i for i in ids if i in episodes and q.filters.keeps(episodes[i]) and near[i] >= q.min_sim]
+    ids = [i for i in ids if i in episodes and q.filters.keeps(episodes[i])]
+    # the floor: lower while the query names some of the candidates' speakers (speaker_min_similarity)
+    named = speaker_names(cfg, q.text, searched_text, ids, episodes)
+    floor = q.min_sim
+    if named and cfg.speaker_min_similarity is not None and opts.min_similarity is None \
+            and cfg.min_similarity_threshold is None:
+        floor = cfg.speaker_min_similarity
+    ids = [i for i in ids if near[i] >= floor]
 
     # 2c. feedback filter
     if opts.feedback_category is not None:
@@ -260,7 +269,20 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
         ids = [i for i in ids if (f := avg[i]) is not None and f >= floor]
     if not ids:
         return None
-    return Candidates(ids, vectors, semantic, bm25, searched_text, episodes, stats, avg, subquery)
+    return Candidates(ids, vectors, semantic, bm25, searched_text, episodes, stats, avg, subquery, named, floor)
+
+
+def speaker_names(cfg: WorldGraphConfig, text: str, searched_text: bool, ids: list[str],
+                  episodes: dict[str, dict[str, Any]]) -> set[str]:
+    """The speakers (agent ids) of the candidates ``ids`` that the query names, when the speaker
+    match applies: hybrid relevance with a full-text search, ``speaker_match_weight`` > 0, and
+    the query names some of the candidates' speakers and not others (naming every speaker, or
+    none, tells no memory apart). Empty otherwise."""
+    if cfg.relevance_signal != "hybrid" or not searched_text or cfg.speaker_match_weight <= 0:
+        return set()
+    agents = {str(episodes[i].get("agent_id") or "") for i in ids}
+    named = named_speakers(text, agents)
+    return named if len(named) < len(agents) else set()
 
 
 def score_candidates(store: EpisodeStore, cfg: WorldGraphConfig, tenant_id: str, q: PreparedQuery,
@@ -269,12 +291,7 @@ def score_candidates(store: EpisodeStore, cfg: WorldGraphConfig, tenant_id: str,
     the hybrid fusion), + the query's date window, + feedback-aware boosts when min_feedback_score is set.
     ``embedder``: for the speaker-free cosine (``speaker_free_cosines``; None leaves it out)."""
     ids, episodes = found.ids, found.episodes
-    named: set[str] = set()
-    if cfg.relevance_signal == "hybrid" and found.searched_text and cfg.speaker_match_weight > 0:
-        agents = {str(episodes[i].get("agent_id") or "") for i in ids}
-        named = named_speakers(q.text, agents)
-        if len(named) == len(agents):  # every speaker (or none) named: the match tells nothing apart
-            named = set()
+    named = found.named
     cosine = found.semantic
     if named and embedder is not None and cfg.speaker_free_vector:
         cosine = speaker_free_cosines(embedder, q.text, named, found) or cosine
