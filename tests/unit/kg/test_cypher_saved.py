@@ -135,3 +135,59 @@ def test_a_read_only_store_saves_nothing(data: Path) -> None:
     finally:
         store.close()
     assert list(folder.iterdir()) == []
+
+
+def test_a_large_tenant_is_built_in_a_child_process(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over CHILD_MIN_EPISODES the build runs in a child (its memory goes with it); this process
+    opens the file, and a world write afterwards reloads the world part it has no rows of."""
+    from worldgraph.kg.embedded import store as store_module
+
+    for f in folder_for(_store_file(data)).iterdir():
+        f.unlink()
+    monkeypatch.setattr(store_module, "CHILD_MIN_EPISODES", 1)
+    monkeypatch.setattr(embedded_cypher, "load_tenant", lambda *a, **k: pytest.fail("built in this process"))
+    with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
+        assert wm.cypher("t1", COUNT) == [{"n": 3}]
+        assert _meta(data)["gens"][0] > 0
+        delta = {"entities": [{"ref": "c", "name": "copper coin", "type": "item"}], "states": [], "edges": [],
+                 "rules": []}
+        assert wm.apply_delta("t1", "Env", delta).ok
+        assert wm.cypher("t1", "MATCH (n:Entity {tenant_id: $tenant_id}) RETURN n.name AS n") == [{"n": "copper coin"}]
+        assert wm.cypher("t1", COUNT) == [{"n": 3}]
+
+
+def test_a_failed_child_build_falls_back_to_this_process(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from worldgraph.kg.embedded import store as store_module
+
+    def fail(*a: Any) -> Any:
+        raise RuntimeError("the projection build process failed (-9): killed")
+    for f in folder_for(_store_file(data)).iterdir():
+        f.unlink()
+    monkeypatch.setattr(store_module, "CHILD_MIN_EPISODES", 1)
+    monkeypatch.setattr(store_module, "build_in_child", fail)
+    with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
+        assert wm.cypher("t1", COUNT) == [{"n": 3}]
+    assert len([f for f in folder_for(_store_file(data)).iterdir() if f.suffix == ".lbug"]) == 1
+
+
+def test_a_world_delta_after_a_reopen_is_applied_row_by_row(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The world rows a reopened projection holds are read when it is opened, so the first world
+    write afterwards is applied row by row like any other (no world part reloaded)."""
+    nodes = "MATCH (n:Entity {tenant_id: $tenant_id}) RETURN n.name AS name ORDER BY name"
+    with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
+        delta = {"entities": [{"ref": "c", "name": "crate", "type": "container"}], "states": [], "edges": [],
+                 "rules": []}
+        assert wm.apply_delta("t1", "Env", delta).ok
+        assert wm.cypher("t1", nodes) == [{"name": "crate"}]
+    with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
+        monkeypatch.setattr(embedded_cypher, "load_tenant", lambda *a, **k: pytest.fail("rebuilt from SQLite"))
+        assert wm.cypher("t1", nodes) == [{"name": "crate"}]  # reopened
+        monkeypatch.setattr(embedded_cypher.Projection, "replace_world",
+                            lambda *a, **k: pytest.fail("reloaded the whole world part"))
+        delta = {"entities": [{"ref": "b", "name": "bottle", "type": "item"}, {"ref": "c", "name": "crate",
+                                                                             "type": "container"}],
+                 "states": [], "edges": [{"relation": "containment", "src_ref": "c", "dst_ref": "b"}], "rules": []}
+        assert wm.apply_delta("t1", "Env", delta).ok
+        assert wm.cypher("t1", nodes) == [{"name": "bottle"}, {"name": "crate"}]
+        assert wm.cypher("t1", "MATCH (:Entity {tenant_id: $tenant_id, name: 'crate'})-[:CONTAINS]->(b) "
+                               "RETURN b.name AS b") == [{"b": "bottle"}]

@@ -27,6 +27,7 @@ from worldgraph.kg.embedded import cypher as embedded_cypher
 from worldgraph.kg.embedded import sql
 from worldgraph.kg.embedded.connection import SCHEMA_VERSION, SqliteConnection
 from worldgraph.kg.embedded.cypher import ProjectionCache
+from worldgraph.kg.embedded.cypher.build import CHILD_MIN_EPISODES, build_in_child
 from worldgraph.kg.embedded.cypher.saved import SavedProjections, folder_for
 from worldgraph.kg.embedded.episodes import SqliteEpisodes
 from worldgraph.kg.embedded.leases import SqliteSceneLeases
@@ -100,27 +101,40 @@ class EmbeddedGraphStore(ComposedStore):
             with self.db.lock, self.db.snapshot():
                 gens = self.db.version()
                 found = self.saved.find(tenant_id, gens)
-                if found is None:
-                    nodes, rels, episodes, world = embedded_cypher.load_tenant(read, tenant_id)
+                # the world rows it holds (a world refresh compares them with the rows then): ~70 ms at 20k
+                raw = embedded_cypher.read_world_rows(read, tenant_id) if found is not None else None
             if found is not None:  # saved by an earlier open (this process's or another's) and current
                 try:
                     proj = embedded_cypher.Projection(tenant_id, found[0], found[1])
                 except RuntimeError as exc:  # open elsewhere (LadybugDB's lock), or damaged: built anew
                     log.info("not using the saved Cypher projection %s (%s): building one", found[0], exc)
-                    return build_new()
-                proj.gens = gens
-                return proj
-            return fill(gens, nodes, rels, episodes, world)
+                else:
+                    proj.gens, proj.opened_raw = gens, raw
+                    return proj
+            path = self.saved.new_path(tenant_id)
+            if path is not None and self.db.query(sql.count_of_tenant("episodes"), (tenant_id,))[0][0] \
+                    >= CHILD_MIN_EPISODES:
+                try:  # a large tenant: the build's memory goes with the child (cypher/build.py)
+                    gens, kinds = build_in_child(self.path, tenant_id, path)
+                    proj = embedded_cypher.Projection(tenant_id, path, kinds)
+                except (RuntimeError, OSError, ValueError, KeyError) as exc:
+                    log.warning("building the Cypher projection in a child process failed (%s); building it in "
+                                "this one", exc)
+                    self.saved.remove_file(path)
+                    path = self.saved.new_path(tenant_id)
+                else:
+                    with self.db.lock, self.db.snapshot():  # its world rows, unless written since
+                        if self.db.version() == gens:
+                            proj.opened_raw = embedded_cypher.read_world_rows(read, tenant_id)
+                    proj.gens = gens
+                    self.saved.save(tenant_id, path, gens, proj.kinds)
+                    return proj
+            return fill(path)
 
-        def build_new() -> embedded_cypher.Projection:
+        def fill(path: Path | None) -> embedded_cypher.Projection:
             with self.db.lock, self.db.snapshot():
                 gens = self.db.version()
                 nodes, rels, episodes, world = embedded_cypher.load_tenant(read, tenant_id)
-            return fill(gens, nodes, rels, episodes, world)
-
-        def fill(gens: tuple[int, int], nodes: Any, rels: Any, episodes: set[str],
-                 world: embedded_cypher.WorldPart) -> embedded_cypher.Projection:
-            path = self.saved.new_path(tenant_id)
             proj = embedded_cypher.Projection(tenant_id, path)
             try:
                 proj.fill(nodes, rels, episodes, world)
@@ -131,11 +145,7 @@ class EmbeddedGraphStore(ComposedStore):
                 # the data folder's disk is full, say: this query is answered from memory instead
                 log.warning("could not build the Cypher projection in %s (%s); building it in memory", path, exc)
                 self.saved.remove_file(path)
-                with self.db.lock, self.db.snapshot():
-                    gens = self.db.version()
-                    nodes, rels, episodes, world = embedded_cypher.load_tenant(read, tenant_id)
-                proj = embedded_cypher.Projection(tenant_id)
-                proj.fill(nodes, rels, episodes, world)
+                return fill(None)
             proj.gens = gens
             self.saved.save(tenant_id, proj.path, gens, proj.kinds)
             return proj
@@ -149,6 +159,9 @@ class EmbeddedGraphStore(ComposedStore):
             # its file, whose rows are not in memory) reloads the world part
             with self.db.lock, self.db.snapshot():
                 gens = self.db.version()
+                if proj.world is None and proj.opened_raw is not None:  # opened from its file
+                    ids = {eid for (eid,) in read(sql.PROJECTION_EPISODE_IDS, (tenant_id,))}
+                    proj.know_world(embedded_cypher.load_world_part(proj.opened_raw, tenant_id, ids), ids)
                 if proj.world is not None:
                     touched = self.db.world_touched(tenant_id, proj.gens[1], gens[1])
                     raw = (embedded_cypher.read_world_rows(read, tenant_id) if touched is None

@@ -105,6 +105,8 @@ class Projection:
         self.kinds: dict[str, dict[str, str]] = dict(kinds or {})  # table -> column -> LadybugDB type
         self.episodes: set[str] | None = None  # ids, for the world part's (:Scene)-[:FROM_EPISODE]->(:Episode)
         self.world: WorldPart | None = None
+        # opened from a file: the world rows it holds, read when it was opened (``know_world``)
+        self.opened_raw: WorldRows | None = None
         self.gens = (0, 0)  # the store's (episode part, world part) generations it holds (embedded.connection)
 
     def fill(self, nodes: Nodes, rels: Rels, episodes: set[str], world: WorldPart) -> None:
@@ -116,6 +118,12 @@ class Projection:
         world.nodes, world.rels = {}, {}  # loaded: only raw and the index stay
         if self.path is not None:
             self.conn.execute("CHECKPOINT")  # into the file: a reopen replays no log
+
+    def know_world(self, world: WorldPart, episodes: set[str]) -> None:
+        """Take the world part's rows and index of a projection opened from its file, whose tables
+        hold exactly them (loaded from ``opened_raw``: the columns made are dropped)."""
+        world.nodes, world.rels = {}, {}
+        self.world, self.episodes, self.opened_raw = world, episodes, None
 
     @contextmanager
     def _refreshing(self) -> Iterator[None]:
