@@ -28,6 +28,14 @@ def _exp(task: str) -> dict[str, Any]:
     return {"agent_id": "a", "agent_role": "r", "task_type": "x", "task_description": task, "outcome": "success"}
 
 
+@pytest.fixture(autouse=True)
+def save_small_tenants(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tenants are small: save their projections anyway (the default saves from 5,000 rows)."""
+    from worldgraph.kg.embedded import store as store_module
+
+    monkeypatch.setattr(store_module, "SAVE_MIN_ROWS", 0)
+
+
 @pytest.fixture
 def data(tmp_path: Path) -> Iterator[Path]:
     """A data folder whose tenant t1 holds 3 episodes and has a saved projection."""
@@ -123,6 +131,19 @@ def test_two_store_objects_in_one_process_never_share_a_file(data: Path) -> None
     finally:
         a.close()
         b.close()
+
+
+def test_a_small_tenant_is_not_saved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from worldgraph.kg.embedded import store as store_module
+
+    monkeypatch.setattr(store_module, "SAVE_MIN_ROWS", 4)
+    with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:
+        wm.record_experiences("t1", [_exp(f"task {i}") for i in range(3)])
+        assert wm.cypher("t1", COUNT) == [{"n": 3}]
+        assert not folder_for(_store_file(tmp_path)).exists()
+        wm.record_experience("t1", _exp("the fourth"))
+        assert wm.cypher("t1", COUNT) == [{"n": 4}]
+        assert _meta(tmp_path)["gens"][0] > 0
 
 
 def test_a_read_only_store_saves_nothing(data: Path) -> None:

@@ -39,6 +39,11 @@ __all__ = ["EmbeddedGraphStore", "SCHEMA_VERSION"]
 
 log = logging.getLogger("worldgraph")
 
+# A tenant's projection is saved beside the SQLite file (embedded.cypher.saved) from this many
+# episodes + world nodes + world edges: below, building it in memory takes ~0.1 s, less than
+# creating, syncing and reopening a file.
+SAVE_MIN_ROWS = 5_000
+
 # the counts of ``stats``: key -> table
 _STATS = {"episodes": "episodes", "agents": "agents", "feedback": "feedback", "canvases": "canvases",
           "canvas_audits": "canvas_audits", "scenes": "scenes", "nodes": "world_nodes", "edges": "world_edges",
@@ -111,9 +116,10 @@ class EmbeddedGraphStore(ComposedStore):
                 else:
                     proj.gens, proj.opened_raw = gens, raw
                     return proj
-            path = self.saved.new_path(tenant_id)
-            if path is not None and self.db.query(sql.count_of_tenant("episodes"), (tenant_id,))[0][0] \
-                    >= CHILD_MIN_EPISODES:
+            episodes, size = self._projection_size(tenant_id)
+            # a small tenant's projection is built in memory (~0.1 s) and not saved: a file costs more
+            path = self.saved.new_path(tenant_id) if size >= SAVE_MIN_ROWS else None
+            if path is not None and episodes >= CHILD_MIN_EPISODES:
                 try:  # a large tenant: the build's memory goes with the child (cypher/build.py)
                     gens, kinds = build_in_child(self.path, tenant_id, path)
                     proj = embedded_cypher.Projection(tenant_id, path, kinds)
@@ -219,6 +225,12 @@ class EmbeddedGraphStore(ComposedStore):
                 key["revoked_at"] = revoked_at
                 cur.execute(sql.UPDATE_API_KEY, (dumps(key), key_id))
         return key
+
+    def _projection_size(self, tenant_id: str) -> tuple[int, int]:
+        """(the tenant's episodes, its episodes + world nodes + world edges): what a projection holds."""
+        episodes, nodes, edges = (self.db.query(sql.count_of_tenant(t), (tenant_id,))[0][0]
+                                  for t in ("episodes", "world_nodes", "world_edges"))
+        return episodes, episodes + nodes + edges
 
     # ---------------------------------------------------------------- forgetting
     def purge_files(self) -> Record:

@@ -55,7 +55,7 @@ def main(argv: list[str]) -> None:
             nodes, rels, episodes, world = load_tenant(read, tenant_id)
     finally:
         db.close()
-    proj = Projection(tenant_id, Path(path), auto_checkpoint=False)
+    proj = Projection(tenant_id, Path(path))
     try:
         proj.fill(nodes, rels, episodes, world)
         kinds = proj.kinds

@@ -77,13 +77,11 @@ class Projection:
     constructor, in memory or from a file (``saved``), and filled by ``fill`` when new."""
 
     def __init__(self, tenant_id: str, path: Path | None = None, kinds: dict[str, dict[str, str]] | None = None,
-                 buffer_pool_bytes: int = 0, auto_checkpoint: bool = True) -> None:
+                 buffer_pool_bytes: int = 0) -> None:
         """Open the database at ``path`` (None: a new in-memory one). A saved database comes with the
         ``kinds`` of its columns; its world part's rows are not in memory (``world`` None) until
         its first world refresh reloads that part. RuntimeError (LadybugDB's) if it cannot be
-        opened; a file this process has open already is refused the same way. ``auto_checkpoint``
-        False: the log is copied into the file only by ``fill``'s CHECKPOINT (a build that is
-        closed next: one checkpoint instead of one per table, 2.5 s instead of 2.5-3.4 s here)."""
+        opened; a file this process has open already is refused the same way."""
         import ladybug
 
         self.tenant_id = tenant_id
@@ -94,8 +92,7 @@ class Projection:
             # buffer_pool_bytes bounds the engine's memory (0: LadybugDB's default, most of the
             # machine's memory; it is allocated as pages are used). Not bounded by default: a
             # 20k-episode tenant (13 MiB SQLite file) did not load in 8x its file size (bench/README.md).
-            self.db = ladybug.Database(":memory:" if path is None else str(path), buffer_pool_size=buffer_pool_bytes,
-                                       auto_checkpoint=auto_checkpoint)
+            self.db = ladybug.Database(":memory:" if path is None else str(path), buffer_pool_size=buffer_pool_bytes)
             self.conn = ladybug.Connection(self.db)
         except BaseException:
             if path is not None:
@@ -116,11 +113,18 @@ class Projection:
         """Create and fill the tables of a new database (the columns are consumed)."""
         self.episodes = episodes
         self.world = world
+        if self.path is not None:
+            # LadybugDB checkpoints (and syncs the file) after each statement that writes past a
+            # threshold: one checkpoint for the whole build instead (100k episodes: 2.5 s instead
+            # of 2.5-3.4 s; a small tenant's ~20 tables: no fsync per table); a refresh's small
+            # writes go to the log, which it checkpoints as it grows
+            self.conn.execute("CALL auto_checkpoint=false")
         self._create(nodes, rels)
         self._create(world.nodes, world.rels)
         world.nodes, world.rels = {}, {}  # loaded: only raw and the index stay
         if self.path is not None:
             self.conn.execute("CHECKPOINT")  # into the file: a reopen replays no log
+            self.conn.execute("CALL auto_checkpoint=true")
 
     def know_world(self, world: WorldPart, episodes: set[str]) -> None:
         """Take the world part's rows and index of a projection opened from its file, whose tables
