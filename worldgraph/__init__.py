@@ -8,40 +8,98 @@
 ``AsyncWorldModel`` has the same methods as coroutines, for asyncio code.
 """
 
-from worldgraph.aio import AsyncWorldModel
-from worldgraph.config import WorldGraphConfig
-from worldgraph.errors import (
-    CypherQueryError,
-    DeltaValidationError,
-    EmbeddingDimensionError,
-    ExtractionError,
-    InvalidInputError,
-    NotFoundError,
-    PartialWriteError,
-    ReadOnlyError,
-    ReadOnlyQueryError,
-    StorageError,
-    StoreUnavailableError,
-    TenantScopeError,
-    WorldGraphError,
-)
-from worldgraph.kg.records import MergeReport, SceneRecord
-from worldgraph.memory.episode import Episode
-from worldgraph.memory.feedback import FeedbackResult
-from worldgraph.memory.lifecycle import ForgetReport, Page
-from worldgraph.memory.models import (
-    AgentExperience,
-    CanvasAction,
-    CanvasAudit,
-    CanvasContext,
-    DateRange,
-    EpisodeFeedback,
-    MetacognitiveInsights,
-    ReasoningChain,
-    RecallOptions,
-)
-from worldgraph.memory.recall.pipeline import RecallResult
-from worldgraph.service import WorldModel
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# The public names, imported on first use (PEP 562): ``import worldgraph.kg.embedded...`` (a child
+# process of the store, a tool) does not load the service, the recall pipeline and their
+# libraries (~1.7 s), and ``from worldgraph import WorldModel`` works as before.
+_EXPORTS = {
+    "AsyncWorldModel": "worldgraph.aio",
+    "WorldGraphConfig": "worldgraph.config",
+    "CypherQueryError": "worldgraph.errors",
+    "DeltaValidationError": "worldgraph.errors",
+    "EmbeddingDimensionError": "worldgraph.errors",
+    "ExtractionError": "worldgraph.errors",
+    "InvalidInputError": "worldgraph.errors",
+    "NotFoundError": "worldgraph.errors",
+    "PartialWriteError": "worldgraph.errors",
+    "ReadOnlyError": "worldgraph.errors",
+    "ReadOnlyQueryError": "worldgraph.errors",
+    "StorageError": "worldgraph.errors",
+    "StoreUnavailableError": "worldgraph.errors",
+    "TenantScopeError": "worldgraph.errors",
+    "WorldGraphError": "worldgraph.errors",
+    "MergeReport": "worldgraph.kg.records",
+    "SceneRecord": "worldgraph.kg.records",
+    "Episode": "worldgraph.memory.episode",
+    "FeedbackResult": "worldgraph.memory.feedback",
+    "ForgetReport": "worldgraph.memory.lifecycle",
+    "Page": "worldgraph.memory.lifecycle",
+    "AgentExperience": "worldgraph.memory.models",
+    "CanvasAction": "worldgraph.memory.models",
+    "CanvasAudit": "worldgraph.memory.models",
+    "CanvasContext": "worldgraph.memory.models",
+    "DateRange": "worldgraph.memory.models",
+    "EpisodeFeedback": "worldgraph.memory.models",
+    "MetacognitiveInsights": "worldgraph.memory.models",
+    "ReasoningChain": "worldgraph.memory.models",
+    "RecallOptions": "worldgraph.memory.models",
+    "RecallResult": "worldgraph.memory.recall.pipeline",
+    "WorldModel": "worldgraph.service",
+}
+
+if TYPE_CHECKING:
+    from worldgraph.aio import AsyncWorldModel
+    from worldgraph.config import WorldGraphConfig
+    from worldgraph.errors import (
+        CypherQueryError,
+        DeltaValidationError,
+        EmbeddingDimensionError,
+        ExtractionError,
+        InvalidInputError,
+        NotFoundError,
+        PartialWriteError,
+        ReadOnlyError,
+        ReadOnlyQueryError,
+        StorageError,
+        StoreUnavailableError,
+        TenantScopeError,
+        WorldGraphError,
+    )
+    from worldgraph.kg.records import MergeReport, SceneRecord
+    from worldgraph.memory.episode import Episode
+    from worldgraph.memory.feedback import FeedbackResult
+    from worldgraph.memory.lifecycle import ForgetReport, Page
+    from worldgraph.memory.models import (
+        AgentExperience,
+        CanvasAction,
+        CanvasAudit,
+        CanvasContext,
+        DateRange,
+        EpisodeFeedback,
+        MetacognitiveInsights,
+        ReasoningChain,
+        RecallOptions,
+    )
+    from worldgraph.memory.recall.pipeline import RecallResult
+    from worldgraph.service import WorldModel
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'worldgraph' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
 
 __version__ = "0.1.0"
 

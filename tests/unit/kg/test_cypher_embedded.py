@@ -515,3 +515,51 @@ def test_a_world_write_not_named_by_its_parameters_is_seen(tmp_path: Path) -> No
         assert wm.cypher("t1", "MATCH (r:Rule {tenant_id: $tenant_id}) RETURN count(r) AS n") == [{"n": 0}]
     finally:
         wm.close()
+
+
+def test_a_delta_that_changes_facts_of_existing_rows_updates_them_in_place(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Re-stating existing entities, an existing edge and an existing rule with new confidences
+    changes those rows' properties in place (nothing deleted: their links are as they
+    were), and every contract query then returns what a projection built from scratch returns."""
+    from worldgraph.kg.embedded import cypher as embedded_cypher
+
+    wm = WorldModel.open(tmp_path, embedder=HashingEmbedder(64))
+    try:
+        replay_log(wm, "t1", ENV, ROOT / "examples" / "text_adventure.jsonl", use_shipped_deltas=True)
+        pair = wm.cypher("t1", "MATCH (a:Entity {tenant_id: $tenant_id})-[c:CONTAINS]->(b:Entity) WHERE c.valid_to "
+                               "IS NULL RETURN a.name AS an, b.name AS bn, a.type AS ta, b.type AS tb ORDER BY an, bn LIMIT 1")[0]
+        rules = "MATCH (r:Rule {tenant_id: $tenant_id}) RETURN r.condition AS c, r.outcome AS o, r.record AS r ORDER BY c, o"
+        rules_before = wm.cypher("t1", rules)
+        rule = rules_before[0]
+        edges = "MATCH (:Entity {tenant_id: $tenant_id})-[c:CONTAINS]->() RETURN c.record AS r ORDER BY r"
+        edges_before = wm.cypher("t1", edges)
+        deleted: list[str] = []
+        real_delete = embedded_cypher.Projection._delete
+        monkeypatch.setattr(embedded_cypher.Projection, "_delete",
+                            lambda self, label, pks: (deleted.extend(pks), real_delete(self, label, pks)))
+        monkeypatch.setattr(embedded_cypher.Projection, "replace_world",
+                            lambda *a, **k: pytest.fail("reloaded the whole world part"))
+        delta = {"entities": [{"ref": "a", "name": pair["an"], "type": pair["ta"]},
+                              {"ref": "b", "name": pair["bn"], "type": pair["tb"]}],
+                 "states": [],
+                 "edges": [{"src_ref": "a", "dst_ref": "b", "relation": "containment", "confidence": 0.42}],
+                 "rules": [{"condition": rule["c"], "outcome": rule["o"], "confidence": 0.33}]}
+        report = wm.apply_delta("t1", ENV, delta)
+        assert report.ok and not report.dropped and report.merged["edges"] and report.merged["rules"], report
+        incremental = {q: wm.cypher("t1", q, {"env": ENV, **p}) for q, p, _ordered in CONTRACT}
+        assert not deleted  # in place
+        monkeypatch.undo()
+        assert isinstance(wm.store, EmbeddedGraphStore)
+        fresh = EmbeddedGraphStore(wm.store.path)
+        try:
+            for q, p, _ordered in CONTRACT:
+                want = fresh.cypher("t1", q, {"env": ENV, **p})
+                assert sorted(map(json.dumps, incremental[q])) == sorted(map(json.dumps, want)), q
+        finally:
+            fresh.close()
+        # the rule and the edge did change (and the same rows are there)
+        assert wm.cypher("t1", rules) != rules_before and len(wm.cypher("t1", rules)) == len(rules_before)
+        assert wm.cypher("t1", edges) != edges_before and len(wm.cypher("t1", edges)) == len(edges_before)
+    finally:
+        wm.close()

@@ -241,11 +241,17 @@ def _erasure_fixture(wm: WorldModel, tenant: str) -> tuple[str, str, list[str]]:
     return secret, kept, [gone[0], packet["episode_id"]]
 
 
-def test_forget_and_purge_leave_the_text_in_no_file(tmp_path: Path, tenant: str) -> None:
+def test_forget_and_purge_leave_the_text_in_no_file(tmp_path: Path, tenant: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from worldgraph.kg.embedded import store as store_module
+
+    monkeypatch.setattr(store_module, "SAVE_MIN_ROWS", 0)  # a small tenant's projection is saved too
     data = tmp_path / "data"
     with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
         secret, kept, ids = _erasure_fixture(wm, tenant)
-        assert files_holding(data, secret), "the test must see the text before it is forgotten"
+        # a Cypher query saves the tenant's projection (its records) beside the SQLite file
+        assert wm.cypher(tenant, "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN count(e) AS n")[0]["n"] > 0
+        assert any("-cypher" in str(f) for f in files_holding(data, secret)), "the projection holds the text"
         for eid in ids:
             wm.forget_episode(tenant, eid)
         stats = wm.purge()

@@ -7,8 +7,11 @@ serialises writers and ``busy_timeout`` makes them wait instead of failing. One 
 this process's threads on the connection.
 
 The connection also counts the commits that wrote the tables of a Cypher projection's episode or
-world part (``generations``), and remembers which world rows the last ``WORLD_LOG_KEPT`` world
-commits wrote (``world_touched``), so that ``cypher()`` refreshes a projection row by row.
+world part: each such transaction bumps the part's generation in the ``projection_gens`` table
+before it commits, so the count is durable and shared by every process writing the file
+(``version``; a projection saved on disk names the generations it holds). It remembers which
+world rows this connection's last ``WORLD_LOG_KEPT`` world commits wrote (``world_touched``), so
+that ``cypher()`` refreshes a projection row by row.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ WORLD_LOG_KEPT = 256  # world commits whose written rows are remembered (for a p
 
 _WRITE_RE = re.compile(r"\s*(?:INSERT|REPLACE|UPDATE|DELETE)\b", re.I)
 _PARTS = {**{t: "episodes" for t in embedded_cypher.EPISODE_SOURCES}, **{t: "world" for t in embedded_cypher.WORLD_SOURCES}}
-_NOT_PROJECTED = ("api_keys", "schema_info")
+_NOT_PROJECTED = ("api_keys", "schema_info", "projection_gens", "forget_log")
 
 # Upserts whose parameters name the world row they write: (table, how many parameters after
 # tenant_id make its key in embedded_cypher.WorldRows). scene_links is not read by the projection.
@@ -100,9 +103,8 @@ class SqliteConnection:
         self.path = Path(path)
         self.read_only = read_only
         self.lock = threading.RLock()
-        # commits through this object that wrote a table of a Cypher projection's episode / world part
-        self.generations = {"episodes": 0, "world": 0}
-        # (world generation, the world rows its commit wrote, None: not known), the last few
+        # (world generation, the world rows its commit wrote, None: not known), the last few of this
+        # connection's world commits
         self._world_log: list[tuple[int, Touched]] = []
         self.opened: ReadOnlyConnection | None = None
         if read_only:
@@ -143,11 +145,10 @@ class SqliteConnection:
             try:
                 cur.execute("BEGIN IMMEDIATE")
                 yield cast(sqlite3.Cursor, _Tracked(cur, parts, touched))
+                gens = {part: cur.execute(sql.BUMP_PROJECTION_GEN, (part,)).fetchone()[0] for part in sorted(parts)}
                 cur.execute("COMMIT")
-                for part in parts:
-                    self.generations[part] += 1
-                if "world" in parts:
-                    self._world_log.append((self.generations["world"], touched[0]))
+                if "world" in gens:
+                    self._world_log.append((gens["world"], touched[0]))
                     del self._world_log[:-WORLD_LOG_KEPT]
             except BaseException as exc:
                 if self.conn.in_transaction:  # SQLite may have rolled back itself (SQLITE_FULL)
@@ -178,26 +179,31 @@ class SqliteConnection:
             if not in_tx:
                 self.conn.execute("COMMIT")
 
-    def version(self) -> tuple[int, int, int]:
-        """(SQLite's data_version, which changes with every commit of another connection; this
-        connection's episode and world generations)."""
+    def version(self) -> tuple[int, int]:
+        """(the episode part's generation, the world part's): how many commits of any process wrote
+        the tables of a Cypher projection's part. A read-only open of a file written before the
+        generations were kept gives SQLite's data_version for both (it moves with every commit of
+        another connection)."""
         with self.lock:
-            return (self.conn.execute(sql.DATA_VERSION).fetchone()[0], self.generations["episodes"],
-                    self.generations["world"])
+            try:
+                gens = dict(self.conn.execute(sql.PROJECTION_GENS).fetchall())
+            except sqlite3.OperationalError:  # no projection_gens table, and a read-only open adds none
+                dv = -int(self.conn.execute(sql.DATA_VERSION).fetchone()[0])
+                return (dv, dv)
+            return (int(gens.get("episodes", 0)), int(gens.get("world", 0)))
 
-    def world_touched(self, tenant_id: str, since: int) -> set[tuple[str, Any]] | None:
-        """The world rows ((table, key)) of ``tenant_id`` this connection's commits wrote after
-        world generation ``since``; None when not known (a write not keyed by its parameters, or
-        older than the log)."""
+    def world_touched(self, tenant_id: str, since: int, upto: int) -> set[tuple[str, Any]] | None:
+        """The world rows ((table, key)) of ``tenant_id`` written by the world commits after
+        generation ``since`` up to ``upto``; None when not known: one of them was another
+        connection's (or older than the log), or a write not keyed by its parameters."""
         out: set[tuple[str, Any]] = set()
-        gens = [gen for gen, _ in self._world_log if gen > since]
-        if len(gens) != self.generations["world"] - since:
+        logged = [(gen, rows) for gen, rows in self._world_log if since < gen <= upto]
+        if len(logged) != upto - since:
             return None
-        for gen, rows in self._world_log:
-            if gen > since:
-                if rows is None:
-                    return None
-                out |= {(table, key) for t, table, key in rows if t == tenant_id}
+        for _gen, rows in logged:
+            if rows is None:
+                return None
+            out |= {(table, key) for t, table, key in rows if t == tenant_id}
         return out
 
     def close(self) -> None:

@@ -97,6 +97,10 @@ CREATE TABLE IF NOT EXISTS env_meta (
   tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, env_name));
 CREATE TABLE IF NOT EXISTS api_keys (
   id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, created_at TEXT NOT NULL, data TEXT NOT NULL);
+-- How many commits wrote the tables of a Cypher projection's episode part and its world part
+-- (embedded.connection bumps them in the writing transaction): a projection saved on disk names the
+-- generations it holds, so any process can tell whether it is still current.
+CREATE TABLE IF NOT EXISTS projection_gens (part TEXT PRIMARY KEY, gen INTEGER NOT NULL);
 """
 
 # Added for the lifecycle: the listing order's index and the audit of forgets (who forgot which id
@@ -131,6 +135,10 @@ QUERY_ONLY = "PRAGMA query_only=ON"
 READ_PROBE = "SELECT count(*) FROM sqlite_master"
 # changes with every commit of another connection to the file
 DATA_VERSION = "PRAGMA data_version"
+# a projection part's generation: bumped inside each transaction that wrote the part's tables
+BUMP_PROJECTION_GEN = ("INSERT INTO projection_gens(part, gen) VALUES (?, 1) "
+                       "ON CONFLICT(part) DO UPDATE SET gen = gen + 1 RETURNING gen")
+PROJECTION_GENS = "SELECT part, gen FROM projection_gens"
 # copies the WAL into the database and empties the WAL file: (busy, log pages, checkpointed pages)
 CHECKPOINT_TRUNCATE = "PRAGMA wal_checkpoint(TRUNCATE)"
 
@@ -453,6 +461,7 @@ def mark_purged(n: int) -> str:
 # the rows a write touched to refresh it.
 PROJECTION_SESSION_LINKS = "SELECT episode_id, seq, next_id FROM session_links WHERE tenant_id = ?"
 PROJECTION_EPISODES = "SELECT data, index_status, index_error FROM episodes WHERE tenant_id = ?"
+PROJECTION_EPISODE_IDS = "SELECT id FROM episodes WHERE tenant_id = ?"
 PROJECTION_SESSIONS = "SELECT session_id, MAX(seq) FROM session_links WHERE tenant_id = ? GROUP BY session_id"
 PROJECTION_AGENTS = "SELECT data FROM agents WHERE tenant_id = ?"
 PROJECTION_CANVASES = "SELECT data FROM canvases WHERE tenant_id = ?"

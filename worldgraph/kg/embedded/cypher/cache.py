@@ -55,6 +55,19 @@ class ProjectionCache:
                 old.close()
             return proj
 
+    def current(self, tenant_id: str) -> Projection | None:
+        """The tenant's projection kept, if any."""
+        with self._lock:
+            item = self._items.get(tenant_id)
+        return item[1] if item is not None else None
+
+    def drop(self, tenant_id: str) -> None:
+        """Close the tenant's projection (a query running on it ends first) and forget it."""
+        with self._lock:
+            item = self._items.pop(tenant_id, None)
+        if item is not None:
+            item[1].close()
+
     def close(self) -> None:
         with self._lock:
             for _, proj in self._items.values():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from worldgraph.errors import CypherQueryError
@@ -26,6 +27,7 @@ from worldgraph.kg.embedded.cypher.model import (
     node_names,
     rel_names,
 )
+from worldgraph.kg.embedded.cypher.saved import claim, release
 from worldgraph.kg.neo4j import schema as q
 
 REFRESH_WAIT = 0.25
@@ -71,29 +73,64 @@ def _array(name: str, values: list[Any], kind: str | None = None) -> tuple[Any, 
 
 
 class Projection:
-    """One tenant's graph in an in-memory LadybugDB database (see the module docstring)."""
+    """One tenant's graph in a LadybugDB database (see the package docstring): opened by the
+    constructor, in memory or from a file (``saved``), and filled by ``fill`` when new."""
 
-    def __init__(self, tenant_id: str, nodes: Nodes, rels: Rels, episodes: set[str], world: WorldPart,
+    def __init__(self, tenant_id: str, path: Path | None = None, kinds: dict[str, dict[str, str]] | None = None,
                  buffer_pool_bytes: int = 0) -> None:
+        """Open the database at ``path`` (None: a new in-memory one). A saved database comes with the
+        ``kinds`` of its columns; its world part's rows are not in memory (``world`` None) until
+        its first world refresh reloads that part. RuntimeError (LadybugDB's) if it cannot be
+        opened; a file this process has open already is refused the same way."""
         import ladybug
 
         self.tenant_id = tenant_id
-        self.episodes = episodes  # ids, for the world part's (:Scene)-[:FROM_EPISODE]->(:Episode)
+        self.path = path
+        if path is not None and not claim(path):
+            raise RuntimeError(f"{path} is open in this process already")
+        try:
+            # buffer_pool_bytes bounds the engine's memory (0: LadybugDB's default, most of the
+            # machine's memory; it is allocated as pages are used). Not bounded by default: a
+            # 20k-episode tenant (13 MiB SQLite file) did not load in 8x its file size (bench/README.md).
+            self.db = ladybug.Database(":memory:" if path is None else str(path), buffer_pool_size=buffer_pool_bytes)
+            self.conn = ladybug.Connection(self.db)
+        except BaseException:
+            if path is not None:
+                release(path)
+            raise
+        self.conn.set_max_threads_for_exec(2)
         self.lock = threading.Lock()  # one query (or refresh) at a time; released through unlock()
         self.closed = False  # replaced, dropped or abandoned: hand it out no more
         self.released = False  # its database is closed (its memory freed)
-        # buffer_pool_bytes bounds the engine's memory (an in-memory database lives in its buffer
-        # pool; 0: LadybugDB's default, most of the machine's memory). Not bounded by default: a
-        # 20k-episode tenant (13 MiB SQLite file) did not load in 8x its file size (bench/README.md).
-        self.db = ladybug.Database(":memory:", buffer_pool_size=buffer_pool_bytes)
-        self.conn = ladybug.Connection(self.db)
-        self.conn.set_max_threads_for_exec(2)
-        self.kinds: dict[str, dict[str, str]] = {}  # table -> column -> LadybugDB type
+        self.kinds: dict[str, dict[str, str]] = dict(kinds or {})  # table -> column -> LadybugDB type
+        self.episodes: set[str] | None = None  # ids, for the world part's (:Scene)-[:FROM_EPISODE]->(:Episode)
+        self.world: WorldPart | None = None
+        # opened from a file: the world rows it holds, read when it was opened (``know_world``)
+        self.opened_raw: WorldRows | None = None
+        self.gens = (0, 0)  # the store's (episode part, world part) generations it holds (embedded.connection)
+
+    def fill(self, nodes: Nodes, rels: Rels, episodes: set[str], world: WorldPart) -> None:
+        """Create and fill the tables of a new database (the columns are consumed)."""
+        self.episodes = episodes
         self.world = world
-        self.world_gen = 0  # the store's world-write generation the world part is at (embedded.py)
+        if self.path is not None:
+            # LadybugDB checkpoints (and syncs the file) after each statement that writes past a
+            # threshold: one checkpoint for the whole build instead (100k episodes: 2.5 s instead
+            # of 2.5-3.4 s; a small tenant's ~20 tables: no fsync per table); a refresh's small
+            # writes go to the log, which it checkpoints as it grows
+            self.conn.execute("CALL auto_checkpoint=false")
         self._create(nodes, rels)
         self._create(world.nodes, world.rels)
         world.nodes, world.rels = {}, {}  # loaded: only raw and the index stay
+        if self.path is not None:
+            self.conn.execute("CHECKPOINT")  # into the file: a reopen replays no log
+            self.conn.execute("CALL auto_checkpoint=true")
+
+    def know_world(self, world: WorldPart, episodes: set[str]) -> None:
+        """Take the world part's rows and index of a projection opened from its file, whose tables
+        hold exactly them (loaded from ``opened_raw``: the columns made are dropped)."""
+        world.nodes, world.rels = {}, {}
+        self.world, self.episodes, self.opened_raw = world, episodes, None
 
     @contextmanager
     def _refreshing(self) -> Iterator[None]:
@@ -109,13 +146,14 @@ class Projection:
         finally:
             self.unlock()
 
-    def replace_world(self, world: WorldPart) -> None:
+    def replace_world(self, world: WorldPart, episodes: set[str]) -> None:
         """Drop the world part's tables and load them again (the episode part stays)."""
         with self._refreshing():
             self._drop_world()
             self._create(world.nodes, world.rels)
             world.nodes, world.rels = {}, {}
             self.world = world
+            self.episodes = episodes
 
     def _drop_world(self) -> None:
         for rtype in WORLD_REL_TABLES:
@@ -168,6 +206,8 @@ class Projection:
         change is not of that kind (environments come or go, too many rows, a property changes
         type): the caller then reloads the whole world part. ``read_edges(env, ids)``:
         the (id, data) of the env's edges from or to those node ids."""
+        if self.world is None or self.episodes is None:  # opened from a file: its rows are not at hand
+            return False
         old = self.world.raw
         world = self.world.world
         if raw["env_meta"].keys() != old["env_meta"].keys():
@@ -183,9 +223,13 @@ class Projection:
             # an environment that only scenes name would come or go: the world part is reloaded
             if (env is not None and env not in world.envs) or (was is not None and was not in raw["env_meta"]):
                 return False
-        moved = set(changed["world_nodes"])
-        rules = set(changed["world_rules"])
-        edges = set(changed["world_edges"])
+        # A row still there whose label and links stay as they were (the same kind, sources, linked
+        # nodes, ends) is updated in place; the rest is deleted and created again with the
+        # relationships touching it (a node's edges, the rules linked to it).
+        same = _unlinked_changes(old, raw, changed, scenes)
+        moved = set(changed["world_nodes"]) - same["world_nodes"]
+        rules = set(changed["world_rules"]) - same["world_rules"]
+        edges = set(changed["world_edges"]) - same["world_edges"]
         for sid in scenes:  # what links to a scene names its id: those rows are reloaded with it
             moved |= {k for k, data in raw["world_nodes"].items() if sid in data}
             rules |= {k for k, data in raw["world_rules"].items() if sid in data}
@@ -195,6 +239,11 @@ class Projection:
             by_env.setdefault(env, []).append(nid)
         for env, ids in by_env.items():
             edges |= {(env, eid) for eid, _ in read_edges(env, ids)}
+        same["world_nodes"] -= moved
+        same["world_edges"] -= edges
+        # an edge updated in place keeps its ends: neither may be a node that is replaced
+        same["world_edges"] = {k for k in same["world_edges"] if not _touches(loads(raw["world_edges"][k]), k[0], moved)}
+        edges |= {k for k in set(changed["world_edges"]) - edges if k not in same["world_edges"]}
         if moved:
             moved_ids = {nid for _env, nid in moved}
             for key, data in raw["world_rules"].items():
@@ -252,6 +301,21 @@ class Projection:
                 for rtype, by_pair in rels.items():
                     for pair, columns in by_pair.items():
                         self._insert_rels(rtype, pair, columns)
+                # in place: their links are as they were (the rows the loader makes for them are dropped)
+                nodes = empty_nodes(("Entity", "State", "Rule"))
+                rels = empty_rels(("TRANSITION", "CONTAINS", "EPISODIC"))
+                unused = empty_rels(("PRODUCED", "CONCERNS"))
+                for k in same["world_nodes"]:
+                    world.node(nodes, unused, k[0], raw["world_nodes"][k])
+                for k in same["world_rules"] - rules:
+                    world.rule(nodes, unused, k[0], raw["world_rules"][k])
+                for k in same["world_edges"]:
+                    world.edge(rels, k[0], raw["world_edges"][k])
+                for label, columns in nodes.items():
+                    self._update_nodes(label, columns)
+                for rtype, by_pair in rels.items():
+                    for pair, columns in by_pair.items():
+                        self._update_rels(rtype, pair, columns)
                 for env in envs:
                     row = env_row(t, env, raw["env_meta"][env])
                     self.conn.execute("MATCH (e:Environment {env_name: $env_name}) SET e.record = $record, "
@@ -282,6 +346,23 @@ class Projection:
             rows, props = self._typed(label, columns, self.kinds[label])
             self.conn.execute(f"UNWIND $rows AS r CREATE (:{label} {{{props}}})", {"rows": rows})
 
+    def _update_nodes(self, label: str, columns: Columns) -> None:
+        pk = NODE_TABLES[label][0]
+        if columns[pk]:
+            rows, _ = self._typed(label, columns, self.kinds[label])
+            sets = ", ".join(f"n.`{c}` = CAST(r.`{c}` AS {kind})" for c, kind in self.kinds[label].items() if c != pk)
+            self.conn.execute(f"UNWIND $rows AS r MATCH (n:{label} {{{pk}: r.`{pk}`}}) SET {sets}", {"rows": rows})
+
+    def _update_rels(self, rtype: str, pair: tuple[str, str], columns: Columns) -> None:
+        if not columns["from"]:
+            return
+        a, b = pair
+        rows, _ = self._typed(rtype, columns, self.kinds[rtype])
+        rows = [{**row, "_from": src} for row, src in zip(rows, columns["from"], strict=True)]
+        sets = ", ".join(f"e.`{c}` = CAST(r.`{c}` AS {kind})" for c, kind in self.kinds[rtype].items() if c != "key")
+        self.conn.execute(f"UNWIND $rows AS r MATCH (a:{a} {{{NODE_TABLES[a][0]}: r._from}})-[e:{rtype}]->(:{b}) "
+                          f"WHERE e.key = r.key SET {sets}", {"rows": rows})
+
     def _insert_rels(self, rtype: str, pair: tuple[str, str], columns: Columns) -> None:
         if not columns["from"]:
             return
@@ -304,6 +385,8 @@ class Projection:
                     self.released = True
                     self.conn.close()
                     self.db.close()
+                    if self.path is not None:
+                        release(self.path)
             finally:
                 self.lock.release()
 
@@ -314,6 +397,32 @@ class Projection:
         self.lock.release()
         if self.closed:
             self.close()
+
+
+def _unlinked_changes(old: WorldRows, raw: WorldRows, changed: dict[str, set[Any]], scenes: set[str]) \
+        -> dict[str, set[Any]]:
+    """Of the changed world nodes, rules and edges, those present before and after whose change
+    leaves what the projection derives links from as it was: a node's kind and source scenes, a
+    rule's linked nodes and source scenes, an edge's relation and ends; and that name no changed
+    scene. (A rule or edge may still be replaced when a node it links is: the caller checks.)"""
+    links = {"world_nodes": ("kind", "source_scenes"), "world_rules": ("linked_node_ids", "source_scenes"),
+             "world_edges": ("relation", "src_id", "dst_id")}
+    out: dict[str, set[Any]] = {}
+    for table, fields in links.items():
+        keep = set()
+        for k in changed[table]:
+            if k not in old[table] or k not in raw[table] or any(sid in raw[table][k] or sid in old[table][k]
+                                                                for sid in scenes):
+                continue
+            a, b = loads(old[table][k]), loads(raw[table][k])
+            if all(a.get(f) == b.get(f) for f in fields):
+                keep.add(k)
+        out[table] = keep
+    return out
+
+
+def _touches(edge: dict[str, Any], env: str, moved: set[tuple[str, str]]) -> bool:
+    return (env, edge.get("src_id")) in moved or (env, edge.get("dst_id")) in moved
 
 
 class ProjectionClosed(Exception):

@@ -1,0 +1,214 @@
+"""Cypher projections saved beside the embedded store's SQLite file (``embedded.cypher.saved``):
+reopened instead of rebuilt while current, rebuilt when any process wrote since, never trusted
+when damaged, private, and swept of older builds."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from worldgraph import WorldModel
+from worldgraph.kg.embedded import cypher as embedded_cypher
+from worldgraph.kg.embedded.cypher.saved import SavedProjections, folder_for
+from worldgraph.kg.embedded.store import EmbeddedGraphStore
+from worldgraph.memory.embeddings import HashingEmbedder
+
+COUNT = "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN count(e) AS n"
+
+
+def _exp(task: str) -> dict[str, Any]:
+    return {"agent_id": "a", "agent_role": "r", "task_type": "x", "task_description": task, "outcome": "success"}
+
+
+@pytest.fixture(autouse=True)
+def save_small_tenants(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tenants are small: save their projections anyway (the default saves from 5,000 rows)."""
+    from worldgraph.kg.embedded import store as store_module
+
+    monkeypatch.setattr(store_module, "SAVE_MIN_ROWS", 0)
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Iterator[Path]:
+    """A data folder whose tenant t1 holds 3 episodes and has a saved projection."""
+    with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:
+        wm.record_experiences("t1", [_exp(f"task {i}") for i in range(3)])
+        assert wm.cypher("t1", COUNT) == [{"n": 3}]
+    yield tmp_path
+
+
+def _store_file(data: Path) -> Path:
+    return next(p for p in data.iterdir() if p.suffix == ".db")
+
+
+def _meta(data: Path, tenant: str = "t1") -> dict[str, Any]:
+    folder = folder_for(_store_file(data))
+    return dict(json.loads((folder / f"{SavedProjections.key(tenant)}.json").read_text()))
+
+
+def test_a_current_saved_projection_is_reopened_not_rebuilt(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    saved = _meta(data)
+    monkeypatch.setattr(embedded_cypher, "load_tenant", lambda *a, **k: pytest.fail("rebuilt from SQLite"))
+    store = EmbeddedGraphStore(_store_file(data))
+    try:
+        assert store.cypher("t1", COUNT) == [{"n": 3}]
+        assert store.cypher("t1", "MATCH (e:Episode {tenant_id: $tenant_id, task_description: 'task 1'}) "
+                                  "RETURN e.outcome AS o") == [{"o": "success"}]
+    finally:
+        store.close()
+    assert _meta(data) == saved
+
+
+def test_a_commit_of_another_process_makes_it_stale(data: Path) -> None:
+    before = _meta(data)
+    code = ("import sys; from worldgraph import WorldModel; from worldgraph.memory.embeddings import HashingEmbedder;"
+            "wm = WorldModel.open(sys.argv[1], embedder=HashingEmbedder(64)); wm.record_experience('t1', "
+            "{'agent_id': 'b', 'agent_role': 'r', 'task_type': 'x', 'task_description': 'late', 'outcome': 'success'});"
+            "wm.close()")
+    subprocess.run([sys.executable, "-c", code, str(data)], check=True, timeout=120)
+    with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
+        assert wm.cypher("t1", COUNT) == [{"n": 4}]
+    after = _meta(data)
+    assert after["file"] != before["file"] and after["gens"][0] > before["gens"][0]
+    folder = folder_for(_store_file(data))
+    assert not (folder / before["file"]).exists()  # the older build is swept
+
+
+@pytest.mark.parametrize("damage", ["database", "meta", "other tenant's meta", "format"])
+def test_a_damaged_or_foreign_saved_projection_is_rebuilt(data: Path, damage: str) -> None:
+    folder = folder_for(_store_file(data))
+    meta_path = folder / f"{SavedProjections.key('t1')}.json"
+    meta = json.loads(meta_path.read_text())
+    if damage == "database":
+        with open(folder / meta["file"], "r+b") as f:
+            f.write(os.urandom(8192))
+    elif damage == "meta":
+        meta_path.write_text("{not json")
+    elif damage == "other tenant's meta":  # copied from another tenant: names it, so not used
+        meta_path.write_text(json.dumps({**meta, "tenant_id": "t2"}))
+    else:
+        meta_path.write_text(json.dumps({**meta, "format": -1}))
+    with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
+        assert wm.cypher("t1", COUNT) == [{"n": 3}]
+        assert wm.cypher("t1", "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e.task_description AS t "
+                               "ORDER BY t") == [{"t": f"task {i}"} for i in range(3)]
+    assert _meta(data)["file"] != meta["file"]
+
+
+def test_files_are_private_and_a_stray_build_is_swept(data: Path) -> None:
+    folder = folder_for(_store_file(data))
+    stray = folder / f"{SavedProjections.key('t1')}-killedmidbuild.lbug"
+    stray.write_bytes(b"half")
+    with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
+        wm.record_experience("t1", _exp("one more"))
+        assert wm.cypher("t1", COUNT) == [{"n": 4}]
+    assert not stray.exists()
+    if os.name == "posix":
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        for f in folder.iterdir():
+            assert stat.S_IMODE(f.stat().st_mode) & 0o077 == 0, f
+    names = os.listdir(folder)
+    assert not any("t1" in n for n in names)  # named by a hash, not by the tenant
+
+
+def test_two_store_objects_in_one_process_never_share_a_file(data: Path) -> None:
+    """LadybugDB's lock is per process: a second store object of the same file builds its own."""
+    a = EmbeddedGraphStore(_store_file(data))
+    b = EmbeddedGraphStore(_store_file(data))
+    try:
+        assert a.cypher("t1", COUNT) == [{"n": 3}]
+        assert b.cypher("t1", COUNT) == [{"n": 3}]
+        pa, pb = a.projections.current("t1"), b.projections.current("t1")
+        assert pa is not None and pb is not None and pa.path != pb.path
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_small_tenant_is_not_saved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from worldgraph.kg.embedded import store as store_module
+
+    monkeypatch.setattr(store_module, "SAVE_MIN_ROWS", 4)
+    with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:
+        wm.record_experiences("t1", [_exp(f"task {i}") for i in range(3)])
+        assert wm.cypher("t1", COUNT) == [{"n": 3}]
+        assert not folder_for(_store_file(tmp_path)).exists()
+        wm.record_experience("t1", _exp("the fourth"))
+        assert wm.cypher("t1", COUNT) == [{"n": 4}]
+        assert _meta(tmp_path)["gens"][0] > 0
+
+
+def test_a_read_only_store_saves_nothing(data: Path) -> None:
+    folder = folder_for(_store_file(data))
+    for f in folder.iterdir():
+        f.unlink()
+    store = EmbeddedGraphStore(_store_file(data), read_only=True)
+    try:
+        assert store.cypher("t1", COUNT) == [{"n": 3}]
+    finally:
+        store.close()
+    assert list(folder.iterdir()) == []
+
+
+def test_a_large_tenant_is_built_in_a_child_process(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over CHILD_MIN_EPISODES the build runs in a child (its memory goes with it); this process
+    opens the file, and a world write afterwards reloads the world part it has no rows of."""
+    from worldgraph.kg.embedded import store as store_module
+
+    for f in folder_for(_store_file(data)).iterdir():
+        f.unlink()
+    monkeypatch.setattr(store_module, "CHILD_MIN_EPISODES", 1)
+    monkeypatch.setattr(embedded_cypher, "load_tenant", lambda *a, **k: pytest.fail("built in this process"))
+    with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
+        assert wm.cypher("t1", COUNT) == [{"n": 3}]
+        assert _meta(data)["gens"][0] > 0
+        delta = {"entities": [{"ref": "c", "name": "copper coin", "type": "item"}], "states": [], "edges": [],
+                 "rules": []}
+        assert wm.apply_delta("t1", "Env", delta).ok
+        assert wm.cypher("t1", "MATCH (n:Entity {tenant_id: $tenant_id}) RETURN n.name AS n") == [{"n": "copper coin"}]
+        assert wm.cypher("t1", COUNT) == [{"n": 3}]
+
+
+def test_a_failed_child_build_falls_back_to_this_process(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from worldgraph.kg.embedded import store as store_module
+
+    def fail(*a: Any) -> Any:
+        raise RuntimeError("the projection build process failed (-9): killed")
+    for f in folder_for(_store_file(data)).iterdir():
+        f.unlink()
+    monkeypatch.setattr(store_module, "CHILD_MIN_EPISODES", 1)
+    monkeypatch.setattr(store_module, "build_in_child", fail)
+    with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
+        assert wm.cypher("t1", COUNT) == [{"n": 3}]
+    assert len([f for f in folder_for(_store_file(data)).iterdir() if f.suffix == ".lbug"]) == 1
+
+
+def test_a_world_delta_after_a_reopen_is_applied_row_by_row(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The world rows a reopened projection holds are read when it is opened, so the first world
+    write afterwards is applied row by row like any other (no world part reloaded)."""
+    nodes = "MATCH (n:Entity {tenant_id: $tenant_id}) RETURN n.name AS name ORDER BY name"
+    with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
+        delta = {"entities": [{"ref": "c", "name": "crate", "type": "container"}], "states": [], "edges": [],
+                 "rules": []}
+        assert wm.apply_delta("t1", "Env", delta).ok
+        assert wm.cypher("t1", nodes) == [{"name": "crate"}]
+    with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
+        monkeypatch.setattr(embedded_cypher, "load_tenant", lambda *a, **k: pytest.fail("rebuilt from SQLite"))
+        assert wm.cypher("t1", nodes) == [{"name": "crate"}]  # reopened
+        monkeypatch.setattr(embedded_cypher.Projection, "replace_world",
+                            lambda *a, **k: pytest.fail("reloaded the whole world part"))
+        delta = {"entities": [{"ref": "b", "name": "bottle", "type": "item"}, {"ref": "c", "name": "crate",
+                                                                             "type": "container"}],
+                 "states": [], "edges": [{"relation": "containment", "src_ref": "c", "dst_ref": "b"}], "rules": []}
+        assert wm.apply_delta("t1", "Env", delta).ok
+        assert wm.cypher("t1", nodes) == [{"name": "bottle"}, {"name": "crate"}]
+        assert wm.cypher("t1", "MATCH (:Entity {tenant_id: $tenant_id, name: 'crate'})-[:CONTAINS]->(b) "
+                               "RETURN b.name AS b") == [{"b": "bottle"}]
