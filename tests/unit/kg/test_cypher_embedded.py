@@ -459,6 +459,19 @@ def test_queries_while_another_thread_writes(tmp_path: Path) -> None:
         wm.close()
 
 
+def assert_as_built_fresh(wm: WorldModel, incremental: dict[str, list[dict[str, Any]]]) -> None:
+    """Every contract query returned ``incremental`` (on a refreshed projection), the rows a
+    projection built from scratch by another store object returns."""
+    assert isinstance(wm.store, EmbeddedGraphStore)
+    fresh = EmbeddedGraphStore(wm.store.path)
+    try:
+        for q, p, _ordered in CONTRACT:
+            want = fresh.cypher("t1", q, {"env": ENV, **p})
+            assert sorted(map(json.dumps, incremental[q])) == sorted(map(json.dumps, want)), q
+    finally:
+        fresh.close()
+
+
 def test_a_small_world_delta_is_applied_row_by_row_with_the_rows_of_a_fresh_build(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A delta that adds, changes and links world nodes, edges and rules updates the projection in
@@ -486,14 +499,7 @@ def test_a_small_world_delta_is_applied_row_by_row_with_the_rows_of_a_fresh_buil
         assert wm.apply_delta("t1", ENV, delta).ok
         incremental = {q: wm.cypher("t1", q, {"env": ENV, **p}) for q, p, _ordered in CONTRACT}
         monkeypatch.undo()
-        assert isinstance(wm.store, EmbeddedGraphStore)
-        fresh = EmbeddedGraphStore(wm.store.path)
-        try:
-            for q, p, _ordered in CONTRACT:
-                want = fresh.cypher("t1", q, {"env": ENV, **p})
-                assert sorted(map(json.dumps, incremental[q])) == sorted(map(json.dumps, want)), q
-        finally:
-            fresh.close()
+        assert_as_built_fresh(wm, incremental)
         assert wm.cypher("t1", "MATCH (k:Entity {tenant_id: $tenant_id})-[:CONTAINS]->(c:Entity {tenant_id: "
                                "$tenant_id, name: 'copper coin'}) RETURN k.name AS k") == [{"k": some[0]["name"]}]
         assert wm.cypher("t1", "MATCH (r:Rule {tenant_id: $tenant_id, condition: 'if the coin shines'})"
@@ -550,14 +556,7 @@ def test_a_delta_that_changes_facts_of_existing_rows_updates_them_in_place(
         incremental = {q: wm.cypher("t1", q, {"env": ENV, **p}) for q, p, _ordered in CONTRACT}
         assert not deleted  # in place
         monkeypatch.undo()
-        assert isinstance(wm.store, EmbeddedGraphStore)
-        fresh = EmbeddedGraphStore(wm.store.path)
-        try:
-            for q, p, _ordered in CONTRACT:
-                want = fresh.cypher("t1", q, {"env": ENV, **p})
-                assert sorted(map(json.dumps, incremental[q])) == sorted(map(json.dumps, want)), q
-        finally:
-            fresh.close()
+        assert_as_built_fresh(wm, incremental)
         # the rule and the edge did change (and the same rows are there)
         assert wm.cypher("t1", rules) != rules_before and len(wm.cypher("t1", rules)) == len(rules_before)
         assert wm.cypher("t1", edges) != edges_before and len(wm.cypher("t1", edges)) == len(edges_before)
