@@ -156,6 +156,8 @@ CONTRACT: list[tuple[str, dict[str, Any], bool]] = [
      {}, False),
     (f"MATCH (e:Episode {T}) WHERE e.task_description =~ '.*round 1.*' RETURN e.task_description", {}, False),
     (f"MATCH (e:Episode {T}) UNWIND [e.outcome, e.task_type] AS v RETURN v, count(*) AS n", {}, False),
+    # an alias named like a pattern variable, then ordered by (Neo4j orders by the alias)
+    (f"MATCH (x:Entity {W}) RETURN x.name AS x, x.type AS t ORDER BY t, x DESC LIMIT 5", {}, True),
 ]
 
 

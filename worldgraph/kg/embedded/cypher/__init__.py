@@ -54,8 +54,9 @@ query running builds a new projection instead.
 **Same rows as Neo4j, or a clear error.** The few places where LadybugDB's Cypher differs from
 Neo4j's are rewritten (multi-label patterns, ``labels()``, ``type()``, ``toString()`` ...,
 relationship uniqueness within a MATCH, trail semantics of var-length paths, column names of
-unaliased RETURN items), or refused with ``CypherQueryError`` naming the feature (list indexing,
-which is 1-based in LadybugDB, named var-length relationships, ``shortestPath``); anything else
+unaliased RETURN items, a RETURN alias ORDER BY names while a variable has its name), or
+refused with ``CypherQueryError`` naming the feature (list indexing, which is 1-based in
+LadybugDB, named var-length relationships, ``shortestPath``); anything else
 LadybugDB cannot run fails with its own message. Differences that remain: the ``merges`` counter
 and ``import_incomplete`` flag of (:Environment) (Neo4j-store bookkeeping) are not projected, and
 an unbounded ``*`` stops at 30 hops.

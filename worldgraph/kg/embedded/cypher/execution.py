@@ -18,7 +18,7 @@ from worldgraph.kg import cypher_guard as guard
 from worldgraph.kg.codec import loads
 from worldgraph.kg.embedded.cypher.model import ENGINE
 from worldgraph.kg.embedded.cypher.projection import Projection, ProjectionClosed
-from worldgraph.kg.embedded.cypher.text import NAME, blank, translate
+from worldgraph.kg.embedded.cypher.text import ALIAS_PREFIX, NAME, blank, translate
 from worldgraph.kg.neo4j import schema as q
 from worldgraph.kg.store import Record
 
@@ -232,7 +232,8 @@ def _execute(call: _Call, proj: Projection, query: str, text: str, args: dict[st
             r.close()
         raise CypherQueryError("cypher() runs one query at a time: remove the ';' between statements")
     try:
-        names = result.get_column_names()
+        # a RETURN alias renamed by translate() (ALIAS_PREFIX) is named as the query wrote it
+        names = [n[len(ALIAS_PREFIX):] if n.startswith(ALIAS_PREFIX) else n for n in result.get_column_names()]
         rows: list[Record] = []
         size = 0
         while result.has_next():

@@ -229,6 +229,7 @@ def translate(query: str) -> str:
             edits.append((m.start("name"), m.end("name"), _FUNCS[name]))
     edits += _relationship_edits(code)
     edits += _column_names(query, code)
+    edits += _shadowing_aliases(code)
     out = query
     for start, end, text in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         out = out[:start] + text + out[end:]
@@ -306,6 +307,42 @@ def _may_share(a: str, b: str) -> bool:
     if not a or not b:
         return True
     return bool({t.strip(":") for t in a.split("|")} & {t.strip(":") for t in b.split("|")})
+
+
+# A RETURN alias that ORDER BY names while a pattern variable has the same name
+# (``RETURN a.name AS a ORDER BY a``): Neo4j orders by the alias, LadybugDB binds the variable and
+# refuses ("Order by NODE"). The alias becomes ``_wgas_<name>`` in both places and execution
+# names the column back.
+ALIAS_PREFIX = "_wgas_"
+
+
+def _shadowing_aliases(code: str) -> list[tuple[int, int, str]]:
+    edits: list[tuple[int, int, str]] = []
+    clauses = _clauses(code)
+    for i, (start, after, kind, depth, end) in enumerate(clauses):
+        if kind != "RETURN":
+            continue
+        aliases = {m.group(1): m for m in re.finditer(rf"\bAS\s+({NAME})\b", code[after:end], re.I)}
+        shadowing = {a: m for a, m in aliases.items()
+                     if re.search(rf"(?<![.\w`$]){a}(?![\w`])", code[:start])}
+        if not shadowing:
+            continue
+        renamed: set[str] = set()
+        for _o_start, o_after, o_kind, o_depth, o_end in clauses[i + 1:]:
+            if o_depth != depth:
+                continue
+            if o_kind != "ORDER":
+                if o_kind in ("RETURN", "WITH", "UNION", "MATCH", "UNWIND"):
+                    break
+                continue
+            for a in shadowing:
+                for m in re.finditer(rf"(?<![.\w`$]){a}(?![\w`.(])", code[o_after:o_end]):
+                    edits.append((o_after + m.start(), o_after + m.end(), ALIAS_PREFIX + a))
+                    renamed.add(a)
+        for a in renamed:
+            m = shadowing[a]
+            edits.append((after + m.start(1), after + m.end(1), ALIAS_PREFIX + a))
+    return edits
 
 
 def _column_names(query: str, code: str) -> list[tuple[int, int, str]]:
