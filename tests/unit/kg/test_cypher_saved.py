@@ -77,7 +77,7 @@ def test_a_commit_of_another_process_makes_it_stale(data: Path) -> None:
     with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
         assert wm.cypher("t1", COUNT) == [{"n": 4}]
     after = _meta(data)
-    assert after["file"] != before["file"] and after["gens"][0] > before["gens"][0]
+    assert after["file"] != before["file"] and after["gens"][0][0] > before["gens"][0][0]
     folder = folder_for(_store_file(data))
     assert not (folder / before["file"]).exists()  # the older build is swept
 
@@ -143,7 +143,7 @@ def test_a_small_tenant_is_not_saved(tmp_path: Path, monkeypatch: pytest.MonkeyP
         assert not folder_for(_store_file(tmp_path)).exists()
         wm.record_experience("t1", _exp("the fourth"))
         assert wm.cypher("t1", COUNT) == [{"n": 4}]
-        assert _meta(tmp_path)["gens"][0] > 0
+        assert _meta(tmp_path)["gens"][0][0] > 0
 
 
 def test_a_read_only_store_saves_nothing(data: Path) -> None:
@@ -169,7 +169,7 @@ def test_a_large_tenant_is_built_in_a_child_process(data: Path, monkeypatch: pyt
     monkeypatch.setattr(embedded_cypher, "load_tenant", lambda *a, **k: pytest.fail("built in this process"))
     with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
         assert wm.cypher("t1", COUNT) == [{"n": 3}]
-        assert _meta(data)["gens"][0] > 0
+        assert _meta(data)["gens"][0][0] > 0
         delta = {"entities": [{"ref": "c", "name": "copper coin", "type": "item"}], "states": [], "edges": [],
                  "rules": []}
         assert wm.apply_delta("t1", "Env", delta).ok
@@ -212,3 +212,27 @@ def test_a_world_delta_after_a_reopen_is_applied_row_by_row(data: Path, monkeypa
         assert wm.cypher("t1", nodes) == [{"name": "bottle"}, {"name": "crate"}]
         assert wm.cypher("t1", "MATCH (:Entity {tenant_id: $tenant_id, name: 'crate'})-[:CONTAINS]->(b) "
                                "RETURN b.name AS b") == [{"b": "bottle"}]
+
+
+def test_a_restored_sqlite_file_never_matches_a_projection_of_another_history(tmp_path: Path) -> None:
+    """A backup restored under the saved projections (or a file made anew at the same path)
+    reaches the same counts again with other rows: the random stamp of the last commit tells."""
+    import shutil
+
+    with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:
+        wm.record_experience("t0", _exp("another tenant"))  # the file exists, t1 holds nothing yet
+    backup = tmp_path / "backup.sqlite"
+    shutil.copy(_store_file(tmp_path), backup)
+    tasks = "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e.task_description AS t ORDER BY t"
+    with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:
+        wm.record_experiences("t1", [_exp(f"task {i}") for i in range(3)])
+        assert [r["t"] for r in wm.cypher("t1", tasks)] == ["task 0", "task 1", "task 2"]
+    saved = _meta(tmp_path)
+    store_file = _store_file(tmp_path)
+    for extra in ("-wal", "-shm"):
+        Path(str(store_file) + extra).unlink(missing_ok=True)
+    shutil.copy(backup, store_file)  # restored: the episode part's count is where it was
+    with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:
+        wm.record_experiences("t1", [_exp(f"other {i}") for i in range(3)])  # the same count again
+        assert [r["t"] for r in wm.cypher("t1", tasks)] == ["other 0", "other 1", "other 2"]
+    assert _meta(tmp_path)["gens"][0][0] == saved["gens"][0][0] and _meta(tmp_path)["file"] != saved["file"]

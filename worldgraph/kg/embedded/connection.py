@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
+import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,7 +32,7 @@ from worldgraph.kg.embedded import sql
 from worldgraph.kg.embedded.sqlite_open import ReadOnlyConnection, connect_read_only
 from worldgraph.schema import SCHEMA_VERSIONS, check_schema_version, needs_upgrade
 
-__all__ = ["SqliteConnection", "SCHEMA_VERSION", "WORLD_LOG_KEPT"]
+__all__ = ["Gens", "SqliteConnection", "SCHEMA_VERSION", "WORLD_LOG_KEPT"]
 
 SCHEMA_VERSION = SCHEMA_VERSIONS["embedded"]  # worldgraph.schema keeps every store's version
 WORLD_LOG_KEPT = 256  # world commits whose written rows are remembered (for a projection's refresh)
@@ -48,6 +49,8 @@ _UNREAD = ("scene_links",)
 
 # rows a world commit wrote: (tenant, table, key); None when not known from its parameters
 Touched = set[tuple[str, str, Any]] | None
+# (episode part, world part), each (generation, stamp): SqliteConnection.version
+Gens = tuple[tuple[int, str], tuple[int, str]]
 
 
 class _Tracked:
@@ -145,7 +148,8 @@ class SqliteConnection:
             try:
                 cur.execute("BEGIN IMMEDIATE")
                 yield cast(sqlite3.Cursor, _Tracked(cur, parts, touched))
-                gens = {part: cur.execute(sql.BUMP_PROJECTION_GEN, (part,)).fetchone()[0] for part in sorted(parts)}
+                gens = {part: cur.execute(sql.BUMP_PROJECTION_GEN, (part, uuid.uuid4().hex)).fetchone()[0]
+                        for part in sorted(parts)}
                 cur.execute("COMMIT")
                 if "world" in gens:
                     self._world_log.append((gens["world"], touched[0]))
@@ -179,18 +183,20 @@ class SqliteConnection:
             if not in_tx:
                 self.conn.execute("COMMIT")
 
-    def version(self) -> tuple[int, int]:
-        """(the episode part's generation, the world part's): how many commits of any process wrote
-        the tables of a Cypher projection's part. A read-only open of a file written before the
-        generations were kept gives SQLite's data_version for both (it moves with every commit of
-        another connection)."""
+    def version(self) -> Gens:
+        """((the episode part's generation, its stamp), (the world part's, its stamp)): how many
+        commits of any process wrote the tables of a Cypher projection's part, and a random stamp
+        of the last (so a restored or recreated file never matches a projection of another one).
+        A read-only open of a file written before the generations were kept gives SQLite's
+        data_version (it moves with every commit of another connection)."""
         with self.lock:
             try:
-                gens = dict(self.conn.execute(sql.PROJECTION_GENS).fetchall())
+                rows = self.conn.execute(sql.PROJECTION_GENS).fetchall()
             except sqlite3.OperationalError:  # no projection_gens table, and a read-only open adds none
                 dv = -int(self.conn.execute(sql.DATA_VERSION).fetchone()[0])
-                return (dv, dv)
-            return (int(gens.get("episodes", 0)), int(gens.get("world", 0)))
+                return ((dv, ""), (dv, ""))
+            gens = {part: (int(gen), str(stamp)) for part, gen, stamp in rows}
+            return (gens.get("episodes", (0, "")), gens.get("world", (0, "")))
 
     def world_touched(self, tenant_id: str, since: int, upto: int) -> set[tuple[str, Any]] | None:
         """The world rows ((table, key)) of ``tenant_id`` written by the world commits after

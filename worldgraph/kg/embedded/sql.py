@@ -100,7 +100,9 @@ CREATE TABLE IF NOT EXISTS api_keys (
 -- How many commits wrote the tables of a Cypher projection's episode part and its world part
 -- (embedded.connection bumps them in the writing transaction): a projection saved on disk names the
 -- generations it holds, so any process can tell whether it is still current.
-CREATE TABLE IF NOT EXISTS projection_gens (part TEXT PRIMARY KEY, gen INTEGER NOT NULL);
+-- ``stamp`` is random per commit: a file restored from a backup, or made anew at the same path,
+-- reaches the same counts again with other rows, never the same stamps.
+CREATE TABLE IF NOT EXISTS projection_gens (part TEXT PRIMARY KEY, gen INTEGER NOT NULL, stamp TEXT NOT NULL);
 """
 
 # Added for the lifecycle: the listing order's index and the audit of forgets (who forgot which id
@@ -136,9 +138,9 @@ READ_PROBE = "SELECT count(*) FROM sqlite_master"
 # changes with every commit of another connection to the file
 DATA_VERSION = "PRAGMA data_version"
 # a projection part's generation: bumped inside each transaction that wrote the part's tables
-BUMP_PROJECTION_GEN = ("INSERT INTO projection_gens(part, gen) VALUES (?, 1) "
-                       "ON CONFLICT(part) DO UPDATE SET gen = gen + 1 RETURNING gen")
-PROJECTION_GENS = "SELECT part, gen FROM projection_gens"
+BUMP_PROJECTION_GEN = ("INSERT INTO projection_gens(part, gen, stamp) VALUES (?, 1, ?) "
+                       "ON CONFLICT(part) DO UPDATE SET gen = gen + 1, stamp = excluded.stamp RETURNING gen")
+PROJECTION_GENS = "SELECT part, gen, stamp FROM projection_gens"
 # copies the WAL into the database and empties the WAL file: (busy, log pages, checkpointed pages)
 CHECKPOINT_TRUNCATE = "PRAGMA wal_checkpoint(TRUNCATE)"
 

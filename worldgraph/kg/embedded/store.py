@@ -169,7 +169,7 @@ class EmbeddedGraphStore(ComposedStore):
                     ids = {eid for (eid,) in read(sql.PROJECTION_EPISODE_IDS, (tenant_id,))}
                     proj.know_world(embedded_cypher.load_world_part(proj.opened_raw, tenant_id, ids), ids)
                 if proj.world is not None:
-                    touched = self.db.world_touched(tenant_id, proj.gens[1], gens[1])
+                    touched = self.db.world_touched(tenant_id, proj.gens[1][0], gens[1][0])
                     raw = (embedded_cypher.read_world_rows(read, tenant_id) if touched is None
                            else embedded_cypher.read_world_keys(read, tenant_id, proj.world.raw, touched))
                     if proj.update_world(raw, read_edges):

@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from worldgraph.config import child_environment
+from worldgraph.kg.embedded.cypher.saved import Gens
 
 CHILD_MIN_EPISODES = 20_000
 
 
-def build_in_child(sqlite_path: Path, tenant_id: str, path: Path) -> tuple[tuple[int, int], dict[str, dict[str, str]]]:
+def build_in_child(sqlite_path: Path, tenant_id: str, path: Path) -> tuple[Gens, dict[str, dict[str, str]]]:
     """(generations, column kinds) of the database the child built at ``path``; RuntimeError if it failed."""
     pkg_root = str(Path(__file__).resolve().parents[4])
     proc = subprocess.run([sys.executable, "-m", "worldgraph.kg.embedded.cypher.build", str(sqlite_path), tenant_id,
@@ -35,8 +36,8 @@ def build_in_child(sqlite_path: Path, tenant_id: str, path: Path) -> tuple[tuple
     if proc.returncode != 0:
         raise RuntimeError(f"the projection build process failed ({proc.returncode}): {proc.stderr[-2000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    gens = out["gens"]
-    return (int(gens[0]), int(gens[1])), out["kinds"]
+    (e, es), (w, ws) = out["gens"]
+    return ((int(e), str(es)), (int(w), str(ws))), out["kinds"]
 
 
 def main(argv: list[str]) -> None:

@@ -107,7 +107,8 @@ class Projection:
         self.world: WorldPart | None = None
         # opened from a file: the world rows it holds, read when it was opened (``know_world``)
         self.opened_raw: WorldRows | None = None
-        self.gens = (0, 0)  # the store's (episode part, world part) generations it holds (embedded.connection)
+        # the store's generations it holds: ((episode part, stamp), (world part, stamp)) (embedded.connection)
+        self.gens: tuple[tuple[int, str], tuple[int, str]] = ((0, ""), (0, ""))
 
     def fill(self, nodes: Nodes, rels: Rels, episodes: set[str], world: WorldPart) -> None:
         """Create and fill the tables of a new database (the columns are consumed)."""

@@ -40,6 +40,9 @@ log = logging.getLogger("worldgraph")
 FORMAT = 1
 SUFFIX = ".lbug"
 
+# (episode part, world part), each (generation, stamp): embedded.connection's version()
+Gens = tuple[tuple[int, str], tuple[int, str]]
+
 _lock = threading.Lock()
 _claimed: set[str] = set()  # database files this process has open
 
@@ -84,7 +87,7 @@ class SavedProjections:
         assert self.folder is not None
         return self.folder / f"{self.key(tenant_id)}.json"
 
-    def find(self, tenant_id: str, gens: tuple[int, int]) -> tuple[Path, dict[str, dict[str, str]]] | None:
+    def find(self, tenant_id: str, gens: Gens) -> tuple[Path, dict[str, dict[str, str]]] | None:
         """The tenant's saved database and its column types if it holds ``gens``, else None."""
         if self.folder is None:
             return None
@@ -93,7 +96,7 @@ class SavedProjections:
         except (OSError, ValueError):  # none saved, or a file that is not ours to trust
             return None
         if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("engine") != _engine_version() \
-                or meta.get("tenant_id") != tenant_id or meta.get("gens") != list(gens):
+                or meta.get("tenant_id") != tenant_id or meta.get("gens") != json.loads(json.dumps(gens)):
             return None
         name, kinds = meta.get("file"), meta.get("kinds")
         if not isinstance(name, str) or not isinstance(kinds, dict) or "/" in name or os.sep in name \
@@ -109,13 +112,13 @@ class SavedProjections:
         private_dir(self.folder)
         return self.folder / f"{self.key(tenant_id)}-{uuid.uuid4().hex}{SUFFIX}"
 
-    def save(self, tenant_id: str, path: Path | None, gens: tuple[int, int], kinds: dict[str, dict[str, str]]) -> None:
+    def save(self, tenant_id: str, path: Path | None, gens: Gens, kinds: dict[str, dict[str, str]]) -> None:
         """Name ``path`` the tenant's current database, holding ``gens``, and delete its older files.
         Nothing is saved for an in-memory projection or a file deleted meanwhile (a purge)."""
         if self.folder is None or path is None or not path.is_file():
             return
         meta = {"format": FORMAT, "engine": _engine_version(), "tenant_id": tenant_id, "file": path.name,
-                "gens": list(gens), "kinds": kinds}
+                "gens": gens, "kinds": kinds}
         target = self._meta_path(tenant_id)
         tmp = target.with_name(f"{target.name}.{uuid.uuid4().hex}.tmp")
         try:
