@@ -12,7 +12,8 @@ whole graph. The rules:
   reads, and a file half written by a killed process is never named.
 - **Current.** The JSON names the projection format (``FORMAT``), LadybugDB's version, the tenant
   and the generations (``embedded.connection``'s ``version()``: every commit of any process that
-  writes a part's tables bumps its generation in the same transaction). A query uses the saved
+  writes a part's tables bumps its generation in the same transaction, and writes a random stamp,
+  so a backup restored under the folder never matches a projection of another history). A query uses the saved
   database only when all four match now; otherwise it builds a new one. A crash half way through
   a refresh leaves generations behind the SQLite file's, so that database is rebuilt, never used.
 - **One writer.** LadybugDB locks a database file against other processes, not against a second
