@@ -9,6 +9,8 @@ API. Then, per store:
 * **exploration p50**: the queries below, ``--runs`` times each, after one warm-up run;
 * **after a 20-item delta**: a 20-element plan (make_plan(..., 20, update=True), its nodes' confidence
   changed each time) is applied, then one query runs; ``--deltas`` times, p50;
+* **after 10 episodes recorded**: ``add_episodes`` of 10 episodes, then the episodes-per-agent query;
+  ``--deltas`` times, p50;
 * the resident memory of the process before and after the first embedded query, and the SQLite
   file's size.
 
@@ -108,6 +110,11 @@ def measure(open_store: Any, tenant: str, params: dict[str, Any], runs: int, del
             # process) first loads the world part's rows and index into memory
             out["first query after a 20-item delta ms"] = after.pop(0)
         out["query after a 20-item delta p50 ms"] = statistics.median(after) if after else float("nan")
+        recorded = []
+        for _ in range(deltas):  # an episode write: 10 episodes recorded, then one query
+            store.add_episodes(tenant, episodes(tenant, 10), [], [])
+            recorded.append(ms(lambda: store.cypher(tenant, QUERIES["episodes per agent"], params)))
+        out["query after 10 episodes recorded p50 ms"] = statistics.median(recorded) if recorded else float("nan")
     finally:
         store.close()
     return out

@@ -543,8 +543,8 @@ def test_a_delta_that_changes_facts_of_existing_rows_updates_them_in_place(
         edges = "MATCH (:Entity {tenant_id: $tenant_id})-[c:CONTAINS]->() RETURN c.record AS r ORDER BY r"
         edges_before = wm.cypher("t1", edges)
         deleted: list[str] = []
-        real_delete = embedded_cypher.Projection._delete
-        monkeypatch.setattr(embedded_cypher.Projection, "_delete",
+        real_delete = embedded_cypher.Projection.delete_nodes
+        monkeypatch.setattr(embedded_cypher.Projection, "delete_nodes",
                             lambda self, label, pks: (deleted.extend(pks), real_delete(self, label, pks)))
         monkeypatch.setattr(embedded_cypher.Projection, "replace_world",
                             lambda *a, **k: pytest.fail("reloaded the whole world part"))
@@ -562,5 +562,40 @@ def test_a_delta_that_changes_facts_of_existing_rows_updates_them_in_place(
         # the rule and the edge did change (and the same rows are there)
         assert wm.cypher("t1", rules) != rules_before and len(wm.cypher("t1", rules)) == len(rules_before)
         assert wm.cypher("t1", edges) != edges_before and len(wm.cypher("t1", edges)) == len(edges_before)
+    finally:
+        wm.close()
+
+
+def test_episode_writes_are_applied_row_by_row_with_the_rows_of_a_fresh_build(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Episodes recorded into a session (NEXT pairs, the session's last seq), a new agent and
+    canvas, feedback, a forgotten episode in the middle of a session (its neighbours relinked),
+    a round with its scene and delta: the projection is brought up to date without a rebuild, and
+    every contract query then returns what a projection built from scratch returns."""
+    from worldgraph.kg.embedded import cypher as embedded_cypher
+
+    def step(i: int, agent: str = "sess-agent", **extra: Any) -> str:
+        return wm.record_experience("t1", {"agent_id": agent, "agent_role": "Finance", "task_type": "recon",
+                                           "task_description": f"session step {i}", "outcome": "success",
+                                           "session_id": "s-1", **extra})
+    wm = WorldModel.open(tmp_path, embedder=HashingEmbedder(64))
+    try:
+        replay_log(wm, "t1", ENV, ROOT / "examples" / "text_adventure.jsonl", use_shipped_deltas=True)
+        _seed(wm, "t1", "mark", n=2)
+        steps = [step(i) for i in range(3)]
+        before = wm.cypher("t1", "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN count(e) AS n")[0]["n"]
+        monkeypatch.setattr(embedded_cypher, "load_tenant", lambda *a, **k: pytest.fail("rebuilt the projection"))
+        steps += [step(3), step(4, agent="new-agent")]
+        assert wm.cypher("t1", "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN count(e) AS n") == [{"n": before + 2}]
+        wm.submit_feedback("t1", steps[3], 0.9, notes="good", category="accuracy", created_by="me")
+        wm.forget_episode("t1", steps[2])  # its session neighbours are linked to each other
+        _seed(wm, "t1", "later", n=1)  # an episode with a canvas and feedback, a round, its scene and delta
+        chain = wm.cypher("t1", "MATCH (a:Episode {tenant_id: $tenant_id})-[:NEXT]->(b:Episode) "
+                                "WHERE a.task_description STARTS WITH 'session' "
+                                "RETURN a.task_description AS a, b.task_description AS b ORDER BY a")
+        assert chain == [{"a": f"session step {a}", "b": f"session step {b}"} for a, b in ((0, 1), (1, 3), (3, 4))]
+        incremental = {q: wm.cypher("t1", q, {"env": ENV, **p}) for q, p, _ordered in CONTRACT}
+        monkeypatch.undo()
+        assert_as_built_fresh(wm, incremental)
     finally:
         wm.close()

@@ -142,6 +142,8 @@ def test_a_small_tenant_is_not_saved(tmp_path: Path, monkeypatch: pytest.MonkeyP
         assert wm.cypher("t1", COUNT) == [{"n": 3}]
         assert not folder_for(_store_file(tmp_path)).exists()
         wm.record_experience("t1", _exp("the fourth"))
+        assert wm.cypher("t1", COUNT) == [{"n": 4}]  # the projection in memory, brought up to date
+    with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:  # the next open builds and saves it
         assert wm.cypher("t1", COUNT) == [{"n": 4}]
         assert _meta(tmp_path)["gens"][0][0] > 0
 

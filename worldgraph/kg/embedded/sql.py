@@ -464,6 +464,14 @@ def mark_purged(n: int) -> str:
 PROJECTION_SESSION_LINKS = "SELECT episode_id, seq, next_id FROM session_links WHERE tenant_id = ?"
 PROJECTION_EPISODES = "SELECT data, index_status, index_error FROM episodes WHERE tenant_id = ?"
 PROJECTION_EPISODE_IDS = "SELECT id FROM episodes WHERE tenant_id = ?"
+PROJECTION_EPISODE_STATE = "SELECT id, index_status, index_error FROM episodes WHERE tenant_id = ?"
+PROJECTION_SCENE_EPISODES = "SELECT id, episode_id FROM scenes WHERE tenant_id = ? AND episode_id IS NOT NULL"
+
+
+def projection_episodes_in(n: int) -> str:
+    return f"SELECT data, index_status, index_error FROM episodes WHERE tenant_id = ? AND id IN ({placeholders(n)})"
+
+
 PROJECTION_SESSIONS = "SELECT session_id, MAX(seq) FROM session_links WHERE tenant_id = ? GROUP BY session_id"
 PROJECTION_AGENTS = "SELECT data FROM agents WHERE tenant_id = ?"
 PROJECTION_CANVASES = "SELECT data FROM canvases WHERE tenant_id = ?"

@@ -159,12 +159,19 @@ class EmbeddedGraphStore(ComposedStore):
         def read_edges(env: str, ids: list[str]) -> list[tuple[str, str]]:
             return read(sql.edges_touching(len(ids)), (tenant_id, env, *ids, *ids))
 
-        def refresh_world(proj: embedded_cypher.Projection) -> None:
-            # the rows a world write changed (and the links touching them) are reloaded one by one;
-            # anything else (scenes, a new environment, a large import, a projection opened from
-            # its file, whose rows are not in memory) reloads the world part
+        def refresh(proj: embedded_cypher.Projection) -> bool:
+            # The episode part row by row (embedded.cypher.episodes; False: rebuilt instead); then
+            # the world part: the rows a world write changed (and the links touching them) one by
+            # one; anything else (scenes, a new environment, a large import) reloads the world part
             with self.db.lock, self.db.snapshot():
                 gens = self.db.version()
+                if gens[0] != proj.gens[0]:
+                    if not embedded_cypher.update_episodes(proj, read, tenant_id):
+                        return False
+                    proj.gens = (gens[0], proj.gens[1])
+                if gens[1] == proj.gens[1]:
+                    self.saved.save(tenant_id, proj.path, proj.gens, proj.kinds)
+                    return True
                 if proj.world is None and proj.opened_raw is not None:  # opened from its file
                     ids = {eid for (eid,) in read(sql.PROJECTION_EPISODE_IDS, (tenant_id,))}
                     proj.know_world(embedded_cypher.load_world_part(proj.opened_raw, tenant_id, ids), ids)
@@ -175,7 +182,7 @@ class EmbeddedGraphStore(ComposedStore):
                     if proj.update_world(raw, read_edges):
                         proj.gens = (proj.gens[0], gens[1])
                         self.saved.save(tenant_id, proj.path, proj.gens, proj.kinds)
-                        return
+                        return True
                 episodes = proj.episodes
                 if episodes is None:
                     episodes = {eid for (eid,) in read(sql.PROJECTION_EPISODE_IDS, (tenant_id,))}
@@ -184,6 +191,7 @@ class EmbeddedGraphStore(ComposedStore):
             proj.replace_world(world, episodes)
             proj.gens = (proj.gens[0], gens[1])
             self.saved.save(tenant_id, proj.path, proj.gens, proj.kinds)
+            return True
         # One deadline for the query, from when its first projection is ready (building one is not
         # bounded by it), retries on a fresh projection included: embedded_cypher.run ends at most
         # GRACE seconds past it.
@@ -192,7 +200,7 @@ class EmbeddedGraphStore(ComposedStore):
             # the generations move with every commit that wrote a part, by any process (a world
             # delta refreshes only the world part)
             version = self.db.version()
-            proj = self.projections.get(tenant_id, version, build, refresh_world)
+            proj = self.projections.get(tenant_id, version, build, refresh)
             if deadline is None:
                 deadline = time.monotonic() + self.cypher_timeout
             try:

@@ -69,6 +69,7 @@ an unbounded ``*`` stops at 30 hops.
 # process), ``cache`` (the projections kept open), ``text`` (what is refused, the translation) and
 # ``execution`` (a query run within its deadline and caps).
 from worldgraph.kg.embedded.cypher.cache import PROJECTIONS_KEPT, ProjectionCache
+from worldgraph.kg.embedded.cypher.episodes import update_episodes
 from worldgraph.kg.embedded.cypher.execution import (
     GRACE,
     MAX_ABANDONED,
@@ -103,5 +104,5 @@ __all__ = [
     "MAX_RANGE", "NODE_TABLES", "PROJECTIONS_KEPT", "REFRESH_WAIT", "REL_TABLES", "WORLD_SOURCES", "Projection",
     "ProjectionBusy", "ProjectionCache", "ProjectionClosed", "WorldPart", "WorldRows", "abandoned_runs",
     "check_abandoned", "check_text", "load_episode_part", "load_tenant", "load_world_part", "plain", "read_world_keys",
-    "read_world_rows", "run", "translate",
+    "read_world_rows", "run", "translate", "update_episodes",
 ]

@@ -19,11 +19,10 @@ class ProjectionCache:
         self._lock = threading.Lock()
         self._items: OrderedDict[str, tuple[Any, Projection]] = OrderedDict()
 
-    def get(self, tenant_id: str, version: tuple[Any, ...], build: Callable[[], Projection],
-            refresh_world: Callable[[Projection], None]) -> Projection:
-        """The tenant's projection at ``version`` = (other connections' commits, this store's episode-part
-        writes, its world-part writes): as it is, with its world part reloaded when only the last
-        moved, or built anew."""
+    def get(self, tenant_id: str, version: Any, build: Callable[[], Projection],
+            refresh: Callable[[Projection], bool]) -> Projection:
+        """The tenant's projection at ``version`` (the store's generations): as it is, brought up to
+        date by ``refresh`` (False: it cannot be, row by row), or built anew."""
         with self._lock:
             item = self._items.get(tenant_id)
             if item is not None and item[1].closed:  # abandoned by a query past its deadline (run)
@@ -32,16 +31,16 @@ class ProjectionCache:
             if item is not None and item[0] == version:
                 self._items.move_to_end(tenant_id)
                 return item[1]
-            if item is not None and item[0][:-1] == version[:-1]:
+            if item is not None:
                 try:
-                    refresh_world(item[1])
+                    fresh = refresh(item[1])
                 except ProjectionBusy:  # a query still runs on it: built anew below
-                    pass
+                    fresh = False
                 except BaseException:  # half reloaded: never hand it out again
                     del self._items[tenant_id]
                     item[1].close()
                     raise
-                else:
+                if fresh and not item[1].closed:
                     self._items[tenant_id] = (version, item[1])
                     self._items.move_to_end(tenant_id)
                     return item[1]

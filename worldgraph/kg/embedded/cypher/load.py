@@ -16,6 +16,7 @@ from worldgraph.kg.embedded.cypher.model import (
     REL_TABLES,
     WORLD_NODE_TABLES,
     WORLD_REL_TABLES,
+    Columns,
     Nodes,
     Rels,
     SqlQuery,
@@ -44,9 +45,47 @@ def load_episode_part(query: SqlQuery, tenant_id: str) -> tuple[Nodes, Rels, set
     seq = {eid: (s, nxt) for eid, s, nxt in
            query(sql.PROJECTION_SESSION_LINKS, t)}
     ep = nodes["Episode"]
+    rows = query(sql.PROJECTION_EPISODES, t)
+    agent_ids, canvas_ids = add_episodes(ep, rows, tenant_id, seq)
+    del rows
+    ids = ep["id"]
+    episodes: set[str] = set(ids)
+    for sid, last in query(sql.PROJECTION_SESSIONS, t):
+        add_row(nodes["Session"], {"tenant_id": tenant_id, "id": sid, "last_seq": last})
+    for (data,) in query(sql.PROJECTION_AGENTS, t):
+        add_row(nodes["Agent"], agent_row(tenant_id, data))
+    canvases = set()
+    for (data,) in query(sql.PROJECTION_CANVASES, t):
+        row = canvas_row(tenant_id, data)
+        canvases.add(row["id"])
+        add_row(nodes["Canvas"], row)
+    agents = set(nodes["Agent"]["id"])
+    performed = [(e, a) for e, a in zip(ids, agent_ids, strict=True) if a is not None and a in agents]
+    on_canvas = [(e, c) for e, c in zip(ids, canvas_ids, strict=True) if c is not None and c in canvases]
+    rels["PERFORMED_BY"][("Episode", "Agent")] = {"from": [e for e, _ in performed], "to": [a for _, a in performed]}
+    rels["ON_CANVAS"][("Episode", "Canvas")] = {"from": [e for e, _ in on_canvas], "to": [c for _, c in on_canvas]}
+    nxt = [(eid, s[1]) for eid, s in seq.items() if s[1] is not None and eid in episodes and s[1] in episodes]
+    rels["NEXT"][("Episode", "Episode")] = {"from": [a for a, _ in nxt], "to": [b for _, b in nxt]}
+    for (data,) in query(sql.PROJECTION_CANVAS_AUDITS, t):
+        row = audit_row(tenant_id, data)
+        add_row(nodes["CanvasAudit"], row)
+        if row.get("episode_id") in episodes:
+            link(rels, "DURING", "CanvasAudit", row["id"], "Episode", row["episode_id"])
+    for (data,) in query(sql.PROJECTION_FEEDBACK, t):
+        row = feedback_row(tenant_id, data)
+        add_row(nodes["Feedback"], row)
+        if row["episode_id"] in episodes:
+            link(rels, "RATES", "Feedback", row["id"], "Episode", row["episode_id"])
+    return nodes, rels, episodes
+
+
+def add_episodes(ep: Columns, rows: list[tuple[Any, ...]], tenant_id: str,
+                 seq: dict[str, tuple[Any, Any]]) -> tuple[list[Any], list[Any]]:
+    """Append episode rows ((data, index_status, index_error), as PROJECTION_EPISODES reads them) to
+    the Episode columns ``ep``, EPISODE_CHUNK at a time; ``seq``: episode id -> (its seq in its
+    session, the next episode). Returns their agent ids and canvas ids, in order."""
     agent_ids: list[Any] = []
     canvas_ids: list[Any] = []
-    rows = query(sql.PROJECTION_EPISODES, t)
     for start in range(0, len(rows), EPISODE_CHUNK):
         chunk = rows[start:start + EPISODE_CHUNK]
         recs = [loads(r[0]) for r in chunk]
@@ -60,46 +99,34 @@ def load_episode_part(query: SqlQuery, tenant_id: str) -> tuple[Nodes, Rels, set
         ep["index_status"] += [r[1] for r in chunk]
         ep["index_error"] += [r[2] for r in chunk]
         ep["record"] += datas
+        ep["tenant_id"] += [tenant_id] * len(chunk)
+        ep["session_seq"] += [seq[rec["id"]][0] if rec["id"] in seq else None for rec in recs]
         agent_ids += [rec.get("agent_id") for rec in recs]
         canvas_ids += [rec.get("canvas_id") for rec in recs]
         del recs, datas
-    del rows
-    ids = ep["id"]
-    n = len(ids)
-    ep["tenant_id"] = [tenant_id] * n
-    ep["session_seq"] = [seq[eid][0] if eid in seq else None for eid in ids]
-    episodes: set[str] = set(ids)
-    for sid, last in query(sql.PROJECTION_SESSIONS, t):
-        add_row(nodes["Session"], {"tenant_id": tenant_id, "id": sid, "last_seq": last})
-    for (data,) in query(sql.PROJECTION_AGENTS, t):
-        a = loads(data)
-        agent = {"id": a["id"], "tenant_id": tenant_id, "agent_role": a.get("agent_role", "")}
-        add_row(nodes["Agent"], {**agent, "record": dumps(agent)})
-    canvases = set()
-    for (data,) in query(sql.PROJECTION_CANVASES, t):
-        c = loads(data)
-        canvases.add(c["id"])
-        add_row(nodes["Canvas"], {"tenant_id": tenant_id, "id": c["id"], "name": c.get("name"), "record": data})
-    agents = set(nodes["Agent"]["id"])
-    performed = [(e, a) for e, a in zip(ids, agent_ids, strict=True) if a is not None and a in agents]
-    on_canvas = [(e, c) for e, c in zip(ids, canvas_ids, strict=True) if c is not None and c in canvases]
-    rels["PERFORMED_BY"][("Episode", "Agent")] = {"from": [e for e, _ in performed], "to": [a for _, a in performed]}
-    rels["ON_CANVAS"][("Episode", "Canvas")] = {"from": [e for e, _ in on_canvas], "to": [c for _, c in on_canvas]}
-    nxt = [(eid, s[1]) for eid, s in seq.items() if s[1] is not None and eid in episodes and s[1] in episodes]
-    rels["NEXT"][("Episode", "Episode")] = {"from": [a for a, _ in nxt], "to": [b for _, b in nxt]}
-    for (data,) in query(sql.PROJECTION_CANVAS_AUDITS, t):
-        a = loads(data)
-        add_row(nodes["CanvasAudit"], {"tenant_id": tenant_id, **props_of(a, ("id", *q.AUDIT_PROPS)), "record": data})
-        if a.get("episode_id") in episodes:
-            link(rels, "DURING", "CanvasAudit", a["id"], "Episode", a["episode_id"])
-    for (data,) in query(sql.PROJECTION_FEEDBACK, t):
-        f = loads(data)
-        add_row(nodes["Feedback"], {"tenant_id": tenant_id, "id": f["id"], "episode_id": f["episode_id"],
-                                 "category": f.get("feedback_category"), "score": f["feedback_score"],
-                                 "created_at": f["created_at"], "record": data})
-        if f["episode_id"] in episodes:
-            link(rels, "RATES", "Feedback", f["id"], "Episode", f["episode_id"])
-    return nodes, rels, episodes
+    return agent_ids, canvas_ids
+
+
+def agent_row(tenant_id: str, data: str) -> dict[str, Any]:
+    """An (:Agent) node's properties from its agents row, as the Neo4j store keeps them."""
+    a = loads(data)
+    agent = {"id": a["id"], "tenant_id": tenant_id, "agent_role": a.get("agent_role", "")}
+    return {**agent, "record": dumps(agent)}
+
+
+def canvas_row(tenant_id: str, data: str) -> dict[str, Any]:
+    c = loads(data)
+    return {"tenant_id": tenant_id, "id": c["id"], "name": c.get("name"), "record": data}
+
+
+def audit_row(tenant_id: str, data: str) -> dict[str, Any]:
+    return {"tenant_id": tenant_id, **props_of(loads(data), ("id", *q.AUDIT_PROPS)), "record": data}
+
+
+def feedback_row(tenant_id: str, data: str) -> dict[str, Any]:
+    f = loads(data)
+    return {"tenant_id": tenant_id, "id": f["id"], "episode_id": f["episode_id"], "category": f.get("feedback_category"),
+            "score": f["feedback_score"], "created_at": f["created_at"], "record": data}
 
 
 # The world part's source rows as read (undecoded): table -> key -> data. A refresh reads them

@@ -105,6 +105,8 @@ class Projection:
         self.kinds: dict[str, dict[str, str]] = dict(kinds or {})  # table -> column -> LadybugDB type
         self.episodes: set[str] | None = None  # ids, for the world part's (:Scene)-[:FROM_EPISODE]->(:Episode)
         self.world: WorldPart | None = None
+        # what the episode part holds, as its last row-by-row refresh left it (cypher.episodes)
+        self.episode_state: Any = None
         # opened from a file: the world rows it holds, read when it was opened (``know_world``)
         self.opened_raw: WorldRows | None = None
         # the store's generations it holds: ((episode part, stamp), (world part, stamp)) (embedded.connection)
@@ -134,7 +136,7 @@ class Projection:
         self.world, self.episodes, self.opened_raw = world, episodes, None
 
     @contextmanager
-    def _refreshing(self) -> Iterator[None]:
+    def refreshing(self) -> Iterator[None]:
         """Hold the lock for a refresh. A query that still runs on the projection after
         ``REFRESH_WAIT`` seconds (the refresh's caller holds the cache's lock meanwhile) raises
         ProjectionBusy: the cache builds a new projection instead of waiting for it."""
@@ -149,7 +151,7 @@ class Projection:
 
     def replace_world(self, world: WorldPart, episodes: set[str]) -> None:
         """Drop the world part's tables and load them again (the episode part stays)."""
-        with self._refreshing():
+        with self.refreshing():
             self._drop_world()
             self._create(world.nodes, world.rels)
             world.nodes, world.rels = {}, {}
@@ -264,7 +266,7 @@ class Projection:
                     src = ("Scene", e["src_id"])
                 if rtype is not None and src is not None:
                     old_edges.setdefault((rtype, src[0]), []).append({"a": src[1], "key": q.world_key(t, env, eid)})
-        with self._refreshing():
+        with self.refreshing():
             try:
                 # each from its source node, found by its key, then among that node's relationships
                 # (a scan of the whole relationship table took 20-45 ms per type at 10k edges)
@@ -272,8 +274,8 @@ class Projection:
                     self.conn.execute(f"MATCH (a:{label})-[e:{rtype}]->() WHERE a.{NODE_TABLES[label][0]} IN $a "
                                       "AND e.key IN $keys DELETE e",
                                       {"a": list({r["a"] for r in erows}), "keys": [r["key"] for r in erows]})
-                self._delete("Rule", [q.world_key(t, env, rid) for env, rid in rules])
-                self._delete("Scene", list(scenes))
+                self.delete_nodes("Rule", [q.world_key(t, env, rid) for env, rid in rules])
+                self.delete_nodes("Scene", list(scenes))
                 world.scenes = set(raw["scenes"])
                 gone: dict[str, list[str]] = {}
                 for k in moved:
@@ -281,7 +283,7 @@ class Projection:
                         label, key = world.index.pop(k)
                         gone.setdefault(label, []).append(key)
                 for label, keys in gone.items():
-                    self._delete(label, keys)
+                    self.delete_nodes(label, keys)
                 nodes = empty_nodes(("Scene", "Entity", "State", "Rule"))
                 rels = empty_rels(("IN_ENV", "FROM_EPISODE", "PRODUCED", "CONCERNS", "TRANSITION", "CONTAINS",
                                     "EPISODIC"))
@@ -298,10 +300,10 @@ class Projection:
                     if k in raw["world_edges"]:
                         world.edge(rels, k[0], raw["world_edges"][k])
                 for label, columns in nodes.items():
-                    self._insert_nodes(label, columns)
+                    self.insert_nodes(label, columns)
                 for rtype, by_pair in rels.items():
                     for pair, columns in by_pair.items():
-                        self._insert_rels(rtype, pair, columns)
+                        self.insert_rels(rtype, pair, columns)
                 # in place: their links are as they were (the rows the loader makes for them are dropped)
                 nodes = empty_nodes(("Entity", "State", "Rule"))
                 rels = empty_rels(("TRANSITION", "CONTAINS", "EPISODIC"))
@@ -313,10 +315,10 @@ class Projection:
                 for k in same["world_edges"]:
                     world.edge(rels, k[0], raw["world_edges"][k])
                 for label, columns in nodes.items():
-                    self._update_nodes(label, columns)
+                    self.update_nodes(label, columns)
                 for rtype, by_pair in rels.items():
                     for pair, columns in by_pair.items():
-                        self._update_rels(rtype, pair, columns)
+                        self.update_rels(rtype, pair, columns)
                 for env in envs:
                     row = env_row(t, env, raw["env_meta"][env])
                     self.conn.execute("MATCH (e:Environment {env_name: $env_name}) SET e.record = $record, "
@@ -329,7 +331,7 @@ class Projection:
         return True
 
     # A few rows are written with UNWIND statements: each COPY costs 10-40 ms whatever its size.
-    def _delete(self, label: str, pks: list[Any]) -> None:
+    def delete_nodes(self, label: str, pks: list[Any]) -> None:
         if pks:
             self.conn.execute(f"UNWIND $pks AS k MATCH (n:{label} {{{NODE_TABLES[label][0]}: k}}) DETACH DELETE n",
                               {"pks": pks})
@@ -342,19 +344,19 @@ class Projection:
         props = ", ".join(f"`{n}`: CAST(r.`{n}` AS {kinds[n]})" for n in values)
         return rows, props
 
-    def _insert_nodes(self, label: str, columns: Columns) -> None:
+    def insert_nodes(self, label: str, columns: Columns) -> None:
         if columns[NODE_TABLES[label][0]]:
             rows, props = self._typed(label, columns, self.kinds[label])
             self.conn.execute(f"UNWIND $rows AS r CREATE (:{label} {{{props}}})", {"rows": rows})
 
-    def _update_nodes(self, label: str, columns: Columns) -> None:
+    def update_nodes(self, label: str, columns: Columns) -> None:
         pk = NODE_TABLES[label][0]
         if columns[pk]:
             rows, _ = self._typed(label, columns, self.kinds[label])
             sets = ", ".join(f"n.`{c}` = CAST(r.`{c}` AS {kind})" for c, kind in self.kinds[label].items() if c != pk)
             self.conn.execute(f"UNWIND $rows AS r MATCH (n:{label} {{{pk}: r.`{pk}`}}) SET {sets}", {"rows": rows})
 
-    def _update_rels(self, rtype: str, pair: tuple[str, str], columns: Columns) -> None:
+    def update_rels(self, rtype: str, pair: tuple[str, str], columns: Columns) -> None:
         if not columns["from"]:
             return
         a, b = pair
@@ -364,7 +366,7 @@ class Projection:
         self.conn.execute(f"UNWIND $rows AS r MATCH (a:{a} {{{NODE_TABLES[a][0]}: r._from}})-[e:{rtype}]->(:{b}) "
                           f"WHERE e.key = r.key SET {sets}", {"rows": rows})
 
-    def _insert_rels(self, rtype: str, pair: tuple[str, str], columns: Columns) -> None:
+    def insert_rels(self, rtype: str, pair: tuple[str, str], columns: Columns) -> None:
         if not columns["from"]:
             return
         a, b = pair
