@@ -29,9 +29,11 @@ delta), by updating the world rows that changed in place when their links stay, 
 and creating them with the relationships touching them (``Projection.update_world``; the rows are
 known from this connection's upserts, or else found by comparing the tenant's world rows with
 those the projection holds), or by reloading the world part when that change is large or adds an
-environment; otherwise it builds the projection anew (a tenant of 20,000 episodes or more in a
-child process, ``build``, whose memory goes with it). So it sees every committed write. A saved
-projection whose tag matches the store's is reopened (~0.1 s at 100k episodes) instead of built.
+environment. An episode-part change is applied row by row too (``episodes``: the episode part's
+fingerprints compared with the tenant's rows, up to ``INCREMENTAL_MAX`` changes); past that, the
+projection is built anew (a tenant of 20,000 episodes or more in a child process, ``build``,
+whose memory goes with it). So it sees every committed write. A saved projection whose tag
+matches the store's is reopened (~0.1 s at 100k episodes) instead of built.
 
 **Deadline.** ``cypher()`` returns or fails within ``cypher_timeout`` + ``GRACE`` (1 s), counted
 from when the tenant's projection is ready, whatever the query. LadybugDB's own timeout (set too)
@@ -65,7 +67,8 @@ an unbounded ``*`` stops at 30 hops.
 
 # The package's modules, along the seams of the above: ``model`` (labels, relationship types and
 # columns), ``load`` (a tenant's rows read into columns), ``projection`` (the LadybugDB database and
-# its refresh), ``saved`` (projections kept on disk between opens), ``build`` (a build in a child
+# its refresh), ``episodes`` (the episode part's refresh), ``saved`` (projections kept on disk
+# between opens), ``build`` (a build in a child
 # process), ``cache`` (the projections kept open), ``text`` (what is refused, the translation) and
 # ``execution`` (a query run within its deadline and caps).
 from worldgraph.kg.embedded.cypher.cache import PROJECTIONS_KEPT, ProjectionCache
