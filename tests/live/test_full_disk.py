@@ -141,3 +141,31 @@ def test_a_full_disk_opens_read_only_and_recall_works(tmp_path: Path, caplog: py
             assert (out / "nodes.jsonl").read_text().count("\n") == 1
             with pytest.raises(ReadOnlyError, match="record_experience.*full"):
                 wm.record_experience(T, _exp("more", 1))
+
+
+def test_a_cypher_projection_that_cannot_be_saved_is_built_in_memory(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills while the store is open: the tenant's projection cannot be written beside the
+    SQLite file, so the query is answered from one built in memory, and no half-written file is
+    named (the next open with room builds and saves it)."""
+    from worldgraph.kg.embedded import store as store_module
+    from worldgraph.kg.embedded.cypher.saved import folder_for
+
+    monkeypatch.setattr(store_module, "SAVE_MIN_ROWS", 0)  # a small tenant's projection is saved too
+    require_mount(tmp_path)
+    count = "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN count(e) AS n"
+    with tmpfs(tmp_path / "disk", "16M") as disk:
+        data = disk / "data"
+        with WorldModel.open(data, embedder=HashingEmbedder(384)) as wm:
+            wm.record_experiences(T, [_exp("cy", i, pad=3000) for i in range(40)])
+            filler = fill(disk)
+            with caplog.at_level(logging.WARNING, logger="worldgraph"):
+                assert wm.cypher(T, count) == [{"n": 40}]
+            assert any("in memory" in r.getMessage() for r in caplog.records)
+            assert not list(folder_for(wm.store.path).glob("*.json"))  # nothing named
+            filler.unlink()
+            wm.record_experience(T, _exp("cy", 99))
+            assert wm.cypher(T, count) == [{"n": 41}]
+        with WorldModel.open(data, embedder=HashingEmbedder(384)) as wm:
+            assert wm.cypher(T, count) == [{"n": 41}]
+            assert len(list(folder_for(wm.store.path).glob("*.json"))) == 1  # saved now

@@ -141,11 +141,14 @@ class EmbeddedGraphStore(ComposedStore):
             with self.db.lock, self.db.snapshot():
                 gens = self.db.version()
                 nodes, rels, episodes, world = embedded_cypher.load_tenant(read, tenant_id)
-            proj = embedded_cypher.Projection(tenant_id, path)
             try:
-                proj.fill(nodes, rels, episodes, world)
+                proj = embedded_cypher.Projection(tenant_id, path)
+                try:
+                    proj.fill(nodes, rels, episodes, world)
+                except BaseException:
+                    proj.close()
+                    raise
             except RuntimeError as exc:
-                proj.close()
                 if path is None:
                     raise
                 # the data folder's disk is full, say: this query is answered from memory instead

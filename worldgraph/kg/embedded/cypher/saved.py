@@ -110,7 +110,11 @@ class SavedProjections:
         """Where a new database of the tenant is built (the folder made private first); None: in memory."""
         if self.folder is None:
             return None
-        private_dir(self.folder)
+        try:
+            private_dir(self.folder)
+        except OSError as exc:  # a full disk, say
+            log.warning("could not make %s (%s); the Cypher projection is built in memory", self.folder, exc)
+            return None
         return self.folder / f"{self.key(tenant_id)}-{uuid.uuid4().hex}{SUFFIX}"
 
     def save(self, tenant_id: str, path: Path | None, gens: Gens, kinds: dict[str, dict[str, str]]) -> None:
