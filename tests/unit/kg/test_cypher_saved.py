@@ -238,3 +238,22 @@ def test_a_restored_sqlite_file_never_matches_a_projection_of_another_history(tm
         wm.record_experiences("t1", [_exp(f"other {i}") for i in range(3)])  # the same count again
         assert [r["t"] for r in wm.cypher("t1", tasks)] == ["other 0", "other 1", "other 2"]
     assert _meta(tmp_path)["gens"][0][0] == saved["gens"][0][0] and _meta(tmp_path)["file"] != saved["file"]
+
+
+def test_a_link_to_the_data_folder_is_the_same_file(data: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Two store objects of one process reaching the file by another name (a symbolic link) never
+    open the same saved database twice (LadybugDB does not lock it against its own process)."""
+    link_dir = tmp_path_factory.mktemp("elsewhere") / "data-link"
+    link_dir.symlink_to(data, target_is_directory=True)
+    a = EmbeddedGraphStore(_store_file(data))
+    b = EmbeddedGraphStore(link_dir / _store_file(data).name)
+    try:
+        assert a.cypher("t1", COUNT) == [{"n": 3}]
+        assert b.cypher("t1", COUNT) == [{"n": 3}]
+        pa, pb = a.projections.current("t1"), b.projections.current("t1")
+        assert pa is not None and pb is not None
+        assert pa.path is not None and pb.path is not None
+        assert os.path.realpath(pa.path) != os.path.realpath(pb.path)
+    finally:
+        a.close()
+        b.close()

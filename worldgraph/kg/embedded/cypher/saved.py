@@ -13,8 +13,8 @@ whole graph. The rules:
 - **Current.** The JSON names the projection format (``FORMAT``), LadybugDB's version, the tenant
   and the generations (``embedded.connection``'s ``version()``: every commit of any process that
   writes a part's tables bumps its generation in the same transaction, and writes a random stamp,
-  so a backup restored under the folder never matches a projection of another history). A query uses the saved
-  database only when all four match now; otherwise it builds a new one. A crash half way through
+  so a backup restored under the folder never matches a projection of another history). A query
+  uses the saved database only when all four match now; otherwise it builds a new one. A crash half way through
   a refresh leaves generations behind the SQLite file's, so that database is rebuilt, never used.
 - **One writer.** LadybugDB locks a database file against other processes, not against a second
   open in the same process: ``claim`` keeps the files this process has open, and a file claimed
@@ -54,9 +54,10 @@ def folder_for(sqlite_path: Path) -> Path:
 
 
 def claim(path: Path) -> bool:
-    """Mark ``path`` open in this process; False if it is already."""
+    """Mark ``path`` open in this process; False if it is already (under any name: the real path
+    counts, so a relative path or a link to the data folder is the same file)."""
     with _lock:
-        key = str(path)
+        key = os.path.realpath(path)
         if key in _claimed:
             return False
         _claimed.add(key)
@@ -65,7 +66,7 @@ def claim(path: Path) -> bool:
 
 def release(path: Path) -> None:
     with _lock:
-        _claimed.discard(str(path))
+        _claimed.discard(os.path.realpath(path))
 
 
 def _engine_version() -> str:
