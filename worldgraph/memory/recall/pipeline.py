@@ -35,12 +35,19 @@ from worldgraph.memory.models import DateRange, RecallOptions
 from worldgraph.memory.recall import rewrite
 from worldgraph.memory.recall.blas_threads import one_blas_thread
 from worldgraph.memory.recall.query import ParsedQuery, parse_query
-from worldgraph.memory.recall.relevance import in_window, named_speakers, text_relevance, without_speakers
+from worldgraph.memory.recall.relevance import (
+    TextRelevance,
+    in_window,
+    named_speakers,
+    text_relevance,
+    without_speakers,
+)
 from worldgraph.memory.recall.scoring import (
+    Relevances,
     ScoreParts,
     diversity_order,
     normalise_feedback,
-    relevance,
+    relevances,
 )
 from worldgraph.memory.record import parse_model
 
@@ -124,9 +131,9 @@ def _recall(
     found = find_candidates(store, index, cfg, tenant_id, q)
     if found is None:
         return []
-    parts = score_candidates(store, cfg, tenant_id, q, found, embedder)
-    top = diversify(cfg, q.k, found, parts)
-    return format_results(store, tenant_id, q.opts, found, parts, top)
+    scored = score_candidates(store, cfg, tenant_id, q, found, embedder)
+    top = diversify(cfg, q.k, found, scored)
+    return format_results(store, tenant_id, q.opts, found, scored, top)
 
 
 @dataclass
@@ -152,7 +159,8 @@ class Candidates:
     """Step 2's output: the candidates that passed the filters, with what scoring needs."""
 
     ids: list[str]
-    vectors: dict[str, np.ndarray]
+    matrix: np.ndarray  # the vectors of every candidate fetched, one row each (float32)
+    row: dict[str, int]  # a candidate's row in ``matrix``
     semantic: dict[str, float]  # cosine with the query
     bm25: dict[str, float]  # BM25 of the full-text hits
     searched_text: bool
@@ -237,9 +245,9 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
     if not by_id:
         return None
     ids = list(by_id)
-    vectors = {i: np.asarray(by_id[i]["vector"], dtype=np.float32) for i in ids}
+    row = {i: n for n, i in enumerate(ids)}
     # cosine with the query, all candidates at once (vector hits and BM25-only hits alike)
-    matrix = np.stack([vectors[i] for i in ids])
+    matrix = np.stack([np.asarray(by_id[i]["vector"], dtype=np.float32) for i in ids])
     sims = cosine_to(matrix, q.qvec)
     semantic = {i: float(sim) for i, sim in zip(ids, sims)}
     subquery = None
@@ -269,7 +277,7 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
         ids = [i for i in ids if (f := avg[i]) is not None and f >= floor]
     if not ids:
         return None
-    return Candidates(ids, vectors, semantic, bm25, searched_text, episodes, stats, avg, subquery, named, floor)
+    return Candidates(ids, matrix, row, semantic, bm25, searched_text, episodes, stats, avg, subquery, named, floor)
 
 
 def speaker_names(cfg: WorldGraphConfig, text: str, searched_text: bool, ids: list[str],
@@ -285,8 +293,30 @@ def speaker_names(cfg: WorldGraphConfig, text: str, searched_text: bool, ids: li
     return named if len(named) < len(agents) else set()
 
 
+@dataclass
+class Scored:
+    """Step 3's output: every candidate's score (arrays aligned with ``Candidates.ids``), their
+    parts for ``score_breakdown`` made only for the results shown (``parts``), and the diversity
+    penalties of the ranking's head (step 4)."""
+
+    ids: list[str]
+    scores: Relevances
+    text: TextParts
+    subquery: dict[str, float] | None = None
+    penalties: dict[str, float] = field(default_factory=dict)
+
+    def parts(self, i: str) -> ScoreParts:
+        n = self.text.pos[i]
+        out = self.scores.parts(n)
+        out.text = self.text.breakdown(n)
+        if self.subquery is not None:
+            out.text["subquery_cosine"] = self.subquery[i]
+        out.diversity_penalty = self.penalties.get(i, 0.0)
+        return out
+
+
 def score_candidates(store: EpisodeStore, cfg: WorldGraphConfig, tenant_id: str, q: PreparedQuery,
-                     found: Candidates, embedder: Embedder | None = None) -> dict[str, ScoreParts]:
+                     found: Candidates, embedder: Embedder | None = None) -> Scored:
     """3. relevance scoring: the text relevance (the relevance formula's first term: the cosine, or
     the hybrid fusion), + the query's date window, + feedback-aware boosts when min_feedback_score is set.
     ``embedder``: for the speaker-free cosine (``speaker_free_cosines``; None leaves it out)."""
@@ -298,27 +328,24 @@ def score_candidates(store: EpisodeStore, cfg: WorldGraphConfig, tenant_id: str,
     if found.subquery is not None:  # a memory matches the question if it matches one of its parts
         sub = found.subquery
         cosine = {i: max(cosine[i], sub[i]) for i in ids}
-    text_rel = _text_relevance(store, tenant_id, ids, cosine, found.bm25, cfg,
-                               searched_text=found.searched_text, named=named, episodes=episodes)
-    if found.subquery is not None:
-        for i in ids:
-            text_rel[i]["subquery_cosine"] = found.subquery[i]
+    text = _text_relevance(store, tenant_id, ids, cosine, found.bm25, cfg,
+                           searched_text=found.searched_text, named=named, episodes=episodes)
     dates = _date_boosts(q.window, q.query, q.opts.now is not None, ids, episodes, cfg)
-    feedback_aware = q.opts.min_feedback_score is not None
-    parts: dict[str, ScoreParts] = {}
-    for i in ids:
-        parts[i] = relevance(text_rel[i]["text_relevance"], episodes[i]["ts"], float(episodes[i]["confidence_score"]),
-                             found.avg[i], q.now_s, cfg, feedback_aware=feedback_aware, date=dates.get(i, 0.0))
-        parts[i].text = text_rel[i]
-    return parts
+    recs = [episodes[i] for i in ids]
+    scores = relevances(text.parts.relevance, np.array([float(e["ts"]) for e in recs]),
+                        np.array([float(e["confidence_score"]) for e in recs]),
+                        np.array([np.nan if (f := found.avg[i]) is None else f for i in ids], dtype=np.float64),
+                        q.now_s, cfg, feedback_aware=q.opts.min_feedback_score is not None,
+                        date=np.array([dates.get(i, 0.0) for i in ids]) if dates else None)
+    return Scored(ids, scores, text, found.subquery)
 
 
-def diversify(cfg: WorldGraphConfig, k: int, found: Candidates, parts: dict[str, ScoreParts]) -> list[str]:
+def diversify(cfg: WorldGraphConfig, k: int, found: Candidates, scored: Scored) -> list[str]:
     """4. diversity penalty and re-sort (ties broken by id so results are deterministic); returns
-    the ids of the top ``k``, best first, and records each head candidate's penalty in ``parts``."""
+    the ids of the top ``k``, best first, and records each head candidate's penalty in ``scored``."""
     ids = sorted(found.ids)
-    vectors = found.vectors
-    scores = [parts[i].clamped + parts[i].feedback_aware for i in ids]
+    ranking, pos = scored.scores.ranking, scored.text.pos
+    scores = [float(ranking[pos[i]]) for i in ids]
     # Only the head of the ranking can reach the top k, so the penalty is computed on a prefix
     # (exactly: a memory's penalty depends only on the memories ranked above it, and an adjusted
     # score is never above the score, so once the k-th best adjusted score of the prefix is >= the
@@ -329,7 +356,8 @@ def diversify(cfg: WorldGraphConfig, k: int, found: Candidates, parts: dict[str,
     m = min(len(ids), max(2 * k, 16))
     while True:
         head = by_score[:m]
-        order, penalties = diversity_order([scores[p] for p in head], np.stack([vectors[ids[p]] for p in head]), cfg)
+        rows = [found.row[ids[p]] for p in head]
+        order, penalties = diversity_order([scores[p] for p in head], found.matrix[rows], cfg)
         if m == len(ids):
             break
         adjusted = sorted((scores[p] - penalties[j] for j, p in enumerate(head)), reverse=True)
@@ -337,14 +365,15 @@ def diversify(cfg: WorldGraphConfig, k: int, found: Candidates, parts: dict[str,
             break
         m = min(len(ids), m * 2)
     for j, p in enumerate(head):
-        parts[ids[p]].diversity_penalty = penalties[j]
+        scored.penalties[ids[p]] = penalties[j]
     return [ids[head[o]] for o in order[:k]]
 
 
 def format_results(store: EpisodeStore, tenant_id: str, opts: RecallOptions, found: Candidates,
-                   parts: dict[str, ScoreParts], top: list[str]) -> list[RecallResult]:
+                   scored: Scored, top: list[str]) -> list[RecallResult]:
     """5. top-k and formatting."""
     episodes, stats, avg = found.episodes, found.stats, found.avg
+    parts = {i: scored.parts(i) for i in top}
     extra = store.neighborhood(tenant_id, top) if opts.include_neighborhood else {}
     adjacent = _adjacent(store, tenant_id, top) if opts.include_neighborhood else {}
     results = []
@@ -390,22 +419,37 @@ def speaker_free_cosines(embedder: Embedder, text: str, named: set[str], found: 
     if not any(ch.isalnum() for ch in rest):
         return None
     vec = check_embeddings(embed_query(embedder, [rest]), 1, embedder.dimensions)[0]
-    sims = cosine_to(np.stack([found.vectors[i] for i in found.ids]), vec)
-    return {i: float(sim) for i, sim in zip(found.ids, sims)}
+    sims = cosine_to(found.matrix, vec)  # every row fetched: cheaper than gathering the candidates' rows
+    row = found.row
+    return {i: float(sims[row[i]]) for i in found.ids}
+
+
+@dataclass
+class TextParts:
+    """The text relevance of every candidate (relevance.py's arrays, aligned with ``ids``) and the
+    cosine its vector part is made of; ``breakdown(n)``: candidate n's parts for score_breakdown."""
+
+    pos: dict[str, int]
+    cosine: np.ndarray
+    parts: TextRelevance
+
+    def breakdown(self, n: int) -> dict[str, float]:
+        p = self.parts
+        return {"text_relevance": float(p.relevance[n]), "vector_cosine": float(self.cosine[n]),
+                "vector_part": float(p.vector[n]), "bm25_part": float(p.bm25[n]),
+                "speaker_part": float(p.speaker[n]), "neighbor_part": float(p.neighbor[n])}
 
 
 def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semantic: dict[str, float],
                     bm25: dict[str, float], cfg: WorldGraphConfig, searched_text: bool, named: set[str] | None = None,
-                    episodes: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, float]]:
+                    episodes: dict[str, dict[str, Any]] | None = None) -> TextParts:
     """Per candidate: the text relevance and its parts (relevance.py), for score_breakdown; BM25
     relative to the query's best hit, whether or not that one is still a candidate; the speaker
     match for the candidates whose speaker (agent_id) is among ``named``; ``vector_cosine``: the
     cosine the vector part is made of (the query's, or the speaker-free one)."""
-    if not ids:
-        return {}
+    pos = {i: n for n, i in enumerate(ids)}
     neighbors: list[tuple[int | None, int | None]] | None = None
-    if cfg.relevance_signal == "hybrid" and cfg.neighbor_weight > 0:
-        pos = {i: n for n, i in enumerate(ids)}
+    if ids and cfg.relevance_signal == "hybrid" and cfg.neighbor_weight > 0:
         links = store.session_neighbors(tenant_id, ids)
         neighbors = []
         for i in ids:
@@ -414,13 +458,10 @@ def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semanti
     hit = None
     if episodes is not None and named:
         hit = np.array([str(episodes[i].get("agent_id") or "") in named for i in ids], dtype=bool)
-    rel = text_relevance(np.array([semantic[i] for i in ids]), np.array([bm25.get(i, 0.0) for i in ids]),
+    cosine = np.array([semantic[i] for i in ids], dtype=np.float64)
+    rel = text_relevance(cosine, np.array([bm25.get(i, 0.0) for i in ids], dtype=np.float64),
                          max(bm25.values(), default=0.0), neighbors, cfg, searched_text, hit)
-    return {i: {"text_relevance": float(rel.relevance[n]), "vector_cosine": float(semantic[i]),
-                "vector_part": float(rel.vector[n]),
-                "bm25_part": float(rel.bm25[n]), "speaker_part": float(rel.speaker[n]),
-                "neighbor_part": float(rel.neighbor[n])}
-            for n, i in enumerate(ids)}
+    return TextParts(pos, cosine, rel)
 
 
 def _date_boosts(window: ParsedQuery | None, query: str, explicit_now: bool, ids: list[str],
