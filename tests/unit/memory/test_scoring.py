@@ -216,3 +216,25 @@ def test_array_scores_are_the_formula_exactly() -> None:
             assert float(got.ranking[k]) == want[5] + want[6]
             assert relevance(float(sem[k]), float(ts[k]), float(conf[k]), avg[k], NOW, CFG, feedback_aware=aware,
                              date=float(date[k])) == p
+
+
+def test_diversity_penalties_are_the_pass_down_the_ranking_exactly() -> None:
+    """Many near-copies: each memory's penalty is the sum, in rank order, of (sim - 0.9) x 0.5
+    over the memories ranked above it that it is more than 0.9 similar to (the pass written out)."""
+    rng = np.random.default_rng(3)
+    base = rng.normal(size=(4, 16))
+    v = np.repeat(base, 10, axis=0) + rng.normal(scale=0.15, size=(40, 16))  # 4 clusters of 10 near-copies
+    scores = [float(x) for x in rng.uniform(0, 1, 40)]
+    scores[5] = scores[6]  # a tie keeps the input order
+    order, penalties = diversity_order(scores, v, CFG)
+    unit = v / np.linalg.norm(v, axis=1, keepdims=True)
+    sims = unit @ unit.T
+    ranked = sorted(range(40), key=lambda i: -scores[i])
+    want = [0.0] * 40
+    for pos, i in enumerate(ranked):
+        for j in ranked[:pos]:
+            if sims[i, j] > 0.9:
+                want[i] += (float(sims[i, j]) - 0.9) * 0.5
+    assert sum(p > 0 for p in want) > 10 and max(sum(sims[i] > 0.9) for i in range(40)) > 3
+    assert penalties == want
+    assert order == sorted(ranked, key=lambda i: -(scores[i] - want[i]))

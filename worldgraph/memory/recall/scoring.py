@@ -192,11 +192,13 @@ def diversity_order(scores: list[float], vectors: np.ndarray, cfg: WorldGraphCon
         return [], penalties
     order = sorted(range(n), key=lambda i: -scores[i])
     sims = cosine_matrix(vectors)
-    for pos, i in enumerate(order):
-        for j in order[:pos]:
-            s = float(sims[i, j])
-            if s > cfg.diversity_penalty_threshold:
-                penalties[i] += (s - cfg.diversity_penalty_threshold) * cfg.diversity_penalty_factor
+    # the pairs over the threshold, found at once (few: near-copies); each memory's penalties are
+    # then added in rank order of the memories above it, as one pass down the ranking adds them
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    close = np.argwhere((sims > cfg.diversity_penalty_threshold) & (rank[None, :] < rank[:, None]))
+    for i, j in sorted(close.tolist(), key=lambda pair: (rank[pair[0]], rank[pair[1]])):
+        penalties[i] += (float(sims[i, j]) - cfg.diversity_penalty_threshold) * cfg.diversity_penalty_factor
     adjusted = [scores[i] - penalties[i] for i in range(n)]
     final_order = sorted(order, key=lambda i: -adjusted[i])
     return final_order, penalties
