@@ -16,7 +16,8 @@ not hold is never returned.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -52,6 +53,10 @@ from worldgraph.memory.recall.scoring import (
 from worldgraph.memory.record import parse_model
 
 _SEARCH_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="worldgraph-recall")
+# The speaker-free query's embedding, run beside the query's own (speaker_free_ahead); its own
+# pool, so that a full-text search never waits behind a model run.
+_AHEAD_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="worldgraph-recall-embed")
+AHEAD_MAX_AGENTS = 64  # a tenant with more agents is not guessed at (the guess reads them all)
 
 
 class RecallResult(Episode):
@@ -127,13 +132,18 @@ def _recall(
     options: RecallOptions | dict[str, Any] | None = None,
     now: float | None = None,
 ) -> list[RecallResult]:
-    q = prepare_query(embedder, cfg, agent_role, query, limit, options, now)
-    found = find_candidates(store, index, cfg, tenant_id, q)
-    if found is None:
-        return []
-    scored = score_candidates(store, cfg, tenant_id, q, found, embedder)
-    top = diversify(cfg, q.k, found, scored)
-    return format_results(store, tenant_id, q.opts, found, scored, top)
+    q = prepare_query(embedder, cfg, agent_role, query, limit, options, now,
+                      ahead=lambda text, opts: speaker_free_ahead(store, embedder, cfg, tenant_id, text, opts))
+    try:
+        found = find_candidates(store, index, cfg, tenant_id, q)
+        if found is None:
+            return []
+        scored = score_candidates(store, cfg, tenant_id, q, found, embedder)
+        top = diversify(cfg, q.k, found, scored)
+        return format_results(store, tenant_id, q.opts, found, scored, top)
+    finally:
+        if q.ahead is not None:
+            q.ahead.settle()
 
 
 @dataclass
@@ -152,6 +162,31 @@ class PreparedQuery:
     qvec: np.ndarray
     subqueries: list[str] = field(default_factory=list)  # the LLM step's (rewrite.py), searched beside the query
     subvecs: np.ndarray | None = None  # their embeddings, one row each
+    ahead: Ahead | None = None  # the speaker-free query's embedding, started beside the query's own
+
+
+@dataclass
+class Ahead:
+    """A query embedding started on another thread (``speaker_free_ahead``): ``text`` and its run."""
+
+    text: str
+    run: Future[np.ndarray]
+
+    def vector(self, embedder: Embedder) -> np.ndarray | None:
+        """Its vector (None if it had not started: cancelled, the caller embeds it itself)."""
+        if self.run.cancel():
+            return None
+        vec: np.ndarray = check_embeddings(self.run.result(), 1, embedder.dimensions)[0]
+        return vec
+
+    def settle(self) -> None:
+        """Not left running past the recall: cancelled, or waited for (its error is not this
+        recall's: the text was never used, or its error was raised where it was)."""
+        if not self.run.cancel():
+            try:
+                self.run.result()
+            except Exception:  # see above: not this recall's error
+                pass
 
 
 @dataclass
@@ -174,8 +209,10 @@ class Candidates:
 
 def prepare_query(embedder: Embedder, cfg: WorldGraphConfig, agent_role: str | None, query: str,
                   limit: int | None, options: RecallOptions | dict[str, Any] | None,
-                  now: float | None) -> PreparedQuery:
-    """1. query preprocessing, entity extraction, embedding."""
+                  now: float | None, ahead: Callable[[str, RecallOptions], Ahead | None] | None = None
+                  ) -> PreparedQuery:
+    """1. query preprocessing, entity extraction, embedding. ``ahead(text, options)``: called with
+    the cleaned text just before it is embedded, to start other work beside the embedding."""
     opts = parse_options(options)
     if not isinstance(query, str) or not query.strip():
         raise InvalidInputError("query", "must be a non-empty string (say what experience to recall)", query)
@@ -200,11 +237,17 @@ def prepare_query(embedder: Embedder, cfg: WorldGraphConfig, agent_role: str | N
         canvas_ids=opts.canvas_ids or (parsed.canvas_ids if opts.extract_filters and parsed.canvas_ids else None),
         start=dr.start if dr else None, end=dr.end if dr else None, success_only=opts.success_only,
     )
-    qvec = check_embeddings(embed_query(embedder, [text]), 1, embedder.dimensions)[0]
-    q = PreparedQuery(opts, query, k, now_s, min_sim, parsed, text, window, filters, qvec)
-    if rewrite.enabled(cfg) and (subs := rewrite.subqueries(cfg, text)):
-        q.subqueries = subs
-        q.subvecs = check_embeddings(embed_query(embedder, subs), len(subs), embedder.dimensions)
+    early = ahead(text, opts) if ahead is not None else None
+    try:
+        qvec = check_embeddings(embed_query(embedder, [text]), 1, embedder.dimensions)[0]
+        q = PreparedQuery(opts, query, k, now_s, min_sim, parsed, text, window, filters, qvec, ahead=early)
+        if rewrite.enabled(cfg) and (subs := rewrite.subqueries(cfg, text)):
+            q.subqueries = subs
+            q.subvecs = check_embeddings(embed_query(embedder, subs), len(subs), embedder.dimensions)
+    except BaseException:
+        if early is not None:
+            early.settle()
+        raise
     return q
 
 
@@ -324,7 +367,7 @@ def score_candidates(store: EpisodeStore, cfg: WorldGraphConfig, tenant_id: str,
     named = found.named
     cosine = found.semantic
     if named and embedder is not None and cfg.speaker_free_vector:
-        cosine = speaker_free_cosines(embedder, q.text, named, found) or cosine
+        cosine = speaker_free_cosines(embedder, q.text, named, found, q.ahead) or cosine
     if found.subquery is not None:  # a memory matches the question if it matches one of its parts
         sub = found.subquery
         cosine = {i: max(cosine[i], sub[i]) for i in ids}
@@ -411,14 +454,18 @@ def format_results(store: EpisodeStore, tenant_id: str, opts: RecallOptions, fou
     return results
 
 
-def speaker_free_cosines(embedder: Embedder, text: str, named: set[str], found: Candidates) -> dict[str, float] | None:
+def speaker_free_cosines(embedder: Embedder, text: str, named: set[str], found: Candidates,
+                         ahead: Ahead | None = None) -> dict[str, float] | None:
     """The candidates' cosines with ``text`` without the names of the ``named`` speakers
     (relevance.without_speakers), for the vector part of the text relevance. None when nothing but
-    the names is left. One more query embedding; the candidates' vectors are already at hand."""
+    the names is left. One more query embedding (``ahead``'s, when it embedded this same text);
+    the candidates' vectors are already at hand."""
     rest = without_speakers(text, named)
     if not any(ch.isalnum() for ch in rest):
         return None
-    vec = check_embeddings(embed_query(embedder, [rest]), 1, embedder.dimensions)[0]
+    vec = ahead.vector(embedder) if ahead is not None and ahead.text == rest else None
+    if vec is None:
+        vec = check_embeddings(embed_query(embedder, [rest]), 1, embedder.dimensions)[0]
     sims = cosine_to(found.matrix, vec)  # every row fetched: cheaper than gathering the candidates' rows
     row = found.row
     return {i: float(sims[row[i]]) for i in found.ids}
@@ -438,6 +485,30 @@ class TextParts:
         return {"text_relevance": float(p.relevance[n]), "vector_cosine": float(self.cosine[n]),
                 "vector_part": float(p.vector[n]), "bm25_part": float(p.bm25[n]),
                 "speaker_part": float(p.speaker[n]), "neighbor_part": float(p.neighbor[n])}
+
+
+def speaker_free_ahead(store: EpisodeStore, embedder: Embedder, cfg: WorldGraphConfig, tenant_id: str, text: str,
+                       opts: RecallOptions) -> Ahead | None:
+    """The speaker-free query's embedding, started on another thread before the candidates are
+    known, so that it runs beside the query's own embedding (on a machine with a free core the
+    recall then waits for one model run instead of two; the CPU is the same). Which speakers the
+    query names is only known from the candidates (``speaker_names``), so it is guessed from the
+    tenant's agents (at most ``AHEAD_MAX_AGENTS``): the vector is used only when the candidates
+    name the same speakers (``speaker_free_cosines`` compares the texts), else it is embedded
+    again as before. None: the speaker match cannot apply, or the query names none or every one."""
+    if not (cfg.speaker_free_vector and cfg.relevance_signal == "hybrid" and opts.hybrid
+            and cfg.fulltext_pool > 0 and cfg.speaker_match_weight > 0):
+        return None
+    agents = store.agent_ids(tenant_id, AHEAD_MAX_AGENTS + 1)
+    if len(agents) > AHEAD_MAX_AGENTS:
+        return None
+    named = named_speakers(text, agents)
+    if not named or len(named) == len(agents):
+        return None
+    rest = without_speakers(text, named)
+    if not any(ch.isalnum() for ch in rest):
+        return None
+    return Ahead(rest, _AHEAD_POOL.submit(embed_query, embedder, [rest]))
 
 
 def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semantic: dict[str, float],
