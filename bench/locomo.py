@@ -20,6 +20,7 @@ import json
 import math
 import re
 import sqlite3
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -151,6 +152,7 @@ class CachedEmbedder:
         self.dimensions = int(inner.dimensions)
         self.name = getattr(inner, "name", None) or type(inner).__name__
         self.caching = True
+        self._lock = threading.Lock()
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(path), check_same_thread=False)
         self._db.execute("CREATE TABLE IF NOT EXISTS vec (key TEXT PRIMARY KEY, v BLOB NOT NULL)")
@@ -171,6 +173,10 @@ class CachedEmbedder:
     def _cached(self, texts: list[str], fn: Any, kind: str) -> np.ndarray:
         if not self.caching:
             return np.asarray(fn(texts), dtype=np.float32)
+        with self._lock:  # one connection, and recall embeds from two threads at once
+            return self._cached_locked(texts, fn, kind)
+
+    def _cached_locked(self, texts: list[str], fn: Any, kind: str) -> np.ndarray:
         keys = [self._key(kind + t) for t in texts]
         found: dict[str, np.ndarray] = {}
         for start in range(0, len(keys), 500):

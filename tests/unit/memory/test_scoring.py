@@ -18,6 +18,7 @@ from worldgraph.memory.recall.scoring import (
     normalise_feedback,
     recency_boost,
     relevance,
+    relevances,
 )
 
 CFG = WorldGraphConfig()
@@ -179,3 +180,61 @@ def test_five_near_copies_do_not_fill_the_top(tmp_path) -> None:  # type: ignore
     assert ids[5] in top  # the distinct experience beats the 4th and 5th copies
     penalties = sorted(r["score_breakdown"]["diversity_penalty"] for r in res)
     assert penalties[0] == 0.0 and penalties[-1] == pytest.approx(0.15, abs=1e-3)
+
+
+def _formula(sem: float, ts: float, conf: float, avg: float | None, date: float, aware: bool) -> tuple[float, ...]:
+    """Step 4 written out in plain Python floats, term by term (the reference for the arrays)."""
+    days = (NOW - ts) / DAY
+    rec = 0.1 if days < 7 else 0.05 if days < 30 else 0.0
+    f = 0.5 if avg is None else avg
+    fb = (f - 0.5) * (0.2 / 0.5) if f > 0.5 else -(0.5 - f) * (0.3 / 0.5) if f < 0.5 else 0.0
+    clamped = min(1.0, max(0.0, sem * 0.6 + rec + fb + conf * 0.1 + date))
+    boost = 0.0 if not aware or avg is None else 0.2 if avg > 0.7 else -0.3 if avg < 0.3 else 0.0
+    return sem * 0.6, rec, fb, conf * 0.1, date, clamped, boost
+
+
+def test_array_scores_are_the_formula_exactly() -> None:
+    """Recall scores every candidate at once (relevances): each part is the same float the
+    formula gives term by term in Python, feedback-aware boost included, and the scalar
+    ``relevance`` agrees."""
+    rng = np.random.default_rng(7)
+    n = 300
+    sem = rng.uniform(-0.2, 1.0, n)
+    ts = NOW - rng.uniform(0, 60, n) * DAY
+    ts[:3] = [NOW - 7 * DAY, NOW - 30 * DAY, NOW]  # the band edges
+    conf = rng.uniform(0, 1, n)
+    avg: list[float | None] = [None if x < 0.3 else min(float(x), 1.0) for x in rng.uniform(0, 1.3, n)]
+    avg[3:6] = [0.5, 0.7, 0.3]  # the neutral point and the feedback-aware thresholds
+    date = np.where(rng.uniform(0, 1, n) < 0.3, CFG.date_match_boost, 0.0)
+    arr = np.array([np.nan if f is None else f for f in avg])
+    for aware in (False, True):
+        got = relevances(sem, ts, conf, arr, NOW, CFG, feedback_aware=aware, date=date)
+        for k in range(n):
+            want = _formula(float(sem[k]), float(ts[k]), float(conf[k]), avg[k], float(date[k]), aware)
+            p = got.parts(k)
+            assert (p.semantic, p.recency, p.feedback, p.confidence, p.date, p.clamped, p.feedback_aware) == want
+            assert float(got.ranking[k]) == want[5] + want[6]
+            assert relevance(float(sem[k]), float(ts[k]), float(conf[k]), avg[k], NOW, CFG, feedback_aware=aware,
+                             date=float(date[k])) == p
+
+
+def test_diversity_penalties_are_the_pass_down_the_ranking_exactly() -> None:
+    """Many near-copies: each memory's penalty is the sum, in rank order, of (sim - 0.9) x 0.5
+    over the memories ranked above it that it is more than 0.9 similar to (the pass written out)."""
+    rng = np.random.default_rng(3)
+    base = rng.normal(size=(4, 16))
+    v = np.repeat(base, 10, axis=0) + rng.normal(scale=0.15, size=(40, 16))  # 4 clusters of 10 near-copies
+    scores = [float(x) for x in rng.uniform(0, 1, 40)]
+    scores[5] = scores[6]  # a tie keeps the input order
+    order, penalties = diversity_order(scores, v, CFG)
+    unit = v / np.linalg.norm(v, axis=1, keepdims=True)
+    sims = unit @ unit.T
+    ranked = sorted(range(40), key=lambda i: -scores[i])
+    want = [0.0] * 40
+    for pos, i in enumerate(ranked):
+        for j in ranked[:pos]:
+            if sims[i, j] > 0.9:
+                want[i] += (float(sims[i, j]) - 0.9) * 0.5
+    assert sum(p > 0 for p in want) > 10 and max(sum(sims[i] > 0.9) for i in range(40)) > 3
+    assert penalties == want
+    assert order == sorted(ranked, key=lambda i: -(scores[i] - want[i]))

@@ -16,7 +16,8 @@ not hold is never returned.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -35,16 +36,27 @@ from worldgraph.memory.models import DateRange, RecallOptions
 from worldgraph.memory.recall import rewrite
 from worldgraph.memory.recall.blas_threads import one_blas_thread
 from worldgraph.memory.recall.query import ParsedQuery, parse_query
-from worldgraph.memory.recall.relevance import in_window, named_speakers, text_relevance, without_speakers
+from worldgraph.memory.recall.relevance import (
+    TextRelevance,
+    in_window,
+    named_speakers,
+    text_relevance,
+    without_speakers,
+)
 from worldgraph.memory.recall.scoring import (
+    Relevances,
     ScoreParts,
     diversity_order,
     normalise_feedback,
-    relevance,
+    relevances,
 )
 from worldgraph.memory.record import parse_model
 
 _SEARCH_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="worldgraph-recall")
+# The speaker-free query's embedding, run beside the query's own (speaker_free_ahead); its own
+# pool, so that a full-text search never waits behind a model run.
+_AHEAD_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="worldgraph-recall-embed")
+AHEAD_MAX_AGENTS = 64  # a tenant with more agents is not guessed at (the guess reads them all)
 
 
 class RecallResult(Episode):
@@ -120,13 +132,18 @@ def _recall(
     options: RecallOptions | dict[str, Any] | None = None,
     now: float | None = None,
 ) -> list[RecallResult]:
-    q = prepare_query(embedder, cfg, agent_role, query, limit, options, now)
-    found = find_candidates(store, index, cfg, tenant_id, q)
-    if found is None:
-        return []
-    parts = score_candidates(store, cfg, tenant_id, q, found, embedder)
-    top = diversify(cfg, q.k, found, parts)
-    return format_results(store, tenant_id, q.opts, found, parts, top)
+    q = prepare_query(embedder, cfg, agent_role, query, limit, options, now,
+                      ahead=lambda text, opts: speaker_free_ahead(store, embedder, cfg, tenant_id, text, opts))
+    try:
+        found = find_candidates(store, index, cfg, tenant_id, q)
+        if found is None:
+            return []
+        scored = score_candidates(store, cfg, tenant_id, q, found, embedder)
+        top = diversify(cfg, q.k, found, scored)
+        return format_results(store, tenant_id, q.opts, found, scored, top)
+    finally:
+        if q.ahead is not None:
+            q.ahead.settle()
 
 
 @dataclass
@@ -145,6 +162,31 @@ class PreparedQuery:
     qvec: np.ndarray
     subqueries: list[str] = field(default_factory=list)  # the LLM step's (rewrite.py), searched beside the query
     subvecs: np.ndarray | None = None  # their embeddings, one row each
+    ahead: Ahead | None = None  # the speaker-free query's embedding, started beside the query's own
+
+
+@dataclass
+class Ahead:
+    """A query embedding started on another thread (``speaker_free_ahead``): ``text`` and its run."""
+
+    text: str
+    run: Future[np.ndarray]
+
+    def vector(self, embedder: Embedder) -> np.ndarray | None:
+        """Its vector (None if it had not started: cancelled, the caller embeds it itself)."""
+        if self.run.cancel():
+            return None
+        vec: np.ndarray = check_embeddings(self.run.result(), 1, embedder.dimensions)[0]
+        return vec
+
+    def settle(self) -> None:
+        """Not left running past the recall: cancelled, or waited for (its error is not this
+        recall's: the text was never used, or its error was raised where it was)."""
+        if not self.run.cancel():
+            try:
+                self.run.result()
+            except Exception:  # see above: not this recall's error
+                pass
 
 
 @dataclass
@@ -152,7 +194,8 @@ class Candidates:
     """Step 2's output: the candidates that passed the filters, with what scoring needs."""
 
     ids: list[str]
-    vectors: dict[str, np.ndarray]
+    matrix: np.ndarray  # the vectors of every candidate fetched, one row each (float32)
+    row: dict[str, int]  # a candidate's row in ``matrix``
     semantic: dict[str, float]  # cosine with the query
     bm25: dict[str, float]  # BM25 of the full-text hits
     searched_text: bool
@@ -166,8 +209,10 @@ class Candidates:
 
 def prepare_query(embedder: Embedder, cfg: WorldGraphConfig, agent_role: str | None, query: str,
                   limit: int | None, options: RecallOptions | dict[str, Any] | None,
-                  now: float | None) -> PreparedQuery:
-    """1. query preprocessing, entity extraction, embedding."""
+                  now: float | None, ahead: Callable[[str, RecallOptions], Ahead | None] | None = None
+                  ) -> PreparedQuery:
+    """1. query preprocessing, entity extraction, embedding. ``ahead(text, options)``: called with
+    the cleaned text just before it is embedded, to start other work beside the embedding."""
     opts = parse_options(options)
     if not isinstance(query, str) or not query.strip():
         raise InvalidInputError("query", "must be a non-empty string (say what experience to recall)", query)
@@ -192,11 +237,17 @@ def prepare_query(embedder: Embedder, cfg: WorldGraphConfig, agent_role: str | N
         canvas_ids=opts.canvas_ids or (parsed.canvas_ids if opts.extract_filters and parsed.canvas_ids else None),
         start=dr.start if dr else None, end=dr.end if dr else None, success_only=opts.success_only,
     )
-    qvec = check_embeddings(embed_query(embedder, [text]), 1, embedder.dimensions)[0]
-    q = PreparedQuery(opts, query, k, now_s, min_sim, parsed, text, window, filters, qvec)
-    if rewrite.enabled(cfg) and (subs := rewrite.subqueries(cfg, text)):
-        q.subqueries = subs
-        q.subvecs = check_embeddings(embed_query(embedder, subs), len(subs), embedder.dimensions)
+    early = ahead(text, opts) if ahead is not None else None
+    try:
+        qvec = check_embeddings(embed_query(embedder, [text]), 1, embedder.dimensions)[0]
+        q = PreparedQuery(opts, query, k, now_s, min_sim, parsed, text, window, filters, qvec, ahead=early)
+        if rewrite.enabled(cfg) and (subs := rewrite.subqueries(cfg, text)):
+            q.subqueries = subs
+            q.subvecs = check_embeddings(embed_query(embedder, subs), len(subs), embedder.dimensions)
+    except BaseException:
+        if early is not None:
+            early.settle()
+        raise
     return q
 
 
@@ -237,9 +288,9 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
     if not by_id:
         return None
     ids = list(by_id)
-    vectors = {i: np.asarray(by_id[i]["vector"], dtype=np.float32) for i in ids}
+    row = {i: n for n, i in enumerate(ids)}
     # cosine with the query, all candidates at once (vector hits and BM25-only hits alike)
-    matrix = np.stack([vectors[i] for i in ids])
+    matrix = np.stack([np.asarray(by_id[i]["vector"], dtype=np.float32) for i in ids])
     sims = cosine_to(matrix, q.qvec)
     semantic = {i: float(sim) for i, sim in zip(ids, sims)}
     subquery = None
@@ -269,7 +320,7 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
         ids = [i for i in ids if (f := avg[i]) is not None and f >= floor]
     if not ids:
         return None
-    return Candidates(ids, vectors, semantic, bm25, searched_text, episodes, stats, avg, subquery, named, floor)
+    return Candidates(ids, matrix, row, semantic, bm25, searched_text, episodes, stats, avg, subquery, named, floor)
 
 
 def speaker_names(cfg: WorldGraphConfig, text: str, searched_text: bool, ids: list[str],
@@ -285,8 +336,30 @@ def speaker_names(cfg: WorldGraphConfig, text: str, searched_text: bool, ids: li
     return named if len(named) < len(agents) else set()
 
 
+@dataclass
+class Scored:
+    """Step 3's output: every candidate's score (arrays aligned with ``Candidates.ids``), their
+    parts for ``score_breakdown`` made only for the results shown (``parts``), and the diversity
+    penalties of the ranking's head (step 4)."""
+
+    ids: list[str]
+    scores: Relevances
+    text: TextParts
+    subquery: dict[str, float] | None = None
+    penalties: dict[str, float] = field(default_factory=dict)
+
+    def parts(self, i: str) -> ScoreParts:
+        n = self.text.pos[i]
+        out = self.scores.parts(n)
+        out.text = self.text.breakdown(n)
+        if self.subquery is not None:
+            out.text["subquery_cosine"] = self.subquery[i]
+        out.diversity_penalty = self.penalties.get(i, 0.0)
+        return out
+
+
 def score_candidates(store: EpisodeStore, cfg: WorldGraphConfig, tenant_id: str, q: PreparedQuery,
-                     found: Candidates, embedder: Embedder | None = None) -> dict[str, ScoreParts]:
+                     found: Candidates, embedder: Embedder | None = None) -> Scored:
     """3. relevance scoring: the text relevance (the relevance formula's first term: the cosine, or
     the hybrid fusion), + the query's date window, + feedback-aware boosts when min_feedback_score is set.
     ``embedder``: for the speaker-free cosine (``speaker_free_cosines``; None leaves it out)."""
@@ -294,31 +367,28 @@ def score_candidates(store: EpisodeStore, cfg: WorldGraphConfig, tenant_id: str,
     named = found.named
     cosine = found.semantic
     if named and embedder is not None and cfg.speaker_free_vector:
-        cosine = speaker_free_cosines(embedder, q.text, named, found) or cosine
+        cosine = speaker_free_cosines(embedder, q.text, named, found, q.ahead) or cosine
     if found.subquery is not None:  # a memory matches the question if it matches one of its parts
         sub = found.subquery
         cosine = {i: max(cosine[i], sub[i]) for i in ids}
-    text_rel = _text_relevance(store, tenant_id, ids, cosine, found.bm25, cfg,
-                               searched_text=found.searched_text, named=named, episodes=episodes)
-    if found.subquery is not None:
-        for i in ids:
-            text_rel[i]["subquery_cosine"] = found.subquery[i]
+    text = _text_relevance(store, tenant_id, ids, cosine, found.bm25, cfg,
+                           searched_text=found.searched_text, named=named, episodes=episodes)
     dates = _date_boosts(q.window, q.query, q.opts.now is not None, ids, episodes, cfg)
-    feedback_aware = q.opts.min_feedback_score is not None
-    parts: dict[str, ScoreParts] = {}
-    for i in ids:
-        parts[i] = relevance(text_rel[i]["text_relevance"], episodes[i]["ts"], float(episodes[i]["confidence_score"]),
-                             found.avg[i], q.now_s, cfg, feedback_aware=feedback_aware, date=dates.get(i, 0.0))
-        parts[i].text = text_rel[i]
-    return parts
+    recs = [episodes[i] for i in ids]
+    scores = relevances(text.parts.relevance, np.array([float(e["ts"]) for e in recs]),
+                        np.array([float(e["confidence_score"]) for e in recs]),
+                        np.array([np.nan if (f := found.avg[i]) is None else f for i in ids], dtype=np.float64),
+                        q.now_s, cfg, feedback_aware=q.opts.min_feedback_score is not None,
+                        date=np.array([dates.get(i, 0.0) for i in ids]) if dates else None)
+    return Scored(ids, scores, text, found.subquery)
 
 
-def diversify(cfg: WorldGraphConfig, k: int, found: Candidates, parts: dict[str, ScoreParts]) -> list[str]:
+def diversify(cfg: WorldGraphConfig, k: int, found: Candidates, scored: Scored) -> list[str]:
     """4. diversity penalty and re-sort (ties broken by id so results are deterministic); returns
-    the ids of the top ``k``, best first, and records each head candidate's penalty in ``parts``."""
+    the ids of the top ``k``, best first, and records each head candidate's penalty in ``scored``."""
     ids = sorted(found.ids)
-    vectors = found.vectors
-    scores = [parts[i].clamped + parts[i].feedback_aware for i in ids]
+    ranking, pos = scored.scores.ranking, scored.text.pos
+    scores = [float(ranking[pos[i]]) for i in ids]
     # Only the head of the ranking can reach the top k, so the penalty is computed on a prefix
     # (exactly: a memory's penalty depends only on the memories ranked above it, and an adjusted
     # score is never above the score, so once the k-th best adjusted score of the prefix is >= the
@@ -329,7 +399,8 @@ def diversify(cfg: WorldGraphConfig, k: int, found: Candidates, parts: dict[str,
     m = min(len(ids), max(2 * k, 16))
     while True:
         head = by_score[:m]
-        order, penalties = diversity_order([scores[p] for p in head], np.stack([vectors[ids[p]] for p in head]), cfg)
+        rows = [found.row[ids[p]] for p in head]
+        order, penalties = diversity_order([scores[p] for p in head], found.matrix[rows], cfg)
         if m == len(ids):
             break
         adjusted = sorted((scores[p] - penalties[j] for j, p in enumerate(head)), reverse=True)
@@ -337,14 +408,15 @@ def diversify(cfg: WorldGraphConfig, k: int, found: Candidates, parts: dict[str,
             break
         m = min(len(ids), m * 2)
     for j, p in enumerate(head):
-        parts[ids[p]].diversity_penalty = penalties[j]
+        scored.penalties[ids[p]] = penalties[j]
     return [ids[head[o]] for o in order[:k]]
 
 
 def format_results(store: EpisodeStore, tenant_id: str, opts: RecallOptions, found: Candidates,
-                   parts: dict[str, ScoreParts], top: list[str]) -> list[RecallResult]:
+                   scored: Scored, top: list[str]) -> list[RecallResult]:
     """5. top-k and formatting."""
     episodes, stats, avg = found.episodes, found.stats, found.avg
+    parts = {i: scored.parts(i) for i in top}
     extra = store.neighborhood(tenant_id, top) if opts.include_neighborhood else {}
     adjacent = _adjacent(store, tenant_id, top) if opts.include_neighborhood else {}
     results = []
@@ -382,30 +454,73 @@ def format_results(store: EpisodeStore, tenant_id: str, opts: RecallOptions, fou
     return results
 
 
-def speaker_free_cosines(embedder: Embedder, text: str, named: set[str], found: Candidates) -> dict[str, float] | None:
+def speaker_free_cosines(embedder: Embedder, text: str, named: set[str], found: Candidates,
+                         ahead: Ahead | None = None) -> dict[str, float] | None:
     """The candidates' cosines with ``text`` without the names of the ``named`` speakers
     (relevance.without_speakers), for the vector part of the text relevance. None when nothing but
-    the names is left. One more query embedding; the candidates' vectors are already at hand."""
+    the names is left. One more query embedding (``ahead``'s, when it embedded this same text);
+    the candidates' vectors are already at hand."""
     rest = without_speakers(text, named)
     if not any(ch.isalnum() for ch in rest):
         return None
-    vec = check_embeddings(embed_query(embedder, [rest]), 1, embedder.dimensions)[0]
-    sims = cosine_to(np.stack([found.vectors[i] for i in found.ids]), vec)
-    return {i: float(sim) for i, sim in zip(found.ids, sims)}
+    vec = ahead.vector(embedder) if ahead is not None and ahead.text == rest else None
+    if vec is None:
+        vec = check_embeddings(embed_query(embedder, [rest]), 1, embedder.dimensions)[0]
+    sims = cosine_to(found.matrix, vec)  # every row fetched: cheaper than gathering the candidates' rows
+    row = found.row
+    return {i: float(sims[row[i]]) for i in found.ids}
+
+
+@dataclass
+class TextParts:
+    """The text relevance of every candidate (relevance.py's arrays, aligned with ``ids``) and the
+    cosine its vector part is made of; ``breakdown(n)``: candidate n's parts for score_breakdown."""
+
+    pos: dict[str, int]
+    cosine: np.ndarray
+    parts: TextRelevance
+
+    def breakdown(self, n: int) -> dict[str, float]:
+        p = self.parts
+        return {"text_relevance": float(p.relevance[n]), "vector_cosine": float(self.cosine[n]),
+                "vector_part": float(p.vector[n]), "bm25_part": float(p.bm25[n]),
+                "speaker_part": float(p.speaker[n]), "neighbor_part": float(p.neighbor[n])}
+
+
+def speaker_free_ahead(store: EpisodeStore, embedder: Embedder, cfg: WorldGraphConfig, tenant_id: str, text: str,
+                       opts: RecallOptions) -> Ahead | None:
+    """The speaker-free query's embedding, started on another thread before the candidates are
+    known, so that it runs beside the query's own embedding (on a machine with a free core the
+    recall then waits for one model run instead of two; the CPU is the same). Which speakers the
+    query names is only known from the candidates (``speaker_names``), so it is guessed from the
+    tenant's agents (at most ``AHEAD_MAX_AGENTS``): the vector is used only when the candidates
+    name the same speakers (``speaker_free_cosines`` compares the texts), else it is embedded
+    again as before. None: the speaker match cannot apply, or the query names none or every one."""
+    if not (cfg.speaker_free_vector and cfg.relevance_signal == "hybrid" and opts.hybrid
+            and cfg.fulltext_pool > 0 and cfg.speaker_match_weight > 0):
+        return None
+    agents = store.agent_ids(tenant_id, AHEAD_MAX_AGENTS + 1)
+    if len(agents) > AHEAD_MAX_AGENTS:
+        return None
+    named = named_speakers(text, agents)
+    if not named or len(named) == len(agents):
+        return None
+    rest = without_speakers(text, named)
+    if not any(ch.isalnum() for ch in rest):
+        return None
+    return Ahead(rest, _AHEAD_POOL.submit(embed_query, embedder, [rest]))
 
 
 def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semantic: dict[str, float],
                     bm25: dict[str, float], cfg: WorldGraphConfig, searched_text: bool, named: set[str] | None = None,
-                    episodes: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, float]]:
+                    episodes: dict[str, dict[str, Any]] | None = None) -> TextParts:
     """Per candidate: the text relevance and its parts (relevance.py), for score_breakdown; BM25
     relative to the query's best hit, whether or not that one is still a candidate; the speaker
     match for the candidates whose speaker (agent_id) is among ``named``; ``vector_cosine``: the
     cosine the vector part is made of (the query's, or the speaker-free one)."""
-    if not ids:
-        return {}
+    pos = {i: n for n, i in enumerate(ids)}
     neighbors: list[tuple[int | None, int | None]] | None = None
-    if cfg.relevance_signal == "hybrid" and cfg.neighbor_weight > 0:
-        pos = {i: n for n, i in enumerate(ids)}
+    if ids and cfg.relevance_signal == "hybrid" and cfg.neighbor_weight > 0:
         links = store.session_neighbors(tenant_id, ids)
         neighbors = []
         for i in ids:
@@ -414,13 +529,10 @@ def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semanti
     hit = None
     if episodes is not None and named:
         hit = np.array([str(episodes[i].get("agent_id") or "") in named for i in ids], dtype=bool)
-    rel = text_relevance(np.array([semantic[i] for i in ids]), np.array([bm25.get(i, 0.0) for i in ids]),
+    cosine = np.array([semantic[i] for i in ids], dtype=np.float64)
+    rel = text_relevance(cosine, np.array([bm25.get(i, 0.0) for i in ids], dtype=np.float64),
                          max(bm25.values(), default=0.0), neighbors, cfg, searched_text, hit)
-    return {i: {"text_relevance": float(rel.relevance[n]), "vector_cosine": float(semantic[i]),
-                "vector_part": float(rel.vector[n]),
-                "bm25_part": float(rel.bm25[n]), "speaker_part": float(rel.speaker[n]),
-                "neighbor_part": float(rel.neighbor[n])}
-            for n, i in enumerate(ids)}
+    return TextParts(pos, cosine, rel)
 
 
 def _date_boosts(window: ParsedQuery | None, query: str, explicit_now: bool, ids: list[str],
