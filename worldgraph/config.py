@@ -82,10 +82,7 @@ class WorldGraphConfig(BaseSettings):
     # relevance_signal="vector" (the cosine is the only evidence); 0.3 with "hybrid", where the
     # words vouch too and the floor only drops memories whose meaning is plainly unrelated.
     min_similarity_threshold: float | None = Field(None, ge=-1.0, le=1.0)
-    # The top candidates by semantic similarity (the original "top 100"): 150 reaches evidence
-    # ranked 101-150 by the cosine, which the speaker match and BM25 lift into the top 10
-    # (bench/README.md "Room in the latency budget").
-    candidate_pool: int = Field(150, gt=0)
+    candidate_pool: int = Field(100, gt=0)  # "top 100 candidates by semantic similarity"
     fulltext_pool: int = Field(50, ge=0)  # extra BM25 hits merged into the candidates (hybrid)
 
     # Scoring: the weights of the relevance formula (docs/architecture.md "Recall", step 4)

@@ -46,7 +46,7 @@ def test_the_usual_neo4j_names_come_after_their_worldgraph_names() -> None:
 def test_the_process_environment_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WORLDGRAPH_CANDIDATE_POOL", "42")
     assert WorldGraphConfig.from_env().candidate_pool == 42
-    assert WorldGraphConfig.from_env({}).candidate_pool == 150  # a given mapping replaces os.environ
+    assert WorldGraphConfig.from_env({}).candidate_pool == 100  # a given mapping replaces os.environ
 
 
 @pytest.mark.parametrize(("env", "kw", "field", "says"), [
