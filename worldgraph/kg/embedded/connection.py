@@ -29,6 +29,7 @@ from worldgraph.errors import ReadOnlyError, StorageError
 from worldgraph.filemodes import create_private_file
 from worldgraph.kg.embedded import cypher as embedded_cypher
 from worldgraph.kg.embedded import sql
+from worldgraph.kg.embedded.cypher.model import Gens
 from worldgraph.kg.embedded.sqlite_open import ReadOnlyConnection, connect_read_only
 from worldgraph.schema import SCHEMA_VERSIONS, check_schema_version, needs_upgrade
 
@@ -49,8 +50,6 @@ _UNREAD = ("scene_links",)
 
 # rows a world commit wrote: (tenant, table, key); None when not known from its parameters
 Touched = set[tuple[str, str, Any]] | None
-# (episode part, world part), each (generation, stamp): SqliteConnection.version
-Gens = tuple[tuple[int, str], tuple[int, str]]
 
 
 class _Tracked:

@@ -159,6 +159,9 @@ class EmbeddedGraphStore(ComposedStore):
             self.saved.save(tenant_id, proj.path, gens, proj.kinds)
             return proj
 
+        def episode_ids() -> set[str]:
+            return {eid for (eid,) in read(sql.PROJECTION_EPISODE_IDS, (tenant_id,))}
+
         def read_edges(env: str, ids: list[str]) -> list[tuple[str, str]]:
             return read(sql.edges_touching(len(ids)), (tenant_id, env, *ids, *ids))
 
@@ -176,7 +179,7 @@ class EmbeddedGraphStore(ComposedStore):
                     self.saved.save(tenant_id, proj.path, proj.gens, proj.kinds)
                     return True
                 if proj.world is None and proj.opened_raw is not None:  # opened from its file
-                    ids = {eid for (eid,) in read(sql.PROJECTION_EPISODE_IDS, (tenant_id,))}
+                    ids = episode_ids()
                     proj.know_world(embedded_cypher.load_world_part(proj.opened_raw, tenant_id, ids), ids)
                 if proj.world is not None:
                     touched = self.db.world_touched(tenant_id, proj.gens[1][0], gens[1][0])
@@ -186,9 +189,7 @@ class EmbeddedGraphStore(ComposedStore):
                         proj.gens = (proj.gens[0], gens[1])
                         self.saved.save(tenant_id, proj.path, proj.gens, proj.kinds)
                         return True
-                episodes = proj.episodes
-                if episodes is None:
-                    episodes = {eid for (eid,) in read(sql.PROJECTION_EPISODE_IDS, (tenant_id,))}
+                episodes = proj.episodes if proj.episodes is not None else episode_ids()
                 world = embedded_cypher.load_world_part(embedded_cypher.read_world_rows(read, tenant_id), tenant_id,
                                                         episodes)
             proj.replace_world(world, episodes)

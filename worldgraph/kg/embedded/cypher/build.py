@@ -20,10 +20,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 from worldgraph.config import child_environment
-from worldgraph.kg.embedded.cypher.saved import Gens
+from worldgraph.kg.embedded.cypher.model import Gens
 
 CHILD_MIN_EPISODES = 20_000
 
@@ -47,13 +46,10 @@ def main(argv: list[str]) -> None:
 
     sqlite_path, tenant_id, path = argv
     db = SqliteConnection(sqlite_path, read_only=True, cache_mb=64, wal_autocheckpoint_pages=1000)
-
-    def read(statement: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        return db.conn.execute(statement, args).fetchall()
     try:
         with db.lock, db.snapshot():
             gens = db.version()
-            nodes, rels, episodes, world = load_tenant(read, tenant_id)
+            nodes, rels, episodes, world = load_tenant(db.query, tenant_id)
     finally:
         db.close()
     proj = Projection(tenant_id, Path(path))

@@ -20,7 +20,7 @@ from worldgraph.kg.embedded.cypher.load import add_episodes, agent_row, audit_ro
 from worldgraph.kg.embedded.cypher.model import INCREMENTAL_MAX, SqlQuery, add_row, empty_nodes, empty_rels, link
 from worldgraph.kg.embedded.cypher.projection import Projection
 
-# (label, SQLite rows of the tenant as (data,), its row builder, the relationship to an episode)
+# label -> (the tenant's rows as (data,), the node's properties from one: load.py's builders)
 _SATELLITES = {
     "Agent": (sql.PROJECTION_AGENTS, agent_row),
     "Canvas": (sql.PROJECTION_CANVASES, canvas_row),

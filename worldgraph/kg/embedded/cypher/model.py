@@ -55,6 +55,9 @@ EPISODE_KEYS = ("id", *(k for k in q.EPISODE_PROPS if k not in q.EPISODE_STATE))
 
 
 SqlQuery = Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]
+# The store's generations a projection holds: (episode part, world part), each (count, stamp of the
+# last commit) (embedded.connection's version()).
+Gens = tuple[tuple[int, str], tuple[int, str]]
 Columns = dict[str, list[Any]]  # property -> one value per row (every list as long as the others)
 Nodes = dict[str, Columns]  # label -> its rows, column by column
 Rels = dict[str, dict[tuple[str, str], Columns]]  # type -> (from label, to label) -> "from", "to" (pks) + properties

@@ -20,6 +20,7 @@ from worldgraph.kg.embedded.cypher.model import (
     WORLD_NODE_TABLES,
     WORLD_REL_TABLES,
     Columns,
+    Gens,
     Nodes,
     Rels,
     empty_nodes,
@@ -79,8 +80,9 @@ class Projection:
     def __init__(self, tenant_id: str, path: Path | None = None, kinds: dict[str, dict[str, str]] | None = None,
                  buffer_pool_bytes: int = 0) -> None:
         """Open the database at ``path`` (None: a new in-memory one). A saved database comes with the
-        ``kinds`` of its columns; its world part's rows are not in memory (``world`` None) until
-        its first world refresh reloads that part. RuntimeError (LadybugDB's) if it cannot be
+        ``kinds`` of its columns; its world part's rows and index are not in memory (``world``
+        None) until its first world refresh loads them (from ``opened_raw`` when the opener read
+        the rows it holds, else by reloading that part). RuntimeError (LadybugDB's) if it cannot be
         opened; a file this process has open already is refused the same way."""
         import ladybug
 
@@ -109,8 +111,7 @@ class Projection:
         self.episode_state: Any = None
         # opened from a file: the world rows it holds, read when it was opened (``know_world``)
         self.opened_raw: WorldRows | None = None
-        # the store's generations it holds: ((episode part, stamp), (world part, stamp)) (embedded.connection)
-        self.gens: tuple[tuple[int, str], tuple[int, str]] = ((0, ""), (0, ""))
+        self.gens: Gens = ((0, ""), (0, ""))  # the store's generations it holds
 
     def fill(self, nodes: Nodes, rels: Rels, episodes: set[str], world: WorldPart) -> None:
         """Create and fill the tables of a new database (the columns are consumed)."""

@@ -14,8 +14,9 @@ whole graph. The rules:
   and the generations (``embedded.connection``'s ``version()``: every commit of any process that
   writes a part's tables bumps its generation in the same transaction, and writes a random stamp,
   so a backup restored under the folder never matches a projection of another history). A query
-  uses the saved database only when all four match now; otherwise it builds a new one. A crash half way through
-  a refresh leaves generations behind the SQLite file's, so that database is rebuilt, never used.
+  uses the saved database only when all four match now; otherwise it builds a new one. A crash
+  half way through a refresh leaves generations behind the SQLite file's, so that database is
+  rebuilt, never used.
 - **One writer.** LadybugDB locks a database file against other processes, not against a second
   open in the same process: ``claim`` keeps the files this process has open, and a file claimed
   or locked elsewhere is not opened (a new one is built).
@@ -34,15 +35,13 @@ import uuid
 from pathlib import Path
 
 from worldgraph.filemodes import PRIVATE_FILE, private_dir
+from worldgraph.kg.embedded.cypher.model import Gens
 
 log = logging.getLogger("worldgraph")
 
 # Bump when what a projection holds changes (labels, columns, how rows are read): saved ones are rebuilt.
 FORMAT = 1
 SUFFIX = ".lbug"
-
-# (episode part, world part), each (generation, stamp): embedded.connection's version()
-Gens = tuple[tuple[int, str], tuple[int, str]]
 
 _lock = threading.Lock()
 _claimed: set[str] = set()  # database files this process has open
@@ -147,7 +146,7 @@ class SavedProjections:
 
     def remove_file(self, path: Path) -> None:
         """Delete one database that was not saved (a build that failed), with LadybugDB's side files."""
-        for p in (path, *path.parent.glob(path.name + ".*")):
+        for p in _files_of(path):
             p.unlink(missing_ok=True)
 
     def _remove(self, tenant_id: str, keep: tuple[str, ...]) -> None:
@@ -166,8 +165,13 @@ class SavedProjections:
 
     def _private(self, path: Path) -> None:
         """LadybugDB creates its files with the umask's mode: drop group and other bits."""
-        for p in (path, *path.parent.glob(path.name + ".*")):
+        for p in _files_of(path):
             try:
                 os.chmod(p, PRIVATE_FILE)
             except OSError:  # pragma: no cover - vanished meanwhile
                 pass
+
+
+def _files_of(path: Path) -> list[Path]:
+    """A LadybugDB database file and its side files (``<file>.wal`` ...)."""
+    return [path, *path.parent.glob(path.name + ".*")]
