@@ -29,10 +29,16 @@ class GatedEmbedder(VectorEmbedder):
         super().__init__(VECS)
         self.gate: threading.Barrier | None = None
         self.fail: str | None = None
+        self.free_started = threading.Event()  # the speaker-free run has begun (it can no longer be cancelled)
+        self.query_waits_free = False  # the query's own run waits for it: it is surely running
         self.runs: list[tuple[str, str, float, float]] = []
 
     def embed(self, texts: list[str]) -> np.ndarray:
         start = time.monotonic()
+        if texts[0] == FREE:
+            self.free_started.set()
+        elif texts[0] == QUERY and self.query_waits_free:
+            assert self.free_started.wait(10), "the speaker-free run never started"
         if self.gate is not None and texts[0] in (QUERY, FREE):
             self.gate.wait()  # BrokenBarrierError after its timeout: the two did not run at once
         if texts[0] == FREE:
@@ -83,8 +89,10 @@ def test_a_query_that_names_no_speaker_starts_nothing(recorded: Any) -> None:
 def test_a_wrong_guess_is_waited_for_and_not_used(recorded: Any) -> None:
     # Filtered to Melanie's memories, the candidates' speakers are all named: no speaker match, so
     # the early embedding (guessed from the tenant's two agents) is not used; it is finished, not
-    # left running, when recall returns; and its error is not this recall's.
+    # left running, when recall returns; and its error is not this recall's. The query's own run
+    # waits until the early one has begun: a run still queued would be cancelled, not waited for.
     wm, emb = recorded
+    emb.query_waits_free = True
     emb.fail = FREE
     res = wm.recall_experiences("t", None, QUERY, limit=3, options={"agent_id": "Melanie"})
     assert [r[0] for r in emb.runs] == [QUERY]  # the early run failed (after its 50 ms): never logged
@@ -93,6 +101,7 @@ def test_a_wrong_guess_is_waited_for_and_not_used(recorded: Any) -> None:
     assert all(r["score_breakdown"]["vector_cosine"] == pytest.approx(r["semantic_score"], abs=1e-6) for r in res)
     emb.fail = None
     emb.runs.clear()
+    emb.free_started.clear()
     wm.recall_experiences("t", None, QUERY, limit=3, options={"agent_id": "Melanie"})
     assert sorted(r[0] for r in emb.runs) == [QUERY, FREE]  # the early run (50 ms) had ended by the return
 
