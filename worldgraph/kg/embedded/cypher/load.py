@@ -3,6 +3,7 @@ the world part (each rebuilt on its own)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -46,9 +47,13 @@ def load_episode_part(query: SqlQuery, tenant_id: str) -> tuple[Nodes, Rels, set
            query(sql.PROJECTION_SESSION_LINKS, t)}
     ep = nodes["Episode"]
     rows = query(sql.PROJECTION_EPISODES, t)
-    agent_ids, canvas_ids = add_episodes(ep, rows, tenant_id, seq)
+    decoded = arrow_episodes(ep, rows, tenant_id, seq)
+    if decoded is None:
+        agent_ids, canvas_ids = add_episodes(ep, rows, tenant_id, seq)
+        ids = ep["id"]
+    else:
+        ids, agent_ids, canvas_ids = decoded
     del rows
-    ids = ep["id"]
     episodes: set[str] = set(ids)
     for sid, last in query(sql.PROJECTION_SESSIONS, t):
         add_row(nodes["Session"], {"tenant_id": tenant_id, "id": sid, "last_seq": last})
@@ -105,6 +110,70 @@ def add_episodes(ep: Columns, rows: list[tuple[Any, ...]], tenant_id: str,
         canvas_ids += [rec.get("canvas_id") for rec in recs]
         del recs, datas
     return agent_ids, canvas_ids
+
+
+# The properties ARROW_NUMBERS holds are numbers (the record model's); every other episode
+# property copied is a string. A key in any other shape sends the load to add_episodes.
+ARROW_NUMBERS = frozenset({"ts"})
+_INT_TS = re.compile(rb'"ts":-?[0-9]+[,}]')  # an integer ts: Python's decode keeps it an int (INT64)
+
+
+def _integer_ts(buf: bytes, datas: list[str]) -> bool:
+    """Whether a record's own ts is an integer (``buf``: the records, one a line). A nested "ts"
+    (an action's, say) matches the pattern too: only the records it matches are decoded to tell."""
+    import numpy as np
+
+    starts = [m.start() for m in _INT_TS.finditer(buf)]
+    if not starts:
+        return False
+    lines = np.searchsorted(np.flatnonzero(np.frombuffer(buf, np.uint8) == ord("\n")), starts)
+    return any(type(loads(datas[i]).get("ts")) is int for i in dict.fromkeys(lines.tolist()))
+
+
+def arrow_episodes(ep: Columns, rows: list[tuple[Any, ...]], tenant_id: str,
+                   seq: dict[str, tuple[Any, Any]]) -> tuple[list[Any], list[Any], list[Any]] | None:
+    """``add_episodes`` for a new projection, with the records decoded by Arrow's JSON reader (one
+    C++ pass instead of a Python dict per record: 100k episodes ~0.2 s instead of ~0.9 s, and no
+    Python value per property). The Episode columns of ``ep`` become Arrow arrays. Returns the
+    episodes' ids, agent ids and canvas ids, in order; None (``ep`` untouched) when the records
+    hold anything the Python decode would copy differently: a property of another type than the
+    model's, a list, an object or a duplicate key where a property is, an integer ts, a legacy
+    index state inside the record, or text Arrow refuses (a lone surrogate). The caller then
+    decodes them in Python (``add_episodes``), so the rows are the same either way."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    if not rows:
+        return None
+    datas = [r[0] for r in rows]
+    try:
+        buf = "\n".join(datas).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return None
+    if _integer_ts(buf, datas):
+        return None
+    # blocks parsed on the cores in parallel; a record must fit in one
+    block = max(1 << 22, 4 * max(map(len, datas)) + 2)
+    fields = [(k, pa.float64() if k in ARROW_NUMBERS else pa.string()) for k in (*EPISODE_KEYS, *q.EPISODE_STATE)]
+    try:
+        table = pj.read_json(pa.BufferReader(buf), read_options=pj.ReadOptions(block_size=block),
+                             parse_options=pj.ParseOptions(explicit_schema=pa.schema(fields),
+                                                           unexpected_field_behavior="ignore"))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
+    if table.num_rows != len(rows) or any(table.column(k).null_count != len(rows) for k in q.EPISODE_STATE):
+        return None  # a record holds an index state (the Neo4j store keeps it out of the record)
+    for k in EPISODE_KEYS:
+        col = table.column(k).combine_chunks()
+        # an all-null column is a string column, as _array makes it
+        ep[k] = pa.nulls(len(col), pa.string()) if col.null_count == len(col) else col
+    ids = table.column("id").to_pylist()
+    ep["index_status"] = [r[1] for r in rows]
+    ep["index_error"] = [r[2] for r in rows]
+    ep["record"] = pa.array(datas, pa.string())
+    ep["tenant_id"] = [tenant_id] * len(rows)
+    ep["session_seq"] = [seq[i][0] if i in seq else None for i in ids]
+    return ids, table.column("agent_id").to_pylist(), table.column("canvas_id").to_pylist()
 
 
 def agent_row(tenant_id: str, data: str) -> dict[str, Any]:

@@ -58,7 +58,8 @@ SqlQuery = Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]
 # The store's generations a projection holds: (episode part, world part), each (count, stamp of the
 # last commit) (embedded.connection's version()).
 Gens = tuple[tuple[int, str], tuple[int, str]]
-Columns = dict[str, list[Any]]  # property -> one value per row (every list as long as the others)
+Columns = dict[str, list[Any]]  # property -> one value per row (every list as long as the others; a new
+# projection's Episode columns may be Arrow arrays instead: load.arrow_episodes)
 Nodes = dict[str, Columns]  # label -> its rows, column by column
 Rels = dict[str, dict[tuple[str, str], Columns]]  # type -> (from label, to label) -> "from", "to" (pks) + properties
 # The two parts of a projection, each rebuilt on its own: a world delta rebuilds only the world part.

@@ -46,7 +46,7 @@ def _array(name: str, values: list[Any], kind: str | None = None) -> tuple[Any, 
     import pyarrow as pa
 
     try:
-        arr = pa.array(values)
+        arr = values if isinstance(values, pa.Array) else pa.array(values)  # (load.arrow_episodes' columns)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise CypherQueryError(f"cannot project the property {name!r} into {ENGINE}: its values mix types ({exc})") \
             from None
