@@ -43,6 +43,11 @@ log = logging.getLogger("worldgraph")
 # episodes + world nodes + world edges: below, building it in memory takes ~0.1 s, less than
 # creating, syncing and reopening a file.
 SAVE_MIN_ROWS = 5_000
+# From this many episodes, a query that reaches only the world part (embedded.cypher.world_only:
+# rules, containment, transitions, scenes) is answered from a projection of the world part alone
+# (100k episodes and a 10k-node world: ~0.6 s instead of ~4 s), unless a current full one is
+# saved; the first query that needs more builds the full projection and replaces it.
+WORLD_ONLY_MIN_EPISODES = 5_000
 
 # the counts of ``stats``: key -> table
 _STATS = {"episodes": "episodes", "agents": "agents", "feedback": "feedback", "canvases": "canvases",
@@ -98,6 +103,7 @@ class EmbeddedGraphStore(ComposedStore):
         # projection is built for it (run() translates again: a few regex passes)
         embedded_cypher.translate(query)
         embedded_cypher.check_abandoned(tenant_id, self.cypher_timeout)  # before a projection is built for it
+        full = not embedded_cypher.world_only(query)
 
         def read(statement: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
             return self.db.conn.execute(statement, args).fetchall()
@@ -117,6 +123,8 @@ class EmbeddedGraphStore(ComposedStore):
                     proj.gens, proj.opened_raw = gens, raw
                     return proj
             episodes, size = self._projection_size(tenant_id)
+            if not full and episodes >= WORLD_ONLY_MIN_EPISODES:
+                return world_part()
             # a small tenant's projection is built in memory (~0.1 s) and not saved: a file costs more
             path = self.saved.new_path(tenant_id) if size >= SAVE_MIN_ROWS else None
             if path is not None and episodes >= CHILD_MIN_EPISODES:
@@ -159,6 +167,49 @@ class EmbeddedGraphStore(ComposedStore):
             self.saved.save(tenant_id, proj.path, gens, proj.kinds)
             return proj
 
+        def world_part() -> embedded_cypher.Projection:
+            # LadybugDB fills each table with ~15-40 MB of buffers whatever its rows (the world part
+            # alone: ~220 MB): built in a child process, into a file of its own (never saved: it is
+            # deleted when closed), when the store has a folder for one
+            path = self.saved.new_path(tenant_id)
+            if path is not None:
+                try:
+                    gens, kinds = build_in_child(self.path, tenant_id, path, world_only=True)
+                    proj = embedded_cypher.Projection(tenant_id, path, kinds)
+                except (RuntimeError, OSError, ValueError, KeyError) as exc:
+                    log.warning("building the world part's Cypher projection in a child process failed (%s); "
+                                "building it in this one", exc)
+                    self.saved.remove_file(path)
+                else:
+                    proj.scope, proj.discard_files, proj.gens = "world", True, gens
+                    with self.db.lock, self.db.snapshot():  # its world rows, unless written since
+                        if self.db.version() == gens:
+                            proj.opened_raw = embedded_cypher.read_world_rows(read, tenant_id)
+                    return proj
+            with self.db.lock, self.db.snapshot():
+                gens = self.db.version()
+                raw = embedded_cypher.read_world_rows(read, tenant_id)
+            proj = embedded_cypher.Projection(tenant_id)
+            proj.scope = "world"
+            try:
+                proj.fill({}, {}, set(), embedded_cypher.load_world_part(raw, tenant_id, set()))
+            except BaseException:
+                proj.close()
+                raise
+            proj.gens = gens
+            return proj
+
+        def keep(proj: embedded_cypher.Projection) -> None:
+            """Name a full projection's file the tenant's saved one, at the generations it holds now."""
+            if proj.scope == "full":
+                self.saved.save(tenant_id, proj.path, proj.gens, proj.kinds)
+
+        def held_episodes(proj: embedded_cypher.Projection) -> set[str]:
+            """The episode ids the world part's (:Scene)-[:FROM_EPISODE]->(:Episode) may end at."""
+            if proj.scope == "world":
+                return set()
+            return proj.episodes if proj.episodes is not None else episode_ids()
+
         def episode_ids() -> set[str]:
             return {eid for (eid,) in read(sql.PROJECTION_EPISODE_IDS, (tenant_id,))}
 
@@ -171,15 +222,15 @@ class EmbeddedGraphStore(ComposedStore):
             # one; anything else (scenes, a new environment, a large import) reloads the world part
             with self.db.lock, self.db.snapshot():
                 gens = self.db.version()
-                if gens[0] != proj.gens[0]:
-                    if not embedded_cypher.update_episodes(proj, read, tenant_id):
+                if gens[0] != proj.gens[0]:  # (the world part alone holds nothing of the episode part)
+                    if proj.scope == "full" and not embedded_cypher.update_episodes(proj, read, tenant_id):
                         return False
                     proj.gens = (gens[0], proj.gens[1])
                 if gens[1] == proj.gens[1]:
-                    self.saved.save(tenant_id, proj.path, proj.gens, proj.kinds)
+                    keep(proj)
                     return True
                 if proj.world is None and proj.opened_raw is not None:  # opened from its file
-                    ids = episode_ids()
+                    ids = held_episodes(proj)
                     proj.know_world(embedded_cypher.load_world_part(proj.opened_raw, tenant_id, ids), ids)
                 if proj.world is not None:
                     touched = self.db.world_touched(tenant_id, proj.gens[1][0], gens[1][0])
@@ -187,14 +238,14 @@ class EmbeddedGraphStore(ComposedStore):
                            else embedded_cypher.read_world_keys(read, tenant_id, proj.world.raw, touched))
                     if proj.update_world(raw, read_edges):
                         proj.gens = (proj.gens[0], gens[1])
-                        self.saved.save(tenant_id, proj.path, proj.gens, proj.kinds)
+                        keep(proj)
                         return True
-                episodes = proj.episodes if proj.episodes is not None else episode_ids()
+                episodes = held_episodes(proj)
                 world = embedded_cypher.load_world_part(embedded_cypher.read_world_rows(read, tenant_id), tenant_id,
                                                         episodes)
             proj.replace_world(world, episodes)
             proj.gens = (proj.gens[0], gens[1])
-            self.saved.save(tenant_id, proj.path, proj.gens, proj.kinds)
+            keep(proj)
             return True
         # One deadline for the query, from when its first projection is ready (building one is not
         # bounded by it), retries on a fresh projection included: embedded_cypher.run ends at most
@@ -204,7 +255,8 @@ class EmbeddedGraphStore(ComposedStore):
             # the generations move with every commit that wrote a part, by any process (a world
             # delta refreshes only the world part)
             version = self.db.version()
-            proj = self.projections.get(tenant_id, version, build, refresh)
+            proj = self.projections.get(tenant_id, version, build, refresh,
+                                        serves=lambda p: not full or p.scope == "full")
             if deadline is None:
                 deadline = time.monotonic() + self.cypher_timeout
             try:

@@ -35,6 +35,14 @@ projection is built anew (a tenant of 20,000 episodes or more in a child process
 whose memory goes with it). So it sees every committed write. A saved projection whose tag
 matches the store's is reopened (~0.1 s at 100k episodes) instead of built.
 
+**The world part alone.** A query that can reach only the world part's tables (``world_only``:
+read from its text, conservatively) is answered, for a tenant of ``WORLD_ONLY_MIN_EPISODES``
+episodes or more (``store``), from a projection of the world part alone (``scope`` "world": no
+episode table, no FROM_EPISODE), built in a child process into a file of its own that is never
+saved and is deleted when it closes (100k episodes + a 10k-node world: ~1.4 s instead of ~4 s).
+The cache hands it only to such queries: the first query that needs more builds the full
+projection (or reopens a saved one) and replaces it.
+
 **Deadline.** ``cypher()`` returns or fails within ``cypher_timeout`` + ``GRACE`` (1 s), counted
 from when the tenant's projection is ready, whatever the query. LadybugDB's own timeout (set too)
 and ``Connection.interrupt()`` are checked only between steps of its pipeline: one expression (a
@@ -100,12 +108,12 @@ from worldgraph.kg.embedded.cypher.model import (
     WORLD_SOURCES,
 )
 from worldgraph.kg.embedded.cypher.projection import REFRESH_WAIT, Projection, ProjectionBusy, ProjectionClosed
-from worldgraph.kg.embedded.cypher.text import MAX_QUERY_CHARS, MAX_RANGE, check_text, translate
+from worldgraph.kg.embedded.cypher.text import MAX_QUERY_CHARS, MAX_RANGE, check_text, translate, world_only
 
 __all__ = [
     "ENGINE", "EPISODE_SOURCES", "GRACE", "LABELS", "MAX_ABANDONED", "MAX_ABANDONED_PER_TENANT", "MAX_QUERY_CHARS",
     "MAX_RANGE", "NODE_TABLES", "PROJECTIONS_KEPT", "REFRESH_WAIT", "REL_TABLES", "WORLD_SOURCES", "Projection",
     "ProjectionBusy", "ProjectionCache", "ProjectionClosed", "WorldPart", "WorldRows", "abandoned_runs",
     "check_abandoned", "check_text", "load_episode_part", "load_tenant", "load_world_part", "plain", "read_world_keys",
-    "read_world_rows", "run", "translate", "update_episodes",
+    "read_world_rows", "run", "translate", "update_episodes", "world_only",
 ]

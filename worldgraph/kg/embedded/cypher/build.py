@@ -7,11 +7,13 @@ process, all of it is returned when the child exits; the store's process then op
 file and holds only the pages its queries read (~100 MB at 100k episodes). Tenants under
 ``CHILD_MIN_EPISODES`` episodes are built in process (a child costs ~0.5 s to start).
 
-    python -m worldgraph.kg.embedded.cypher.build SQLITE_FILE TENANT_ID DATABASE_PATH
+    python -m worldgraph.kg.embedded.cypher.build SQLITE_FILE TENANT_ID DATABASE_PATH [world]
 
 reads the tenant from the SQLite file (a read-only open, one snapshot), builds the database at
-DATABASE_PATH and prints ``{"gens": [...], "kinds": {...}}`` as its last line; the caller names
-the file current (``saved``). A failed child leaves at most a file nobody names.
+DATABASE_PATH (``world``: of the world part alone, whose tables LadybugDB fills with ~200 MB of
+buffers whatever their size, so it is built here too) and prints ``{"gens": [...], "kinds":
+{...}}`` as its last line; the caller names the file current (``saved``), or, for the world part,
+deletes it when it closes it. A failed child leaves at most a file nobody names.
 """
 
 from __future__ import annotations
@@ -22,16 +24,19 @@ import sys
 from pathlib import Path
 
 from worldgraph.config import child_environment
-from worldgraph.kg.embedded.cypher.model import Gens
+from worldgraph.kg.embedded.cypher.model import Gens, Nodes, Rels
 
 CHILD_MIN_EPISODES = 20_000
 
 
-def build_in_child(sqlite_path: Path, tenant_id: str, path: Path) -> tuple[Gens, dict[str, dict[str, str]]]:
-    """(generations, column kinds) of the database the child built at ``path``; RuntimeError if it failed."""
+def build_in_child(sqlite_path: Path, tenant_id: str, path: Path,
+                   world_only: bool = False) -> tuple[Gens, dict[str, dict[str, str]]]:
+    """(generations, column kinds) of the database the child built at ``path`` (``world_only``:
+    of the world part alone); RuntimeError if it failed."""
     pkg_root = str(Path(__file__).resolve().parents[4])
     proc = subprocess.run([sys.executable, "-m", "worldgraph.kg.embedded.cypher.build", str(sqlite_path), tenant_id,
-                           str(path)], env=child_environment(pythonpath_first=pkg_root), capture_output=True, text=True)
+                           str(path), *(["world"] if world_only else [])],
+                          env=child_environment(pythonpath_first=pkg_root), capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"the projection build process failed ({proc.returncode}): {proc.stderr[-2000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -41,15 +46,21 @@ def build_in_child(sqlite_path: Path, tenant_id: str, path: Path) -> tuple[Gens,
 
 def main(argv: list[str]) -> None:
     from worldgraph.kg.embedded.connection import SqliteConnection
-    from worldgraph.kg.embedded.cypher.load import load_tenant
+    from worldgraph.kg.embedded.cypher.load import load_tenant, load_world_part, read_world_rows
     from worldgraph.kg.embedded.cypher.projection import Projection
 
-    sqlite_path, tenant_id, path = argv
+    sqlite_path, tenant_id, path, *scope = argv
     db = SqliteConnection(sqlite_path, read_only=True, cache_mb=64, wal_autocheckpoint_pages=1000)
     try:
         with db.lock, db.snapshot():
             gens = db.version()
-            nodes, rels, episodes, world = load_tenant(db.query, tenant_id)
+            if scope == ["world"]:
+                nodes: Nodes = {}
+                rels: Rels = {}
+                episodes: set[str] = set()
+                world = load_world_part(read_world_rows(db.query, tenant_id), tenant_id, episodes)
+            else:
+                nodes, rels, episodes, world = load_tenant(db.query, tenant_id)
     finally:
         db.close()
     proj = Projection(tenant_id, Path(path))

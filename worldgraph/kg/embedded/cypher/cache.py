@@ -20,14 +20,19 @@ class ProjectionCache:
         self._items: OrderedDict[str, tuple[Any, Projection]] = OrderedDict()
 
     def get(self, tenant_id: str, version: Any, build: Callable[[], Projection],
-            refresh: Callable[[Projection], bool]) -> Projection:
+            refresh: Callable[[Projection], bool], serves: Callable[[Projection], bool] = lambda _: True) -> Projection:
         """The tenant's projection at ``version`` (the store's generations): as it is, brought up to
-        date by ``refresh`` (False: it cannot be, row by row), or built anew."""
+        date by ``refresh`` (False: it cannot be, row by row), or built anew; built anew too when
+        the one kept does not ``serve`` the query (the world part alone, for a query that needs more)."""
         with self._lock:
             item = self._items.get(tenant_id)
             if item is not None and item[1].closed:  # abandoned by a query past its deadline (run)
                 del self._items[tenant_id]
                 item = None
+            if item is not None and not serves(item[1]):
+                proj = build()
+                item[1].close()
+                return self._keep(tenant_id, version, proj)
             if item is not None and item[0] == version:
                 self._items.move_to_end(tenant_id)
                 return item[1]
@@ -47,12 +52,17 @@ class ProjectionCache:
             proj = build()
             if item is not None:
                 item[1].close()
-            self._items[tenant_id] = (version, proj)
-            self._items.move_to_end(tenant_id)
-            while len(self._items) > PROJECTIONS_KEPT:
-                _, (_, old) = self._items.popitem(last=False)
-                old.close()
-            return proj
+            return self._keep(tenant_id, version, proj)
+
+    def _keep(self, tenant_id: str, version: Any, proj: Projection) -> Projection:
+        """(Under the lock.) ``proj`` becomes the tenant's projection; the least recently queried
+        tenants' beyond PROJECTIONS_KEPT are closed."""
+        self._items[tenant_id] = (version, proj)
+        self._items.move_to_end(tenant_id)
+        while len(self._items) > PROJECTIONS_KEPT:
+            _, (_, old) = self._items.popitem(last=False)
+            old.close()
+        return proj
 
     def current(self, tenant_id: str) -> Projection | None:
         """The tenant's projection kept, if any."""

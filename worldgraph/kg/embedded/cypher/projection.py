@@ -28,7 +28,7 @@ from worldgraph.kg.embedded.cypher.model import (
     node_names,
     rel_names,
 )
-from worldgraph.kg.embedded.cypher.saved import claim, release
+from worldgraph.kg.embedded.cypher.saved import claim, files_of, release
 from worldgraph.kg.neo4j import schema as q
 
 REFRESH_WAIT = 0.25
@@ -112,6 +112,10 @@ class Projection:
         # opened from a file: the world rows it holds, read when it was opened (``know_world``)
         self.opened_raw: WorldRows | None = None
         self.gens: Gens = ((0, ""), (0, ""))  # the store's generations it holds
+        # "full", or "world": the world part alone (no episode tables, no FROM_EPISODE), for the
+        # queries that reach nothing else (text.world_only); a full projection serves every query
+        self.scope = "full"
+        self.discard_files = False  # a file of its own (never saved): deleted when it is closed
 
     def fill(self, nodes: Nodes, rels: Rels, episodes: set[str], world: WorldPart) -> None:
         """Create and fill the tables of a new database (the columns are consumed)."""
@@ -174,7 +178,12 @@ class Projection:
             ddl = ", ".join(f"{n} {kind}" for n, (_, kind) in cols.items())
             self.conn.execute(f"CREATE NODE TABLE {label}({ddl}, PRIMARY KEY ({NODE_TABLES[label][0]}))")
             self._copy_nodes(label, {n: arr for n, (arr, _) in cols.items()})
-        for rtype, by_pair in rels.items():
+        for rtype, by_pair in list(rels.items()):
+            if any(a not in self.kinds or b not in self.kinds for a, b in REL_TABLES[rtype]):
+                # an end's table is not in this projection (FROM_EPISODE in the world part alone)
+                if any(c["from"] for c in rels.pop(rtype).values()):
+                    raise CypherQueryError(f"{rtype} rows without a table for their ends")
+                continue
             names = rel_names(rtype)[2:]
             joined: dict[str, list[Any]] = {n: [v for c in by_pair.values() for v in c.get(n, [])] for n in names}
             kinds = {n: _array(n, values)[1] for n, values in joined.items()}
@@ -391,6 +400,9 @@ class Projection:
                     self.db.close()
                     if self.path is not None:
                         release(self.path)
+                        if self.discard_files:
+                            for p in files_of(self.path):
+                                p.unlink(missing_ok=True)
             finally:
                 self.lock.release()
 

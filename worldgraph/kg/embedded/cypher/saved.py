@@ -146,7 +146,7 @@ class SavedProjections:
 
     def remove_file(self, path: Path) -> None:
         """Delete one database that was not saved (a build that failed), with LadybugDB's side files."""
-        for p in _files_of(path):
+        for p in files_of(path):
             p.unlink(missing_ok=True)
 
     def _remove(self, tenant_id: str, keep: tuple[str, ...]) -> None:
@@ -165,13 +165,13 @@ class SavedProjections:
 
     def _private(self, path: Path) -> None:
         """LadybugDB creates its files with the umask's mode: drop group and other bits."""
-        for p in _files_of(path):
+        for p in files_of(path):
             try:
                 os.chmod(p, PRIVATE_FILE)
             except OSError:  # pragma: no cover - vanished meanwhile
                 pass
 
 
-def _files_of(path: Path) -> list[Path]:
+def files_of(path: Path) -> list[Path]:
     """A LadybugDB database file and its side files (``<file>.wal`` ...)."""
     return [path, *path.parent.glob(path.name + ".*")]
