@@ -94,9 +94,10 @@ def test_the_world_part_alone_stays_fresh(tmp_path: Any, monkeypatch: pytest.Mon
         assert wm.cypher("t", things) == [{"name": "key"}]
         proj = wm.store.projections.current("t")  # type: ignore[attr-defined]
         assert proj.scope == "world"
-        # built in a child process into a file of its own, which is never named the saved projection
-        assert proj.path is not None and proj.path.is_file() and proj.discard_files
-        assert wm.store.saved.find("t", wm.store.db.version()) is None  # type: ignore[attr-defined]
+        # built in a child process into a file saved as the world part's, never as the full projection
+        version = wm.store.db.version()  # type: ignore[attr-defined]
+        assert proj.path is not None and wm.store.saved.find("t", version, "world")[0] == proj.path  # type: ignore[attr-defined,index]
+        assert wm.store.saved.find("t", version) is None  # type: ignore[attr-defined]
         # an episode write leaves it as it is (it holds none); a world write is seen
         wm.record_experience("t", {"agent_id": "a", "agent_role": "r", "task_type": "t", "task_description": "second",
                                    "outcome": "success"})
@@ -108,9 +109,10 @@ def test_the_world_part_alone_stays_fresh(tmp_path: Any, monkeypatch: pytest.Mon
         assert wm.cypher("t", tasks) == [{"task": "first"}, {"task": "second"}]
         assert wm.cypher("t", things) == [{"name": "door"}, {"name": "key"}]  # the full one serves it now
         assert wm.store.projections.current("t").scope == "full"  # type: ignore[attr-defined]
-        assert proj.closed and not [p for p in proj.path.parent.iterdir() if p.name.startswith(proj.path.name)]
         saved = wm.store.saved.find("t", wm.store.db.version())  # type: ignore[attr-defined]
-        assert saved is not None and saved[0] == wm.store.projections.current("t").path  # type: ignore[attr-defined]
+        assert proj.closed and saved is not None and saved[0] == wm.store.projections.current("t").path  # type: ignore[attr-defined]
+        # the world part's file stays (the full one's rebuilds sweep only their own scope)
+        assert wm.store.saved.find("t", wm.store.db.version(), "world")[0] == proj.path  # type: ignore[attr-defined,index]
     finally:
         wm.close()
 
@@ -130,5 +132,43 @@ def test_a_failed_child_builds_the_world_part_in_process(tmp_path: Any, monkeypa
         assert proj.scope == "world" and proj.path is None
         folder = wm.store.saved.folder  # type: ignore[attr-defined]
         assert not folder.exists() or not list(folder.iterdir())  # the failed child's file is gone
+    finally:
+        wm.close()
+
+
+def test_a_saved_world_part_is_reopened_by_the_next_process(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(embedded_store, "WORLD_ONLY_MIN_EPISODES", 0)
+    rules = "MATCH (n:Entity {tenant_id: $tenant_id}) RETURN n.name AS name ORDER BY name"
+    wm = WorldModel.open(tmp_path, embedder=HashingEmbedder(64))
+    try:
+        delta = {"entities": [{"ref": "k", "name": "key", "type": "item"}], "states": [], "edges": [], "rules": []}
+        assert wm.apply_delta("t", ENV, delta).ok
+        assert wm.cypher("t", rules) == [{"name": "key"}]
+        built = wm.store.projections.current("t").path  # type: ignore[attr-defined]
+    finally:
+        wm.close()
+
+    def fail(*_a: Any, **_k: Any) -> Any:
+        raise AssertionError("built again")
+
+    wm = WorldModel.open(tmp_path, embedder=HashingEmbedder(64))
+    try:
+        # an episode write does not make the world part stale
+        wm.record_experience("t", {"agent_id": "a", "agent_role": "r", "task_type": "t", "task_description": "x",
+                                   "outcome": "success"})
+        with monkeypatch.context() as m:
+            m.setattr(embedded_store, "build_in_child", fail)
+            assert wm.cypher("t", rules) == [{"name": "key"}]
+        proj = wm.store.projections.current("t")  # type: ignore[attr-defined]
+        assert proj.path == built and proj.scope == "world"
+        # a world write is applied to it, and saved
+        delta = {"entities": [{"ref": "d", "name": "door", "type": "item"}], "states": [], "edges": [], "rules": []}
+        assert wm.apply_delta("t", ENV, delta).ok
+        assert wm.cypher("t", rules) == [{"name": "door"}, {"name": "key"}]
+        assert wm.store.saved.find("t", wm.store.db.version(), "world")[0] == built  # type: ignore[attr-defined,index]
+        # purge after a forget deletes both scopes' files
+        folder = wm.store.saved.folder  # type: ignore[attr-defined]
+        wm.store.saved.remove("t")  # type: ignore[attr-defined]
+        assert not [p for p in folder.iterdir() if p.name.endswith(".json")]
     finally:
         wm.close()

@@ -45,8 +45,9 @@ log = logging.getLogger("worldgraph")
 SAVE_MIN_ROWS = 5_000
 # From this many episodes, a query that reaches only the world part (embedded.cypher.world_only:
 # rules, containment, transitions, scenes) is answered from a projection of the world part alone
-# (100k episodes and a 10k-node world: ~0.6 s instead of ~4 s), unless a current full one is
-# saved; the first query that needs more builds the full projection and replaces it.
+# (100k episodes and a 10k-node world: ~1.4 s instead of ~3 s to build; saved, and reopened while
+# the world part is unchanged), unless a current full one is saved; the first query that needs
+# more builds the full projection and replaces it.
 WORLD_ONLY_MIN_EPISODES = 5_000
 
 # the counts of ``stats``: key -> table
@@ -111,7 +112,9 @@ class EmbeddedGraphStore(ComposedStore):
         def build() -> embedded_cypher.Projection:
             with self.db.lock, self.db.snapshot():
                 gens = self.db.version()
-                found = self.saved.find(tenant_id, gens)
+                found, scope = self.saved.find(tenant_id, gens), "full"
+                if found is None and not full:
+                    found, scope = self.saved.find(tenant_id, gens, "world"), "world"
                 # the world rows it holds (a world refresh compares them with the rows then): ~70 ms at 20k
                 raw = embedded_cypher.read_world_rows(read, tenant_id) if found is not None else None
             if found is not None:  # saved by an earlier open (this process's or another's) and current
@@ -120,7 +123,7 @@ class EmbeddedGraphStore(ComposedStore):
                 except RuntimeError as exc:  # open elsewhere (LadybugDB's lock), or damaged: built anew
                     log.info("not using the saved Cypher projection %s (%s): building one", found[0], exc)
                 else:
-                    proj.gens, proj.opened_raw = gens, raw
+                    proj.gens, proj.opened_raw, proj.scope = gens, raw, scope
                     return proj
             episodes, size = self._projection_size(tenant_id)
             if not full and episodes >= WORLD_ONLY_MIN_EPISODES:
@@ -169,9 +172,9 @@ class EmbeddedGraphStore(ComposedStore):
 
         def world_part() -> embedded_cypher.Projection:
             # LadybugDB fills each table with ~15-40 MB of buffers whatever its rows (the world part
-            # alone: ~220 MB): built in a child process, into a file of its own (never saved: it is
-            # deleted when closed), when the store has a folder for one
-            path = self.saved.new_path(tenant_id)
+            # alone: ~220 MB): built in a child process and saved (scope "world"), when the store
+            # has a folder for one
+            path = self.saved.new_path(tenant_id, "world")
             if path is not None:
                 try:
                     gens, kinds = build_in_child(self.path, tenant_id, path, world_only=True)
@@ -181,10 +184,11 @@ class EmbeddedGraphStore(ComposedStore):
                                 "building it in this one", exc)
                     self.saved.remove_file(path)
                 else:
-                    proj.scope, proj.discard_files, proj.gens = "world", True, gens
+                    proj.scope, proj.gens = "world", gens
                     with self.db.lock, self.db.snapshot():  # its world rows, unless written since
-                        if self.db.version() == gens:
+                        if self.db.version()[1] == gens[1]:
                             proj.opened_raw = embedded_cypher.read_world_rows(read, tenant_id)
+                    keep(proj)
                     return proj
             with self.db.lock, self.db.snapshot():
                 gens = self.db.version()
@@ -200,9 +204,8 @@ class EmbeddedGraphStore(ComposedStore):
             return proj
 
         def keep(proj: embedded_cypher.Projection) -> None:
-            """Name a full projection's file the tenant's saved one, at the generations it holds now."""
-            if proj.scope == "full":
-                self.saved.save(tenant_id, proj.path, proj.gens, proj.kinds)
+            """Name the projection's file the tenant's saved one of its scope, at the generations it holds now."""
+            self.saved.save(tenant_id, proj.path, proj.gens, proj.kinds, proj.scope)
 
         def held_episodes(proj: embedded_cypher.Projection) -> set[str]:
             """The episode ids the world part's (:Scene)-[:FROM_EPISODE]->(:Episode) may end at."""

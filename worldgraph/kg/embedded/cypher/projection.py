@@ -28,7 +28,7 @@ from worldgraph.kg.embedded.cypher.model import (
     node_names,
     rel_names,
 )
-from worldgraph.kg.embedded.cypher.saved import claim, files_of, release
+from worldgraph.kg.embedded.cypher.saved import claim, release
 from worldgraph.kg.neo4j import schema as q
 
 REFRESH_WAIT = 0.25
@@ -120,7 +120,6 @@ class Projection:
         # "full", or "world": the world part alone (no episode tables, no FROM_EPISODE), for the
         # queries that reach nothing else (text.world_only); a full projection serves every query
         self.scope = "full"
-        self.discard_files = False  # a file of its own (never saved): deleted when it is closed
 
     def fill(self, nodes: Nodes, rels: Rels, episodes: set[str], world: WorldPart) -> None:
         """Create and fill the tables of a new database (the columns are consumed)."""
@@ -411,9 +410,6 @@ class Projection:
                     self.db.close()
                     if self.path is not None:
                         release(self.path)
-                        if self.discard_files:
-                            for p in files_of(self.path):
-                                p.unlink(missing_ok=True)
             finally:
                 self.lock.release()
 

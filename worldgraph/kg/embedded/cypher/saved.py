@@ -22,6 +22,10 @@ whole graph. The rules:
   or locked elsewhere is not opened (a new one is built).
 - **Erased with the records.** ``purge()`` of the store (after a forget) deletes the forgotten
   tenants' saved projections; a rebuild deletes the tenant's older files.
+- **Two scopes.** A tenant may also have a projection of its world part alone (``scope``
+  "world", for the queries that reach nothing else), saved the same way under
+  ``<key>-world.json`` and current while the world part's generation matches. Each scope's
+  rebuild deletes only that scope's older files; ``purge()`` deletes both.
 """
 
 from __future__ import annotations
@@ -84,29 +88,41 @@ class SavedProjections:
     def key(tenant_id: str) -> str:
         return hashlib.sha256(tenant_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
-    def _meta_path(self, tenant_id: str) -> Path:
-        assert self.folder is not None
-        return self.folder / f"{self.key(tenant_id)}.json"
+    def _prefix(self, tenant_id: str, scope: str) -> str:
+        """What the names of the tenant's files of ``scope`` start with: ``<key>`` (a full
+        projection: ``<key>.json``, ``<key>-<build id>.lbug``) or ``<key>-world`` (the world part
+        alone: ``<key>-world.json``, ``<key>-world-<build id>.lbug``; a build id is hex, so no full
+        projection's name starts so)."""
+        return self.key(tenant_id) + ("-world" if scope == "world" else "")
 
-    def find(self, tenant_id: str, gens: Gens) -> tuple[Path, dict[str, dict[str, str]]] | None:
-        """The tenant's saved database and its column types if it holds ``gens``, else None."""
+    def _meta_path(self, tenant_id: str, scope: str = "full") -> Path:
+        assert self.folder is not None
+        return self.folder / f"{self._prefix(tenant_id, scope)}.json"
+
+    def find(self, tenant_id: str, gens: Gens, scope: str = "full") -> tuple[Path, dict[str, dict[str, str]]] | None:
+        """The tenant's saved database of ``scope`` and its column types if it holds ``gens`` (the
+        world part alone: the world part's generation), else None."""
         if self.folder is None:
             return None
         try:
-            meta = json.loads(self._meta_path(tenant_id).read_text("utf-8"))
+            meta = json.loads(self._meta_path(tenant_id, scope).read_text("utf-8"))
         except (OSError, ValueError):  # none saved, or a file that is not ours to trust
             return None
+        want = json.loads(json.dumps(gens))
         if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("engine") != _engine_version() \
-                or meta.get("tenant_id") != tenant_id or meta.get("gens") != json.loads(json.dumps(gens)):
+                or meta.get("tenant_id") != tenant_id or meta.get("scope", "full") != scope:
+            return None
+        held = meta.get("gens")
+        if not (held == want if scope == "full" else isinstance(held, list) and len(held) == 2 and held[1] == want[1]):
             return None
         name, kinds = meta.get("file"), meta.get("kinds")
         if not isinstance(name, str) or not isinstance(kinds, dict) or "/" in name or os.sep in name \
-                or not name.startswith(self.key(tenant_id) + "-"):
+                or not name.startswith(self._prefix(tenant_id, scope) + "-"):
             return None
         path = self.folder / name
         return (path, kinds) if path.is_file() else None
 
-    def new_path(self, tenant_id: str) -> Path | None:
+    def new_path(self, tenant_id: str, scope: str = "full") -> Path | None:
         """Where a new database of the tenant is built (the folder made private first); None: in memory."""
         if self.folder is None:
             return None
@@ -115,16 +131,18 @@ class SavedProjections:
         except OSError as exc:  # a full disk, say
             log.warning("could not make %s (%s); the Cypher projection is built in memory", self.folder, exc)
             return None
-        return self.folder / f"{self.key(tenant_id)}-{uuid.uuid4().hex}{SUFFIX}"
+        return self.folder / f"{self._prefix(tenant_id, scope)}-{uuid.uuid4().hex}{SUFFIX}"
 
-    def save(self, tenant_id: str, path: Path | None, gens: Gens, kinds: dict[str, dict[str, str]]) -> None:
-        """Name ``path`` the tenant's current database, holding ``gens``, and delete its older files.
-        Nothing is saved for an in-memory projection or a file deleted meanwhile (a purge)."""
+    def save(self, tenant_id: str, path: Path | None, gens: Gens, kinds: dict[str, dict[str, str]],
+             scope: str = "full") -> None:
+        """Name ``path`` the tenant's current database of ``scope``, holding ``gens``, and delete
+        its older files of that scope. Nothing is saved for an in-memory projection or a file
+        deleted meanwhile (a purge)."""
         if self.folder is None or path is None or not path.is_file():
             return
         meta = {"format": FORMAT, "engine": _engine_version(), "tenant_id": tenant_id, "file": path.name,
-                "gens": gens, "kinds": kinds}
-        target = self._meta_path(tenant_id)
+                "gens": gens, "kinds": kinds, "scope": scope}
+        target = self._meta_path(tenant_id, scope)
         tmp = target.with_name(f"{target.name}.{uuid.uuid4().hex}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
@@ -137,27 +155,30 @@ class SavedProjections:
             tmp.unlink(missing_ok=True)
             return
         self._private(path)
-        self._remove(tenant_id, keep=(path.name, target.name))
+        self._remove(tenant_id, keep=(path.name, target.name), scope=scope)
 
     def remove(self, tenant_id: str) -> None:
-        """Delete the tenant's saved projections (a process that has one open reads on until it closes it)."""
+        """Delete the tenant's saved projections, of both scopes (a process that has one open reads
+        on until it closes it)."""
         if self.folder is not None:
-            self._remove(tenant_id, keep=())
+            self._remove(tenant_id, keep=(), scope=None)
 
     def remove_file(self, path: Path) -> None:
         """Delete one database that was not saved (a build that failed), with LadybugDB's side files."""
-        for p in files_of(path):
+        for p in _files_of(path):
             p.unlink(missing_ok=True)
 
-    def _remove(self, tenant_id: str, keep: tuple[str, ...]) -> None:
+    def _remove(self, tenant_id: str, keep: tuple[str, ...], scope: str | None) -> None:
+        """Delete the tenant's files of ``scope`` (None: of both) but ``keep``."""
         assert self.folder is not None
-        key = self.key(tenant_id)
+        key, world = self.key(tenant_id), self._prefix(tenant_id, "world")
         try:
             names = os.listdir(self.folder)
         except OSError:
             return
         for name in names:
-            if name.startswith(key) and name not in keep:
+            ours = name.startswith(key) and (scope is None or name.startswith(world) == (scope == "world"))
+            if ours and name not in keep:
                 try:
                     os.unlink(self.folder / name)
                 except OSError as exc:  # pragma: no cover - e.g. Windows, where an open file stays
@@ -165,13 +186,13 @@ class SavedProjections:
 
     def _private(self, path: Path) -> None:
         """LadybugDB creates its files with the umask's mode: drop group and other bits."""
-        for p in files_of(path):
+        for p in _files_of(path):
             try:
                 os.chmod(p, PRIVATE_FILE)
             except OSError:  # pragma: no cover - vanished meanwhile
                 pass
 
 
-def files_of(path: Path) -> list[Path]:
+def _files_of(path: Path) -> list[Path]:
     """A LadybugDB database file and its side files (``<file>.wal`` ...)."""
     return [path, *path.parent.glob(path.name + ".*")]
