@@ -41,6 +41,8 @@ from worldgraph.memory.embeddings import HashingEmbedder
     ("MATCH (e:Episode) RETURN e", False),
     ("match (e:episode) return e", False),
     ("MATCH (x:`Episode`) RETURN x", False),  # a quoted name is not read
+    ("MATCH (é) RETURN count(é) AS n", False),  # nor a name outside ASCII
+    ("MATCH (n:Entity {name: 'café'}) RETURN n", True),  # (inside a string, anything)
     ("MATCH (r:Rule) WHERE r.agent = 1 RETURN r", False),  # a word naming an episode table, anywhere
     ("MATCH " + "(x {a: " * 3000, False),  # the end of a property map not found near: not joined
 ])

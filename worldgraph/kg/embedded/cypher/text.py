@@ -402,7 +402,9 @@ def world_only(query: str) -> bool:
     a world relationship's ends are world nodes). A node pattern alone without a label (``(n)``),
     or a parenthesis that might be one, gives False; so does anything it cannot read."""
     code = blank(query)
-    if "`" in code or "--" in code:
+    # a quoted name, a bare relationship, or a name this reading cannot see (outside strings and
+    # comments, only ASCII names are read: ``(é)`` would pass for an expression in brackets)
+    if "`" in code or "--" in code or not code.isascii():
         return False
     if any(w.upper() in _EPISODE_PART for w in re.findall(NAME, code)):
         return False
