@@ -148,10 +148,10 @@ def test_a_cypher_projection_that_cannot_be_saved_is_built_in_memory(
     """The disk fills while the store is open: the tenant's projection cannot be written beside the
     SQLite file, so the query is answered from one built in memory, and no half-written file is
     named (the next open with room builds and saves it)."""
-    from worldgraph.kg.embedded import store as store_module
+    from worldgraph.kg.embedded.cypher import opener as opener_module
     from worldgraph.kg.embedded.cypher.saved import folder_for
 
-    monkeypatch.setattr(store_module, "SAVE_MIN_ROWS", 0)  # a small tenant's projection is saved too
+    monkeypatch.setattr(opener_module, "SAVE_MIN_ROWS", 0)  # a small tenant's projection is saved too
     require_mount(tmp_path)
     count = "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN count(e) AS n"
     with tmpfs(tmp_path / "disk", "16M") as disk:

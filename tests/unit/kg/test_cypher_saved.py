@@ -31,9 +31,9 @@ def _exp(task: str) -> dict[str, Any]:
 @pytest.fixture(autouse=True)
 def save_small_tenants(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tenants are small: save their projections anyway (the default saves from 5,000 rows)."""
-    from worldgraph.kg.embedded import store as store_module
+    from worldgraph.kg.embedded.cypher import opener as opener_module
 
-    monkeypatch.setattr(store_module, "SAVE_MIN_ROWS", 0)
+    monkeypatch.setattr(opener_module, "SAVE_MIN_ROWS", 0)
 
 
 @pytest.fixture
@@ -134,9 +134,9 @@ def test_two_store_objects_in_one_process_never_share_a_file(data: Path) -> None
 
 
 def test_a_small_tenant_is_not_saved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from worldgraph.kg.embedded import store as store_module
+    from worldgraph.kg.embedded.cypher import opener as opener_module
 
-    monkeypatch.setattr(store_module, "SAVE_MIN_ROWS", 4)
+    monkeypatch.setattr(opener_module, "SAVE_MIN_ROWS", 4)
     with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:
         wm.record_experiences("t1", [_exp(f"task {i}") for i in range(3)])
         assert wm.cypher("t1", COUNT) == [{"n": 3}]
@@ -163,11 +163,11 @@ def test_a_read_only_store_saves_nothing(data: Path) -> None:
 def test_a_large_tenant_is_built_in_a_child_process(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Over CHILD_MIN_EPISODES the build runs in a child (its memory goes with it); this process
     opens the file, and a world write afterwards reloads the world part it has no rows of."""
-    from worldgraph.kg.embedded import store as store_module
+    from worldgraph.kg.embedded.cypher import opener as opener_module
 
     for f in folder_for(_store_file(data)).iterdir():
         f.unlink()
-    monkeypatch.setattr(store_module, "CHILD_MIN_EPISODES", 1)
+    monkeypatch.setattr(opener_module, "CHILD_MIN_EPISODES", 1)
     monkeypatch.setattr(embedded_cypher, "load_tenant", lambda *a, **k: pytest.fail("built in this process"))
     with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
         assert wm.cypher("t1", COUNT) == [{"n": 3}]
@@ -180,14 +180,14 @@ def test_a_large_tenant_is_built_in_a_child_process(data: Path, monkeypatch: pyt
 
 
 def test_a_failed_child_build_falls_back_to_this_process(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from worldgraph.kg.embedded import store as store_module
+    from worldgraph.kg.embedded.cypher import opener as opener_module
 
     def fail(*a: Any) -> Any:
         raise RuntimeError("the projection build process failed (-9): killed")
     for f in folder_for(_store_file(data)).iterdir():
         f.unlink()
-    monkeypatch.setattr(store_module, "CHILD_MIN_EPISODES", 1)
-    monkeypatch.setattr(store_module, "build_in_child", fail)
+    monkeypatch.setattr(opener_module, "CHILD_MIN_EPISODES", 1)
+    monkeypatch.setattr(opener_module, "build_in_child", fail)
     with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
         assert wm.cypher("t1", COUNT) == [{"n": 3}]
     assert len([f for f in folder_for(_store_file(data)).iterdir() if f.suffix == ".lbug"]) == 1

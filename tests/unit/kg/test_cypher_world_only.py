@@ -1,5 +1,5 @@
 """A query that reaches only the world part is answered from a projection of the world part alone
-(store.WORLD_ONLY_MIN_EPISODES; text.world_only decides): the same rows as the full projection,
+(opener.WORLD_ONLY_MIN_EPISODES; text.world_only decides): the same rows as the full projection,
 fresh after writes, and replaced by the full projection for the first query that needs more."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from tests.unit.kg.test_cypher_embedded import CONTRACT, ENV, _same, copy_tenant, world  # noqa: F401 - fixture
 from worldgraph import WorldModel
-from worldgraph.kg.embedded import store as embedded_store
+from worldgraph.kg.embedded.cypher import opener as opener_module
 from worldgraph.kg.embedded.cypher import world_only
 from worldgraph.memory.embeddings import HashingEmbedder
 
@@ -64,7 +64,7 @@ def test_the_world_part_alone_returns_the_full_projections_rows(world: tuple[Wor
     full_rows = _rows(wm, tenant, alone)  # a small tenant: the full projection
     assert wm.store.projections.current(tenant).scope == "full"  # type: ignore[attr-defined]
     wm.store.projections.drop(tenant)  # type: ignore[attr-defined]
-    monkeypatch.setattr(embedded_store, "WORLD_ONLY_MIN_EPISODES", 0)
+    monkeypatch.setattr(opener_module, "WORLD_ONLY_MIN_EPISODES", 0)
     alone_rows = _rows(wm, tenant, alone)
     proj = wm.store.projections.current(tenant)  # type: ignore[attr-defined]
     assert proj.scope == "world"
@@ -77,15 +77,15 @@ def test_the_world_part_alone_returns_the_full_projections_rows(world: tuple[Wor
     replaced = wm.cypher(tenant, count)
     assert wm.store.projections.current(tenant).scope == "full" and proj.closed  # type: ignore[attr-defined]
     wm.store.projections.drop(tenant)  # type: ignore[attr-defined]
-    monkeypatch.setattr(embedded_store, "WORLD_ONLY_MIN_EPISODES", 10**9)
+    monkeypatch.setattr(opener_module, "WORLD_ONLY_MIN_EPISODES", 10**9)
     assert replaced == wm.cypher(tenant, count)
     nodes = wm.cypher(tenant, "MATCH (n:WorldNode) RETURN count(n) AS n")[0]["n"]
     assert replaced[0]["n"] > nodes + wm.cypher(tenant, "MATCH (e:Episode) RETURN count(e) AS n")[0]["n"] > nodes
 
 
 def test_the_world_part_alone_stays_fresh(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(embedded_store, "WORLD_ONLY_MIN_EPISODES", 0)
-    monkeypatch.setattr(embedded_store, "SAVE_MIN_ROWS", 0)  # the full projection is saved, in the same folder
+    monkeypatch.setattr(opener_module, "WORLD_ONLY_MIN_EPISODES", 0)
+    monkeypatch.setattr(opener_module, "SAVE_MIN_ROWS", 0)  # the full projection is saved, in the same folder
     wm = WorldModel.open(tmp_path, embedder=HashingEmbedder(64))
     try:
         wm.record_experience("t", {"agent_id": "a", "agent_role": "r", "task_type": "t", "task_description": "first",
@@ -123,8 +123,8 @@ def test_a_failed_child_builds_the_world_part_in_process(tmp_path: Any, monkeypa
     def fail(*_a: Any, **_k: Any) -> Any:
         raise RuntimeError("the projection build process failed (1): killed")
 
-    monkeypatch.setattr(embedded_store, "WORLD_ONLY_MIN_EPISODES", 0)
-    monkeypatch.setattr(embedded_store, "build_in_child", fail)
+    monkeypatch.setattr(opener_module, "WORLD_ONLY_MIN_EPISODES", 0)
+    monkeypatch.setattr(opener_module, "build_in_child", fail)
     wm = WorldModel.open(tmp_path, embedder=HashingEmbedder(64))
     try:
         delta = {"entities": [{"ref": "k", "name": "key", "type": "item"}], "states": [], "edges": [], "rules": []}
@@ -139,7 +139,7 @@ def test_a_failed_child_builds_the_world_part_in_process(tmp_path: Any, monkeypa
 
 
 def test_a_saved_world_part_is_reopened_by_the_next_process(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(embedded_store, "WORLD_ONLY_MIN_EPISODES", 0)
+    monkeypatch.setattr(opener_module, "WORLD_ONLY_MIN_EPISODES", 0)
     rules = "MATCH (n:Entity {tenant_id: $tenant_id}) RETURN n.name AS name ORDER BY name"
     wm = WorldModel.open(tmp_path, embedder=HashingEmbedder(64))
     try:
@@ -159,7 +159,7 @@ def test_a_saved_world_part_is_reopened_by_the_next_process(tmp_path: Any, monke
         wm.record_experience("t", {"agent_id": "a", "agent_role": "r", "task_type": "t", "task_description": "x",
                                    "outcome": "success"})
         with monkeypatch.context() as m:
-            m.setattr(embedded_store, "build_in_child", fail)
+            m.setattr(opener_module, "build_in_child", fail)
             assert wm.cypher("t", rules) == [{"name": "key"}]
         proj = wm.store.projections.current("t")  # type: ignore[attr-defined]
         assert proj.path == built and proj.scope == "world"

@@ -243,9 +243,9 @@ def _erasure_fixture(wm: WorldModel, tenant: str) -> tuple[str, str, list[str]]:
 
 def test_forget_and_purge_leave_the_text_in_no_file(tmp_path: Path, tenant: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from worldgraph.kg.embedded import store as store_module
+    from worldgraph.kg.embedded.cypher import opener as opener_module
 
-    monkeypatch.setattr(store_module, "SAVE_MIN_ROWS", 0)  # a small tenant's projection is saved too
+    monkeypatch.setattr(opener_module, "SAVE_MIN_ROWS", 0)  # a small tenant's projection is saved too
     data = tmp_path / "data"
     with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
         secret, kept, ids = _erasure_fixture(wm, tenant)

@@ -27,7 +27,7 @@ from worldgraph.kg.embedded import cypher as embedded_cypher
 from worldgraph.kg.embedded import sql
 from worldgraph.kg.embedded.connection import SCHEMA_VERSION, SqliteConnection
 from worldgraph.kg.embedded.cypher import ProjectionCache
-from worldgraph.kg.embedded.cypher.build import CHILD_MIN_EPISODES, build_in_child
+from worldgraph.kg.embedded.cypher.opener import Opener
 from worldgraph.kg.embedded.cypher.saved import SavedProjections, folder_for
 from worldgraph.kg.embedded.episodes import SqliteEpisodes
 from worldgraph.kg.embedded.leases import SqliteSceneLeases
@@ -38,17 +38,6 @@ from worldgraph.kg.store import Record
 __all__ = ["EmbeddedGraphStore", "SCHEMA_VERSION"]
 
 log = logging.getLogger("worldgraph")
-
-# A tenant's projection is saved beside the SQLite file (embedded.cypher.saved) from this many
-# episodes + world nodes + world edges: below, building it in memory takes ~0.1 s, less than
-# creating, syncing and reopening a file.
-SAVE_MIN_ROWS = 5_000
-# From this many episodes, a query that reaches only the world part (embedded.cypher.world_only:
-# rules, containment, transitions, scenes) is answered from a projection of the world part alone
-# (100k episodes and a 10k-node world: ~1.4 s instead of ~3 s to build; saved, and reopened while
-# the world part is unchanged), unless a current full one is saved; the first query that needs
-# more builds the full projection and replaces it.
-WORLD_ONLY_MIN_EPISODES = 5_000
 
 # the counts of ``stats``: key -> table
 _STATS = {"episodes": "episodes", "agents": "agents", "feedback": "feedback", "canvases": "canvases",
@@ -104,152 +93,7 @@ class EmbeddedGraphStore(ComposedStore):
         # projection is built for it (run() translates again: a few regex passes)
         embedded_cypher.translate(query)
         embedded_cypher.check_abandoned(tenant_id, self.cypher_timeout)  # before a projection is built for it
-        full = not embedded_cypher.world_only(query)
-
-        def read(statement: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-            return self.db.conn.execute(statement, args).fetchall()
-
-        def build() -> embedded_cypher.Projection:
-            with self.db.lock, self.db.snapshot():
-                gens = self.db.version()
-                found, scope = self.saved.find(tenant_id, gens), "full"
-                if found is None and not full:
-                    found, scope = self.saved.find(tenant_id, gens, "world"), "world"
-                # the world rows it holds (a world refresh compares them with the rows then): ~70 ms at 20k
-                raw = embedded_cypher.read_world_rows(read, tenant_id) if found is not None else None
-            if found is not None:  # saved by an earlier open (this process's or another's) and current
-                try:
-                    proj = embedded_cypher.Projection(tenant_id, found[0], found[1])
-                except RuntimeError as exc:  # open elsewhere (LadybugDB's lock), or damaged: built anew
-                    log.info("not using the saved Cypher projection %s (%s): building one", found[0], exc)
-                else:
-                    proj.gens, proj.opened_raw, proj.scope = gens, raw, scope
-                    return proj
-            episodes, size = self._projection_size(tenant_id)
-            if not full and episodes >= WORLD_ONLY_MIN_EPISODES:
-                return world_part()
-            # a small tenant's projection is built in memory (~0.1 s) and not saved: a file costs more
-            path = self.saved.new_path(tenant_id) if size >= SAVE_MIN_ROWS else None
-            if path is not None and episodes >= CHILD_MIN_EPISODES:
-                try:  # a large tenant: the build's memory goes with the child (cypher/build.py)
-                    gens, kinds = build_in_child(self.path, tenant_id, path)
-                    proj = embedded_cypher.Projection(tenant_id, path, kinds)
-                except (RuntimeError, OSError, ValueError, KeyError) as exc:
-                    log.warning("building the Cypher projection in a child process failed (%s); building it in "
-                                "this one", exc)
-                    self.saved.remove_file(path)
-                    path = self.saved.new_path(tenant_id)
-                else:
-                    with self.db.lock, self.db.snapshot():  # its world rows, unless written since
-                        if self.db.version() == gens:
-                            proj.opened_raw = embedded_cypher.read_world_rows(read, tenant_id)
-                    proj.gens = gens
-                    self.saved.save(tenant_id, path, gens, proj.kinds)
-                    return proj
-            return fill(path)
-
-        def fill(path: Path | None) -> embedded_cypher.Projection:
-            with self.db.lock, self.db.snapshot():
-                gens = self.db.version()
-                nodes, rels, episodes, world = embedded_cypher.load_tenant(read, tenant_id)
-            try:
-                proj = embedded_cypher.Projection(tenant_id, path)
-                try:
-                    proj.fill(nodes, rels, episodes, world)
-                except BaseException:
-                    proj.close()
-                    raise
-            except RuntimeError as exc:
-                if path is None:
-                    raise
-                # the data folder's disk is full, say: this query is answered from memory instead
-                log.warning("could not build the Cypher projection in %s (%s); building it in memory", path, exc)
-                self.saved.remove_file(path)
-                return fill(None)
-            proj.gens = gens
-            self.saved.save(tenant_id, proj.path, gens, proj.kinds)
-            return proj
-
-        def world_part() -> embedded_cypher.Projection:
-            # LadybugDB fills each table with ~15-40 MB of buffers whatever its rows (the world part
-            # alone: ~220 MB): built in a child process and saved (scope "world"), when the store
-            # has a folder for one
-            path = self.saved.new_path(tenant_id, "world")
-            if path is not None:
-                try:
-                    gens, kinds = build_in_child(self.path, tenant_id, path, world_only=True)
-                    proj = embedded_cypher.Projection(tenant_id, path, kinds)
-                except (RuntimeError, OSError, ValueError, KeyError) as exc:
-                    log.warning("building the world part's Cypher projection in a child process failed (%s); "
-                                "building it in this one", exc)
-                    self.saved.remove_file(path)
-                else:
-                    proj.scope, proj.gens = "world", gens
-                    with self.db.lock, self.db.snapshot():  # its world rows, unless written since
-                        if self.db.version()[1] == gens[1]:
-                            proj.opened_raw = embedded_cypher.read_world_rows(read, tenant_id)
-                    keep(proj)
-                    return proj
-            with self.db.lock, self.db.snapshot():
-                gens = self.db.version()
-                raw = embedded_cypher.read_world_rows(read, tenant_id)
-            proj = embedded_cypher.Projection(tenant_id)
-            proj.scope = "world"
-            try:
-                proj.fill({}, {}, set(), embedded_cypher.load_world_part(raw, tenant_id, set()))
-            except BaseException:
-                proj.close()
-                raise
-            proj.gens = gens
-            return proj
-
-        def keep(proj: embedded_cypher.Projection) -> None:
-            """Name the projection's file the tenant's saved one of its scope, at the generations it holds now."""
-            self.saved.save(tenant_id, proj.path, proj.gens, proj.kinds, proj.scope)
-
-        def held_episodes(proj: embedded_cypher.Projection) -> set[str]:
-            """The episode ids the world part's (:Scene)-[:FROM_EPISODE]->(:Episode) may end at."""
-            if proj.scope == "world":
-                return set()
-            return proj.episodes if proj.episodes is not None else episode_ids()
-
-        def episode_ids() -> set[str]:
-            return {eid for (eid,) in read(sql.PROJECTION_EPISODE_IDS, (tenant_id,))}
-
-        def read_edges(env: str, ids: list[str]) -> list[tuple[str, str]]:
-            return read(sql.edges_touching(len(ids)), (tenant_id, env, *ids, *ids))
-
-        def refresh(proj: embedded_cypher.Projection) -> bool:
-            # The episode part row by row (embedded.cypher.episodes; False: rebuilt instead); then
-            # the world part: the rows a world write changed (and the links touching them) one by
-            # one; anything else (scenes, a new environment, a large import) reloads the world part
-            with self.db.lock, self.db.snapshot():
-                gens = self.db.version()
-                if gens[0] != proj.gens[0]:  # (the world part alone holds nothing of the episode part)
-                    if proj.scope == "full" and not embedded_cypher.update_episodes(proj, read, tenant_id):
-                        return False
-                    proj.gens = (gens[0], proj.gens[1])
-                if gens[1] == proj.gens[1]:
-                    keep(proj)
-                    return True
-                if proj.world is None and proj.opened_raw is not None:  # opened from its file
-                    ids = held_episodes(proj)
-                    proj.know_world(embedded_cypher.load_world_part(proj.opened_raw, tenant_id, ids), ids)
-                if proj.world is not None:
-                    touched = self.db.world_touched(tenant_id, proj.gens[1][0], gens[1][0])
-                    raw = (embedded_cypher.read_world_rows(read, tenant_id) if touched is None
-                           else embedded_cypher.read_world_keys(read, tenant_id, proj.world.raw, touched))
-                    if proj.update_world(raw, read_edges):
-                        proj.gens = (proj.gens[0], gens[1])
-                        keep(proj)
-                        return True
-                episodes = held_episodes(proj)
-                world = embedded_cypher.load_world_part(embedded_cypher.read_world_rows(read, tenant_id), tenant_id,
-                                                        episodes)
-            proj.replace_world(world, episodes)
-            proj.gens = (proj.gens[0], gens[1])
-            keep(proj)
-            return True
+        opener = Opener(self.db, self.saved, self.path, tenant_id, full=not embedded_cypher.world_only(query))
         # One deadline for the query, from when its first projection is ready (building one is not
         # bounded by it), retries on a fresh projection included: embedded_cypher.run ends at most
         # GRACE seconds past it.
@@ -258,8 +102,7 @@ class EmbeddedGraphStore(ComposedStore):
             # the generations move with every commit that wrote a part, by any process (a world
             # delta refreshes only the world part)
             version = self.db.version()
-            proj = self.projections.get(tenant_id, version, build, refresh,
-                                        serves=lambda p: not full or p.scope == "full")
+            proj = self.projections.get(tenant_id, version, opener.build, opener.refresh, opener.serves)
             if deadline is None:
                 deadline = time.monotonic() + self.cypher_timeout
             try:
@@ -292,12 +135,6 @@ class EmbeddedGraphStore(ComposedStore):
                 key["revoked_at"] = revoked_at
                 cur.execute(sql.UPDATE_API_KEY, (dumps(key), key_id))
         return key
-
-    def _projection_size(self, tenant_id: str) -> tuple[int, int]:
-        """(the tenant's episodes, its episodes + world nodes + world edges): what a projection holds."""
-        episodes, nodes, edges = (self.db.query(sql.count_of_tenant(t), (tenant_id,))[0][0]
-                                  for t in ("episodes", "world_nodes", "world_edges"))
-        return episodes, episodes + nodes + edges
 
     # ---------------------------------------------------------------- forgetting
     def purge_files(self) -> Record:

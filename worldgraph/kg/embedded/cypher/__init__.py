@@ -37,7 +37,7 @@ matches the store's is reopened (~0.1 s at 100k episodes) instead of built.
 
 **The world part alone.** A query that can reach only the world part's tables (``world_only``:
 read from its text, conservatively) is answered, for a tenant of ``WORLD_ONLY_MIN_EPISODES``
-episodes or more (``store``), from a projection of the world part alone (``scope`` "world": no
+episodes or more (``opener``), from a projection of the world part alone (``scope`` "world": no
 episode table, no FROM_EPISODE), built in a child process (100k episodes + a 10k-node world:
 ~1.4 s instead of ~3 s) and saved under its own name (``saved``: current while the world part's
 generation matches).

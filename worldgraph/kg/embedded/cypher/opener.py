@@ -1,0 +1,223 @@
+"""How the embedded store gets the projection one query runs on: a saved one reopened while
+current, or one built (in memory, into a file, or in a child process, by size), and a kept one
+brought up to date after writes. ``EmbeddedGraphStore.cypher`` hands an ``Opener``'s ``build``,
+``refresh`` and ``serves`` to the projection cache (``cache``).
+
+What decides what:
+
+- A current saved projection (``saved``) is reopened (~0.13 s at 100k episodes); a query that
+  reaches only the world part (``text.world_only``) may reopen the tenant's saved world part
+  alone, current while the world part's generation matches.
+- Otherwise, from ``WORLD_ONLY_MIN_EPISODES`` episodes, such a query gets a projection of the
+  world part alone, built in a child process and saved (``scope`` "world"); the cache replaces
+  it with the full projection for the first query that needs more (``serves``).
+- A full projection of fewer than ``SAVE_MIN_ROWS`` episodes + world nodes + world edges is
+  built in memory and not saved; a larger one into a file that is saved; from
+  ``CHILD_MIN_EPISODES`` episodes in a child process (``build``), whose memory goes with it.
+  A failed child, or a file that cannot be written (a full disk), falls back to building in
+  this process, in memory at last.
+- ``refresh``: the episode part row by row (``episodes``; False: built anew), then the world
+  rows a world write changed one by one, or else the world part reloaded.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from worldgraph.kg.embedded import sql
+from worldgraph.kg.embedded.cypher.build import CHILD_MIN_EPISODES, build_in_child
+from worldgraph.kg.embedded.cypher.episodes import update_episodes
+from worldgraph.kg.embedded.cypher.load import load_tenant, load_world_part, read_world_keys, read_world_rows
+from worldgraph.kg.embedded.cypher.projection import Projection
+from worldgraph.kg.embedded.cypher.saved import SavedProjections
+
+if TYPE_CHECKING:
+    from worldgraph.kg.embedded.connection import SqliteConnection
+
+log = logging.getLogger("worldgraph")
+
+# A tenant's projection is saved beside the SQLite file (saved) from this many episodes + world
+# nodes + world edges: below, building it in memory takes ~0.1 s, less than creating, syncing and
+# reopening a file.
+SAVE_MIN_ROWS = 5_000
+# From this many episodes, a query that reaches only the world part (text.world_only: rules,
+# containment, transitions, scenes) is answered from a projection of the world part alone (100k
+# episodes and a 10k-node world: ~1.4 s instead of ~3 s to build; saved, and reopened while the
+# world part is unchanged), unless a current full one is saved.
+WORLD_ONLY_MIN_EPISODES = 5_000
+
+
+class Opener:
+    """The projection of ``tenant_id`` for one query; ``full`` False: the query reaches only the
+    world part (``text.world_only``)."""
+
+    def __init__(self, db: SqliteConnection, saved: SavedProjections, sqlite_path: Path, tenant_id: str,
+                 full: bool) -> None:
+        self.db = db
+        self.saved = saved
+        self.sqlite_path = sqlite_path
+        self.tenant_id = tenant_id
+        self.full = full
+
+    def read(self, statement: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        return self.db.conn.execute(statement, args).fetchall()
+
+    def serves(self, proj: Projection) -> bool:
+        """Whether ``proj`` holds every table the query may reach."""
+        return not self.full or proj.scope == "full"
+
+    # ------------------------------------------------------------------ building
+    def build(self) -> Projection:
+        t = self.tenant_id
+        with self.db.lock, self.db.snapshot():
+            gens = self.db.version()
+            found, scope = self.saved.find(t, gens), "full"
+            if found is None and not self.full:
+                found, scope = self.saved.find(t, gens, "world"), "world"
+            # the world rows it holds (a world refresh compares them with the rows then): ~70 ms at 20k
+            raw = read_world_rows(self.read, t) if found is not None else None
+        if found is not None:  # saved by an earlier open (this process's or another's) and current
+            try:
+                proj = Projection(t, found[0], found[1])
+            except RuntimeError as exc:  # open elsewhere (LadybugDB's lock), or damaged: built anew
+                log.info("not using the saved Cypher projection %s (%s): building one", found[0], exc)
+            else:
+                proj.gens, proj.opened_raw, proj.scope = gens, raw, scope
+                return proj
+        episodes, size = self._size()
+        if not self.full and episodes >= WORLD_ONLY_MIN_EPISODES:
+            return self._world_part()
+        # a small tenant's projection is built in memory (~0.1 s) and not saved: a file costs more
+        path = self.saved.new_path(t) if size >= SAVE_MIN_ROWS else None
+        if path is not None and episodes >= CHILD_MIN_EPISODES:
+            try:  # a large tenant: the build's memory goes with the child (cypher/build.py)
+                gens, kinds = build_in_child(self.sqlite_path, t, path)
+                proj = Projection(t, path, kinds)
+            except (RuntimeError, OSError, ValueError, KeyError) as exc:
+                log.warning("building the Cypher projection in a child process failed (%s); building it in "
+                            "this one", exc)
+                self.saved.remove_file(path)
+                path = self.saved.new_path(t)
+            else:
+                with self.db.lock, self.db.snapshot():  # its world rows, unless written since
+                    if self.db.version() == gens:
+                        proj.opened_raw = read_world_rows(self.read, t)
+                proj.gens = gens
+                self._keep(proj)
+                return proj
+        return self._fill(path)
+
+    def _fill(self, path: Path | None) -> Projection:
+        t = self.tenant_id
+        with self.db.lock, self.db.snapshot():
+            gens = self.db.version()
+            nodes, rels, episodes, world = load_tenant(self.read, t)
+        try:
+            proj = Projection(t, path)
+            try:
+                proj.fill(nodes, rels, episodes, world)
+            except BaseException:
+                proj.close()
+                raise
+        except RuntimeError as exc:
+            if path is None:
+                raise
+            # the data folder's disk is full, say: this query is answered from memory instead
+            log.warning("could not build the Cypher projection in %s (%s); building it in memory", path, exc)
+            self.saved.remove_file(path)
+            return self._fill(None)
+        proj.gens = gens
+        self._keep(proj)
+        return proj
+
+    def _world_part(self) -> Projection:
+        # LadybugDB fills each table with ~15-40 MB of buffers whatever its rows (the world part
+        # alone: ~220 MB): built in a child process and saved (scope "world"), when the store has
+        # a folder for one
+        t = self.tenant_id
+        path = self.saved.new_path(t, "world")
+        if path is not None:
+            try:
+                gens, kinds = build_in_child(self.sqlite_path, t, path, world_only=True)
+                proj = Projection(t, path, kinds)
+            except (RuntimeError, OSError, ValueError, KeyError) as exc:
+                log.warning("building the world part's Cypher projection in a child process failed (%s); "
+                            "building it in this one", exc)
+                self.saved.remove_file(path)
+            else:
+                proj.scope, proj.gens = "world", gens
+                with self.db.lock, self.db.snapshot():  # its world rows, unless written since
+                    if self.db.version()[1] == gens[1]:
+                        proj.opened_raw = read_world_rows(self.read, t)
+                self._keep(proj)
+                return proj
+        with self.db.lock, self.db.snapshot():
+            gens = self.db.version()
+            raw = read_world_rows(self.read, t)
+        proj = Projection(t)
+        proj.scope = "world"
+        try:
+            proj.fill({}, {}, set(), load_world_part(raw, t, set()))
+        except BaseException:
+            proj.close()
+            raise
+        proj.gens = gens
+        return proj
+
+    def _size(self) -> tuple[int, int]:
+        """(the tenant's episodes, its episodes + world nodes + world edges): what a projection holds."""
+        episodes, nodes, edges = (self.db.query(sql.count_of_tenant(table), (self.tenant_id,))[0][0]
+                                  for table in ("episodes", "world_nodes", "world_edges"))
+        return episodes, episodes + nodes + edges
+
+    def _keep(self, proj: Projection) -> None:
+        """Name the projection's file the tenant's saved one of its scope, at the generations it holds now."""
+        self.saved.save(self.tenant_id, proj.path, proj.gens, proj.kinds, proj.scope)
+
+    # ------------------------------------------------------------------ refreshing
+    def _episode_ids(self) -> set[str]:
+        return {eid for (eid,) in self.read(sql.PROJECTION_EPISODE_IDS, (self.tenant_id,))}
+
+    def _held_episodes(self, proj: Projection) -> set[str]:
+        """The episode ids the world part's (:Scene)-[:FROM_EPISODE]->(:Episode) may end at."""
+        if proj.scope == "world":
+            return set()
+        return proj.episodes if proj.episodes is not None else self._episode_ids()
+
+    def _read_edges(self, env: str, ids: list[str]) -> list[tuple[str, str]]:
+        return self.read(sql.edges_touching(len(ids)), (self.tenant_id, env, *ids, *ids))
+
+    def refresh(self, proj: Projection) -> bool:
+        """Bring ``proj`` to the store's generations; False when it cannot be, row by row (the
+        cache then builds a new one). The episode part row by row (``episodes``); then the world
+        part: the rows a world write changed (and the links touching them) one by one; anything
+        else (scenes, a new environment, a large import) reloads the world part."""
+        t = self.tenant_id
+        with self.db.lock, self.db.snapshot():
+            gens = self.db.version()
+            if gens[0] != proj.gens[0]:  # (the world part alone holds nothing of the episode part)
+                if proj.scope == "full" and not update_episodes(proj, self.read, t):
+                    return False
+                proj.gens = (gens[0], proj.gens[1])
+            if gens[1] == proj.gens[1]:
+                self._keep(proj)
+                return True
+            if proj.world is None and proj.opened_raw is not None:  # opened from its file
+                ids = self._held_episodes(proj)
+                proj.know_world(load_world_part(proj.opened_raw, t, ids), ids)
+            if proj.world is not None:
+                touched = self.db.world_touched(t, proj.gens[1][0], gens[1][0])
+                raw = (read_world_rows(self.read, t) if touched is None
+                       else read_world_keys(self.read, t, proj.world.raw, touched))
+                if proj.update_world(raw, self._read_edges):
+                    proj.gens = (proj.gens[0], gens[1])
+                    self._keep(proj)
+                    return True
+            episodes = self._held_episodes(proj)
+            world = load_world_part(read_world_rows(self.read, t), t, episodes)
+        proj.replace_world(world, episodes)
+        proj.gens = (proj.gens[0], gens[1])
+        self._keep(proj)
+        return True
