@@ -257,3 +257,25 @@ def test_a_link_to_the_data_folder_is_the_same_file(data: Path, tmp_path_factory
     finally:
         a.close()
         b.close()
+
+
+def test_what_a_refresh_wrote_is_in_the_file_the_next_open_reopens(data: Path) -> None:
+    """A refresh writes the saved database's log (``<file>.wal``) and names the file current at
+    the new generations: the save's sweep of older files must leave that log alone (it deleted
+    it, and the next process reopened the file without the refresh, at generations that said
+    it held it)."""
+    entities = "MATCH (n:Entity {tenant_id: $tenant_id}) RETURN n.name AS n ORDER BY n"
+    with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
+        assert wm.cypher("t1", COUNT) == [{"n": 3}]  # reopened
+        wm.record_experience("t1", _exp("late"))
+        assert wm.apply_delta("t1", "Env", {"entities": [{"ref": "k", "name": "key", "type": "item"}], "states": [],
+                                            "edges": [], "rules": []}).ok
+        assert wm.cypher("t1", COUNT) == [{"n": 4}]  # refreshed row by row, saved
+        assert wm.cypher("t1", entities) == [{"n": "key"}]
+        wm.record_experience("t1", _exp("later"))
+        assert wm.cypher("t1", COUNT) == [{"n": 5}]
+        saved = _meta(data)
+    with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
+        assert wm.cypher("t1", COUNT) == [{"n": 5}]
+        assert wm.cypher("t1", entities) == [{"n": "key"}]
+        assert wm.store.projections.current("t1").path.name == saved["file"]  # type: ignore[attr-defined]

@@ -169,7 +169,8 @@ class SavedProjections:
             p.unlink(missing_ok=True)
 
     def _remove(self, tenant_id: str, keep: tuple[str, ...], scope: str | None) -> None:
-        """Delete the tenant's files of ``scope`` (None: of both) but ``keep``."""
+        """Delete the tenant's files of ``scope`` (None: of both) but ``keep`` and their side files
+        (``<kept>.wal``: the log of a database being written holds its latest changes)."""
         assert self.folder is not None
         key, world = self.key(tenant_id), self._prefix(tenant_id, "world")
         try:
@@ -178,7 +179,7 @@ class SavedProjections:
             return
         for name in names:
             ours = name.startswith(key) and (scope is None or name.startswith(world) == (scope == "world"))
-            if ours and name not in keep:
+            if ours and not any(name == k or name.startswith(k + ".") for k in keep):
                 try:
                     os.unlink(self.folder / name)
                 except OSError as exc:  # pragma: no cover - e.g. Windows, where an open file stays
