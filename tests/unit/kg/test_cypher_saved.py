@@ -17,6 +17,7 @@ import pytest
 
 from worldgraph import WorldModel
 from worldgraph.kg.embedded import cypher as embedded_cypher
+from worldgraph.kg.embedded.cypher import opener as opener_module
 from worldgraph.kg.embedded.cypher.saved import SavedProjections, folder_for
 from worldgraph.kg.embedded.store import EmbeddedGraphStore
 from worldgraph.memory.embeddings import HashingEmbedder
@@ -31,8 +32,6 @@ def _exp(task: str) -> dict[str, Any]:
 @pytest.fixture(autouse=True)
 def save_small_tenants(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tenants are small: save their projections anyway (the default saves from 5,000 rows)."""
-    from worldgraph.kg.embedded.cypher import opener as opener_module
-
     monkeypatch.setattr(opener_module, "SAVE_MIN_ROWS", 0)
 
 
@@ -67,17 +66,39 @@ def test_a_current_saved_projection_is_reopened_not_rebuilt(data: Path, monkeypa
     assert _meta(data) == saved
 
 
-def test_a_commit_of_another_process_makes_it_stale(data: Path) -> None:
+def test_episodes_another_process_wrote_are_applied_to_the_saved_projection(data: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     before = _meta(data)
     code = ("import sys; from worldgraph import WorldModel; from worldgraph.memory.embeddings import HashingEmbedder;"
             "wm = WorldModel.open(sys.argv[1], embedder=HashingEmbedder(64)); wm.record_experience('t1', "
             "{'agent_id': 'b', 'agent_role': 'r', 'task_type': 'x', 'task_description': 'late', 'outcome': 'success'});"
             "wm.close()")
     subprocess.run([sys.executable, "-c", code, str(data)], check=True, timeout=120)
-    with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
-        assert wm.cypher("t1", COUNT) == [{"n": 4}]
+    with monkeypatch.context() as m:  # reopened and brought up to date row by row, not rebuilt
+        m.setattr(opener_module, "load_tenant", lambda *a, **k: pytest.fail("rebuilt from SQLite"))
+        with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
+            assert wm.cypher("t1", COUNT) == [{"n": 4}]
+            assert wm.cypher("t1", "MATCH (e:Episode {tenant_id: $tenant_id})-[:PERFORMED_BY]->(a:Agent) "
+                                   "WHERE e.task_description = 'late' RETURN a.id AS a") == [{"a": "b"}]
     after = _meta(data)
-    assert after["file"] != before["file"] and after["gens"][0][0] > before["gens"][0][0]
+    assert after["file"] == before["file"] and after["gens"][0][0] > before["gens"][0][0]
+    with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:  # and saved so: the next open reopens it
+        assert wm.cypher("t1", COUNT) == [{"n": 4}]
+    assert _meta(data) == after
+
+
+def test_a_world_commit_of_another_process_makes_it_stale(data: Path) -> None:
+    before = _meta(data)
+    code = ("import sys; from worldgraph import WorldModel; from worldgraph.memory.embeddings import HashingEmbedder;"
+            "wm = WorldModel.open(sys.argv[1], embedder=HashingEmbedder(64)); wm.apply_delta('t1', 'Env', "
+            "{'entities': [{'ref': 'k', 'name': 'key', 'type': 'item'}], 'states': [], 'edges': [], 'rules': []});"
+            "wm.close()")
+    subprocess.run([sys.executable, "-c", code, str(data)], check=True, timeout=120)
+    with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
+        assert wm.cypher("t1", COUNT) == [{"n": 3}]
+        assert wm.cypher("t1", "MATCH (n:Entity {tenant_id: $tenant_id}) RETURN n.name AS n") == [{"n": "key"}]
+    after = _meta(data)
+    assert after["file"] != before["file"] and after["gens"][1][0] > before["gens"][1][0]
     folder = folder_for(_store_file(data))
     assert not (folder / before["file"]).exists()  # the older build is swept
 
@@ -237,7 +258,32 @@ def test_a_restored_sqlite_file_never_matches_a_projection_of_another_history(tm
     with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:
         wm.record_experiences("t1", [_exp(f"other {i}") for i in range(3)])  # the same count again
         assert [r["t"] for r in wm.cypher("t1", tasks)] == ["other 0", "other 1", "other 2"]
-    assert _meta(tmp_path)["gens"][0][0] == saved["gens"][0][0] and _meta(tmp_path)["file"] != saved["file"]
+    assert _meta(tmp_path)["gens"][0][0] == saved["gens"][0][0]
+
+
+def test_a_restored_file_with_other_records_under_the_same_ids_is_rebuilt(tmp_path: Path) -> None:
+    """A saved projection behind the store is reused only while every episode it holds is the
+    tenant's as written: a backup restored and an id written again with other content is not."""
+    import shutil
+
+    with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:
+        wm.record_experience("t1", _exp("first"))
+    backup = tmp_path / "backup.sqlite"
+    shutil.copy(_store_file(tmp_path), backup)
+    tasks = "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e.task_description AS t ORDER BY t"
+    with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:
+        wm.record_experience("t1", {**_exp("written once"), "episode_id": "ep-x"})
+        assert [r["t"] for r in wm.cypher("t1", tasks)] == ["first", "written once"]
+    saved = _meta(tmp_path)
+    store_file = _store_file(tmp_path)
+    for extra in ("-wal", "-shm"):
+        Path(str(store_file) + extra).unlink(missing_ok=True)
+    shutil.copy(backup, store_file)
+    with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:
+        wm.record_experience("t1", {**_exp("written again"), "episode_id": "ep-x"})
+        wm.record_experience("t1", _exp("and one more"))  # past the saved projection's count
+        assert [r["t"] for r in wm.cypher("t1", tasks)] == ["and one more", "first", "written again"]
+    assert _meta(tmp_path)["file"] != saved["file"]
 
 
 def test_a_link_to_the_data_folder_is_the_same_file(data: Path, tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -465,6 +465,7 @@ PROJECTION_SESSION_LINKS = "SELECT episode_id, seq, next_id FROM session_links W
 PROJECTION_EPISODES = "SELECT data, index_status, index_error FROM episodes WHERE tenant_id = ?"
 PROJECTION_EPISODE_IDS = "SELECT id FROM episodes WHERE tenant_id = ?"
 PROJECTION_EPISODE_STATE = "SELECT id, index_status, index_error FROM episodes WHERE tenant_id = ?"
+PROJECTION_EPISODE_DATA = "SELECT id, data FROM episodes WHERE tenant_id = ?"
 PROJECTION_SCENE_EPISODES = "SELECT id, episode_id FROM scenes WHERE tenant_id = ? AND episode_id IS NOT NULL"
 
 

@@ -97,7 +97,7 @@ def add_episodes(ep: Columns, rows: list[tuple[Any, ...]], tenant_id: str,
         datas = [r[0] for r in chunk]
         for i, rec in enumerate(recs):
             if "index_status" in rec or "index_error" in rec:  # the Neo4j store keeps them out of the record
-                recs[i] = rec = {k: v for k, v in rec.items() if k not in q.EPISODE_STATE}
+                recs[i] = rec = _without_state(rec)
                 datas[i] = dumps(rec)
         for k in EPISODE_KEYS:
             ep[k] += prop_column([rec.get(k) for rec in recs])
@@ -174,6 +174,18 @@ def arrow_episodes(ep: Columns, rows: list[tuple[Any, ...]], tenant_id: str,
     ep["tenant_id"] = [tenant_id] * len(rows)
     ep["session_seq"] = [seq[i][0] if i in seq else None for i in ids]
     return ids, table.column("agent_id").to_pylist(), table.column("canvas_id").to_pylist()
+
+
+def _without_state(rec: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in rec.items() if k not in q.EPISODE_STATE}
+
+
+def projected_record(data: str) -> str:
+    """An episode's ``record`` property as a projection holds it, from its row's data."""
+    if '"index_status"' not in data and '"index_error"' not in data:
+        return data
+    rec = loads(data)
+    return dumps(_without_state(rec)) if "index_status" in rec or "index_error" in rec else data
 
 
 def agent_row(tenant_id: str, data: str) -> dict[str, Any]:

@@ -76,16 +76,22 @@ class Opener:
             found, scope = self.saved.find(t, gens), "full"
             if found is None and not self.full:
                 found, scope = self.saved.find(t, gens, "world"), "world"
+            if found is None:  # a full one whose episode part is behind (episodes written since): refreshed
+                found, scope = self.saved.find(t, gens, world_only=True), "full"
             # the world rows it holds (a world refresh compares them with the rows then): ~70 ms at 20k
             raw = read_world_rows(self.read, t) if found is not None else None
-        if found is not None:  # saved by an earlier open (this process's or another's) and current
+        if found is not None:  # saved by an earlier open (this process's or another's)
             try:
                 proj = Projection(t, found[0], found[1])
             except RuntimeError as exc:  # open elsewhere (LadybugDB's lock), or damaged: built anew
                 log.info("not using the saved Cypher projection %s (%s): building one", found[0], exc)
             else:
-                proj.gens, proj.opened_raw, proj.scope = gens, raw, scope
-                return proj
+                proj.opened_raw, proj.scope = raw, scope
+                proj.gens = gens if scope == "world" else found[2]
+                proj.episodes_unverified = proj.gens != gens
+                if proj.gens == gens or self.refresh(proj):  # the episode part row by row (``episodes``)
+                    return proj
+                proj.close()  # too many changes since, or another history's: built anew
         episodes, size = self._size()
         if not self.full and episodes >= WORLD_ONLY_MIN_EPISODES:
             return self._world_part()

@@ -120,6 +120,9 @@ class Projection:
         # "full", or "world": the world part alone (no episode tables, no FROM_EPISODE), for the
         # queries that reach nothing else (text.world_only); a full projection serves every query
         self.scope = "full"
+        # reopened from a file whose episode part is behind the store's: checked record by record
+        # at its first refresh (cypher.episodes), and rebuilt if another history wrote it
+        self.episodes_unverified = False
 
     def fill(self, nodes: Nodes, rels: Rels, episodes: set[str], world: WorldPart) -> None:
         """Create and fill the tables of a new database (the columns are consumed)."""

@@ -14,9 +14,13 @@ whole graph. The rules:
   and the generations (``embedded.connection``'s ``version()``: every commit of any process that
   writes a part's tables bumps its generation in the same transaction, and writes a random stamp,
   so a backup restored under the folder never matches a projection of another history). A query
-  uses the saved database only when all four match now; otherwise it builds a new one. A crash
-  half way through a refresh leaves generations behind the SQLite file's, so that database is
-  rebuilt, never used.
+  uses the saved database as it is only when all four match now. When only the episode part's
+  generation differs (episodes written since, by any process), the database is reopened and its
+  episode part compared with the tenant's rows (``episodes``: every record it holds checked
+  against the row of its id first, so another history's records are never kept; then the
+  differences applied row by row, up to ``INCREMENTAL_MAX``); otherwise a new one is built. A
+  crash half way through a refresh leaves the world part's generation behind the SQLite file's
+  (rebuilt), or the episode part's (compared again).
 - **One writer.** LadybugDB locks a database file against other processes, not against a second
   open in the same process: ``claim`` keeps the files this process has open, and a file claimed
   or locked elsewhere is not opened (a new one is built).
@@ -99,9 +103,11 @@ class SavedProjections:
         assert self.folder is not None
         return self.folder / f"{self._prefix(tenant_id, scope)}.json"
 
-    def find(self, tenant_id: str, gens: Gens, scope: str = "full") -> tuple[Path, dict[str, dict[str, str]]] | None:
-        """The tenant's saved database of ``scope`` and its column types if it holds ``gens`` (the
-        world part alone: the world part's generation), else None."""
+    def find(self, tenant_id: str, gens: Gens, scope: str = "full",
+             world_only: bool = False) -> tuple[Path, dict[str, dict[str, str]], Gens] | None:
+        """The tenant's saved database of ``scope``, its column types and the generations it holds,
+        if it holds ``gens`` (the world part's generation alone for the world part alone, or with
+        ``world_only``: a full projection whose episode part may be behind), else None."""
         if self.folder is None:
             return None
         try:
@@ -113,14 +119,17 @@ class SavedProjections:
                 or meta.get("tenant_id") != tenant_id or meta.get("scope", "full") != scope:
             return None
         held = meta.get("gens")
-        if not (held == want if scope == "full" else isinstance(held, list) and len(held) == 2 and held[1] == want[1]):
+        if not (isinstance(held, list) and len(held) == 2 and all(isinstance(g, list) and len(g) == 2 for g in held)):
+            return None
+        if not (held[1] == want[1] if scope == "world" or world_only else held == want):
             return None
         name, kinds = meta.get("file"), meta.get("kinds")
         if not isinstance(name, str) or not isinstance(kinds, dict) or "/" in name or os.sep in name \
                 or not name.startswith(self._prefix(tenant_id, scope) + "-"):
             return None
         path = self.folder / name
-        return (path, kinds) if path.is_file() else None
+        (e, es), (w, ws) = held
+        return (path, kinds, ((int(e), str(es)), (int(w), str(ws)))) if path.is_file() else None
 
     def new_path(self, tenant_id: str, scope: str = "full") -> Path | None:
         """Where a new database of the tenant is built (the folder made private first); None: in memory."""
