@@ -325,3 +325,16 @@ def test_what_a_refresh_wrote_is_in_the_file_the_next_open_reopens(data: Path) -
         assert wm.cypher("t1", COUNT) == [{"n": 5}]
         assert wm.cypher("t1", entities) == [{"n": "key"}]
         assert wm.store.projections.current("t1").path.name == saved["file"]  # type: ignore[attr-defined]
+
+
+def test_a_saved_projection_too_far_behind_in_its_episodes_is_rebuilt(data: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from worldgraph.kg.embedded.cypher import episodes as episodes_module
+
+    before = _meta(data)
+    with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
+        wm.record_experience("t1", _exp("late"))
+    monkeypatch.setattr(episodes_module, "INCREMENTAL_MAX", 0)  # any change is too many
+    with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
+        assert wm.cypher("t1", COUNT) == [{"n": 4}]
+    assert _meta(data)["file"] != before["file"]
