@@ -53,6 +53,13 @@ def _meta(data: Path, tenant: str = "t1") -> dict[str, Any]:
     return dict(json.loads((folder / f"{SavedProjections.key(tenant)}.json").read_text()))
 
 
+def _in_another_process(data: Path, statement: str) -> None:
+    """Run ``statement`` (on ``wm``, the data folder's WorldModel) in a process of its own."""
+    code = ("import sys; from worldgraph import WorldModel; from worldgraph.memory.embeddings import HashingEmbedder;"
+            f"wm = WorldModel.open(sys.argv[1], embedder=HashingEmbedder(64)); {statement}; wm.close()")
+    subprocess.run([sys.executable, "-c", code, str(data)], check=True, timeout=120)
+
+
 def test_a_current_saved_projection_is_reopened_not_rebuilt(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     saved = _meta(data)
     monkeypatch.setattr(embedded_cypher, "load_tenant", lambda *a, **k: pytest.fail("rebuilt from SQLite"))
@@ -69,11 +76,8 @@ def test_a_current_saved_projection_is_reopened_not_rebuilt(data: Path, monkeypa
 def test_episodes_another_process_wrote_are_applied_to_the_saved_projection(data: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     before = _meta(data)
-    code = ("import sys; from worldgraph import WorldModel; from worldgraph.memory.embeddings import HashingEmbedder;"
-            "wm = WorldModel.open(sys.argv[1], embedder=HashingEmbedder(64)); wm.record_experience('t1', "
-            "{'agent_id': 'b', 'agent_role': 'r', 'task_type': 'x', 'task_description': 'late', 'outcome': 'success'});"
-            "wm.close()")
-    subprocess.run([sys.executable, "-c", code, str(data)], check=True, timeout=120)
+    _in_another_process(data, "wm.record_experience('t1', {'agent_id': 'b', 'agent_role': 'r', 'task_type': 'x', "
+                              "'task_description': 'late', 'outcome': 'success'})")
     with monkeypatch.context() as m:  # reopened and brought up to date row by row, not rebuilt
         m.setattr(opener_module, "load_tenant", lambda *a, **k: pytest.fail("rebuilt from SQLite"))
         with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
@@ -89,11 +93,8 @@ def test_episodes_another_process_wrote_are_applied_to_the_saved_projection(data
 
 def test_a_world_commit_of_another_process_makes_it_stale(data: Path) -> None:
     before = _meta(data)
-    code = ("import sys; from worldgraph import WorldModel; from worldgraph.memory.embeddings import HashingEmbedder;"
-            "wm = WorldModel.open(sys.argv[1], embedder=HashingEmbedder(64)); wm.apply_delta('t1', 'Env', "
-            "{'entities': [{'ref': 'k', 'name': 'key', 'type': 'item'}], 'states': [], 'edges': [], 'rules': []});"
-            "wm.close()")
-    subprocess.run([sys.executable, "-c", code, str(data)], check=True, timeout=120)
+    _in_another_process(data, "wm.apply_delta('t1', 'Env', {'entities': [{'ref': 'k', 'name': 'key', 'type': "
+                              "'item'}], 'states': [], 'edges': [], 'rules': []})")
     with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
         assert wm.cypher("t1", COUNT) == [{"n": 3}]
         assert wm.cypher("t1", "MATCH (n:Entity {tenant_id: $tenant_id}) RETURN n.name AS n") == [{"n": "key"}]
