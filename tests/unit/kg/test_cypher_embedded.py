@@ -599,3 +599,41 @@ def test_episode_writes_are_applied_row_by_row_with_the_rows_of_a_fresh_build(
         assert_as_built_fresh(wm, incremental)
     finally:
         wm.close()
+
+
+def test_a_saved_projection_behind_in_its_world_is_reopened_with_the_rows_of_a_fresh_build(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A world delta written (by another store object, or process) after the projection was saved:
+    the next open reads the world rows the saved database holds from its own tables, compares
+    them with the tenant's rows and applies the difference row by row, and every contract query
+    returns what a projection built from scratch returns."""
+    from worldgraph.kg.embedded import cypher as embedded_cypher
+    from worldgraph.kg.embedded.cypher import opener
+
+    monkeypatch.setattr(opener, "SAVE_MIN_ROWS", 0)
+    with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:
+        replay_log(wm, "t1", ENV, ROOT / "examples" / "text_adventure.jsonl", use_shipped_deltas=True)
+        some = wm.cypher("t1", "MATCH (n:Entity {tenant_id: $tenant_id}) RETURN n.name AS name ORDER BY name LIMIT 2")
+        saved = wm.store.projections.current("t1").path  # type: ignore[attr-defined]
+    with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:  # writes, no query
+        delta = {"entities": [{"ref": "c", "name": "copper coin", "type": "item"},
+                              {"ref": "k", "name": some[0]["name"], "type": "item"}],
+                 "states": [{"ref": "s", "entity_ref": "c", "name": "copper coin shiny"}],
+                 "edges": [{"src_ref": "k", "dst_ref": "c", "relation": "containment", "confidence": 0.9}],
+                 "rules": [{"condition": "if the coin shines", "outcome": "it is seen", "linked_refs": ["c"],
+                            "confidence": 0.7}]}
+        assert wm.apply_delta("t1", ENV, delta).ok
+        wm.record_experience("t1", {"agent_id": "a", "agent_role": "r", "task_type": "t", "task_description": "late",
+                                    "outcome": "success"})
+    wm = WorldModel.open(tmp_path, embedder=HashingEmbedder(64))
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(embedded_cypher.Projection, "replace_world", lambda *a, **k: pytest.fail("reloaded the world"))
+            m.setattr(opener, "load_tenant", lambda *a, **k: pytest.fail("rebuilt the whole projection"))
+            incremental = {q: wm.cypher("t1", q, {"env": ENV, **p}) for q, p, _ordered in CONTRACT}
+            assert wm.store.projections.current("t1").path == saved  # type: ignore[attr-defined]
+        assert_as_built_fresh(wm, incremental)
+        assert wm.cypher("t1", "MATCH (r:Rule {tenant_id: $tenant_id, condition: 'if the coin shines'})"
+                               "-[:CONCERNS]->(n) RETURN n.name AS n") == [{"n": "copper coin"}]
+    finally:
+        wm.close()

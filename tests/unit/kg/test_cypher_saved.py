@@ -91,7 +91,8 @@ def test_episodes_another_process_wrote_are_applied_to_the_saved_projection(data
     assert _meta(data) == after
 
 
-def test_a_world_commit_of_another_process_makes_it_stale(data: Path) -> None:
+def test_an_environment_another_process_added_makes_it_rebuilt(data: Path) -> None:
+    """A world write that adds an environment is not applied row by row (nor to a reopened file)."""
     before = _meta(data)
     _in_another_process(data, "wm.apply_delta('t1', 'Env', {'entities': [{'ref': 'k', 'name': 'key', 'type': "
                               "'item'}], 'states': [], 'edges': [], 'rules': []})")

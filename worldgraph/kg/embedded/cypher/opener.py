@@ -26,6 +26,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from worldgraph.errors import CypherQueryError
 from worldgraph.kg.embedded import sql
 from worldgraph.kg.embedded.cypher.build import CHILD_MIN_EPISODES, build_in_child
 from worldgraph.kg.embedded.cypher.episodes import update_episodes
@@ -76,8 +77,8 @@ class Opener:
             found, scope = self.saved.find(t, gens), "full"
             if found is None and not self.full:
                 found, scope = self.saved.find(t, gens, "world"), "world"
-            if found is None:  # a full one whose episode part is behind (episodes written since): refreshed
-                found, scope = self.saved.find(t, gens, world_only=True), "full"
+            if found is None:  # a full one behind (written since, by any process): brought up to date
+                found, scope = self.saved.find(t, gens, behind=True), "full"
             # the world rows it holds (a world refresh compares them with the rows then): ~70 ms at 20k
             raw = read_world_rows(self.read, t) if found is not None else None
         if found is not None:  # saved by an earlier open (this process's or another's)
@@ -88,10 +89,25 @@ class Opener:
             else:
                 proj.opened_raw, proj.scope = raw, scope
                 proj.gens = gens if scope == "world" else found[2]
-                proj.episodes_unverified = proj.gens != gens
-                if proj.gens == gens or self.refresh(proj):  # the episode part row by row (``episodes``)
+                if proj.gens == gens:
+                    return proj
+                proj.episodes_unverified = proj.gens[0] != gens[0]
+                if proj.gens[1] != gens[1]:  # the rows it holds are read from it, not from the store
+                    proj.opened_raw, proj.world_unverified = None, True
+                    try:
+                        held, ids = proj.held_world_rows()
+                        proj.know_world(load_world_part(held, t, ids), ids)
+                    except (RuntimeError, CypherQueryError, KeyError, TypeError, ValueError) as exc:
+                        log.info("not using the saved Cypher projection %s (%s): building one", found[0], exc)
+                        proj.close()
+                        return self._build_new()
+                if self.refresh(proj, reload_world=False):  # row by row (``episodes``, ``update_world``)
                     return proj
                 proj.close()  # too many changes since, or another history's: built anew
+        return self._build_new()
+
+    def _build_new(self) -> Projection:
+        t = self.tenant_id
         episodes, size = self._size()
         if not self.full and episodes >= WORLD_ONLY_MIN_EPISODES:
             return self._world_part()
@@ -195,11 +211,12 @@ class Opener:
     def _read_edges(self, env: str, ids: list[str]) -> list[tuple[str, str]]:
         return self.read(sql.edges_touching(len(ids)), (self.tenant_id, env, *ids, *ids))
 
-    def refresh(self, proj: Projection) -> bool:
+    def refresh(self, proj: Projection, reload_world: bool = True) -> bool:
         """Bring ``proj`` to the store's generations; False when it cannot be, row by row (the
         cache then builds a new one). The episode part row by row (``episodes``); then the world
         part: the rows a world write changed (and the links touching them) one by one; anything
-        else (scenes, a new environment, a large import) reloads the world part."""
+        else (scenes, a new environment, a large import) reloads the world part (``reload_world``
+        False: returns False instead)."""
         t = self.tenant_id
         with self.db.lock, self.db.snapshot():
             gens = self.db.version()
@@ -214,13 +231,17 @@ class Opener:
                 ids = self._held_episodes(proj)
                 proj.know_world(load_world_part(proj.opened_raw, t, ids), ids)
             if proj.world is not None:
-                touched = self.db.world_touched(t, proj.gens[1][0], gens[1][0])
+                # (a reopened file's world part is compared with all rows: this connection's log
+                # of world writes says nothing of the history that file was written in)
+                touched = None if proj.world_unverified else self.db.world_touched(t, proj.gens[1][0], gens[1][0])
                 raw = (read_world_rows(self.read, t) if touched is None
                        else read_world_keys(self.read, t, proj.world.raw, touched))
                 if proj.update_world(raw, self._read_edges):
-                    proj.gens = (proj.gens[0], gens[1])
+                    proj.gens, proj.world_unverified = (proj.gens[0], gens[1]), False
                     self._keep(proj)
                     return True
+            if not reload_world:
+                return False
             episodes = self._held_episodes(proj)
             world = load_world_part(read_world_rows(self.read, t), t, episodes)
         proj.replace_world(world, episodes)

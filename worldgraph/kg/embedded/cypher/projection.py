@@ -123,6 +123,9 @@ class Projection:
         # reopened from a file whose episode part is behind the store's: checked record by record
         # at its first refresh (cypher.episodes), and rebuilt if another history wrote it
         self.episodes_unverified = False
+        # reopened from a file whose world part is behind: its rows are read from its own tables
+        # (held_world_rows) and its first refresh compares them with all of the tenant's rows
+        self.world_unverified = False
 
     def fill(self, nodes: Nodes, rels: Rels, episodes: set[str], world: WorldPart) -> None:
         """Create and fill the tables of a new database (the columns are consumed)."""
@@ -140,6 +143,34 @@ class Projection:
         if self.path is not None:
             self.conn.execute("CHECKPOINT")  # into the file: a reopen replays no log
             self.conn.execute("CALL auto_checkpoint=true")
+
+    def held_world_rows(self) -> tuple[WorldRows, set[str]]:
+        """The world rows its tables were loaded from, as ``read_world_rows`` reads them (each
+        node, rule, edge, scene and environment keeps its row's data in ``record``; a scene its
+        report), and the episode ids it holds. Rows the loader left out (an edge whose ends are
+        not in the world) are not there: a refresh finds them new and leaves them out again."""
+        raw: WorldRows = {"scene_reports": {}, "scenes": {}, "env_meta": {}, "world_nodes": {}, "world_rules": {},
+                          "world_edges": {}}
+
+        def rows(statement: str) -> list[list[Any]]:
+            result: Any = self.conn.execute(statement)
+            return [list(r) for r in result.get_all()]
+        for sid, data, report in rows("MATCH (s:Scene) RETURN s.id, s.record, s.report"):
+            raw["scenes"][sid] = data
+            if report is not None:
+                raw["scene_reports"][sid] = report
+        for env, data in rows("MATCH (e:Environment) WHERE e.record IS NOT NULL RETURN e.env_name, e.record"):
+            raw["env_meta"][env] = data
+        for label in ("Entity", "State"):
+            for env, nid, data in rows(f"MATCH (n:{label}) RETURN n.env_name, n.id, n.record"):
+                raw["world_nodes"][(env, nid)] = data
+        for env, rid, data in rows("MATCH (r:Rule) RETURN r.env_name, r.id, r.record"):
+            raw["world_rules"][(env, rid)] = data
+        for rtype in sorted(set(q.EDGE_TYPES.values())):
+            for env, eid, data in rows(f"MATCH ()-[e:{rtype}]->() RETURN e.env_name, e.id, e.record"):
+                raw["world_edges"][(env, eid)] = data
+        episodes = {eid for (eid,) in rows("MATCH (e:Episode) RETURN e.id")} if "Episode" in self.kinds else set()
+        return raw, episodes
 
     def know_world(self, world: WorldPart, episodes: set[str]) -> None:
         """Take the world part's rows and index of a projection opened from its file, whose tables

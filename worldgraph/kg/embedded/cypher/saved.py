@@ -14,13 +14,14 @@ whole graph. The rules:
   and the generations (``embedded.connection``'s ``version()``: every commit of any process that
   writes a part's tables bumps its generation in the same transaction, and writes a random stamp,
   so a backup restored under the folder never matches a projection of another history). A query
-  uses the saved database as it is only when all four match now. When only the episode part's
-  generation differs (episodes written since, by any process), the database is reopened and its
-  episode part compared with the tenant's rows (``episodes``: every record it holds checked
-  against the row of its id first, so another history's records are never kept; then the
-  differences applied row by row, up to ``INCREMENTAL_MAX``); otherwise a new one is built. A
-  crash half way through a refresh leaves the world part's generation behind the SQLite file's
-  (rebuilt), or the episode part's (compared again).
+  uses the saved database as it is only when all four match now. When the generations differ
+  (written since, by any process), the database is reopened and compared with the tenant's rows,
+  never trusted from a log: its episode part by ``episodes`` (every record it holds checked
+  against the row of its id first, so another history's records are never kept), its world part
+  by the rows it holds, read back from its own tables (``Projection.held_world_rows``), against
+  all of the tenant's world rows (``Projection.update_world``); the differences are applied row
+  by row, and past ``INCREMENTAL_MAX`` of them, or a new environment, a new one is built. A crash
+  half way through a refresh leaves generations behind, so that database is compared again.
 - **One writer.** LadybugDB locks a database file against other processes, not against a second
   open in the same process: ``claim`` keeps the files this process has open, and a file claimed
   or locked elsewhere is not opened (a new one is built).
@@ -104,10 +105,10 @@ class SavedProjections:
         return self.folder / f"{self._prefix(tenant_id, scope)}.json"
 
     def find(self, tenant_id: str, gens: Gens, scope: str = "full",
-             world_only: bool = False) -> tuple[Path, dict[str, dict[str, str]], Gens] | None:
+             behind: bool = False) -> tuple[Path, dict[str, dict[str, str]], Gens] | None:
         """The tenant's saved database of ``scope``, its column types and the generations it holds,
-        if it holds ``gens`` (the world part's generation alone for the world part alone, or with
-        ``world_only``: a full projection whose episode part may be behind), else None."""
+        if it holds ``gens`` (the world part's generation alone for the world part alone; with
+        ``behind``, any: a full projection to be brought up to date), else None."""
         if self.folder is None:
             return None
         try:
@@ -121,7 +122,7 @@ class SavedProjections:
         held = meta.get("gens")
         if not (isinstance(held, list) and len(held) == 2 and all(isinstance(g, list) and len(g) == 2 for g in held)):
             return None
-        if not (held[1] == want[1] if scope == "world" or world_only else held == want):
+        if not (behind or (held[1] == want[1] if scope == "world" else held == want)):
             return None
         name, kinds = meta.get("file"), meta.get("kinds")
         if not isinstance(name, str) or not isinstance(kinds, dict) or "/" in name or os.sep in name \
