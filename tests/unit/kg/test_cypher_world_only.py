@@ -168,6 +168,17 @@ def test_a_saved_world_part_is_reopened_by_the_next_process(tmp_path: Any, monke
         assert wm.apply_delta("t", ENV, delta).ok
         assert wm.cypher("t", rules) == [{"name": "door"}, {"name": "key"}]
         assert wm.store.saved.find("t", wm.store.db.version(), "world")[0] == built  # type: ignore[attr-defined,index]
+    finally:
+        wm.close()
+    with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as other:  # a world write elsewhere, no query
+        delta = {"entities": [{"ref": "w", "name": "window", "type": "item"}], "states": [], "edges": [], "rules": []}
+        assert other.apply_delta("t", ENV, delta).ok
+    wm = WorldModel.open(tmp_path, embedder=HashingEmbedder(64))
+    try:
+        with monkeypatch.context() as m:  # reopened, compared with the world rows, brought up to date
+            m.setattr(opener_module, "build_in_child", fail)
+            assert wm.cypher("t", rules) == [{"name": "door"}, {"name": "key"}, {"name": "window"}]
+        assert wm.store.projections.current("t").path == built  # type: ignore[attr-defined]
         # purge after a forget deletes both scopes' files
         folder = wm.store.saved.folder  # type: ignore[attr-defined]
         wm.store.saved.remove("t")  # type: ignore[attr-defined]

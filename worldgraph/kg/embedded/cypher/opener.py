@@ -74,11 +74,15 @@ class Opener:
         t = self.tenant_id
         with self.db.lock, self.db.snapshot():
             gens = self.db.version()
-            found, scope = self.saved.find(t, gens), "full"
-            if found is None and not self.full:
-                found, scope = self.saved.find(t, gens, "world"), "world"
-            if found is None:  # a full one behind (written since, by any process): brought up to date
-                found, scope = self.saved.find(t, gens, behind=True), "full"
+            # current, or else behind (written since, by any process: brought up to date below);
+            # the world part alone only for a query that reaches nothing else, and before a full
+            # one that is behind (it has less to compare)
+            found, scope = None, "full"
+            for scope, behind in [("full", False), *([("world", False), ("world", True)] if not self.full else []),
+                                  ("full", True)]:
+                found = self.saved.find(t, gens, scope, behind=behind)
+                if found is not None:
+                    break
             # the world rows it holds (a world refresh compares them with the rows then): ~70 ms at 20k
             raw = read_world_rows(self.read, t) if found is not None else None
         if found is not None:  # saved by an earlier open (this process's or another's)
@@ -88,7 +92,8 @@ class Opener:
                 log.info("not using the saved Cypher projection %s (%s): building one", found[0], exc)
             else:
                 proj.opened_raw, proj.scope = raw, scope
-                proj.gens = gens if scope == "world" else found[2]
+                # (the world part alone holds nothing of the episode part: its generation is moot)
+                proj.gens = (gens[0], found[2][1]) if scope == "world" else found[2]
                 if proj.gens == gens:
                     return proj
                 proj.episodes_unverified = proj.gens[0] != gens[0]

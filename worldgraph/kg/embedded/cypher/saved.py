@@ -29,8 +29,9 @@ whole graph. The rules:
   tenants' saved projections; a rebuild deletes the tenant's older files.
 - **Two scopes.** A tenant may also have a projection of its world part alone (``scope``
   "world", for the queries that reach nothing else), saved the same way under
-  ``<key>-world.json`` and current while the world part's generation matches. Each scope's
-  rebuild deletes only that scope's older files; ``purge()`` deletes both.
+  ``<key>-world.json``, current while the world part's generation matches (and reopened and
+  compared like a full one when it does not). Each scope's rebuild deletes only that scope's
+  older files; ``purge()`` deletes both.
 """
 
 from __future__ import annotations
