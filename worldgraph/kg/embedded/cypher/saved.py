@@ -109,7 +109,7 @@ class SavedProjections:
              behind: bool = False) -> tuple[Path, dict[str, dict[str, str]], Gens] | None:
         """The tenant's saved database of ``scope``, its column types and the generations it holds,
         if it holds ``gens`` (the world part's generation alone for the world part alone; with
-        ``behind``, any: a full projection to be brought up to date), else None."""
+        ``behind``, whatever it holds: one to reopen and bring up to date), else None."""
         if self.folder is None:
             return None
         try:
@@ -166,22 +166,23 @@ class SavedProjections:
             tmp.unlink(missing_ok=True)
             return
         self._private(path)
-        self._remove(tenant_id, keep=(path.name, target.name), scope=scope)
+        self._remove(tenant_id, keep=(path.name, target.name), scope=scope, side_files_of=path.name)
 
     def remove(self, tenant_id: str) -> None:
         """Delete the tenant's saved projections, of both scopes (a process that has one open reads
         on until it closes it)."""
         if self.folder is not None:
-            self._remove(tenant_id, keep=(), scope=None)
+            self._remove(tenant_id, keep=(), scope=None, side_files_of=None)
 
     def remove_file(self, path: Path) -> None:
         """Delete one database that was not saved (a build that failed), with LadybugDB's side files."""
         for p in _files_of(path):
             p.unlink(missing_ok=True)
 
-    def _remove(self, tenant_id: str, keep: tuple[str, ...], scope: str | None) -> None:
-        """Delete the tenant's files of ``scope`` (None: of both) but ``keep`` and their side files
-        (``<kept>.wal``: the log of a database being written holds its latest changes)."""
+    def _remove(self, tenant_id: str, keep: tuple[str, ...], scope: str | None, side_files_of: str | None) -> None:
+        """Delete the tenant's files of ``scope`` (None: of both) but ``keep`` and the side files
+        of ``side_files_of`` (``<file>.wal``: the log of the database being named current holds
+        its latest changes; a save's leftover ``<meta>.<id>.tmp`` goes)."""
         assert self.folder is not None
         key, world = self.key(tenant_id), self._prefix(tenant_id, "world")
         try:
@@ -190,7 +191,8 @@ class SavedProjections:
             return
         for name in names:
             ours = name.startswith(key) and (scope is None or name.startswith(world) == (scope == "world"))
-            if ours and not any(name == k or name.startswith(k + ".") for k in keep):
+            side = side_files_of is not None and name.startswith(side_files_of + ".")
+            if ours and name not in keep and not side:
                 try:
                     os.unlink(self.folder / name)
                 except OSError as exc:  # pragma: no cover - e.g. Windows, where an open file stays
