@@ -474,6 +474,17 @@ def assert_as_built_fresh(wm: WorldModel, incremental: dict[str, list[dict[str, 
         fresh.close()
 
 
+def coin_delta(container: str) -> dict[str, Any]:
+    """A delta that adds a node, a state, a rule linked to it, and a containment edge from an
+    existing entity named ``container``."""
+    return {"entities": [{"ref": "c", "name": "copper coin", "type": "item"},
+                         {"ref": "k", "name": container, "type": "item"}],
+            "states": [{"ref": "s", "entity_ref": "c", "name": "copper coin shiny"}],
+            "edges": [{"src_ref": "k", "dst_ref": "c", "relation": "containment", "confidence": 0.9}],
+            "rules": [{"condition": "if the coin shines", "outcome": "it is seen", "linked_refs": ["c"],
+                       "confidence": 0.7}]}
+
+
 def test_a_small_world_delta_is_applied_row_by_row_with_the_rows_of_a_fresh_build(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A delta that adds, changes and links world nodes, edges and rules updates the projection in
@@ -492,13 +503,7 @@ def test_a_small_world_delta_is_applied_row_by_row_with_the_rows_of_a_fresh_buil
         # the delta's writes name their rows: only those are read again, not the tenant's world
         monkeypatch.setattr(embedded_cypher, "read_world_rows", lambda *a, **k: pytest.fail("read every world row"))
         some = wm.cypher("t1", "MATCH (n:Entity {tenant_id: $tenant_id}) RETURN n.name AS name ORDER BY name LIMIT 2")
-        delta = {"entities": [{"ref": "c", "name": "copper coin", "type": "item"},
-                              {"ref": "k", "name": some[0]["name"], "type": "item"}],
-                 "states": [{"ref": "s", "entity_ref": "c", "name": "copper coin shiny"}],
-                 "edges": [{"src_ref": "k", "dst_ref": "c", "relation": "containment", "confidence": 0.9}],
-                 "rules": [{"condition": "if the coin shines", "outcome": "it is seen", "linked_refs": ["c"],
-                            "confidence": 0.7}]}
-        assert wm.apply_delta("t1", ENV, delta).ok
+        assert wm.apply_delta("t1", ENV, coin_delta(some[0]["name"])).ok
         incremental = {q: wm.cypher("t1", q, {"env": ENV, **p}) for q, p, _ordered in CONTRACT}
         monkeypatch.undo()
         assert_as_built_fresh(wm, incremental)
@@ -616,13 +621,7 @@ def test_a_saved_projection_behind_in_its_world_is_reopened_with_the_rows_of_a_f
         some = wm.cypher("t1", "MATCH (n:Entity {tenant_id: $tenant_id}) RETURN n.name AS name ORDER BY name LIMIT 2")
         saved = wm.store.projections.current("t1").path  # type: ignore[attr-defined]
     with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:  # writes, no query
-        delta = {"entities": [{"ref": "c", "name": "copper coin", "type": "item"},
-                              {"ref": "k", "name": some[0]["name"], "type": "item"}],
-                 "states": [{"ref": "s", "entity_ref": "c", "name": "copper coin shiny"}],
-                 "edges": [{"src_ref": "k", "dst_ref": "c", "relation": "containment", "confidence": 0.9}],
-                 "rules": [{"condition": "if the coin shines", "outcome": "it is seen", "linked_refs": ["c"],
-                            "confidence": 0.7}]}
-        assert wm.apply_delta("t1", ENV, delta).ok
+        assert wm.apply_delta("t1", ENV, coin_delta(some[0]["name"])).ok
         wm.record_experience("t1", {"agent_id": "a", "agent_role": "r", "task_type": "t", "task_description": "late",
                                     "outcome": "success"})
     wm = WorldModel.open(tmp_path, embedder=HashingEmbedder(64))
