@@ -205,7 +205,7 @@ def test_a_large_tenant_is_built_in_a_child_process(data: Path, monkeypatch: pyt
 def test_a_failed_child_build_falls_back_to_this_process(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from worldgraph.kg.embedded.cypher import opener as opener_module
 
-    def fail(*a: Any) -> Any:
+    def fail(*a: Any, **k: Any) -> Any:
         raise RuntimeError("the projection build process failed (-9): killed")
     for f in folder_for(_store_file(data)).iterdir():
         f.unlink()

@@ -12,8 +12,8 @@ file and holds only the pages its queries read (~100 MB at 100k episodes). Tenan
 reads the tenant from the SQLite file (a read-only open, one snapshot), builds the database at
 DATABASE_PATH (``world``: of the world part alone, whose tables LadybugDB fills with ~200 MB of
 buffers whatever their size, so it is built here too) and prints ``{"gens": [...], "kinds":
-{...}}`` as its last line; the caller names the file current (``saved``), or, for the world part,
-deletes it when it closes it. A failed child leaves at most a file nobody names.
+{...}}`` as its last line; the caller names the file current (``saved``). A failed child leaves at
+most a file nobody names.
 """
 
 from __future__ import annotations

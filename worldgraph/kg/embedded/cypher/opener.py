@@ -83,8 +83,9 @@ class Opener:
                 found = self.saved.find(t, gens, scope, behind=behind)
                 if found is not None:
                     break
-            # the world rows it holds (a world refresh compares them with the rows then): ~70 ms at 20k
-            raw = read_world_rows(self.read, t) if found is not None else None
+            # the world rows it holds, when its world part is current (a world refresh compares them
+            # with the rows then): ~70 ms at 20k
+            raw = read_world_rows(self.read, t) if found is not None and found[2][1] == gens[1] else None
         if found is not None:  # saved by an earlier open (this process's or another's)
             try:
                 proj = Projection(t, found[0], found[1])
@@ -98,7 +99,7 @@ class Opener:
                     return proj
                 proj.episodes_unverified = proj.gens[0] != gens[0]
                 if proj.gens[1] != gens[1]:  # the rows it holds are read from it, not from the store
-                    proj.opened_raw, proj.world_unverified = None, True
+                    proj.world_unverified = True
                     try:
                         held, ids = proj.held_world_rows()
                         proj.know_world(load_world_part(held, t, ids), ids)
@@ -119,22 +120,31 @@ class Opener:
         # a small tenant's projection is built in memory (~0.1 s) and not saved: a file costs more
         path = self.saved.new_path(t) if size >= SAVE_MIN_ROWS else None
         if path is not None and episodes >= CHILD_MIN_EPISODES:
-            try:  # a large tenant: the build's memory goes with the child (cypher/build.py)
-                gens, kinds = build_in_child(self.sqlite_path, t, path)
-                proj = Projection(t, path, kinds)
-            except (RuntimeError, OSError, ValueError, KeyError) as exc:
-                log.warning("building the Cypher projection in a child process failed (%s); building it in "
-                            "this one", exc)
-                self.saved.remove_file(path)
-                path = self.saved.new_path(t)
-            else:
-                with self.db.lock, self.db.snapshot():  # its world rows, unless written since
-                    if self.db.version() == gens:
-                        proj.opened_raw = read_world_rows(self.read, t)
-                proj.gens = gens
-                self._keep(proj)
-                return proj
+            # a large tenant: the build's memory goes with the child (cypher/build.py)
+            built = self._in_child(path, "full")
+            if built is not None:
+                return built
+            path = self.saved.new_path(t)
         return self._fill(path)
+
+    def _in_child(self, path: Path, scope: str) -> Projection | None:
+        """The projection of ``scope`` a child process built at ``path``, opened and saved; None
+        (the file removed) when the child failed: the caller builds it in this process."""
+        t = self.tenant_id
+        try:
+            gens, kinds = build_in_child(self.sqlite_path, t, path, world_only=scope == "world")
+            proj = Projection(t, path, kinds)
+        except (RuntimeError, OSError, ValueError, KeyError) as exc:
+            log.warning("building the Cypher projection (%s) in a child process failed (%s); building it in "
+                        "this one", scope, exc)
+            self.saved.remove_file(path)
+            return None
+        proj.scope, proj.gens = scope, gens
+        with self.db.lock, self.db.snapshot():  # its world rows, unless the world was written since
+            if self.db.version()[1] == gens[1]:
+                proj.opened_raw = read_world_rows(self.read, t)
+        self._keep(proj)
+        return proj
 
     def _fill(self, path: Path | None) -> Projection:
         t = self.tenant_id
@@ -165,21 +175,9 @@ class Opener:
         # a folder for one
         t = self.tenant_id
         path = self.saved.new_path(t, "world")
-        if path is not None:
-            try:
-                gens, kinds = build_in_child(self.sqlite_path, t, path, world_only=True)
-                proj = Projection(t, path, kinds)
-            except (RuntimeError, OSError, ValueError, KeyError) as exc:
-                log.warning("building the world part's Cypher projection in a child process failed (%s); "
-                            "building it in this one", exc)
-                self.saved.remove_file(path)
-            else:
-                proj.scope, proj.gens = "world", gens
-                with self.db.lock, self.db.snapshot():  # its world rows, unless written since
-                    if self.db.version()[1] == gens[1]:
-                        proj.opened_raw = read_world_rows(self.read, t)
-                self._keep(proj)
-                return proj
+        built = self._in_child(path, "world") if path is not None else None
+        if built is not None:
+            return built
         with self.db.lock, self.db.snapshot():
             gens = self.db.version()
             raw = read_world_rows(self.read, t)
