@@ -460,8 +460,8 @@ def speaker_free_cosines(embedder: Embedder, text: str, named: set[str], found: 
     (relevance.without_speakers), for the vector part of the text relevance. None when nothing but
     the names is left. One more query embedding (``ahead``'s, when it embedded this same text);
     the candidates' vectors are already at hand."""
-    rest = without_speakers(text, named)
-    if not any(ch.isalnum() for ch in rest):
+    rest = _speaker_free_text(text, named)
+    if rest is None:
         return None
     vec = ahead.vector(embedder) if ahead is not None and ahead.text == rest else None
     if vec is None:
@@ -487,6 +487,12 @@ class TextParts:
                 "speaker_part": float(p.speaker[n]), "neighbor_part": float(p.neighbor[n])}
 
 
+def _speaker_free_text(text: str, named: set[str]) -> str | None:
+    """The query without the names of the ``named`` speakers; None when nothing but them is left."""
+    rest = without_speakers(text, named)
+    return rest if any(ch.isalnum() for ch in rest) else None
+
+
 def speaker_free_ahead(store: EpisodeStore, embedder: Embedder, cfg: WorldGraphConfig, tenant_id: str, text: str,
                        opts: RecallOptions) -> Ahead | None:
     """The speaker-free query's embedding, started on another thread before the candidates are
@@ -505,8 +511,8 @@ def speaker_free_ahead(store: EpisodeStore, embedder: Embedder, cfg: WorldGraphC
     named = named_speakers(text, agents)
     if not named or len(named) == len(agents):
         return None
-    rest = without_speakers(text, named)
-    if not any(ch.isalnum() for ch in rest):
+    rest = _speaker_free_text(text, named)
+    if rest is None:
         return None
     return Ahead(rest, _AHEAD_POOL.submit(embed_query, embedder, [rest]))
 
