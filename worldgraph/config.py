@@ -105,6 +105,13 @@ class WorldGraphConfig(BaseSettings):
     # Added to the fused relevance of a memory said by a person the query names, when the query
     # names some of the candidates' speakers and not others (memory/recall/relevance.py)
     speaker_match_weight: float = Field(0.15, ge=0.0, le=1.0)
+    # A conversation turn that asks loses question_weight x the share of its text that asks (a
+    # question reads like the query but tells little), and the turn that answers it (the next turn
+    # of its session, said by another speaker) gains answer_weight x that share x the question's
+    # relevance (memory/recall/relevance.py). Chosen on conv-26/30 of LoCoMo, checked on the other
+    # three (bench/README.md, "A question's match goes to its answer")
+    question_weight: float = Field(0.2, ge=0.0, le=1.0)
+    answer_weight: float = Field(0.4, ge=0.0, le=1.0)
     # When the speaker match applies, the vector part is the cosine with the query without the
     # named speakers' names (the match says who, the cosine says what); the candidates and the
     # min_similarity floor still use the whole query's cosine. Costs a second query embedding.

@@ -246,10 +246,18 @@ class EpisodeIds(BaseModel):
 class ScoreBreakdown(_Open):
     semantic_weighted: float = Field(description="text_relevance x semantic_weight.")
     text_relevance: float = Field(0.0, description="The relevance formula's first term, 0 to 1: the cosine "
-                                  "(relevance_signal vector) or vector_part + bm25_part + neighbor_part (hybrid).")
+                                  "(relevance_signal vector) or vector_part + bm25_part + speaker_part + question_part + "
+                                  "answer_part + neighbor_part (hybrid).")
     vector_part: float = Field(0.0, description="The cosine's share of text_relevance.")
     bm25_part: float = Field(0.0, description="The full-text (BM25) share of text_relevance, relative to the "
                              "query's best full-text hit.")
+    speaker_part: float = Field(0.0, description="The speaker match: speaker_match_weight for a memory said by a "
+                                "person the query names (when it names some of the speakers and not others).")
+    question_part: float = Field(0.0, description="Minus question_weight x the share of a conversation turn's text "
+                                 "that asks (0 or negative): a question tells little.")
+    answer_part: float = Field(0.0, description="answer_weight x the question's share x the question's relevance, for "
+                               "the turn that answers a question among the candidates (the next turn of its "
+                               "session, said by another speaker).")
     neighbor_part: float = Field(0.0, description="The lift from the best session neighbour (neighbor_weight).")
     date_match: float = Field(0.0, description="The boost for falling inside the dates the query names.")
     recency_boost: float

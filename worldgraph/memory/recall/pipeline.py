@@ -40,6 +40,7 @@ from worldgraph.memory.recall.relevance import (
     TextRelevance,
     in_window,
     named_speakers,
+    question_share,
     text_relevance,
     without_speakers,
 )
@@ -50,7 +51,7 @@ from worldgraph.memory.recall.scoring import (
     normalise_feedback,
     relevances,
 )
-from worldgraph.memory.record import parse_model
+from worldgraph.memory.record import CONVERSATION_TASK_TYPE, parse_model
 
 _SEARCH_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="worldgraph-recall")
 # The speaker-free query's embedding, run beside the query's own (speaker_free_ahead); its own
@@ -484,7 +485,8 @@ class TextParts:
         p = self.parts
         return {"text_relevance": float(p.relevance[n]), "vector_cosine": float(self.cosine[n]),
                 "vector_part": float(p.vector[n]), "bm25_part": float(p.bm25[n]),
-                "speaker_part": float(p.speaker[n]), "neighbor_part": float(p.neighbor[n])}
+                "speaker_part": float(p.speaker[n]), "question_part": float(p.question[n]),
+                "answer_part": float(p.answer[n]), "neighbor_part": float(p.neighbor[n])}
 
 
 def _speaker_free_text(text: str, named: set[str]) -> str | None:
@@ -535,10 +537,33 @@ def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semanti
     hit = None
     if episodes is not None and named:
         hit = np.array([str(episodes[i].get("agent_id") or "") in named for i in ids], dtype=bool)
+    asks, answers = None, None
+    if episodes is not None and ids and cfg.relevance_signal == "hybrid" and searched_text:
+        asks, answers = _questions(store, tenant_id, cfg, ids, pos, episodes)
     cosine = np.array([semantic[i] for i in ids], dtype=np.float64)
     rel = text_relevance(cosine, np.array([bm25.get(i, 0.0) for i in ids], dtype=np.float64),
-                         max(bm25.values(), default=0.0), neighbors, cfg, searched_text, hit)
+                         max(bm25.values(), default=0.0), neighbors, cfg, searched_text, hit, asks, answers)
     return TextParts(pos, cosine, rel)
+
+
+def _questions(store: EpisodeStore, tenant_id: str, cfg: WorldGraphConfig, ids: list[str], pos: dict[str, int],
+               episodes: dict[str, dict[str, Any]]) -> tuple[np.ndarray | None, list[tuple[int, int]] | None]:
+    """For the question and answer parts (relevance.py): the share of each candidate conversation
+    turn's text that asks (0 for other memories), and the (question, answer) pairs among the
+    candidates: the next turn of a question's session, said by another speaker. Only the
+    questions' session neighbours are read (one store query), and only when answer_weight > 0."""
+    if cfg.question_weight <= 0 and cfg.answer_weight <= 0:
+        return None, None
+    asks = np.array([question_share(str(episodes[i].get("task_description") or ""))
+                     if episodes[i].get("task_type") == CONVERSATION_TASK_TYPE else 0.0 for i in ids])
+    asking = [i for i, share in zip(ids, asks) if share > 0]
+    if not asking or cfg.answer_weight <= 0:
+        return asks, None
+    answers = []
+    for q, (_, nxt) in store.session_neighbors(tenant_id, asking).items():
+        if nxt is not None and nxt in pos and episodes[nxt].get("agent_id") != episodes[q].get("agent_id"):
+            answers.append((pos[q], pos[nxt]))
+    return asks, answers
 
 
 def _date_boosts(window: ParsedQuery | None, query: str, explicit_now: bool, ids: list[str],

@@ -4,7 +4,8 @@ The relevance formula (scoring.py) takes one semantic term. With ``relevance_sig
 is the cosine similarity, as the original formula has it. With ``"hybrid"`` it fuses everything recall
 fetched:
 
-    relevance = (1 - w) x vector + w x bm25 + speaker match + neighbour lift, at most 1
+    relevance = (1 - w) x vector + w x bm25 + speaker match - question + answer + neighbour lift,
+                in [0, 1]
 
 - ``vector`` = the cosine similarity, floored at 0 (an absolute scale: it does not depend on
   the other candidates);
@@ -18,6 +19,12 @@ fetched:
   ``speaker_free_vector`` the cosine of ``vector`` is then taken with the query without those
   names (``without_speakers``: "What do kids like?"), so that it ranks the person's memories by
   what they say instead of by the name every one of them carries;
+- question = ``question_weight`` x the share of a conversation turn's text that asks
+  (``question_share``): a turn that asks ("What are their names?") says little, yet it reads
+  like the query and shares its words, so it came above the turns that answer it;
+- answer = ``answer_weight`` x the question's share x the question's fused relevance, for the
+  turn that follows a question among the candidates in its session, said by another speaker (its
+  answer: "Luna and Oliver!"): a question that matches the query passes its match to its answer;
 - neighbour lift = ``neighbor_weight`` x the fused relevance of the memory's best session
   neighbour (the turn before or after it) among the candidates: an answer that follows a
   question matching the query well is lifted with it.
@@ -45,6 +52,8 @@ class TextRelevance:
     bm25: np.ndarray  # w x normalised BM25
     neighbor: np.ndarray  # the neighbour lift
     speaker: np.ndarray  # the speaker match
+    question: np.ndarray  # minus the question part (0 or negative)
+    answer: np.ndarray  # the answer part
 
 
 def text_relevance(
@@ -55,6 +64,8 @@ def text_relevance(
     cfg: WorldGraphConfig,
     searched_text: bool = True,
     named: np.ndarray | None = None,
+    asks: np.ndarray | None = None,
+    answers: list[tuple[int, int]] | None = None,
 ) -> TextRelevance:
     """``cosine`` and ``bm25`` (0 where there is no full-text hit) per candidate; ``bm25_top``:
     the best BM25 score of the query's hits (whether or not that memory is still a candidate);
@@ -62,12 +73,16 @@ def text_relevance(
     ``searched_text=False`` (no full-text search ran: ``hybrid=False``) leaves the cosine alone,
     as with ``"vector"``; a search that matched nothing is evidence, and weighs in as 0.
     ``named[i]``: the query names candidate i's speaker (``named_speakers``); the match counts
-    only when it tells candidates apart (some named, some not)."""
+    only when it tells candidates apart (some named, some not). ``asks[i]``: the share of
+    candidate i's text that asks (``question_share``; 0 for a memory that is not a conversation
+    turn); ``answers``: (question, answer) candidate index pairs, the answer being the next turn
+    of the question's session, said by another speaker."""
     cos = np.asarray(cosine, dtype=np.float64)
     n = cos.shape[0]
     if cfg.relevance_signal == "vector" or not searched_text:
         zeros = np.zeros(n)
-        return TextRelevance(relevance=cos, vector=cos.copy(), bm25=zeros, neighbor=zeros.copy(), speaker=zeros.copy())
+        return TextRelevance(relevance=cos, vector=cos.copy(), bm25=zeros, neighbor=zeros.copy(), speaker=zeros.copy(),
+                             question=zeros.copy(), answer=zeros.copy())
     raw = np.asarray(bm25, dtype=np.float64)
     top = max(float(bm25_top), float(raw.max()) if n else 0.0)
     w = cfg.hybrid_text_weight
@@ -80,14 +95,42 @@ def text_relevance(
             # capped so that the parts still add up to the relevance, at most 1
             speaker = np.minimum(cfg.speaker_match_weight * hit, 1.0 - (vector + lexical))
     fused = vector + lexical + speaker
+    question = np.zeros(n)
+    answer = np.zeros(n)
+    if asks is not None and cfg.question_weight > 0:
+        # at most the fused relevance itself, so the parts still add up to a relevance >= 0
+        question = -np.minimum(cfg.question_weight * np.asarray(asks, dtype=np.float64), fused)
+    if asks is not None and answers and cfg.answer_weight > 0:
+        share = np.asarray(asks, dtype=np.float64)
+        for q, a in answers:
+            answer[a] = max(answer[a], cfg.answer_weight * share[q] * fused[q])
+        answer = np.minimum(answer, 1.0 - (fused + question))
+    told = fused + question + answer
     lift = np.zeros(n)
     if neighbors is not None and cfg.neighbor_weight > 0:
         for i, (prev, nxt) in enumerate(neighbors):
             best = max((fused[j] for j in (prev, nxt) if j is not None), default=0.0)
             lift[i] = cfg.neighbor_weight * best
-    relevance = np.minimum(1.0, fused + lift)
-    return TextRelevance(relevance=relevance, vector=vector, bm25=lexical, neighbor=relevance - fused,
-                         speaker=speaker)
+    relevance = np.minimum(1.0, told + lift)
+    return TextRelevance(relevance=relevance, vector=vector, bm25=lexical, neighbor=relevance - told,
+                         speaker=speaker, question=question, answer=answer)
+
+
+_SENTENCE = re.compile(r"[^.!?\u2026\u3002\uff01\uff1f]+[.!?\u2026\u3002\uff01\uff1f]*")
+_ASKS = ("?", "\uff1f")  # a sentence that ends with a question mark (ASCII or full-width) asks
+
+
+def question_share(text: str) -> float:
+    """The share of ``text``'s characters (in [0, 1]) in sentences that end with a question mark:
+    1 for "What are their names?", 0.5 or so for "Ah, they're adorable! What are their names?",
+    0 for a text that asks nothing."""
+    if "?" not in text and "\uff1f" not in text:  # most memories: no sentence to split
+        return 0.0
+    sentences = [s.strip() for s in _SENTENCE.findall(text)]
+    total = sum(len(s) for s in sentences)
+    if total == 0:
+        return 0.0
+    return sum(len(s) for s in sentences if s.endswith(_ASKS)) / total
 
 
 def in_window(timestamps: np.ndarray, start: float | None, end: float | None) -> np.ndarray:
