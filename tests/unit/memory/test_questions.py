@@ -13,7 +13,7 @@ import pytest
 from tests.unit.memory.test_scoring import VectorEmbedder, unit
 from worldgraph import WorldModel
 from worldgraph.config import WorldGraphConfig
-from worldgraph.memory.recall.relevance import question_share, text_relevance
+from worldgraph.memory.recall.relevance import QUESTION_SHARE_CHARS, question_share, text_relevance
 
 CFG = WorldGraphConfig(relevance_signal="hybrid", hybrid_text_weight=0.4, question_weight=0.2, answer_weight=0.4)
 
@@ -28,6 +28,10 @@ def test_question_share_is_the_share_of_the_text_that_asks() -> None:
     assert question_share("\u4f60\u597d\u3002\u4f60\u53bb\u54ea\u91cc\u4e86\uff1f") == pytest.approx(6 / 9)  # full-width marks
     assert question_share("Really?! No way.") == 0.0  # "?!" ends on "!": an exclamation
     assert question_share("so... what now?") == pytest.approx(len("what now?") / len("so...what now?"))
+    # a huge text is read from its start: a recall over 64 kB memories costs what one over turns does
+    huge = "We went camping. " * 240 + "Where? " * 10_000  # the questions start past 4,080 characters
+    assert len(huge) > 16 * QUESTION_SHARE_CHARS
+    assert question_share(huge) < 0.01  # read whole, 94% of it asks
 
 
 def test_question_and_answer_parts() -> None:

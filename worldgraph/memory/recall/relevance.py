@@ -120,10 +120,15 @@ _SENTENCE = re.compile(r"[^.!?\u2026\u3002\uff01\uff1f]+[.!?\u2026\u3002\uff01\u
 _ASKS = ("?", "\uff1f")  # a sentence that ends with a question mark (ASCII or full-width) asks
 
 
+QUESTION_SHARE_CHARS = 4096  # a longer text is read from its start (a pasted document, not a turn)
+
+
 def question_share(text: str) -> float:
     """The share of ``text``'s characters (in [0, 1]) in sentences that end with a question mark:
     1 for "What are their names?", 0.5 or so for "Ah, they're adorable! What are their names?",
-    0 for a text that asks nothing."""
+    0 for a text that asks nothing. Only the first ``QUESTION_SHARE_CHARS`` characters are read,
+    so that a recall over huge memories costs no more than over short ones."""
+    text = text[:QUESTION_SHARE_CHARS]
     if "?" not in text and "\uff1f" not in text:  # most memories: no sentence to split
         return 0.0
     sentences = [s.strip() for s in _SENTENCE.findall(text)]
