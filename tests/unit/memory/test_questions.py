@@ -4,6 +4,7 @@ its match. The numbers pinned, then what they change end to end."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +64,11 @@ VECS = {"qqq": [1.0, 0.0, 0.0, 0.0], "alpha": unit(0.8, 1), "bravo": unit(0.55, 
 def _recall(tmp_path: Path, turns: list[dict[str, Any]], **config: Any) -> tuple[list[str], dict[str, dict[str, float]]]:
     """Record ``turns`` as one session, recall "qqq"; the texts in rank order and their breakdowns."""
     wm = WorldModel.open(tmp_path / f"wm-{len(list(tmp_path.iterdir()))}", embedder=VectorEmbedder(VECS), **config)
+    tenant = f"t-{uuid.uuid4().hex[:10]}"  # a shared Neo4j holds other tests' tenants
     try:
-        wm.record_conversation("t", "s1", [{**t, "timestamp": f"2023-05-08T10:0{n}:00Z"} for n, t in enumerate(turns)])
-        res = wm.recall_experiences("t", None, "qqq", limit=len(turns), options={"min_similarity": 0})
+        wm.record_conversation(tenant, "s1", [{**t, "timestamp": f"2023-05-08T10:0{n}:00Z"}
+                                              for n, t in enumerate(turns)])
+        res = wm.recall_experiences(tenant, None, "qqq", limit=len(turns), options={"min_similarity": 0})
     finally:
         wm.close()
     return [r["task_description"] for r in res], {r["task_description"]: r["score_breakdown"] for r in res}
@@ -76,10 +79,20 @@ TURNS = [{"speaker": "Caroline", "text": "alpha: what are their names?"},  # ask
          {"speaker": "Caroline", "text": "charlie is fine."}]
 
 
-def test_an_answer_comes_above_the_question_it_answers(tmp_path: Path) -> None:
-    order, parts = _recall(tmp_path, TURNS, question_weight=0.0, answer_weight=0.0)
+@pytest.fixture(params=["embedded", pytest.param("neo4j", marks=pytest.mark.neo4j)])
+def store(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The graph store's settings: the answer is found by each store's own session order."""
+    if request.param == "embedded":
+        return {}
+    server = request.getfixturevalue("neo4j_server")
+    return {"graph": "neo4j", "neo4j_uri": server["uri"], "neo4j_user": server["user"],
+            "neo4j_password": server["password"]}
+
+
+def test_an_answer_comes_above_the_question_it_answers(tmp_path: Path, store: dict[str, Any]) -> None:
+    order, parts = _recall(tmp_path, TURNS, question_weight=0.0, answer_weight=0.0, **store)
     assert order[0] == TURNS[0]["text"]  # the question's cosine (0.8) leads
-    order, parts = _recall(tmp_path, TURNS)
+    order, parts = _recall(tmp_path, TURNS, **store)
     assert order[:2] == [TURNS[1]["text"], TURNS[0]["text"]]  # its answer first
     q, a, c = (parts[t["text"]] for t in TURNS)
     assert q["question_part"] == pytest.approx(-WorldGraphConfig().question_weight)  # all of it asks
@@ -90,9 +103,9 @@ def test_an_answer_comes_above_the_question_it_answers(tmp_path: Path) -> None:
                                                     + b["question_part"] + b["answer_part"] + b["neighbor_part"])
 
 
-def test_only_another_speakers_next_turn_is_an_answer(tmp_path: Path) -> None:
+def test_only_another_speakers_next_turn_is_an_answer(tmp_path: Path, store: dict[str, Any]) -> None:
     same = [TURNS[0], {"speaker": "Caroline", "text": "bravo, Luna and Oliver!"}, TURNS[2]]
-    _, parts = _recall(tmp_path, same)
+    _, parts = _recall(tmp_path, same, **store)
     assert parts[same[1]["text"]]["answer_part"] == 0.0  # the asker going on is not an answer
 
 
