@@ -4,7 +4,8 @@ Order of work: candidates (top ``candidate_pool`` by vector, plus BM25 hits in
 hybrid mode), metadata filters and the cosine floor (min_similarity), feedback filter, relevance
 score, diversity penalty, top-k. The relevance score's semantic term is the text relevance of
 relevance.py (the cosine, or vector and BM25 evidence fused; when the query names a speaker, its
-vector part is the cosine with the query without the name: ``speaker_free_cosines``); the dates a
+vector part is the cosine with the query without the name: ``speaker_free_cosines``; a conversation
+turn that asks passes its match to the turn that answers it: ``_questions``); the dates a
 query names add a soft boost (``_date_boosts``), never a filter. The optional LLM step
 (rewrite.py) adds sub-queries, each searched beside the query. The tenant and the metadata filters are also pushed
 down into the LanceDB search, so a narrow filter (one canvas, one week) still gets its full pool

@@ -118,8 +118,6 @@ def text_relevance(
 
 _SENTENCE = re.compile(r"[^.!?\u2026\u3002\uff01\uff1f]+[.!?\u2026\u3002\uff01\uff1f]*")
 _ASKS = ("?", "\uff1f")  # a sentence that ends with a question mark (ASCII or full-width) asks
-
-
 QUESTION_SHARE_CHARS = 4096  # a longer text is read from its start (a pasted document, not a turn)
 
 
