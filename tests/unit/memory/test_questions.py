@@ -57,8 +57,7 @@ def test_question_and_answer_parts() -> None:
     assert off.relevance == pytest.approx(fused) and not off.question.any() and not off.answer.any()
 
 
-VECS = {"qqq": [1.0, 0.0, 0.0, 0.0], "alpha": unit(0.8, 1), "bravo": unit(0.55, 2), "charlie": unit(0.5, 3),
-        "delta": unit(0.6, 3)}
+VECS = {"qqq": [1.0, 0.0, 0.0, 0.0], "alpha": unit(0.8, 1), "bravo": unit(0.55, 2), "charlie": unit(0.5, 3)}
 
 
 def _recall(tmp_path: Path, turns: list[dict[str, Any]], **config: Any) -> tuple[list[str], dict[str, dict[str, float]]]:
