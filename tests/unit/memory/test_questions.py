@@ -123,3 +123,23 @@ def test_only_conversation_turns_ask(tmp_path: Path) -> None:
 def test_the_vector_signal_has_no_question_part(tmp_path: Path) -> None:
     order, parts = _recall(tmp_path, TURNS, relevance_signal="vector")
     assert order[0] == TURNS[0]["text"] and all(p["question_part"] == 0.0 for p in parts.values())
+
+
+def test_the_neighbour_lift_and_the_answer_share_one_read_of_the_session_order(tmp_path: Path) -> None:
+    wm = WorldModel.open(tmp_path / "both", embedder=VectorEmbedder(VECS), neighbor_weight=0.1)
+    calls: list[list[str]] = []
+    read = wm.store.session_neighbors
+
+    def counted(tenant_id: str, episode_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
+        calls.append(list(episode_ids))
+        return read(tenant_id, episode_ids)
+
+    try:
+        wm.record_conversation("t", "s1", [{**t, "timestamp": f"2023-05-08T10:0{n}:00Z"} for n, t in enumerate(TURNS)])
+        wm.store.session_neighbors = counted  # type: ignore[method-assign]
+        res = wm.recall_experiences("t", None, "qqq", limit=3, options={"min_similarity": 0})
+    finally:
+        wm.close()
+    assert len(calls) == 1 and len(calls[0]) == 3  # every candidate's, read once for both parts
+    parts = {r["task_description"]: r["score_breakdown"] for r in res}
+    assert parts[TURNS[1]["text"]]["answer_part"] > 0 and parts[TURNS[1]["text"]]["neighbor_part"] > 0

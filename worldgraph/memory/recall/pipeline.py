@@ -529,6 +529,7 @@ def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semanti
     cosine the vector part is made of (the query's, or the speaker-free one)."""
     pos = {i: n for n, i in enumerate(ids)}
     neighbors: list[tuple[int | None, int | None]] | None = None
+    links: dict[str, tuple[str | None, str | None]] | None = None
     if ids and cfg.relevance_signal == "hybrid" and cfg.neighbor_weight > 0:
         links = store.session_neighbors(tenant_id, ids)
         neighbors = []
@@ -540,7 +541,7 @@ def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semanti
         hit = np.array([str(episodes[i].get("agent_id") or "") in named for i in ids], dtype=bool)
     asks, answers = None, None
     if episodes is not None and ids and cfg.relevance_signal == "hybrid" and searched_text:
-        asks, answers = _questions(store, tenant_id, cfg, ids, pos, episodes)
+        asks, answers = _questions(store, tenant_id, cfg, ids, pos, episodes, links)
     cosine = np.array([semantic[i] for i in ids], dtype=np.float64)
     rel = text_relevance(cosine, np.array([bm25.get(i, 0.0) for i in ids], dtype=np.float64),
                          max(bm25.values(), default=0.0), neighbors, cfg, searched_text, hit, asks, answers)
@@ -548,11 +549,13 @@ def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semanti
 
 
 def _questions(store: EpisodeStore, tenant_id: str, cfg: WorldGraphConfig, ids: list[str], pos: dict[str, int],
-               episodes: dict[str, dict[str, Any]]) -> tuple[np.ndarray | None, list[tuple[int, int]] | None]:
+               episodes: dict[str, dict[str, Any]], links: dict[str, tuple[str | None, str | None]] | None = None
+               ) -> tuple[np.ndarray | None, list[tuple[int, int]] | None]:
     """For the question and answer parts (relevance.py): the share of each candidate conversation
     turn's text that asks (0 for other memories), and the (question, answer) pairs among the
-    candidates: the next turn of a question's session, said by another speaker. Only the
-    questions' session neighbours are read (one store query), and only when answer_weight > 0."""
+    candidates: the next turn of a question's session, said by another speaker. ``links``: every
+    candidate's session neighbours when the neighbour lift already read them; else only the
+    questions' are read (one store query), and only when answer_weight > 0."""
     if cfg.question_weight <= 0 and cfg.answer_weight <= 0:
         return None, None
     asks = np.array([question_share(str(episodes[i].get("task_description") or ""))
@@ -560,8 +563,11 @@ def _questions(store: EpisodeStore, tenant_id: str, cfg: WorldGraphConfig, ids: 
     asking = [i for i, share in zip(ids, asks) if share > 0]
     if not asking or cfg.answer_weight <= 0:
         return asks, None
+    if links is None:
+        links = store.session_neighbors(tenant_id, asking)
     answers = []
-    for q, (_, nxt) in store.session_neighbors(tenant_id, asking).items():
+    for q in asking:
+        nxt = links.get(q, (None, None))[1]
         if nxt is not None and nxt in pos and episodes[nxt].get("agent_id") != episodes[q].get("agent_id"):
             answers.append((pos[q], pos[nxt]))
     return asks, answers

@@ -52,7 +52,7 @@ class TextRelevance:
     bm25: np.ndarray  # w x normalised BM25
     neighbor: np.ndarray  # the neighbour lift
     speaker: np.ndarray  # the speaker match
-    question: np.ndarray  # minus the question part (0 or negative)
+    question: np.ndarray  # the question part, subtracted: 0 or negative
     answer: np.ndarray  # the answer part
 
 
