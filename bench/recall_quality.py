@@ -252,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| method | R@5 | R@10 | {' | '.join(f'{c} R@5 / R@10' for c in cats)} |")
     print("|---|---|---|" + "---|" * len(cats))
     for name, res in results.items():
-        per = " | ".join(f"{res[f'{c} R@5']:.3f} / {res[f'{c} R@10']:.3f}" for c in cats)
+        # a category the conversations asked no question of (conv-30 has no open-domain one) shows "-"
+        per = " | ".join(f"{res[f'{c} R@5']:.3f} / {res[f'{c} R@10']:.3f}" if f"{c} R@5" in res else "-"
+                         for c in cats)
         print(f"| {labels[name]} | {res['R@5']:.3f} | {res['R@10']:.3f} | {per} |")
     lat = {"quiet_p50_ms": pct(quiet, 50), "quiet_p99_ms": pct(quiet, 99),
            "loaded_p50_ms": pct(loaded, 50), "loaded_p99_ms": pct(loaded, 99), "load_processes": args.load,
