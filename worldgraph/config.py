@@ -112,10 +112,27 @@ class WorldGraphConfig(BaseSettings):
     # three (bench/README.md, "A question's match goes to its answer")
     question_weight: float = Field(0.2, ge=0.0, le=1.0)
     answer_weight: float = Field(0.4, ge=0.0, le=1.0)
+    # A conversation turn gains (1 - hybrid_text_weight) x how much better it matches the query
+    # with reply_context x its reply's vector (the next turn of its session, a candidate too) mixed
+    # into its own (memory/recall/relevance.py reply_gains). 0 turns it off. Chosen on conv-26/30 of
+    # LoCoMo, checked on the other three (bench/README.md, "The people and the replies")
+    reply_context: float = Field(0.3, ge=0.0, le=1.0)
+    # The sentence part, an optional stage (memory/recall/sentences.py): the top sentence_head
+    # candidates that are conversation turns of several sentences gain sentence_weight x how much
+    # better their best sentence matches the query than the whole turn does. Each sentence is
+    # embedded at recall (then kept in a bounded in-process cache), so it costs query time, not
+    # recording time: off (0) by default; bench/README.md, "The sentence part", has its gain and cost.
+    sentence_head: int = Field(0, ge=0, le=200)
+    sentence_weight: float = Field(0.2, ge=0.0, le=1.0)
     # When the speaker match applies, the vector part is the cosine with the query without the
     # named speakers' names (the match says who, the cosine says what); the candidates and the
     # min_similarity floor still use the whole query's cosine. Costs a second query embedding.
     speaker_free_vector: bool = True
+    # With speaker_free_vector, while the speaker floor applies (below), the candidates are also the
+    # vector top candidate_pool of the query without the names (a second vector search): a memory
+    # that says what the query asks in other words is not crowded out by the person's memories that
+    # only share the name (memory/recall/pipeline.py find_candidates)
+    speaker_free_candidates: bool = True
     # The cosine floor while the speaker match applies (the query names some of the candidates'
     # speakers and not others), in place of the built-in floor: only while min_similarity_threshold
     # is unset and the caller passes no min_similarity (a floor someone set is kept as set). A name

@@ -95,7 +95,7 @@ def print_recall(results: list[Any], explain: bool = True) -> None:
     if explain:
         print("\nwhy (score = relevance x w + recency + feedback + confidence x w + date match, clamped; then "
               "feedback-aware boost and diversity penalty, which rank; the score shown is clamped to [0, 1]; "
-              "relevance = vector + bm25 [+ speaker - question + answer + neighbour] parts):")
+              "relevance = vector + bm25 [+ speaker - question + answer + reply + neighbour + sentence] parts):")
         for i, r in enumerate(results, 1):
             b = r["score_breakdown"]
             print(f"  #{i}: {b['semantic_weighted']:+.3f} relevance ({b.get('vector_part', 0):.3f} vector "
@@ -103,7 +103,9 @@ def print_recall(results: list[Any], explain: bool = True) -> None:
                   + (f" + {b['speaker_part']:.3f} speaker" if b.get("speaker_part") else "")
                   + (f" - {-b['question_part']:.3f} question" if b.get("question_part") else "")
                   + (f" + {b['answer_part']:.3f} answer" if b.get("answer_part") else "")
+                  + (f" + {b['reply_part']:.3f} reply" if b.get("reply_part") else "")
                   + (f" + {b['neighbor_part']:.3f} neighbour" if b.get("neighbor_part") else "")
+                  + (f" + {b['sentence_part']:.3f} sentence" if b.get("sentence_part") else "")
                   + f")  {b['recency_boost']:+.3f} recency  "
                   f"{b['feedback_adjustment']:+.3f} feedback  {b['confidence_factor']:+.3f} confidence  "
                   + (f"{b['date_match']:+.3f} date  " if b.get("date_match") else "")

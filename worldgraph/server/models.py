@@ -247,7 +247,7 @@ class ScoreBreakdown(_Open):
     semantic_weighted: float = Field(description="text_relevance x semantic_weight.")
     text_relevance: float = Field(0.0, description="The relevance formula's first term, 0 to 1: the cosine "
                                   "(relevance_signal vector) or vector_part + bm25_part + speaker_part + question_part + "
-                                  "answer_part + neighbor_part (hybrid).")
+                                  "answer_part + reply_part + neighbor_part + sentence_part (hybrid).")
     vector_part: float = Field(0.0, description="The cosine's share of text_relevance.")
     bm25_part: float = Field(0.0, description="The full-text (BM25) share of text_relevance, relative to the "
                              "query's best full-text hit.")
@@ -258,7 +258,13 @@ class ScoreBreakdown(_Open):
     answer_part: float = Field(0.0, description="answer_weight x the question's share x the question's relevance, for "
                                "the turn that answers a question among the candidates (the next turn of its "
                                "session, said by another speaker).")
+    reply_part: float = Field(0.0, description="(1 - hybrid_text_weight) x how much better a conversation turn "
+                              "matches the query once reply_context x its reply's vector (the next turn of its "
+                              "session, a candidate too) is mixed into its own.")
     neighbor_part: float = Field(0.0, description="The lift from the best session neighbour (neighbor_weight).")
+    sentence_part: float = Field(0.0, description="The optional sentence stage (sentence_head > 0): sentence_weight "
+                                 "x how much better a conversation turn's best sentence matches the query than "
+                                 "the whole turn.")
     date_match: float = Field(0.0, description="The boost for falling inside the dates the query names.")
     recency_boost: float
     feedback_adjustment: float

@@ -99,7 +99,8 @@ def test_an_answer_comes_above_the_question_it_answers(tmp_path: Path, store: di
     assert c["answer_part"] == 0.0 and c["question_part"] == 0.0  # follows no question
     for b in (q, a):
         assert b["text_relevance"] == pytest.approx(b["vector_part"] + b["bm25_part"] + b["speaker_part"]
-                                                    + b["question_part"] + b["answer_part"] + b["neighbor_part"])
+                                                    + b["question_part"] + b["answer_part"] + b["reply_part"]
+                                                    + b["neighbor_part"] + b["sentence_part"])
 
 
 def test_only_another_speakers_next_turn_is_an_answer(tmp_path: Path, store: dict[str, Any]) -> None:

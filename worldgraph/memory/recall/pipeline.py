@@ -4,8 +4,10 @@ Order of work: candidates (top ``candidate_pool`` by vector, plus BM25 hits in
 hybrid mode), metadata filters and the cosine floor (min_similarity), feedback filter, relevance
 score, diversity penalty, top-k. The relevance score's semantic term is the text relevance of
 relevance.py (the cosine, or vector and BM25 evidence fused; when the query names a speaker, its
-vector part is the cosine with the query without the name: ``speaker_free_cosines``; a conversation
-turn that asks passes its match to the turn that answers it: ``_questions``); the dates a
+vector part is the cosine with the query without the name: ``speaker_free_vector``; a conversation
+turn that asks passes its match to the turn that answers it: ``_questions``; with the optional
+sentence stage, a turn whose best sentence matches better than the whole turn gains:
+``_sentence_part``); the dates a
 query names add a soft boost (``_date_boosts``), never a filter. The optional LLM step
 (rewrite.py) adds sub-queries, each searched beside the query. The tenant and the metadata filters are also pushed
 down into the LanceDB search, so a narrow filter (one canvas, one week) still gets its full pool
@@ -42,7 +44,9 @@ from worldgraph.memory.recall.relevance import (
     in_window,
     named_speakers,
     question_share,
+    reply_gains,
     text_relevance,
+    with_sentences,
     without_speakers,
 )
 from worldgraph.memory.recall.scoring import (
@@ -52,6 +56,7 @@ from worldgraph.memory.recall.scoring import (
     normalise_feedback,
     relevances,
 )
+from worldgraph.memory.recall.sentences import best_sentence_cosines, sentence_texts
 from worldgraph.memory.record import CONVERSATION_TASK_TYPE, parse_model
 
 _SEARCH_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="worldgraph-recall")
@@ -137,7 +142,7 @@ def _recall(
     q = prepare_query(embedder, cfg, agent_role, query, limit, options, now,
                       ahead=lambda text, opts: speaker_free_ahead(store, embedder, cfg, tenant_id, text, opts))
     try:
-        found = find_candidates(store, index, cfg, tenant_id, q)
+        found = find_candidates(store, index, cfg, tenant_id, q, embedder)
         if found is None:
             return []
         scored = score_candidates(store, cfg, tenant_id, q, found, embedder)
@@ -207,6 +212,7 @@ class Candidates:
     subquery: dict[str, float] | None = None  # the best cosine with any of the LLM's sub-queries
     named: set[str] = field(default_factory=set)  # the speakers the query names (speaker_names)
     floor: float = 0.0  # the cosine floor the candidates passed (min_similarity, or speaker_min_similarity)
+    free: np.ndarray | None = None  # the speaker-free query vector, when the candidates were searched with it
 
 
 def prepare_query(embedder: Embedder, cfg: WorldGraphConfig, agent_role: str | None, query: str,
@@ -254,9 +260,16 @@ def prepare_query(embedder: Embedder, cfg: WorldGraphConfig, agent_role: str | N
 
 
 def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphConfig, tenant_id: str,
-                    q: PreparedQuery) -> Candidates | None:
+                    q: PreparedQuery, embedder: Embedder | None = None) -> Candidates | None:
     """2. candidates (vector top-N plus full-text hits), then the metadata filters and the cosine
-    floor on the system of record, then the feedback filter. None: nothing is left."""
+    floor on the system of record, then the feedback filter. None: nothing is left.
+
+    When the query names some of the candidates' speakers and the speaker floor applies
+    (``speaker_min_similarity``), the vector top-N is also searched with the query without the
+    names (``speaker_free_vector``, needs ``embedder``): every memory of the named person carries
+    the name, so the first search ranks that person's memories by the name they share with the
+    query, and one that says what the query asks in other words can miss the top N. A memory it
+    adds must pass the floor by its speaker-free cosine, the cosine its relevance is made of."""
     opts = q.opts
     # 2a. candidates: vector top-N plus full-text hits
     where = q.filters.where()
@@ -308,10 +321,18 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
     # the floor: lower while the query names some of the candidates' speakers (speaker_min_similarity)
     named = speaker_names(cfg, q.text, searched_text, ids, episodes)
     floor = q.min_sim
-    if named and cfg.speaker_min_similarity is not None and opts.min_similarity is None \
-            and cfg.min_similarity_threshold is None:
+    speaker_floor = bool(named) and cfg.speaker_min_similarity is not None and opts.min_similarity is None \
+        and cfg.min_similarity_threshold is None
+    if speaker_floor and cfg.speaker_min_similarity is not None:
         floor = cfg.speaker_min_similarity
     ids = [i for i in ids if near[i] >= floor]
+    free = None
+    if speaker_floor and cfg.speaker_free_vector and cfg.speaker_free_candidates and embedder is not None:
+        free = speaker_free_vector(embedder, q.text, named, q.ahead)
+    if free is not None:
+        pool = Pool(by_id, ids, matrix, row, semantic, subquery, episodes, stats)
+        _speaker_free_candidates(store, index, cfg, tenant_id, q, where, free, floor, pool)
+        ids, matrix = pool.ids, pool.matrix
 
     # 2c. feedback filter
     if opts.feedback_category is not None:
@@ -322,7 +343,49 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
         ids = [i for i in ids if (f := avg[i]) is not None and f >= floor]
     if not ids:
         return None
-    return Candidates(ids, matrix, row, semantic, bm25, searched_text, episodes, stats, avg, subquery, named, floor)
+    return Candidates(ids, matrix, row, semantic, bm25, searched_text, episodes, stats, avg, subquery, named, floor,
+                      free)
+
+
+@dataclass
+class Pool:
+    """The candidates being gathered in step 2 (``find_candidates``): extended in place."""
+
+    by_id: dict[str, dict[str, Any]]  # every hit fetched, by episode id
+    ids: list[str]  # the ones that passed the filters so far
+    matrix: np.ndarray
+    row: dict[str, int]
+    semantic: dict[str, float]
+    subquery: dict[str, float] | None
+    episodes: dict[str, dict[str, Any]]
+    stats: dict[str, Any]
+
+
+def _speaker_free_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphConfig, tenant_id: str,
+                             q: PreparedQuery, where: dict[str, Any], free: np.ndarray, floor: float,
+                             pool: Pool) -> None:
+    """The vector top-N of the speaker-free query ``free`` added to ``pool`` (see find_candidates):
+    the memories not fetched yet, read from the store, kept if they pass the filters and their
+    speaker-free cosine passes ``floor``."""
+    more = [h for h in index.vector_search(tenant_id, free, k=cfg.candidate_pool, where=where, columns=["episode_id"])
+            if h["episode_id"] not in pool.by_id]
+    if not more:
+        return
+    new_ids = [h["episode_id"] for h in more]
+    new = np.stack([np.asarray(h["vector"], dtype=np.float32) for h in more])
+    for n, h in enumerate(more):
+        pool.by_id[h["episode_id"]] = h
+        pool.row[h["episode_id"]] = pool.matrix.shape[0] + n
+    pool.matrix = np.concatenate([pool.matrix, new])
+    pool.semantic.update(zip(new_ids, (float(x) for x in cosine_to(new, q.qvec))))
+    if pool.subquery is not None and q.subvecs is not None:
+        best = np.max(np.stack([cosine_to(new, vec) for vec in q.subvecs]), axis=0)
+        pool.subquery.update(zip(new_ids, (float(x) for x in best)))
+    cos_free = cosine_to(new, free)
+    episodes, stats = store.episodes_with_feedback(tenant_id, new_ids, category=q.opts.feedback_category)
+    pool.episodes.update(episodes)
+    pool.stats.update(stats)
+    pool.ids += [i for i, c in zip(new_ids, cos_free) if i in episodes and q.filters.keeps(episodes[i]) and c >= floor]
 
 
 def speaker_names(cfg: WorldGraphConfig, text: str, searched_text: bool, ids: list[str],
@@ -364,17 +427,24 @@ def score_candidates(store: EpisodeStore, cfg: WorldGraphConfig, tenant_id: str,
                      found: Candidates, embedder: Embedder | None = None) -> Scored:
     """3. relevance scoring: the text relevance (the relevance formula's first term: the cosine, or
     the hybrid fusion), + the query's date window, + feedback-aware boosts when min_feedback_score is set.
-    ``embedder``: for the speaker-free cosine (``speaker_free_cosines``; None leaves it out)."""
+    ``embedder``: for the speaker-free cosine (``speaker_free_vector``) and the optional sentence
+    stage (None leaves them out)."""
     ids, episodes = found.ids, found.episodes
     named = found.named
     cosine = found.semantic
+    qvec = q.qvec  # the query vector the cosine is taken with
     if named and embedder is not None and cfg.speaker_free_vector:
-        cosine = speaker_free_cosines(embedder, q.text, named, found, q.ahead) or cosine
+        free = found.free if found.free is not None else speaker_free_vector(embedder, q.text, named, q.ahead)
+        if free is not None:
+            qvec, cosine = free, _cosines(found, free)
     if found.subquery is not None:  # a memory matches the question if it matches one of its parts
         sub = found.subquery
         cosine = {i: max(cosine[i], sub[i]) for i in ids}
     text = _text_relevance(store, tenant_id, ids, cosine, found.bm25, cfg,
-                           searched_text=found.searched_text, named=named, episodes=episodes)
+                           searched_text=found.searched_text, named=named, episodes=episodes,
+                           vectors=found.matrix[[found.row[i] for i in ids]], qvec=qvec)
+    if cfg.sentence_head > 0 and embedder is not None and found.searched_text and cfg.relevance_signal == "hybrid":
+        _sentence_part(embedder, cfg, tenant_id, ids, episodes, text, qvec)
     dates = _date_boosts(q.window, q.query, q.opts.now is not None, ids, episodes, cfg)
     recs = [episodes[i] for i in ids]
     scores = relevances(text.parts.relevance, np.array([float(e["ts"]) for e in recs]),
@@ -456,18 +526,21 @@ def format_results(store: EpisodeStore, tenant_id: str, opts: RecallOptions, fou
     return results
 
 
-def speaker_free_cosines(embedder: Embedder, text: str, named: set[str], found: Candidates,
-                         ahead: Ahead | None = None) -> dict[str, float] | None:
-    """The candidates' cosines with ``text`` without the names of the ``named`` speakers
-    (relevance.without_speakers), for the vector part of the text relevance. None when nothing but
-    the names is left. One more query embedding (``ahead``'s, when it embedded this same text);
-    the candidates' vectors are already at hand."""
+def speaker_free_vector(embedder: Embedder, text: str, named: set[str], ahead: Ahead | None = None
+                        ) -> np.ndarray | None:
+    """The embedding of ``text`` without the names of the ``named`` speakers (relevance.without_speakers),
+    for the vector part of the text relevance (and the speaker-free candidates); None when nothing
+    but the names is left. One more query embedding (``ahead``'s, when it embedded this same text)."""
     rest = _speaker_free_text(text, named)
     if rest is None:
         return None
     vec = ahead.vector(embedder) if ahead is not None and ahead.text == rest else None
     if vec is None:
         vec = check_embeddings(embed_query(embedder, [rest]), 1, embedder.dimensions)[0]
+    return vec
+
+
+def _cosines(found: Candidates, vec: np.ndarray) -> dict[str, float]:
     sims = cosine_to(found.matrix, vec)  # every row fetched: cheaper than gathering the candidates' rows
     row = found.row
     return {i: float(sims[row[i]]) for i in found.ids}
@@ -487,7 +560,9 @@ class TextParts:
         return {"text_relevance": float(p.relevance[n]), "vector_cosine": float(self.cosine[n]),
                 "vector_part": float(p.vector[n]), "bm25_part": float(p.bm25[n]),
                 "speaker_part": float(p.speaker[n]), "question_part": float(p.question[n]),
-                "answer_part": float(p.answer[n]), "neighbor_part": float(p.neighbor[n])}
+                "answer_part": float(p.answer[n]), "neighbor_part": float(p.neighbor[n]),
+                "reply_part": float(p.reply[n]),
+                "sentence_part": float(p.sentence[n]) if p.sentence is not None else 0.0}
 
 
 def _speaker_free_text(text: str, named: set[str]) -> str | None:
@@ -503,7 +578,7 @@ def speaker_free_ahead(store: EpisodeStore, embedder: Embedder, cfg: WorldGraphC
     recall then waits for one model run instead of two; the CPU is the same). Which speakers the
     query names is only known from the candidates (``speaker_names``), so it is guessed from the
     tenant's agents (at most ``AHEAD_MAX_AGENTS``): the vector is used only when the candidates
-    name the same speakers (``speaker_free_cosines`` compares the texts), else it is embedded
+    name the same speakers (``speaker_free_vector`` compares the texts), else it is embedded
     again as before. None: the speaker match cannot apply, or the query names none or every one."""
     if not (cfg.speaker_free_vector and cfg.relevance_signal == "hybrid" and opts.hybrid
             and cfg.fulltext_pool > 0 and cfg.speaker_match_weight > 0):
@@ -522,16 +597,23 @@ def speaker_free_ahead(store: EpisodeStore, embedder: Embedder, cfg: WorldGraphC
 
 def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semantic: dict[str, float],
                     bm25: dict[str, float], cfg: WorldGraphConfig, searched_text: bool, named: set[str] | None = None,
-                    episodes: dict[str, dict[str, Any]] | None = None) -> TextParts:
+                    episodes: dict[str, dict[str, Any]] | None = None, vectors: np.ndarray | None = None,
+                    qvec: np.ndarray | None = None) -> TextParts:
     """Per candidate: the text relevance and its parts (relevance.py), for score_breakdown; BM25
     relative to the query's best hit, whether or not that one is still a candidate; the speaker
     match for the candidates whose speaker (agent_id) is among ``named``; ``vector_cosine``: the
-    cosine the vector part is made of (the query's, or the speaker-free one)."""
+    cosine the vector part is made of (the query's, or the speaker-free one); the reply part from
+    the candidates' ``vectors`` (aligned with ``ids``) and ``qvec``, the vector that cosine is
+    taken with."""
     pos = {i: n for n, i in enumerate(ids)}
     neighbors: list[tuple[int | None, int | None]] | None = None
     links: dict[str, tuple[str | None, str | None]] | None = None
-    if ids and cfg.relevance_signal == "hybrid" and cfg.neighbor_weight > 0:
-        links = store.session_neighbors(tenant_id, ids)
+    hybrid = bool(ids) and cfg.relevance_signal == "hybrid"
+    replies = hybrid and searched_text and cfg.reply_context > 0 and vectors is not None and qvec is not None \
+        and episodes is not None
+    if hybrid and (cfg.neighbor_weight > 0 or replies):
+        links = store.session_neighbors(tenant_id, ids)  # one read, shared by the steps that need it
+    if links is not None and cfg.neighbor_weight > 0:
         neighbors = []
         for i in ids:
             prev, nxt = links.get(i, (None, None))
@@ -543,9 +625,31 @@ def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semanti
     if episodes is not None and ids and cfg.relevance_signal == "hybrid" and searched_text:
         asks, answers = _questions(store, tenant_id, cfg, ids, pos, episodes, links)
     cosine = np.array([semantic[i] for i in ids], dtype=np.float64)
+    gain = None
+    if replies and links is not None and vectors is not None and qvec is not None and episodes is not None:
+        reply_rows = [pos.get(links.get(i, (None, None))[1] or "")
+                      if episodes[i].get("task_type") == CONVERSATION_TASK_TYPE else None for i in ids]
+        gain = reply_gains(vectors, qvec, reply_rows, cfg.reply_context)
     rel = text_relevance(cosine, np.array([bm25.get(i, 0.0) for i in ids], dtype=np.float64),
-                         max(bm25.values(), default=0.0), neighbors, cfg, searched_text, hit, asks, answers)
+                         max(bm25.values(), default=0.0), neighbors, cfg, searched_text, hit, asks, answers, gain)
     return TextParts(pos, cosine, rel)
+
+
+def _sentence_part(embedder: Embedder, cfg: WorldGraphConfig, tenant_id: str, ids: list[str],
+                   episodes: dict[str, dict[str, Any]], text: TextParts, qvec: np.ndarray) -> None:
+    """The optional sentence stage (sentences.py): the ``sentence_head`` candidates of highest text
+    relevance that are conversation turns of several sentences gain the sentence part."""
+    head = [int(n) for n in np.argsort(-text.parts.relevance, kind="stable")[:cfg.sentence_head]]
+    turns = []
+    for n in head:
+        ep = episodes[ids[n]]
+        turns.append(sentence_texts(str(ep.get("agent_id") or ""), str(ep.get("task_description") or ""))
+                     if ep.get("task_type") == CONVERSATION_TASK_TYPE else [])
+    gain = np.zeros(len(ids))
+    for n, best in zip(head, best_sentence_cosines(embedder, tenant_id, qvec, turns)):
+        if best is not None:
+            gain[n] = max(0.0, best - float(text.cosine[n]))
+    text.parts = with_sentences(text.parts, gain, cfg)
 
 
 def _questions(store: EpisodeStore, tenant_id: str, cfg: WorldGraphConfig, ids: list[str], pos: dict[str, int],

@@ -4,7 +4,8 @@ The relevance formula (scoring.py) takes one semantic term. With ``relevance_sig
 is the cosine similarity, as the original formula has it. With ``"hybrid"`` it fuses everything recall
 fetched:
 
-    relevance = (1 - w) x vector + w x bm25 + speaker match - question + answer + neighbour lift,
+    relevance = (1 - w) x vector + w x bm25 + speaker match - question + answer + reply
+                + neighbour lift + sentence part,
                 in [0, 1]
 
 - ``vector`` = the cosine similarity, floored at 0 (an absolute scale: it does not depend on
@@ -27,7 +28,13 @@ fetched:
   answer: "Luna and Oliver!"): a question that matches the query passes its match to its answer;
 - neighbour lift = ``neighbor_weight`` x the fused relevance of the memory's best session
   neighbour (the turn before or after it) among the candidates: an answer that follows a
-  question matching the query well is lifted with it.
+  question matching the query well is lifted with it;
+- reply part = (1 - w) x how much better a conversation turn matches the query once the vector
+  of its reply (the next turn of its session, when that is a candidate too) is mixed into its
+  own, ``reply_context`` x the reply's: a reply often says what it replies to ("Congrats on your
+  fourth tournament!"), so it confirms what a short or many-topic turn was about (``reply_gains``);
+- sentence part (an optional stage, ``sentence_head`` > 0: sentences.py) = ``sentence_weight`` x
+  how much better a conversation turn's best sentence matches the query than the whole turn.
 
 Pure functions over arrays, so tests can pin the numbers.
 """
@@ -36,7 +43,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -54,6 +61,8 @@ class TextRelevance:
     speaker: np.ndarray  # the speaker match
     question: np.ndarray  # the question part, subtracted: 0 or negative
     answer: np.ndarray  # the answer part
+    reply: np.ndarray  # the reply part
+    sentence: np.ndarray | None = None  # the sentence part (the optional stage: with_sentences)
 
 
 def text_relevance(
@@ -66,6 +75,7 @@ def text_relevance(
     named: np.ndarray | None = None,
     asks: np.ndarray | None = None,
     answers: list[tuple[int, int]] | None = None,
+    replies: np.ndarray | None = None,
 ) -> TextRelevance:
     """``cosine`` and ``bm25`` (0 where there is no full-text hit) per candidate; ``bm25_top``:
     the best BM25 score of the query's hits (whether or not that memory is still a candidate);
@@ -76,13 +86,14 @@ def text_relevance(
     only when it tells candidates apart (some named, some not). ``asks[i]``: the share of
     candidate i's text that asks (``question_share``; 0 for a memory that is not a conversation
     turn); ``answers``: (question, answer) candidate index pairs, the answer being the next turn
-    of the question's session, said by another speaker."""
+    of the question's session, said by another speaker. ``replies[i]``: how much better
+    candidate i matches the query with its reply's vector mixed in (``reply_gains``)."""
     cos = np.asarray(cosine, dtype=np.float64)
     n = cos.shape[0]
     if cfg.relevance_signal == "vector" or not searched_text:
         zeros = np.zeros(n)
         return TextRelevance(relevance=cos, vector=cos.copy(), bm25=zeros, neighbor=zeros.copy(), speaker=zeros.copy(),
-                             question=zeros.copy(), answer=zeros.copy())
+                             question=zeros.copy(), answer=zeros.copy(), reply=zeros.copy())
     raw = np.asarray(bm25, dtype=np.float64)
     top = max(float(bm25_top), float(raw.max()) if n else 0.0)
     w = cfg.hybrid_text_weight
@@ -105,7 +116,12 @@ def text_relevance(
         for q, a in answers:
             answer[a] = max(answer[a], cfg.answer_weight * share[q] * fused[q])
         answer = np.minimum(answer, 1.0 - (fused + question))
-    told = fused + question + answer
+    reply = np.zeros(n)
+    if replies is not None:
+        # the vector part's own weight on the better cosine, capped so the relevance stays at most 1
+        reply = np.maximum(0.0, np.minimum((1.0 - w) * np.clip(np.asarray(replies, dtype=np.float64), 0.0, None),
+                                           1.0 - (fused + question + answer)))
+    told = fused + question + answer + reply
     lift = np.zeros(n)
     if neighbors is not None and cfg.neighbor_weight > 0:
         for i, (prev, nxt) in enumerate(neighbors):
@@ -113,7 +129,38 @@ def text_relevance(
             lift[i] = cfg.neighbor_weight * best
     relevance = np.minimum(1.0, told + lift)
     return TextRelevance(relevance=relevance, vector=vector, bm25=lexical, neighbor=relevance - told,
-                         speaker=speaker, question=question, answer=answer)
+                         speaker=speaker, question=question, answer=answer, reply=reply)
+
+
+def reply_gains(vectors: np.ndarray, qvec: np.ndarray, replies: list[int | None], mix: float) -> np.ndarray:
+    """Per candidate: how much better it matches ``qvec`` with its reply's vector mixed in, 0 if
+    not at all or it has no reply: max(0, cos(qvec, v + ``mix`` x v_reply) - cos(qvec, v)), each
+    vector scaled to length 1 first. ``replies[i]``: the row in ``vectors`` of candidate i's reply
+    (the next turn of its session, itself a candidate), or None."""
+    v = np.asarray(vectors, dtype=np.float64)
+    n = v.shape[0]
+    out = np.zeros(n)
+    have = [(i, j) for i, j in enumerate(replies) if j is not None]
+    if not have or n == 0:
+        return out
+    unit = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+    q = np.asarray(qvec, dtype=np.float64)
+    q = q / max(float(np.linalg.norm(q)), 1e-12)
+    rows = np.array([i for i, _ in have])
+    mixed = unit[rows] + mix * unit[np.array([j for _, j in have])]
+    mixed /= np.maximum(np.linalg.norm(mixed, axis=1, keepdims=True), 1e-12)
+    out[rows] = np.maximum(0.0, mixed @ q - unit[rows] @ q)
+    return out
+
+
+def with_sentences(parts: TextRelevance, gain: np.ndarray, cfg: WorldGraphConfig) -> TextRelevance:
+    """``parts`` with the sentence part added: ``sentence_weight`` x ``gain[i]`` (how much better
+    candidate i's best sentence matches the query than the whole of it: sentences.py), capped so
+    that the relevance stays at most 1."""
+    sentence = np.minimum(cfg.sentence_weight * np.clip(np.asarray(gain, dtype=np.float64), 0.0, None),
+                          1.0 - parts.relevance)
+    sentence = np.maximum(sentence, 0.0)
+    return replace(parts, relevance=parts.relevance + sentence, sentence=sentence)
 
 
 _SENTENCE = re.compile(r"[^.!?\u2026\u3002\uff01\uff1f]+[.!?\u2026\u3002\uff01\uff1f]*")
@@ -134,6 +181,12 @@ def question_share(text: str) -> float:
     if total == 0:
         return 0.0
     return sum(len(s) for s in sentences if s.endswith(_ASKS)) / total
+
+
+def sentences(text: str) -> list[str]:
+    """``text``'s sentences, line by line, stripped (empty ones left out); only the first
+    ``QUESTION_SHARE_CHARS`` characters are read."""
+    return [s for line in text[:QUESTION_SHARE_CHARS].splitlines() for s in (m.strip() for m in _SENTENCE.findall(line)) if s]
 
 
 def in_window(timestamps: np.ndarray, start: float | None, end: float | None) -> np.ndarray:
