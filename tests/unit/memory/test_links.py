@@ -49,15 +49,6 @@ class RuleEmbedder:
         return np.stack(out)
 
 
-@pytest.fixture(params=["embedded", pytest.param("neo4j", marks=pytest.mark.neo4j)])
-def store(request: pytest.FixtureRequest) -> dict[str, Any]:
-    if request.param == "embedded":
-        return {}
-    server = request.getfixturevalue("neo4j_server")
-    return {"graph": "neo4j", "neo4j_uri": server["uri"], "neo4j_user": server["user"],
-            "neo4j_password": server["password"]}
-
-
 def _recall(tmp_path: Path, embedder: RuleEmbedder, turns: list[dict[str, str]], query: str,
             options: dict[str, Any] | None = None, **config: Any) -> tuple[list[str], dict[str, dict[str, float]]]:
     """Record ``turns`` as one session, recall ``query`` (by default with no cosine floor): the texts

@@ -78,16 +78,6 @@ TURNS = [{"speaker": "Caroline", "text": "alpha: what are their names?"},  # ask
          {"speaker": "Caroline", "text": "charlie is fine."}]
 
 
-@pytest.fixture(params=["embedded", pytest.param("neo4j", marks=pytest.mark.neo4j)])
-def store(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """The graph store's settings: the answer is found by each store's own session order."""
-    if request.param == "embedded":
-        return {}
-    server = request.getfixturevalue("neo4j_server")
-    return {"graph": "neo4j", "neo4j_uri": server["uri"], "neo4j_user": server["user"],
-            "neo4j_password": server["password"]}
-
-
 def test_an_answer_comes_above_the_question_it_answers(tmp_path: Path, store: dict[str, Any]) -> None:
     order, parts = _recall(tmp_path, TURNS, question_weight=0.0, answer_weight=0.0, **store)
     assert order[0] == TURNS[0]["text"]  # the question's cosine (0.8) leads
