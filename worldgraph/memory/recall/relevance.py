@@ -183,10 +183,11 @@ def question_share(text: str) -> float:
     return sum(len(s) for s in sentences if s.endswith(_ASKS)) / total
 
 
-def sentences(text: str) -> list[str]:
+def split_sentences(text: str) -> list[str]:
     """``text``'s sentences, line by line, stripped (empty ones left out); only the first
     ``QUESTION_SHARE_CHARS`` characters are read."""
-    return [s for line in text[:QUESTION_SHARE_CHARS].splitlines() for s in (m.strip() for m in _SENTENCE.findall(line)) if s]
+    return [s for line in text[:QUESTION_SHARE_CHARS].splitlines()
+            for s in (m.strip() for m in _SENTENCE.findall(line)) if s]
 
 
 def in_window(timestamps: np.ndarray, start: float | None, end: float | None) -> np.ndarray:

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from worldgraph.memory.embeddings import Embedder, check_embeddings
-from worldgraph.memory.recall.relevance import sentences
+from worldgraph.memory.recall.relevance import split_sentences
 
 __all__ = ["MAX_SENTENCES", "MIN_WORDS", "SentenceCache", "best_sentence_cosines", "sentence_texts"]
 
@@ -43,7 +43,7 @@ CACHE_ITEMS = 20_000  # sentence vectors kept (384-d float32: ~31 MB at most)
 def sentence_texts(speaker: str, text: str) -> list[str]:
     """The sentences of a turn said by ``speaker`` as they are embedded (``"Nate: I won..."``);
     empty when fewer than two sentences of ``MIN_WORDS`` words or more are left."""
-    kept = [s for s in sentences(text) if len(s.split()) >= MIN_WORDS][:MAX_SENTENCES]
+    kept = [s for s in split_sentences(text) if len(s.split()) >= MIN_WORDS][:MAX_SENTENCES]
     if len(kept) < 2:
         return []
     prefix = f"{speaker}: " if speaker else ""
