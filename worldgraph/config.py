@@ -125,8 +125,9 @@ class WorldGraphConfig(BaseSettings):
     sentence_head: int = Field(0, ge=0, le=200)
     sentence_weight: float = Field(0.2, ge=0.0, le=1.0)
     # When the speaker match applies, the vector part is the cosine with the query without the
-    # named speakers' names (the match says who, the cosine says what); the candidates and the
-    # min_similarity floor still use the whole query's cosine. Costs a second query embedding.
+    # named speakers' names (the match says who, the cosine says what); the whole query's vector
+    # search and its min_similarity floor still use the whole query's cosine (speaker_free_candidates
+    # adds the speaker-free search's). Costs a second query embedding.
     speaker_free_vector: bool = True
     # With speaker_free_vector, while the speaker floor applies (below), the candidates are also the
     # vector top candidate_pool of the query without the names (a second vector search): a memory
