@@ -28,6 +28,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import re
 import sys
 import tempfile
 import time
@@ -39,7 +40,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from locomo import BM25, CATEGORIES, CachedEmbedder, Conversation, load, recall_at, rrf  # noqa: E402
+from locomo import BM25, CATEGORIES, CachedEmbedder, Conversation, Turn, load, recall_at, rrf  # noqa: E402
 
 from worldgraph import WorldModel  # noqa: E402
 from worldgraph.config import WorldGraphConfig  # noqa: E402
@@ -88,6 +89,19 @@ def record(wm: WorldModel, tenant: str, conv: Conversation, bulk: bool = True) -
     return out
 
 
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def split_turns(conv: Conversation) -> Conversation:
+    """``conv`` as a chat app sends it (``--split-turns``): each turn's sentences as turns of their
+    own, one after another by the same speaker, each keeping the turn's dia_id, so a question's
+    evidence is found when any piece of its turn is."""
+    sessions = {name: [Turn(t.dia_id, t.speaker, piece, t.session, t.timestamp) for t in turns
+                       for piece in ([p for p in SENTENCE_END.split(t.text) if p.strip()] or [t.text])]
+                for name, turns in conv.sessions.items()}
+    return Conversation(conv.sample_id, sessions, conv.questions)
+
+
 def said(turn: Any) -> str:
     """A turn as the baselines see it: "Caroline: I went to the support group yesterday"."""
     return f"{turn.speaker}: {turn.text}"
@@ -103,9 +117,10 @@ def baselines(emb: CachedEmbedder, conv: Conversation) -> dict[str, list[list[st
     for q, qv in zip(conv.questions, qvecs):
         dense = list(np.argsort(-(vecs @ qv), kind="stable"))
         lexical = list(np.argsort(-bm25.scores(q.question), kind="stable"))
-        out["dense"].append([dia[i] for i in dense[:10]])
-        out["bm25"].append([dia[i] for i in lexical[:10]])
-        out["rrf"].append([dia[i] for i in rrf([dense, lexical])[:10]])
+        # dict.fromkeys: with --split-turns several pieces of one turn count once, at the first
+        out["dense"].append(list(dict.fromkeys(dia[i] for i in dense[:10])))
+        out["bm25"].append(list(dict.fromkeys(dia[i] for i in lexical[:10])))
+        out["rrf"].append(list(dict.fromkeys(dia[i] for i in rrf([dense, lexical])[:10])))
     return out
 
 
@@ -121,7 +136,7 @@ def ask(wm: WorldModel, tenant: str, conv: Conversation, dia_of: dict[str, str],
         times.append((time.perf_counter() - t0) * 1000)
         if cpu is not None:
             cpu.append((time.process_time() - c0) * 1000)
-        ranked.append([dia_of.get(r["episode_id"], "?") for r in res])
+        ranked.append(list(dict.fromkeys(dia_of.get(r["episode_id"], "?") for r in res)))
     return ranked
 
 
@@ -189,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--conversations", default="all", help="comma-separated sample ids (default: all)")
+    ap.add_argument("--split-turns", action="store_true",
+                    help="record each turn's sentences as turns of their own, as chat apps send them "
+                         "(the evidence is found when any piece of its turn is among the results)")
     ap.add_argument("--embedder", default="default",
                     help="default | local | hashing | openai | a LOCAL_MODELS key | module:callable")
     ap.add_argument("--cache", default=str(ROOT / "bench" / ".cache" / "embeddings.sqlite"))
@@ -207,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.conversations != "all":
         wanted = args.conversations.split(",")
         convs = [c for c in convs if c.sample_id in wanted]
+    if args.split_turns:
+        convs = [split_turns(c) for c in convs]
     options = json.loads(args.options) if args.options else None
     overrides = json.loads(args.config)
     inner = make(args.embedder)
@@ -248,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     cats = [CATEGORIES[c] for c in sorted(CATEGORIES)]
     print(f"LoCoMo {', '.join(c.sample_id for c in convs)}: {results['dense']['questions']} questions, "
           f"{sum(len(c.turns) for c in convs)} turns; embedder {emb.name}; options {json.dumps(options)}; "
-          f"config {json.dumps(overrides)}; {args.graph} store{', optimized' if args.optimize else ''}")
+          f"config {json.dumps(overrides)}; {args.graph} store{', optimized' if args.optimize else ''}"
+          f"{'; turns split into sentences' if args.split_turns else ''}")
     print(f"| method | R@5 | R@10 | {' | '.join(f'{c} R@5 / R@10' for c in cats)} |")
     print("|---|---|---|" + "---|" * len(cats))
     for name, res in results.items():
