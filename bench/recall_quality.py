@@ -3,6 +3,7 @@
     python bench/recall_quality.py                      # the five dev conversations, default embedder
     python bench/recall_quality.py --embedder hashing   # or local, or a factory: pkg.module:make
     python bench/recall_quality.py --data other.json --out bench/results/recall_quality.json
+    python bench/recall_quality.py --split-turns         # each turn's sentences as turns of their own
 
 Each conversation goes into its own tenant of a fresh store through the public API: all its
 sessions in one ``wm.record_conversations(tenant, {session: turns})`` call (one
