@@ -207,3 +207,29 @@ def test_a_turn_whose_sentence_matches_gains_with_the_sentence_stage(tmp_path: P
     assert parts[whole]["sentence_part"] == pytest.approx(0.2 * (0.9 - whole_cosine), abs=1e-5)
     assert parts[jo]["sentence_part"] == 0.0  # one sentence: its vector already is the sentence's
     assert "Nate: I won a big tournament last week!" in emb.texts
+
+
+def test_the_session_order_is_read_once_and_only_for_turns(tmp_path: Path) -> None:
+    """One store read of the session order per recall, for the candidates that are conversation
+    turns; a recall over agent runs alone reads none."""
+    wm = WorldModel.open(tmp_path, embedder=RuleEmbedder(REPLY_RULES + [(("run",), vec((0, 0.7), (4, 0.71)))]))
+    calls: list[list[str]] = []
+    read = wm.store.session_neighbors
+
+    def counted(tenant_id: str, episode_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
+        calls.append(list(episode_ids))
+        return read(tenant_id, episode_ids)
+
+    run = {"agent_id": "a", "agent_role": "r", "task_type": "reconcile", "outcome": "success"}
+    try:
+        wm.record_experiences("runs", [{**run, "task_description": f"run {n}"} for n in range(3)])
+        wm.record_experiences("mixed", [{**run, "task_description": "run 0"}])
+        wm.record_conversation("mixed", "s1", [{**t, "timestamp": f"2023-05-08T10:0{n}:00Z"}
+                                               for n, t in enumerate(REPLY_TURNS)])
+        wm.store.session_neighbors = counted  # type: ignore[method-assign]
+        assert len(wm.recall_experiences("runs", None, "qqq", limit=3, options={"min_similarity": 0})) == 3
+        assert calls == []
+        res = wm.recall_experiences("mixed", None, "qqq", limit=4, options={"min_similarity": 0})
+    finally:
+        wm.close()
+    assert len(res) == 4 and len(calls) == 1 and len(calls[0]) == 3  # the three turns, not the run

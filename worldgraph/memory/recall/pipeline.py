@@ -611,8 +611,14 @@ def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semanti
     hybrid = bool(ids) and cfg.relevance_signal == "hybrid"
     replies = hybrid and searched_text and cfg.reply_context > 0 and vectors is not None and qvec is not None \
         and episodes is not None
-    if hybrid and (cfg.neighbor_weight > 0 or replies):
-        links = store.session_neighbors(tenant_id, ids)  # one read, shared by the steps that need it
+    turns = [i for i in ids if episodes[i].get("task_type") == CONVERSATION_TASK_TYPE] \
+        if replies and episodes is not None else []
+    # one read of the session order, shared by the steps that need it (none for a recall over
+    # agent runs alone: no turn, no reply)
+    if hybrid and cfg.neighbor_weight > 0:
+        links = store.session_neighbors(tenant_id, ids)
+    elif turns:
+        links = store.session_neighbors(tenant_id, turns)
     if links is not None and cfg.neighbor_weight > 0:
         neighbors = []
         for i in ids:
