@@ -310,8 +310,7 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
     semantic = {i: float(sim) for i, sim in zip(ids, sims)}
     subquery = None
     if q.subvecs is not None:
-        best = np.max(np.stack([cosine_to(matrix, vec) for vec in q.subvecs]), axis=0)
-        subquery = {i: float(sim) for i, sim in zip(ids, best)}
+        subquery = dict(zip(ids, _best_cosines(matrix, q.subvecs)))
     # the cosine floor: the query's cosine, or a sub-query's (the LLM vouches for what it asked)
     near = semantic if subquery is None else {i: max(semantic[i], subquery[i]) for i in ids}
 
@@ -321,16 +320,16 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
     # the floor: lower while the query names some of the candidates' speakers (speaker_min_similarity)
     named = speaker_names(cfg, q.text, searched_text, ids, episodes)
     floor = q.min_sim
-    speaker_floor = bool(named) and cfg.speaker_min_similarity is not None and opts.min_similarity is None \
-        and cfg.min_similarity_threshold is None
-    if speaker_floor and cfg.speaker_min_similarity is not None:
-        floor = cfg.speaker_min_similarity
+    speaker_floor = cfg.speaker_min_similarity \
+        if named and opts.min_similarity is None and cfg.min_similarity_threshold is None else None
+    if speaker_floor is not None:
+        floor = speaker_floor
     ids = [i for i in ids if near[i] >= floor]
     free = None
-    if speaker_floor and cfg.speaker_free_vector and cfg.speaker_free_candidates and embedder is not None:
+    if speaker_floor is not None and cfg.speaker_free_vector and cfg.speaker_free_candidates and embedder is not None:
         free = speaker_free_vector(embedder, q.text, named, q.ahead)
     if free is not None:
-        pool = Pool(by_id, ids, matrix, row, semantic, subquery, episodes, stats)
+        pool = Pool(ids, matrix, row, semantic, subquery, episodes, stats)
         _speaker_free_candidates(store, index, cfg, tenant_id, q, where, free, floor, pool)
         ids, matrix = pool.ids, pool.matrix
 
@@ -351,10 +350,9 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
 class Pool:
     """The candidates being gathered in step 2 (``find_candidates``): extended in place."""
 
-    by_id: dict[str, dict[str, Any]]  # every hit fetched, by episode id
     ids: list[str]  # the ones that passed the filters so far
     matrix: np.ndarray
-    row: dict[str, int]
+    row: dict[str, int]  # every memory fetched, by episode id: its row in matrix
     semantic: dict[str, float]
     subquery: dict[str, float] | None
     episodes: dict[str, dict[str, Any]]
@@ -368,24 +366,27 @@ def _speaker_free_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: Worl
     the memories not fetched yet, read from the store, kept if they pass the filters and their
     speaker-free cosine passes ``floor``."""
     more = [h for h in index.vector_search(tenant_id, free, k=cfg.candidate_pool, where=where, columns=["episode_id"])
-            if h["episode_id"] not in pool.by_id]
+            if h["episode_id"] not in pool.row]
     if not more:
         return
     new_ids = [h["episode_id"] for h in more]
     new = np.stack([np.asarray(h["vector"], dtype=np.float32) for h in more])
-    for n, h in enumerate(more):
-        pool.by_id[h["episode_id"]] = h
-        pool.row[h["episode_id"]] = pool.matrix.shape[0] + n
+    for n, i in enumerate(new_ids):
+        pool.row[i] = pool.matrix.shape[0] + n
     pool.matrix = np.concatenate([pool.matrix, new])
     pool.semantic.update(zip(new_ids, (float(x) for x in cosine_to(new, q.qvec))))
     if pool.subquery is not None and q.subvecs is not None:
-        best = np.max(np.stack([cosine_to(new, vec) for vec in q.subvecs]), axis=0)
-        pool.subquery.update(zip(new_ids, (float(x) for x in best)))
+        pool.subquery.update(zip(new_ids, _best_cosines(new, q.subvecs)))
     cos_free = cosine_to(new, free)
     episodes, stats = store.episodes_with_feedback(tenant_id, new_ids, category=q.opts.feedback_category)
     pool.episodes.update(episodes)
     pool.stats.update(stats)
     pool.ids += [i for i, c in zip(new_ids, cos_free) if i in episodes and q.filters.keeps(episodes[i]) and c >= floor]
+
+
+def _best_cosines(matrix: np.ndarray, vectors: np.ndarray) -> list[float]:
+    """Per row of ``matrix``: its best cosine with any of ``vectors`` (the LLM's sub-queries)."""
+    return [float(x) for x in np.max(np.stack([cosine_to(matrix, vec) for vec in vectors]), axis=0)]
 
 
 def speaker_names(cfg: WorldGraphConfig, text: str, searched_text: bool, ids: list[str],
@@ -611,14 +612,14 @@ def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semanti
     hybrid = bool(ids) and cfg.relevance_signal == "hybrid"
     replies = hybrid and searched_text and cfg.reply_context > 0 and vectors is not None and qvec is not None \
         and episodes is not None
-    turns = [i for i in ids if episodes[i].get("task_type") == CONVERSATION_TASK_TYPE] \
-        if replies and episodes is not None else []
+    turns = {i for i in ids if episodes[i].get("task_type") == CONVERSATION_TASK_TYPE} \
+        if replies and episodes is not None else set()
     # one read of the session order, shared by the steps that need it (none for a recall over
     # agent runs alone: no turn, no reply)
     if hybrid and cfg.neighbor_weight > 0:
         links = store.session_neighbors(tenant_id, ids)
     elif turns:
-        links = store.session_neighbors(tenant_id, turns)
+        links = store.session_neighbors(tenant_id, [i for i in ids if i in turns])
     if links is not None and cfg.neighbor_weight > 0:
         neighbors = []
         for i in ids:
@@ -632,9 +633,8 @@ def _text_relevance(store: EpisodeStore, tenant_id: str, ids: list[str], semanti
         asks, answers = _questions(store, tenant_id, cfg, ids, pos, episodes, links)
     cosine = np.array([semantic[i] for i in ids], dtype=np.float64)
     gain = None
-    if replies and links is not None and vectors is not None and qvec is not None and episodes is not None:
-        reply_rows = [pos.get(links.get(i, (None, None))[1] or "")
-                      if episodes[i].get("task_type") == CONVERSATION_TASK_TYPE else None for i in ids]
+    if turns and links is not None and vectors is not None and qvec is not None:
+        reply_rows = [pos.get(links.get(i, (None, None))[1] or "") if i in turns else None for i in ids]
         gain = reply_gains(vectors, qvec, reply_rows, cfg.reply_context)
     rel = text_relevance(cosine, np.array([bm25.get(i, 0.0) for i in ids], dtype=np.float64),
                          max(bm25.values(), default=0.0), neighbors, cfg, searched_text, hit, asks, answers, gain)
@@ -663,9 +663,10 @@ def _questions(store: EpisodeStore, tenant_id: str, cfg: WorldGraphConfig, ids: 
                ) -> tuple[np.ndarray | None, list[tuple[int, int]] | None]:
     """For the question and answer parts (relevance.py): the share of each candidate conversation
     turn's text that asks (0 for other memories), and the (question, answer) pairs among the
-    candidates: the next turn of a question's session, said by another speaker. ``links``: every
-    candidate's session neighbours when the neighbour lift already read them; else only the
-    questions' are read (one store query), and only when answer_weight > 0."""
+    candidates: the next turn of a question's session, said by another speaker. ``links``: the
+    session neighbours the neighbour lift (every candidate's) or the reply part (every candidate
+    turn's) already read; else only the questions' are read (one store query), and only when
+    answer_weight > 0."""
     if cfg.question_weight <= 0 and cfg.answer_weight <= 0:
         return None, None
     asks = np.array([question_share(str(episodes[i].get("task_description") or ""))

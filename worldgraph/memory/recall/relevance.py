@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from worldgraph.config import WorldGraphConfig
+from worldgraph.memory.cosine import cosine_to
 
 
 @dataclass
@@ -145,11 +146,9 @@ def reply_gains(vectors: np.ndarray, qvec: np.ndarray, replies: list[int | None]
         return out
     unit = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
     q = np.asarray(qvec, dtype=np.float64)
-    q = q / max(float(np.linalg.norm(q)), 1e-12)
     rows = np.array([i for i, _ in have])
     mixed = unit[rows] + mix * unit[np.array([j for _, j in have])]
-    mixed /= np.maximum(np.linalg.norm(mixed, axis=1, keepdims=True), 1e-12)
-    out[rows] = np.maximum(0.0, mixed @ q - unit[rows] @ q)
+    out[rows] = np.maximum(0.0, cosine_to(mixed, q) - cosine_to(unit[rows], q))
     return out
 
 

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from worldgraph.memory.cosine import cosine_to
 from worldgraph.memory.embeddings import Embedder, check_embeddings
 from worldgraph.memory.recall.relevance import split_sentences
 
@@ -101,10 +102,7 @@ def best_sentence_cosines(embedder: Embedder, tenant_id: str, qvec: np.ndarray,
     flat = [s for t in turns for s in t]
     if not flat:
         return [None] * len(turns)
-    vecs = cache.vectors(embedder, tenant_id, flat)
-    q = np.asarray(qvec, dtype=np.float32)
-    norms = np.linalg.norm(vecs, axis=1) * float(np.linalg.norm(q))
-    sims = (vecs @ q) / np.where(norms > 0, norms, 1.0)
+    sims = cosine_to(cache.vectors(embedder, tenant_id, flat), np.asarray(qvec, dtype=np.float32))
     out: list[float | None] = []
     start = 0
     for t in turns:
