@@ -233,3 +233,21 @@ def test_the_session_order_is_read_once_and_only_for_turns(tmp_path: Path) -> No
     finally:
         wm.close()
     assert len(res) == 4 and len(calls) == 1 and len(calls[0]) == 3  # the three turns, not the run
+
+
+def test_the_speaker_free_search_stays_in_the_tenant(tmp_path: Path, store: dict[str, Any]) -> None:
+    """Another tenant's memory that the speaker-free query would find first is never a candidate."""
+    target = NAME_TURNS[-1]["text"]
+    wm = WorldModel.open(tmp_path / "wm", embedder=RuleEmbedder(NAME_RULES), candidate_pool=2, fulltext_pool=1,
+                         **store)
+    mine, theirs = (f"t-{uuid.uuid4().hex[:10]}" for _ in range(2))
+    try:
+        wm.record_conversation(mine, "s1", [{**t, "timestamp": f"2023-05-08T10:0{n}:00Z"}
+                                            for n, t in enumerate(NAME_TURNS[:-1])])
+        wm.record_conversation(theirs, "s1", [{**t, "timestamp": f"2023-05-08T10:0{n}:00Z"}
+                                              for n, t in enumerate(NAME_TURNS)])
+        assert target in [r["task_description"] for r in wm.recall_experiences(theirs, None, NAME_QUERY, limit=5)]
+        res = wm.recall_experiences(mine, None, NAME_QUERY, limit=5)
+    finally:
+        wm.close()
+    assert res and target not in [r["task_description"] for r in res]
