@@ -1,0 +1,44 @@
+"""A data folder written by an earlier main opens and serves every read path (the fixture and how it
+was made: tests/fixtures/make_data_9eed448.py). Changes to what is stored extend these checks."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from worldgraph import WorldModel
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def unpack(tmp_path: Path, name: str = "data_9eed448") -> Path:
+    """The fixture's data folder, unpacked into ``tmp_path`` (never written in place)."""
+    with tarfile.open(FIXTURES / f"{name}.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    return tmp_path / "prev-main-data"
+
+
+@pytest.fixture
+def old_data(tmp_path: Path) -> Path:
+    return unpack(tmp_path)
+
+
+def test_folder_of_9eed448_opens_and_serves(old_data: Path) -> None:
+    with WorldModel.open(old_data) as wm:
+        page = wm.list_episodes("acme", limit=100)
+        assert len(page.items) == 15  # 12 runs - 1 forgotten + 3 turns + 1 round
+        hits = wm.recall_experiences("acme", None, "quarterly sales numbers by region", limit=3)
+        assert hits and all("sales" in h["task_description"] for h in hits)
+        turns = wm.list_episodes("acme", session_id="chat-1").items
+        assert [t.agent_id for t in turns] == ["Alice", "Bob", "Alice"]
+        graph = wm.world_graph("acme", "kitchen")
+        assert {n["name"] for n in graph["nodes"]} >= {"brass key", "kitchen table", "front door"}
+        assert wm.cypher("acme", "MATCH (n:Entity) RETURN count(n) AS n")[0]["n"] == 3
+        assert wm.cypher("acme", "MATCH (e:Episode) RETURN count(e) AS n")[0]["n"] == 15
+        assert [e.task_description for e in wm.list_episodes("other").items] == ["other tenant row"]
+        # new writes land beside the old rows
+        new = wm.record_experience("acme", {"agent_id": "agent-9", "task_type": "report",
+                                            "task_description": "a new run after the upgrade", "outcome": "success"})
+        assert wm.get_episode("acme", new).task_description == "a new run after the upgrade"
