@@ -1,8 +1,9 @@
 """Settings come from one pydantic-settings model: keywords, then WORLDGRAPH_* variables, then the
 usual NEO4J_* names, then the defaults; a bad value names the variable (or keyword) to fix.
 
-worldgraph/config.py is the only module that reads or sets the environment: every other module
-asks it (the CLI's defaults, the Neo4j launcher's variables, a child process's environment)."""
+worldgraph/config/environment.py is the only module that reads or sets the environment: every other
+module asks it (the settings' sources, the CLI's defaults, the Neo4j launcher's variables, a child
+process's environment)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from worldgraph import InvalidInputError, WorldGraphConfig
 from worldgraph.config import LauncherSettings, child_environment, cli_defaults, set_library_defaults
 
 # The names by which Python reads or changes the process environment (os.environ and its bytes
-# twin, getenv, putenv, unsetenv): in the package, only config.py may use them.
+# twin, getenv, putenv, unsetenv): in the package, only config/environment.py may use them.
 ENVIRONMENT_NAMES = frozenset({"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"})
-ENVIRONMENT_READER = "config.py"
+ENVIRONMENT_READER = "config/environment.py"
 
 
 def test_variables_are_typed_and_keywords_win() -> None:
@@ -66,7 +67,7 @@ def test_a_bad_value_names_where_it_came_from(env: dict[str, str], kw: dict[str,
 
 def environment_uses(package: Path) -> list[str]:
     """'file:line name' for each use of an ENVIRONMENT_NAMES name (``os.environ``, ``from os
-    import getenv``, ...) in a module of ``package`` other than its config.py. The modules are
+    import getenv``, ...) in a module of ``package`` other than its config/environment.py. The modules are
     parsed, not imported; comments and docstrings do not count."""
     found = []
     for path in sorted(package.rglob("*.py")):
@@ -83,17 +84,20 @@ def environment_uses(package: Path) -> list[str]:
 
 def test_only_config_reads_or_sets_the_environment() -> None:
     uses = environment_uses(Path(worldgraph.__file__).resolve().parent)
-    assert uses == [], ("only worldgraph/config.py reads or sets the environment; ask it instead (a setting of "
-                        "WorldGraphConfig, or a documented function there):\n" + "\n".join(uses))
+    assert uses == [], ("only worldgraph/config/environment.py reads or sets the environment; ask it instead (a "
+                        "setting of WorldGraphConfig, or a documented function there):\n" + "\n".join(uses))
 
 
 def test_the_environment_check_finds_every_form(tmp_path: Path) -> None:
-    (tmp_path / "config.py").write_text("import os\nX = os.environ.get('A')\n")
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "environment.py").write_text("import os\nX = os.environ.get('A')\n")
+    (tmp_path / "config" / "settings.py").write_text("import os\nX = os.getenv('A')\n")  # config's other modules ask it
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "a.py").write_text('"""os.environ in a docstring is fine"""\nimport os\n'
                                            "# os.getenv in a comment too\nos.environ.setdefault('A', 'b')\n")
     (tmp_path / "sub" / "b.py").write_text("from os import getenv, path\nimport os as o\no.putenv('A', 'b')\n")
-    assert environment_uses(tmp_path) == ["sub/a.py:4 environ", "sub/b.py:1 getenv", "sub/b.py:3 putenv"]
+    assert environment_uses(tmp_path) == ["config/settings.py:2 getenv", "sub/a.py:4 environ", "sub/b.py:1 getenv",
+                                          "sub/b.py:3 putenv"]
 
 
 def test_the_command_line_defaults_come_from_their_variables() -> None:

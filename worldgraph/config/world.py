@@ -1,0 +1,30 @@
+"""The settings of ``worldgraph.world``: the world-model pipeline (history, the LLM, the delta's
+size, the background workers and their leases). A part of ``WorldGraphConfig`` (settings.py)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class WorldSettings(BaseModel):
+    """The world graph's pipeline: rounds, extraction, workers."""
+
+    # World graph
+    app_name: str = "general"
+    history_rounds: int = Field(5, ge=0)
+    llm_model: str = "gpt-4o-mini"
+    llm_timeout_seconds: float = Field(60.0, gt=0)
+    llm_max_retries: int = Field(0, ge=0)
+    max_delta_items: int = Field(500, gt=0)
+    # background threads extracting scene packets (merges place facts by round time, so the
+    # graph does not depend on which answer arrives first)
+    world_workers: int = Field(1, ge=1, le=64)
+    # how long update_world waits for a packet another worker holds before it gives up
+    update_wait_seconds: float = Field(600.0, ge=0)
+    summary_max_items: int = Field(40, gt=0)
+    # False: flagged packets stay pending in the store for `worldgraph worker` processes instead of
+    # this process's background threads (update_world and retry still merge on demand)
+    world_background_updates: bool = True
+    # A packet being extracted is leased to its worker, which renews the lease every third of this;
+    # another worker takes a packet whose lease ran out (its worker died), never a live one's.
+    worker_lease_seconds: float = Field(30.0, ge=1)
