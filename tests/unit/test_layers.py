@@ -320,9 +320,10 @@ def test_the_private_name_check_sees_every_form(tmp_path: Path) -> None:
 # Neo4j the query modules are kg/neo4j/*queries.py, plus kg/neo4j/schema.py, which is the schema's
 # own text (constraints, indexes, key migrations, the version node). kg/neo4j/cypher.py is not one:
 # it runs the caller's query and manages its transaction (EXPLAIN + the query, SHOW / TERMINATE
-# TRANSACTIONS), none of which is one of these data clauses. For SQLite the one module is
-# kg/embedded/sql.py; the LadybugDB Cypher that kg/embedded/cypher/projection.py runs to keep its
-# projection is that engine's, not SQLite's, and the SQL patterns below do not take it.
+# TRANSACTIONS), none of which is one of these data clauses. For SQLite the one place is the
+# kg/embedded/sql/ package (a module per group of tables); the LadybugDB Cypher that
+# kg/embedded/cypher/projection.py runs to keep its projection is that engine's, not SQLite's, and
+# the SQL patterns below do not take it.
 # Docstrings are prose and left out; every other string constant counts, f-string parts included.
 
 CYPHER_STATEMENT = re.compile(r"(?m)^\s*(?:OPTIONAL\s+MATCH|MATCH|MERGE|CREATE|UNWIND|DETACH\s+DELETE)\s*[(\s$]")
@@ -331,7 +332,7 @@ SQL_STATEMENT = re.compile(r"(?m)^\s*(?:SELECT\s|INSERT\s+(?:OR\s+\w+\s+)?INTO\s
                            r"(?:TABLE|INDEX|VIEW|TRIGGER)\s)")
 QUERY_MODULES = {
     "neo4j": lambda name: name.endswith("queries") or name == "worldgraph.kg.neo4j.schema",
-    "embedded": lambda name: name == "worldgraph.kg.embedded.sql",
+    "embedded": lambda name: name == "worldgraph.kg.embedded.sql" or name.startswith("worldgraph.kg.embedded.sql."),
 }
 
 
@@ -370,9 +371,10 @@ def test_neo4j_statements_live_in_the_query_modules() -> None:
         "\n".join(bad)
 
 
-def test_sqlite_statements_live_in_sql_py() -> None:
+def test_sqlite_statements_live_in_the_sql_package() -> None:
     bad = inline_statements("embedded")
-    assert bad == [], "SQLite statements outside kg/embedded/sql.py (name them there):\n" + "\n".join(bad)
+    assert bad == [], "SQLite statements outside kg/embedded/sql/ (name them in its module of that table):\n" + \
+        "\n".join(bad)
 
 
 def test_the_statement_checks_see_inline_text_and_spare_the_query_modules(tmp_path: Path) -> None:
@@ -399,7 +401,10 @@ def test_the_statement_checks_see_inline_text_and_spare_the_query_modules(tmp_pa
         '    cur.execute("INSERT OR IGNORE INTO x VALUES (?)")\n'
         '    cur.execute("CREATE NODE TABLE n(id STRING, PRIMARY KEY (id))")\n'
         '    return "Select one", "UPDATE", "BEGIN IMMEDIATE"\n')
-    (pkg / "kg" / "embedded" / "sql.py").write_text('S = "SELECT 1"\nP = "PRAGMA data_version"\n')
+    (pkg / "kg" / "embedded" / "sql").mkdir()
+    (pkg / "kg" / "embedded" / "sql" / "__init__.py").write_text('S = "SELECT 1"\n')
+    (pkg / "kg" / "embedded" / "sql" / "schema.py").write_text('P = "PRAGMA data_version"\n')
+    (pkg / "kg" / "embedded" / "sqlish.py").write_text('Q = "SELECT 2"\n')  # a name that only starts alike
     assert inline_statements("neo4j", pkg) == [
         "worldgraph.kg.neo4j.lifecycle:2 'MATCH (n) RETURN n'",
         "worldgraph.kg.neo4j.lifecycle:5 'UNWIND $ids AS id'",
@@ -407,4 +412,5 @@ def test_the_statement_checks_see_inline_text_and_spare_the_query_modules(tmp_pa
     assert inline_statements("embedded", pkg) == [
         "worldgraph.kg.embedded.load:1 'SELECT data FROM a WHERE id = ?'",
         "worldgraph.kg.embedded.load:3 'DELETE FROM'",
-        "worldgraph.kg.embedded.load:4 'INSERT OR IGNORE INTO x VALUES (?)'"]
+        "worldgraph.kg.embedded.load:4 'INSERT OR IGNORE INTO x VALUES (?)'",
+        "worldgraph.kg.embedded.sqlish:1 'SELECT 2'"]

@@ -1,0 +1,114 @@
+"""The schema (every table and index) and the statements of the connection itself: its pragmas,
+the read-only probe, the data version, the projection generations, the WAL checkpoint, the
+schema version."""
+
+from __future__ import annotations
+
+# ==================================================================== schema and connection
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_info (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS episodes (
+  tenant_id TEXT NOT NULL, id TEXT NOT NULL, agent_id TEXT NOT NULL, ts REAL NOT NULL,
+  index_status TEXT NOT NULL DEFAULT 'pending', index_error TEXT, data TEXT NOT NULL,
+  PRIMARY KEY (tenant_id, id));
+CREATE INDEX IF NOT EXISTS episodes_agent ON episodes (tenant_id, agent_id, ts);
+-- Only the episodes still to index (a partial index): marking a batch indexed removes its
+-- entries instead of moving 1,000 entries to random places of a million-entry index.
+DROP INDEX IF EXISTS episodes_index_status;
+CREATE INDEX IF NOT EXISTS episodes_unindexed ON episodes (ts, id) WHERE index_status != 'indexed';
+CREATE TABLE IF NOT EXISTS agents (
+  tenant_id TEXT NOT NULL, id TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, id));
+CREATE TABLE IF NOT EXISTS feedback (
+  tenant_id TEXT NOT NULL, id TEXT NOT NULL, episode_id TEXT NOT NULL, category TEXT,
+  score REAL NOT NULL, created_at TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, id));
+CREATE INDEX IF NOT EXISTS feedback_episode ON feedback (tenant_id, episode_id);
+CREATE TABLE IF NOT EXISTS canvases (
+  tenant_id TEXT NOT NULL, id TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, id));
+CREATE TABLE IF NOT EXISTS canvas_audits (
+  tenant_id TEXT NOT NULL, id TEXT NOT NULL, episode_id TEXT NOT NULL, canvas_id TEXT NOT NULL,
+  timestamp TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, id));
+CREATE INDEX IF NOT EXISTS audits_episode ON canvas_audits (tenant_id, episode_id);
+CREATE TABLE IF NOT EXISTS world_nodes (
+  tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, id TEXT NOT NULL, data TEXT NOT NULL,
+  PRIMARY KEY (tenant_id, env_name, id));
+CREATE INDEX IF NOT EXISTS nodes_entity ON world_nodes (tenant_id, env_name, json_extract(data, '$.entity_id'));
+CREATE TABLE IF NOT EXISTS world_edges (
+  tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, id TEXT NOT NULL, src_id TEXT NOT NULL,
+  dst_id TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, env_name, id));
+CREATE INDEX IF NOT EXISTS edges_src ON world_edges (tenant_id, env_name, src_id);
+CREATE INDEX IF NOT EXISTS edges_dst ON world_edges (tenant_id, env_name, dst_id);
+CREATE TABLE IF NOT EXISTS world_rules (
+  tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, id TEXT NOT NULL, data TEXT NOT NULL,
+  PRIMARY KEY (tenant_id, env_name, id));
+CREATE TABLE IF NOT EXISTS scene_links (
+  tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, scene_id TEXT NOT NULL, kind TEXT NOT NULL,
+  record_id TEXT NOT NULL, PRIMARY KEY (tenant_id, scene_id, kind, record_id));
+CREATE TABLE IF NOT EXISTS scenes (
+  tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, id TEXT NOT NULL, status TEXT NOT NULL,
+  created_at TEXT NOT NULL, episode_id TEXT, data TEXT NOT NULL, PRIMARY KEY (tenant_id, id));
+CREATE INDEX IF NOT EXISTS scenes_env ON scenes (tenant_id, env_name, created_at);
+CREATE INDEX IF NOT EXISTS scenes_status ON scenes (status, created_at);
+CREATE INDEX IF NOT EXISTS scenes_episode ON scenes (tenant_id, episode_id);
+CREATE TABLE IF NOT EXISTS session_links (
+  tenant_id TEXT NOT NULL, episode_id TEXT NOT NULL, session_id TEXT NOT NULL, ts REAL NOT NULL,
+  seq INTEGER NOT NULL, next_id TEXT, PRIMARY KEY (tenant_id, episode_id));
+CREATE INDEX IF NOT EXISTS session_order ON session_links (tenant_id, session_id, ts, seq);
+CREATE INDEX IF NOT EXISTS session_prev ON session_links (tenant_id, next_id);
+CREATE INDEX IF NOT EXISTS nodes_name ON world_nodes (tenant_id, env_name, json_extract(data, '$.norm_name'));
+CREATE TABLE IF NOT EXISTS scene_reports (
+  tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, scene_id TEXT NOT NULL, data TEXT NOT NULL,
+  PRIMARY KEY (tenant_id, scene_id));
+CREATE TABLE IF NOT EXISTS env_meta (
+  tenant_id TEXT NOT NULL, env_name TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, env_name));
+CREATE TABLE IF NOT EXISTS api_keys (
+  id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, created_at TEXT NOT NULL, data TEXT NOT NULL);
+-- How many commits wrote the tables of a Cypher projection's episode part and its world part
+-- (embedded.connection bumps them in the writing transaction): a projection saved on disk names the
+-- generations it holds, so any process can tell whether it is still current.
+-- ``stamp`` is random per commit: a file restored from a backup, or made anew at the same path,
+-- reaches the same counts again with other rows, never the same stamps.
+CREATE TABLE IF NOT EXISTS projection_gens (part TEXT PRIMARY KEY, gen INTEGER NOT NULL, stamp TEXT NOT NULL);
+"""
+
+# Added for the lifecycle: the listing order's index and the audit of forgets (who forgot which id
+# and when, never the content; ``purged_at`` is set once purge() removed the bytes).
+LIFECYCLE_SCHEMA = """
+CREATE INDEX IF NOT EXISTS episodes_time ON episodes (tenant_id, ts, id);
+CREATE TABLE IF NOT EXISTS forget_log (
+  id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, kind TEXT NOT NULL, target_id TEXT NOT NULL,
+  forgotten_by TEXT, forgotten_at TEXT NOT NULL, purged_at TEXT, data TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS forget_log_unpurged ON forget_log (purged_at);
+"""
+
+
+def pragmas(cache_mb: int, wal_autocheckpoint_pages: int) -> list[str]:
+    """The settings of a writable connection, in order."""
+    return [
+        "PRAGMA journal_mode=WAL",
+        # FULL: a transaction that returned is on disk, even if the machine loses power next.
+        "PRAGMA synchronous=FULL",
+        "PRAGMA busy_timeout=30000",
+        "PRAGMA foreign_keys=OFF",
+        # deleted content is overwritten with zeros in the pages (forgetting, see embedded.lifecycle)
+        "PRAGMA secure_delete=ON",
+        f"PRAGMA cache_size=-{int(cache_mb) * 1024}",
+        f"PRAGMA wal_autocheckpoint={int(wal_autocheckpoint_pages)}",
+    ]
+
+
+# a read-only connection (sqlite_open): no statement may write, and a first read shows that the
+# files can be read (it needs the -shm)
+QUERY_ONLY = "PRAGMA query_only=ON"
+READ_PROBE = "SELECT count(*) FROM sqlite_master"
+# changes with every commit of another connection to the file
+DATA_VERSION = "PRAGMA data_version"
+# a projection part's generation: bumped inside each transaction that wrote the part's tables
+BUMP_PROJECTION_GEN = ("INSERT INTO projection_gens(part, gen, stamp) VALUES (?, 1, ?) "
+                       "ON CONFLICT(part) DO UPDATE SET gen = gen + 1, stamp = excluded.stamp RETURNING gen")
+PROJECTION_GENS = "SELECT part, gen, stamp FROM projection_gens"
+# copies the WAL into the database and empties the WAL file: (busy, log pages, checkpointed pages)
+CHECKPOINT_TRUNCATE = "PRAGMA wal_checkpoint(TRUNCATE)"
+
+# ==================================================================== schema_info
+SCHEMA_VERSION_READ = "SELECT value FROM schema_info WHERE key = 'schema_version'"
+SCHEMA_VERSION_WRITE = "INSERT OR REPLACE INTO schema_info(key, value) VALUES ('schema_version', ?)"
