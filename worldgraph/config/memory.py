@@ -93,7 +93,7 @@ class RecallSettings(BaseModel):
     # With speaker_free_vector, while the speaker floor applies (below), the candidates are also the
     # vector top candidate_pool of the query without the names (a second vector search): a memory
     # that says what the query asks in other words is not crowded out by the person's memories that
-    # only share the name (memory/recall/pipeline.py find_candidates)
+    # only share the name (memory/recall/candidates.py find_candidates)
     speaker_free_candidates: bool = True
     # The cosine floor while the speaker match applies (the query names some of the candidates'
     # speakers and not others), in place of the built-in floor: only while min_similarity_threshold

@@ -1,4 +1,4 @@
-"""The speaker-free query's embedding runs beside the query's own (pipeline.speaker_free_ahead):
+"""The speaker-free query's embedding runs beside the query's own (conversation.speaker_free_ahead):
 both model runs at once, the same results as one after the other, nothing left running, and an
 error of the early run raised only where its vector is used."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from tests.unit.memory.test_scoring import VectorEmbedder, unit
 from worldgraph import WorldModel
-from worldgraph.memory.recall import pipeline
+from worldgraph.memory.recall import conversation
 
 QUERY, FREE = "what did Melanie paint", "what did paint"
 VECS = {"Melanie paint": [1.0, 0.0, 0.0, 0.0], "paint": [0.0, 0.0, 1.0, 0.0], "alpha": unit(0.8, 1),
@@ -72,7 +72,7 @@ def test_the_two_embeddings_run_at_once_with_the_same_results(recorded: Any, mon
     assert sorted(r[0] for r in emb.runs) == [QUERY, FREE]  # each embedded once
     assert len({r[1] for r in emb.runs}) == 2  # on two threads
     emb.gate = None
-    monkeypatch.setattr(pipeline, "AHEAD_MAX_AGENTS", 1)  # two agents: no guess, one run after the other
+    monkeypatch.setattr(conversation, "AHEAD_MAX_AGENTS", 1)  # two agents: no guess, one run after the other
     emb.runs.clear()
     apart = wm.recall_experiences("t", None, QUERY, limit=3)
     assert [r[0] for r in emb.runs] == [QUERY, FREE] and emb.runs[1][2] >= emb.runs[0][3]

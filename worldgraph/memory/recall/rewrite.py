@@ -4,7 +4,7 @@ Off unless ``recall_llm_subqueries`` > 0 and an OpenAI-compatible LLM is configu
 (``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``, the world graph's; model ``llm_model``). A question
 that needs two memories ("what did X decide after Y happened?") often shares few words and
 little meaning with either of them; the LLM names what to look for ("X's decision", "Y"), and
-recall searches each sub-query beside the query (pipeline.py). The step never fails a recall: an
+recall searches each sub-query beside the query (candidates.py). The step never fails a recall: an
 unreachable, slow (``recall_llm_timeout_seconds``) or unreadable LLM leaves the query alone,
 with a warning in the log.
 """
