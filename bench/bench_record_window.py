@@ -45,11 +45,11 @@ def run(mode: str, embedder: str, threads: int, seconds: float) -> str:
     wm.indexer.embed = timed(wm.indexer.embed, "embed_s", "embeds")  # type: ignore[method-assign]
     wm.store.add_episodes = timed(wm.store.add_episodes, "inside_s")  # type: ignore[method-assign]
     wm.indexer.index_rows = timed(wm.indexer.index_rows, "inside_s")  # type: ignore[method-assign]
-    commit = timed(wm._commit_episodes, "commit_s", "commits")
-    if wm._group_commit is not None:
-        wm._group_commit._write = commit
+    commit = timed(wm.recorder.commit, "commit_s", "commits")
+    if wm.recorder.group_commit is not None:
+        wm.recorder.group_commit._write = commit
     else:
-        wm._commit_episodes = commit  # type: ignore[method-assign]
+        wm.recorder.commit = commit  # type: ignore[method-assign]
     wm.record_experience("t", {"agent_id": "a", "task_type": "t", "task_description": "warm up", "outcome": "success"})
     for k in acc:
         acc[k] = 0

@@ -2,54 +2,39 @@
 
 It owns the graph store (system of record: embedded SQLite or Neo4j), the LanceDB sidecar
 (derived: rebuilt from the store with ``reindex``), the embedder and the world-graph updater.
+The class is the typed facade: each method checks what the facade owns (the tenant, that the
+model is writable) and hands the rest to a module of ``worldgraph/facade/`` (opening, recording,
+reading, lifecycle, environments), the world updater, ``memory/``, ``export/`` or the store.
 """
 
 from __future__ import annotations
 
-import itertools
-import logging
-import threading
 import time
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from worldgraph.access import open_storage
-from worldgraph.clock import now_iso, utcnow
 from worldgraph.config import WorldGraphConfig
-from worldgraph.errors import (
-    EmbeddingDimensionError,
-    InvalidInputError,
-    NotFoundError,
-    NotSupportedError,
-    ReadOnlyError,
-)
+from worldgraph.errors import ReadOnlyError
 from worldgraph.export.environment import export_environment, import_environment
+from worldgraph.facade import environments, reading
+from worldgraph.facade.lifecycle import Lifecycle
+from worldgraph.facade.opening import close_store, open_parts
+from worldgraph.facade.recording import Recorder
 from worldgraph.kg.cypher_limits import check_params, check_query_text
-from worldgraph.kg.lifecycle import EpisodeFilter, audit_record
 from worldgraph.kg.records import MergeReport, SceneRecord
 from worldgraph.kg.store import GraphStore
-from worldgraph.limits import MAX_PAGE, check_batch, check_delta_size, check_query, check_text, check_value
-from worldgraph.memory.conversation import check_session, parse_turns, quoted, turn_experiences
-from worldgraph.memory.embedders.coalesce import CoalescingEmbedder
-from worldgraph.memory.embeddings import Embedder, embedder_name, index_name, make_embedder
+from worldgraph.limits import check_delta_size, check_value
+from worldgraph.memory.embeddings import Embedder
 from worldgraph.memory.episode import Episode
 from worldgraph.memory.feedback import FeedbackResult, submit_feedback
-from worldgraph.memory.group_commit import GroupCommit
-from worldgraph.memory.index.episode_index import EpisodeIndex, stored_embedder_name
-from worldgraph.memory.index.indexer import EpisodeIndexer, Progress
-from worldgraph.memory.index.objectstore import index_location
-from worldgraph.memory.index.retrier import IndexRetrier
-from worldgraph.memory.lifecycle import ForgetReport, Page, Purger, decode_cursor, encode_cursor, parse_time
+from worldgraph.memory.index.episode_index import EpisodeIndex
+from worldgraph.memory.index.indexer import Progress
+from worldgraph.memory.lifecycle import ForgetReport, Page
 from worldgraph.memory.models import AgentExperience, CanvasContext, RecallOptions
 from worldgraph.memory.recall.pipeline import RecallResult, recall
-from worldgraph.memory.record import build_episode, parse_canvas, parse_experience
-from worldgraph.names import KNOWN_SHOWN, check_env, check_tenant, known_names, require_environment
+from worldgraph.names import check_tenant
 from worldgraph.world.updater import WorldUpdater
-
-log = logging.getLogger("worldgraph")
-
 
 
 class WorldModel:
@@ -66,20 +51,11 @@ class WorldModel:
         self.config = config
         # the world updater gets the store, the settings and how to record a round, not the facade
         self.world = WorldUpdater(store, config, self.record_experience)
-        # records embed through a coalescing wrapper: concurrent calls share batches (queries do not wait)
-        record_embedder = (CoalescingEmbedder(embedder, config.embedding_coalesce_max, config.embedding_coalesce_ms / 1000)
-                           if config.embedding_coalesce else embedder)
-        self.indexer = EpisodeIndexer(store, index, record_embedder, config,
-                                      on_failure=lambda: self._index_retrier.kick())
-        # after an index failure (an unreachable object store), re-index in the background
-        self._index_retrier = IndexRetrier(self.retry_indexing, lambda: bool(self.store.unindexed_episodes(limit=1)),
-                                           config.index_retry_seconds)
-        # concurrent records of a tenant are stored and indexed in groups (memory/group_commit.py)
-        self._group_commit = (GroupCommit(self._commit_episodes, lambda t, ids: set(self.store.get_episodes(t, ids)),
-                                          lambda: self._index_retrier.kick(), config.max_batch_experiences)
-                              if config.record_group_commit else None)
-        self._purge_lock = threading.Lock()
-        self._purger = Purger(self.purge, config.purge_after_seconds)
+        # the recording path (facade/recording.py): the indexer, the background re-indexing, the group commit
+        self.recorder = Recorder(store, index, embedder, config, lambda: self.retry_indexing())
+        self.indexer = self.recorder.indexer
+        # forgetting and purging (facade/lifecycle.py), with the background purge
+        self.lifecycle = Lifecycle(store, index, config, self.world.history)
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -97,44 +73,16 @@ class WorldModel:
         ``progress(done, total)`` is called as the indexing done while opening (the rebuild, or
         the re-indexing of pending episodes) goes on.
         """
-        cfg = config or WorldGraphConfig.from_env(**overrides)
-        root = Path(path)
-        # A folder keeps the local model that built its index (see memory/embedders/factory.py).
-        built_by = None if rebuild_index else stored_embedder_name(index_location(root, cfg.lancedb_path),
-                                                                 cfg.object_store_timeout_seconds)
-        emb = embedder or make_embedder(cfg, built_by)
-        for attr in ("dimensions", "embed"):
-            if not hasattr(emb, attr):
-                raise InvalidInputError("embedder", f"has no {attr!r}: give an object with .dimensions and .embed(texts)")
-        store, reason = open_storage(root, graph, cfg, read_only)
-        try:
-            if reason is not None and rebuild_index:
-                raise ReadOnlyError("rebuild_index", reason)
-            if rebuild_index:
-                store.mark_pending()  # before the tables are dropped (see reindex)
-            index = EpisodeIndex(index_location(root, cfg.lancedb_path), int(emb.dimensions),
-                                 index_name(embedder_name(emb), built_by), cfg,
-                                 rebuild=rebuild_index, read_only=reason is not None)
-        except Exception:
-            store.close()
-            raise
-        wm = cls(root, store, index, emb, cfg, read_only_reason=reason)
-        if reason is not None:
+        parts = open_parts(path, embedder, graph, config, rebuild_index, read_only, overrides)
+        wm = cls(parts.path, parts.store, parts.index, parts.embedder, parts.config, parts.read_only_reason)
+        if parts.read_only_reason is not None:
             return wm
         if rebuild_index:
             wm.reindex(progress=progress)
         else:
             wm.retry_indexing(progress)
-        wm._purge_pending_later()
+        wm.lifecycle.purge_pending_later()
         return wm
-
-    def _purge_pending_later(self) -> None:
-        """Forgets whose bytes an earlier process did not purge are purged in the background."""
-        try:
-            if self.store.forget_log(unpurged=True):
-                self._purger.kick()
-        except NotSupportedError:
-            pass
 
     def _writable(self, operation: str) -> None:
         """Refuse a write of a read-only model before anything is done."""
@@ -147,18 +95,10 @@ class WorldModel:
         packets handed back as pending, and a store that does not close in time is left to the
         process's exit (every write is one transaction: nothing is half-written)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._index_retrier.stop()
-        self._purger.stop()
+        self.recorder.retrier.stop()
+        self.lifecycle.purger.stop()
         self.world.shutdown(timeout)
-        if deadline is None:
-            self.store.close()
-            return
-        closer = threading.Thread(target=self.store.close, name="worldgraph-store-close", daemon=True)
-        closer.start()
-        closer.join(max(0.0, deadline - time.monotonic()))
-        if closer.is_alive():
-            log.warning("the %s store did not close within the shutdown deadline; leaving it to the process "
-                        "exit", self.store.name)
+        close_store(self.store, deadline)
 
     def __enter__(self) -> WorldModel:
         return self
@@ -201,80 +141,7 @@ class WorldModel:
         batches of concurrent calls that wait for the same commit: memory/group_commit.py)."""
         check_tenant(tenant_id)
         self._writable("record_experiences")
-        cfg = self.config
-        if isinstance(experiences, (str, bytes, dict)) or not hasattr(experiences, "__iter__"):
-            raise InvalidInputError("experiences", f"must be a list of experiences, got {type(experiences).__name__}")
-        items = list(itertools.islice(experiences, cfg.max_batch_experiences + 1))
-        check_batch(len(items), cfg)
-        if canvases is not None and not isinstance(canvases, (list, tuple)):
-            raise InvalidInputError("canvases", f"must be a list (a canvas or None per experience), got "
-                                    f"{type(canvases).__name__}")
-        if canvases is not None and len(canvases) != len(items):
-            raise InvalidInputError("canvases", f"has {len(canvases)} items for {len(items)} experiences")
-        now = utcnow()
-        episodes, canvas_recs, audits = [], {}, []
-        seen: set[str] = set()
-        for i, raw in enumerate(items):
-            field = "experience" if len(items) == 1 else f"experiences[{i}]"
-            cfield = "canvas" if len(items) == 1 else f"canvases[{i}]"
-            # limits first: a value nested a million deep must not reach the model parser
-            check_value(raw, field, cfg, cfg.max_experience_bytes, "max_experience_bytes")
-            exp = parse_experience(raw, field)
-            raw_canvas = canvases[i] if canvases else None
-            if raw_canvas is not None:
-                check_value(raw_canvas, cfield, cfg, cfg.max_canvas_bytes, "max_canvas_bytes")
-            canvas = parse_canvas(raw_canvas, cfield)
-            ep, crec, aud = build_episode(tenant_id, exp, canvas, now=now, field=field)
-            if ep["id"] in seen:
-                raise InvalidInputError(f"{field}.episode_id", f"{ep['id']!r} appears twice in this batch")
-            seen.add(ep["id"])
-            episodes.append(ep)
-            audits.extend(aud)
-            if crec is not None:
-                canvas_recs[crec["id"]] = crec
-        if not episodes:
-            return []
-        existing = self.store.get_episodes(tenant_id, [e["id"] for e in episodes])
-        if existing:
-            i = next(i for i, e in enumerate(episodes) if e["id"] in existing)
-            field = "experience" if len(episodes) == 1 else f"experiences[{i}]"
-            raise InvalidInputError(f"{field}.episode_id", f"{episodes[i]['id']!r} is already recorded; "
-                                    "leave episode_id out to get a new id")
-        # Embed before storing: a wrong-shaped embedding is a caller error and must leave the store
-        # unchanged. An unreachable embedding server is not: the episodes are stored and indexed later.
-        vectors = None
-        try:
-            vectors = self.indexer.embed([self.indexer.text(e) for e in episodes], progress)
-        except EmbeddingDimensionError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - any embedder failure: keep the data, index later
-            log.warning("embedding failed (%s); %d episodes stored and marked for re-indexing", exc, len(episodes))
-            embed_error = f"embedding failed: {exc}"
-        # The one write that decides the call: it commits (the episodes are stored "pending") or
-        # raises with nothing stored. Nothing after it raises: indexing and recording how it went
-        # are retried by retry_indexing when they fail (a full disk), so a caller never retries a
-        # batch that was in fact stored.
-        ids = [e["id"] for e in episodes]
-        if vectors is None:
-            self.store.add_episodes(tenant_id, episodes, list(canvas_recs.values()), audits)
-            self.indexer.mark(tenant_id, ids, "failed", embed_error)
-            self._index_retrier.kick()
-            return ids
-        if self._group_commit is not None:  # with the concurrent calls of this tenant, if any
-            self._group_commit.commit(tenant_id, episodes, list(canvas_recs.values()), audits, vectors)
-        else:
-            self._commit_episodes(tenant_id, episodes, list(canvas_recs.values()), audits, vectors)
-        return ids
-
-    def _commit_episodes(self, tenant_id: str, episodes: list[dict[str, Any]], canvases: list[dict[str, Any]],
-                         audits: list[dict[str, Any]], vectors: Any) -> None:
-        """Store embedded episodes in one transaction, then append their index rows; raises only
-        if the store commit fails (then nothing is stored)."""
-        # New episodes are appended to the index, not merged: the window holds the table's write
-        # lock around the store commit (see EpisodeIndex.adding); it neither fails to open nor raises.
-        with self.index.adding(tenant_id) as add:
-            self.store.add_episodes(tenant_id, episodes, canvases, audits)
-            self.indexer.index_rows(tenant_id, episodes, vectors, add)
+        return self.recorder.record(tenant_id, experiences, canvases, progress)
 
     def record_conversation(self, tenant_id: str, session_id: str, turns: Iterable[dict[str, Any]],
                             progress: Progress | None = None) -> list[str]:
@@ -283,14 +150,7 @@ class WorldModel:
         within the session. All turns are checked before anything is recorded."""
         check_tenant(tenant_id)
         self._writable("record_conversation")
-        sid = check_session(session_id)
-        cfg = self.config
-        parsed = parse_turns(turns, cfg.max_batch_experiences + 1, lambda i, raw: check_value(
-            raw, f"turns[{i}]", cfg, cfg.max_experience_bytes, "max_experience_bytes"))
-        check_batch(len(parsed), cfg, "turns")
-        if not parsed:
-            return []
-        return self.record_experiences(tenant_id, self._session_experiences(tenant_id, sid, parsed), progress=progress)
+        return self.recorder.conversation(tenant_id, session_id, turns, progress)
 
     def record_conversations(self, tenant_id: str,
                              sessions: Mapping[str, Iterable[dict[str, Any]]] | Iterable[tuple[str, Iterable[dict[str, Any]]]],
@@ -304,60 +164,7 @@ class WorldModel:
         episode ids per session, in the order given."""
         check_tenant(tenant_id)
         self._writable("record_conversations")
-        cfg = self.config
-        if isinstance(sessions, (str, bytes)) or not hasattr(sessions, "__iter__"):
-            raise InvalidInputError("sessions", "must be a dict {session_id: turns} or a list of (session_id, turns)")
-        pairs = list(sessions.items()) if isinstance(sessions, Mapping) else list(sessions)
-        batches: list[tuple[str, list[AgentExperience]]] = []
-        total = 0
-        for n, pair in enumerate(pairs):
-            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-                raise InvalidInputError(f"sessions[{n}]", "must be a (session_id, turns) pair")
-            sid = check_session(pair[0])
-            if any(sid == done for done, _ in batches):
-                raise InvalidInputError(f"sessions[{n}]", f"session {sid!r} appears twice: give each session once")
-            try:
-                parsed = parse_turns(pair[1], cfg.max_batch_experiences + 1, lambda i, raw: check_value(
-                    raw, f"turns[{i}]", cfg, cfg.max_experience_bytes, "max_experience_bytes"))
-                check_batch(len(parsed), cfg, "turns")
-                exps = self._session_experiences(tenant_id, sid, parsed) if parsed else []
-            except InvalidInputError as exc:  # name the session: "sessions['s2'].turns[0].text"
-                raise InvalidInputError(f"sessions[{sid!r}].{exc.field}", exc.rule, exc.value) from None
-            total += len(parsed)
-            batches.append((sid, exps))
-        out: dict[str, list[str]] = {sid: [] for sid, _ in batches}
-        # Whole sessions go into one record_experiences call while they fit its batch limit
-        # (a session never exceeds it: checked above); each call is stored and indexed as one.
-        chunk: list[tuple[str, list[AgentExperience]]] = []
-        done = 0
-
-        def flush() -> None:
-            nonlocal done
-            if not chunk:
-                return
-            exps = [e for _, es in chunk for e in es]
-            ids = iter(self.record_experiences(tenant_id, exps, progress=None))
-            for sid, es in chunk:
-                out[sid].extend(itertools.islice(ids, len(es)))
-            done += len(exps)
-            if progress:
-                progress(done, total)
-            chunk.clear()
-
-        for sid, exps in batches:
-            if chunk and sum(len(es) for _, es in chunk) + len(exps) > cfg.max_batch_experiences:
-                flush()
-            chunk.append((sid, exps))
-        flush()
-        return out
-
-    def _session_experiences(self, tenant_id: str, sid: str, parsed: list[Any]) -> list[AgentExperience]:
-        """The experiences of one session's turns; the first one's context is the stored turn
-        of the same session before it, if any."""
-        first = parsed[0].timestamp or utcnow()
-        before = self.store.session_episode_before(tenant_id, sid, first.timestamp())
-        previous = quoted(before["agent_id"], before["task_description"]) if before else None
-        return turn_experiences(sid, parsed, previous)
+        return self.recorder.conversations(tenant_id, sessions, progress)
 
     def retry_indexing(self, progress: Progress | None = None) -> int:
         """Index every episode whose indexing is pending or failed; returns how many were indexed."""
@@ -368,13 +175,7 @@ class WorldModel:
         """Rewrite the LanceDB rows of every episode (all tenants, or one) from the graph store;
         safe to kill at any moment (see ``EpisodeIndexer.reindex``)."""
         self._writable("reindex")
-        if tenant_id is not None:
-            check_tenant(tenant_id)
-        expected = 0
-        if progress is not None:  # how many, for the progress bar's total
-            tenants = [tenant_id] if tenant_id is not None else self.store.tenants()
-            expected = sum(int(self.store.stats(t).get("episodes", 0)) for t in tenants)
-        return self.indexer.reindex(tenant_id, progress, batch_size, expected)
+        return self.recorder.reindex(tenant_id, progress, batch_size)
 
     # ------------------------------------------------------------------ feedback
     def submit_feedback(self, tenant_id: str, episode_id: str, score: float, notes: str | None = None,
@@ -411,77 +212,31 @@ class WorldModel:
             StoreUnavailableError: the index's object store did not answer in time.
         """
         check_tenant(tenant_id)
-        check_query(query, self.config)
-        check_text(agent_role, "agent_role", self.config.max_text_bytes, "max_text_bytes")
-        if isinstance(options, dict):
-            check_value(options, "options", self.config, self.config.max_experience_bytes, "max_experience_bytes")
+        reading.check_recall(self.config, query, agent_role, options)
         return recall(self.store, self.index, self.embedder, self.config, tenant_id, agent_role, query, limit, options)
 
     def get_agent_episodes(self, tenant_id: str, agent_id: str, limit: int = 30) -> list[Episode]:
         """The agent's newest ``limit`` episodes, newest first."""
         check_tenant(tenant_id)
-        if not isinstance(agent_id, str) or not agent_id:
-            raise InvalidInputError("agent_id", "must be a non-empty string", agent_id)
-        check_text(agent_id, "agent_id", self.config.max_text_bytes, "max_text_bytes")
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_PAGE:
-            raise InvalidInputError("limit", f"must be a positive integer (at most {MAX_PAGE})", limit)
-        episodes = self.store.agent_episodes(tenant_id, agent_id, limit)
-        if not episodes:  # one rule for unknown names: not_found, naming the known ones
-            raise NotFoundError("agent", agent_id, f"tenant {tenant_id!r} has no episodes of this agent; "
-                                + known_names(self.store.agent_ids(tenant_id, KNOWN_SHOWN + 1), "agents",
-                                              "record a run of it first"))
-        return [Episode(e) for e in episodes]
+        return reading.agent_episodes(self.store, self.config, tenant_id, agent_id, limit)
 
     def get_episode(self, tenant_id: str, episode_id: str) -> Episode:
         """One stored episode by id, as recorded (no scores: nothing was recalled);
         NotFoundError when the tenant holds no such episode (another tenant's id included)."""
         check_tenant(tenant_id)
-        if not isinstance(episode_id, str) or not episode_id:
-            raise InvalidInputError("episode_id", "must be a non-empty string", episode_id)
-        check_text(episode_id, "episode_id", self.config.max_text_bytes, "max_text_bytes")
-        found = self.store.get_episodes(tenant_id, [episode_id])
-        if episode_id not in found:
-            raise NotFoundError("episode", episode_id, f"tenant {tenant_id!r} holds no such episode")
-        return Episode(found[episode_id])
+        return reading.episode(self.store, self.config, tenant_id, episode_id)
 
     def readiness(self, tenant_id: str, agent_id: str, window: int = 30) -> dict[str, Any]:
         """Graduation exam over the agent's last ``window`` episodes."""
-        if isinstance(window, bool) or not isinstance(window, int) or not 0 < window <= MAX_PAGE:
-            raise InvalidInputError("window", f"must be a positive integer (at most {MAX_PAGE})", window)
+        reading.check_window(window)
         episodes = self.get_agent_episodes(tenant_id, agent_id, window)  # NotFoundError for an unknown agent
-        cfg = self.config
-        n = len(episodes)
-        zero_int = sum(1 for e in episodes if not e["human_intervention_required"]) / n
-        compliance = sum(1 for e in episodes if not e["constitutional_violations"]) / n
-        confidence = sum(float(e["confidence_score"]) for e in episodes) / n
-        success = sum(1 for e in episodes if e["success"]) / n
-        checks = {
-            "episodes": (n, cfg.readiness_min_episodes),
-            "zero_intervention_ratio": (zero_int, cfg.readiness_min_zero_intervention),
-            "constitutional_compliance": (compliance, cfg.readiness_min_compliance),
-            "mean_confidence": (confidence, cfg.readiness_min_confidence),
-            "success_rate": (success, cfg.readiness_min_success_rate),
-        }
-        failing = [k for k, (v, m) in checks.items() if v < m]
-        return {
-            "tenant_id": tenant_id, "agent_id": agent_id, "window": window, "episodes": n,
-            "zero_intervention_ratio": round(zero_int, 6), "constitutional_compliance": round(compliance, 6),
-            "mean_confidence": round(confidence, 6), "success_rate": round(success, 6),
-            "score": round((zero_int + compliance + confidence + success) / 4, 6),
-            "ready": not failing, "failing": failing,
-            "thresholds": {k: m for k, (_, m) in checks.items()},
-        }
+        return reading.readiness(self.config, tenant_id, agent_id, window, episodes)
 
     def stats(self, tenant_id: str) -> dict[str, Any]:
         """The tenant's counts (episodes, feedback, scenes by status...), how many episodes the
         index holds, its environments, and which graph store and embedder this model runs on."""
         check_tenant(tenant_id)
-        out: dict[str, Any] = dict(self.store.stats(tenant_id))
-        out["indexed"] = self.index.count(tenant_id)
-        out["environments"] = self.store.environments(tenant_id)
-        out["graph_store"] = self.store.name
-        out["embedder"] = embedder_name(self.embedder)
-        return out
+        return reading.stats(self.store, self.index, self.embedder, tenant_id)
 
     # ------------------------------------------------------------------ browse and forget
     def list_episodes(self, tenant_id: str, agent_id: str | None = None, session_id: str | None = None,
@@ -490,19 +245,7 @@ class WorldModel:
         exclusive, ISO-8601); ``cursor``: the previous page's ``next_cursor`` (a keyset, never an
         offset: a deep page costs what the first does)."""
         check_tenant(tenant_id)
-        for name, value in (("agent_id", agent_id), ("session_id", session_id)):
-            if value is not None and (not isinstance(value, str) or not value):
-                raise InvalidInputError(name, "must be a non-empty string or null", value)
-            check_text(value, name, self.config.max_text_bytes, "max_text_bytes")
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_PAGE:
-            raise InvalidInputError("limit", f"must be a positive integer (at most {MAX_PAGE})", limit)
-        flt = EpisodeFilter(agent_id, session_id, parse_time(since, "since"), parse_time(until, "until"))
-        after = decode_cursor(cursor, flt)
-        rows = self.store.list_episodes(tenant_id, flt, limit + 1, after)
-        more = len(rows) > limit
-        rows = rows[:limit]
-        nxt = encode_cursor(rows[-1]["ts"], rows[-1]["id"], flt) if more else None
-        return Page([Episode(r) for r in rows], nxt)
+        return reading.episode_page(self.store, self.config, tenant_id, agent_id, session_id, since, until, limit, cursor)
 
     def list_agents(self, tenant_id: str) -> list[dict[str, Any]]:
         """The tenant's agents that have episodes: [{agent_id, agent_role, episodes, last_seen}]."""
@@ -512,20 +255,7 @@ class WorldModel:
     def list_environments(self, tenant_id: str) -> list[dict[str, Any]]:
         """The tenant's environments: [{env_name, graph_version, nodes, edges, rules, updated_at}]."""
         check_tenant(tenant_id)
-        out = []
-        for env, meta in self.store.environment_metas(tenant_id).items():
-            counts = (meta or {}).get("counts") or {}
-            out.append({"env_name": env, "graph_version": (meta or {}).get("graph_version", 0),
-                        "nodes": counts.get("nodes", 0), "edges": counts.get("edges", 0),
-                        "rules": counts.get("rules", 0), "scenes": counts.get("scenes", 0),
-                        "updated_at": (meta or {}).get("updated_at")})
-        return out
-
-    def _forget_report(self, kind: str, audit: dict[str, Any], removed: dict[str, Any]) -> ForgetReport:
-        due = datetime.fromisoformat(audit["forgotten_at"]) + timedelta(seconds=self.config.purge_after_seconds)
-        self._purger.kick()
-        return ForgetReport(kind, audit["tenant_id"], audit["target_id"], audit["id"], audit["forgotten_at"],
-                            audit.get("forgotten_by"), {k: int(v) for k, v in removed.items()}, due.isoformat())
+        return environments.environments(self.store, tenant_id)
 
     def forget_episode(self, tenant_id: str, episode_id: str, forgotten_by: str | None = None) -> ForgetReport:
         """Forget one episode: from this call on it is on no read path (recall, get, list, agent
@@ -536,52 +266,21 @@ class WorldModel:
         leave the files with ``purge()`` (in the background within ``purge_after_seconds``)."""
         check_tenant(tenant_id)
         self._writable("forget_episode")
-        if not isinstance(episode_id, str) or not episode_id:
-            raise InvalidInputError("episode_id", "must be a non-empty string", episode_id)
-        check_text(episode_id, "episode_id", self.config.max_text_bytes, "max_text_bytes")
-        check_text(forgotten_by, "forgotten_by", self.config.max_text_bytes, "max_text_bytes")
-        audit = audit_record(tenant_id, "episode", episode_id, forgotten_by, now_iso())
-        removed = self.store.forget_episode(tenant_id, episode_id, audit)
-        if removed is None:
-            raise NotFoundError("episode", episode_id, f"tenant {tenant_id!r} holds no such episode")
-        try:  # recall already drops hits the store no longer holds; purge() deletes rows left here
-            self.index.delete([episode_id])
-            removed["index_rows"] = 1
-        except Exception as exc:  # noqa: BLE001 - the store forgot it: that decides the call
-            log.warning("forgot episode %s, but its index row stays until the next purge (%s)", episode_id, exc)
-            removed["index_rows"] = 0
-        return self._forget_report("episode", audit, removed)
+        return self.lifecycle.forget_episode(tenant_id, episode_id, forgotten_by)
 
     def forget_environment(self, tenant_id: str, env_name: str, forgotten_by: str | None = None) -> ForgetReport:
         """Forget one environment's world graph: its nodes, edges, rules, scenes (the packets) and
         meta, in one transaction. The episodes of its rounds stay (``forget_episode`` each)."""
         check_tenant(tenant_id)
         self._writable("forget_environment")
-        env = check_env(env_name)
-        check_text(forgotten_by, "forgotten_by", self.config.max_text_bytes, "max_text_bytes")
-        audit = audit_record(tenant_id, "environment", env, forgotten_by, now_iso())
-        removed = self.store.forget_environment(tenant_id, env, audit)
-        if removed is None:
-            known = self.store.environments(tenant_id)
-            raise NotFoundError("environment", env, f"tenant {tenant_id!r} has no such environment; " + known_names(
-                known, "environments", "nothing to forget"), field="env_name")
-        self.world.history.drop(tenant_id, env)
-        return self._forget_report("environment", audit, removed)
+        return self.lifecycle.forget_environment(tenant_id, env_name, forgotten_by)
 
     def forget_tenant(self, tenant_id: str, forgotten_by: str | None = None) -> ForgetReport:
         """Forget every record of the tenant, its API keys included, in one store transaction; its
         index table is dropped (now, and again by ``purge()`` if this fails half way)."""
         check_tenant(tenant_id)
         self._writable("forget_tenant")
-        check_text(forgotten_by, "forgotten_by", self.config.max_text_bytes, "max_text_bytes")
-        audit = audit_record(tenant_id, "tenant", tenant_id, forgotten_by, now_iso())
-        removed = self.store.forget_tenant(tenant_id, audit)
-        self.world.history.drop(tenant_id)
-        try:
-            self.index.delete_tenant(tenant_id)
-        except Exception as exc:  # noqa: BLE001 - the store forgot it; purge() drops the table
-            log.warning("forgot tenant %s, but its index rows stay until the next purge (%s)", tenant_id, exc)
-        return self._forget_report("tenant", audit, removed)
+        return self.lifecycle.forget_tenant(tenant_id, forgotten_by)
 
     def purge(self, progress: Progress | None = None) -> dict[str, Any]:
         """Physical removal of what was forgotten: afterwards the forgotten text is in no file of the
@@ -592,30 +291,7 @@ class WorldModel:
         is reused (README, "Forgetting"). Returns what it did; ``progress(done, total)`` counts
         the index tables purged."""
         self._writable("purge")
-        with self._purge_lock:
-            pending = self.store.forget_log(unpurged=True)
-            by_tenant: dict[str, list[str]] = {}
-            for a in pending:
-                if a["kind"] == "episode":
-                    by_tenant.setdefault(a["tenant_id"], []).append(a["target_id"])
-            stale: list[str] = []
-            for tenant, ids in by_tenant.items():  # an id recorded again after its forget keeps its row
-                alive = self.store.get_episodes(tenant, ids)
-                stale.extend(i for i in ids if i not in alive)
-            drop, rewrite = [], set(by_tenant)
-            for tenant in {a["tenant_id"] for a in pending if a["kind"] == "tenant"}:
-                if self.store.stats(tenant)["episodes"] == 0:
-                    drop.append(tenant)
-                else:  # recorded again since: keep those rows, remove the rest
-                    keep = {tenant: {e["id"] for page in self.store.iter_episodes(tenant) for e in page}}
-                    self.index.prune(keep, tenant)
-                    rewrite.add(tenant)
-            stats: dict[str, Any] = {"forgets_purged": len(pending)}
-            stats.update(self.index.purge(stale, sorted(rewrite), drop, progress))
-            stats.update(self.store.purge_files())
-            if pending:
-                self.store.mark_purged([a["id"] for a in pending], now_iso())
-            return stats
+        return self.lifecycle.purge(progress)
 
     # ------------------------------------------------------------------ world graph
     def observe_round(self, tenant_id: str, env_name: str, round: Any) -> SceneRecord | None:  # noqa: A002 - the contract's name
@@ -630,13 +306,7 @@ class WorldModel:
         MergeReport. A packet another worker holds is waited for (``update_wait_seconds``) and its
         merge's report returned; a packet merged before returns that merge's report."""
         self._writable("update_world")
-        check_value(packet, "packet", self.config, self.config.max_experience_bytes, "max_experience_bytes")
-        if isinstance(packet, dict):  # a packet not stored yet is stored from these fields first
-            for key in ("tenant_id", "id", "env_name", "created_at"):
-                if not isinstance(packet.get(key), str) or not packet[key]:
-                    raise InvalidInputError(f"packet.{key}", "is required (give the packet returned by observe_round)")
-            check_tenant(packet["tenant_id"], "packet.tenant_id")
-            check_env(packet["env_name"])
+        environments.check_packet(self.config, packet)
         return self.world.update(packet)
 
     def apply_delta(self, tenant_id: str, env_name: str, delta: Any, scene: Any = None) -> MergeReport:
@@ -682,10 +352,7 @@ class WorldModel:
         """The environment's graph; NotFoundError (naming the known ones) for an environment the
         tenant has neither a graph nor a scene of."""
         check_tenant(tenant_id)
-        graph = self.store.world_graph(tenant_id, check_env(env_name))
-        if graph.get("meta") is None and not graph.get("scenes") and not graph.get("nodes"):
-            require_environment(self.store, tenant_id, env_name)
-        return graph
+        return environments.world_graph(self.store, tenant_id, env_name)
 
     def export(self, tenant_id: str, env_name: str, out_dir: str | Path, progress: Progress | None = None) -> Path:
         """Write the five canonical files under ``out_dir/<tenant>/<app>/world_model_graph/<env>/``."""

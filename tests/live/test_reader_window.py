@@ -73,7 +73,7 @@ def test_a_stored_episode_not_yet_indexed_is_held_but_not_recalled(tmp_path: Pat
 
         # the state a reader can meet while the writer's call runs: committed, index row not written
         monkeypatch.setattr(wm.indexer, "embed", not_indexed_yet)
-        monkeypatch.setattr(wm._index_retrier, "kick", lambda: None)
+        monkeypatch.setattr(wm.recorder.retrier, "kick", lambda: None)
         eid = wm.record_experience("t1", {"agent_id": "w", "task_type": "t", "outcome": "success",
                                           "task_description": "calibrate telescope mirror number 0 zq0x"})
         assert wm.get_episode("t1", eid)["index_status"] != "indexed"

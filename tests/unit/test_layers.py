@@ -1,7 +1,8 @@
 """Dependencies point one way (docs/architecture.md, "Layers"), stated by package:
 
     front     worldgraph.cli, worldgraph.server, worldgraph.neo4j_local
-    facade    worldgraph (the package's re-exports), worldgraph.service, worldgraph.aio, worldgraph.access
+    facade    worldgraph (the package's re-exports), worldgraph.service, worldgraph.facade, worldgraph.aio,
+              worldgraph.access
     pipelines worldgraph.memory, worldgraph.world, worldgraph.export
     stores    worldgraph.kg
     ground    errors, config, clock, names, limits, locks, schema, gcpause, filemodes, bundled, prompts
@@ -34,7 +35,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "worldgraph"
 # the package's __init__).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("front", ("worldgraph.cli", "worldgraph.server", "worldgraph.neo4j_local", "worldgraph.__main__")),
-    ("facade", ("worldgraph", "worldgraph.service", "worldgraph.aio", "worldgraph.access")),
+    ("facade", ("worldgraph", "worldgraph.service", "worldgraph.facade", "worldgraph.aio", "worldgraph.access")),
     ("pipelines", ("worldgraph.memory", "worldgraph.world", "worldgraph.export")),
     ("stores", ("worldgraph.kg",)),
     ("ground", ("worldgraph.errors", "worldgraph.config", "worldgraph.clock", "worldgraph.names",

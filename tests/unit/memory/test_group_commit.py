@@ -44,7 +44,7 @@ def grouped(wm: WorldModel, calls: list[Callable[[], Any]], tenant: str = T) -> 
     """Runs ``calls[0]`` alone and holds it inside the index's write window until every other
     call is queued behind it, so ``calls[1:]`` form exactly one group. Returns each call's
     result or the exception it raised, in order."""
-    gc = wm._group_commit
+    gc = wm.recorder.group_commit
     assert gc is not None
     out: list[Any] = [None] * len(calls)
 
@@ -81,7 +81,7 @@ def test_concurrent_calls_form_one_group_each_gets_its_ids(wm: WorldModel) -> No
     out = grouped(wm, calls)
     assert all(isinstance(r, list) for r in out), out
     assert [len(r) for r in out] == [k % 3 + 1 for k in range(16)]
-    assert wm._group_commit is not None and wm._group_commit.stats.sizes == [1, 15]  # one leader, then one group
+    assert wm.recorder.group_commit is not None and wm.recorder.group_commit.stats.sizes == [1, 15]  # one leader, then one group
     every = [i for r in out for i in r]
     ids = stored_ids(wm)
     assert sorted(ids) == sorted(every) and len(set(ids)) == len(ids)  # each id stored exactly once
@@ -113,7 +113,7 @@ def test_a_failing_part_fails_only_its_caller(wm: WorldModel) -> None:
              for k in range(12)]
     out = grouped(wm, calls)
     assert [k for k, r in enumerate(out) if isinstance(r, Exception)] == [5], out
-    assert wm._group_commit is not None and wm._group_commit.stats.retried_alone == 11
+    assert wm.recorder.group_commit is not None and wm.recorder.group_commit.stats.retried_alone == 11
     ok = [r[0] for r in out if isinstance(r, list)]
     assert sorted(stored_ids(wm)) == sorted(ok) and "same" in ok
     assert wm.index.count(T) == 11
@@ -127,7 +127,7 @@ def test_two_callers_naming_one_id_are_not_grouped(wm: WorldModel) -> None:
     out = grouped(wm, calls)
     errors = [(k, r) for k, r in enumerate(out) if isinstance(r, Exception)]
     assert len(errors) == 1 and errors[0][0] in (3, 9) and "already recorded" in str(errors[0][1]), out
-    assert wm._group_commit is not None and wm._group_commit.stats.retried_alone == 0
+    assert wm.recorder.group_commit is not None and wm.recorder.group_commit.stats.retried_alone == 0
     ok = [r[0] for r in out if isinstance(r, list)]
     assert sorted(stored_ids(wm)) == sorted(ok) and "same" in ok
     assert wm.index.count(T) == 11
@@ -199,7 +199,7 @@ def test_a_group_stored_then_failing_acknowledges_every_caller(wm: WorldModel, m
 
 def test_off_by_config_commits_each_call_alone(tmp_path: Path) -> None:
     with WorldModel.open(tmp_path / "d", embedder=HashingEmbedder(64), record_group_commit=False) as m:
-        assert m._group_commit is None
+        assert m.recorder.group_commit is None
         threads = [threading.Thread(target=m.record_experience, args=(T, exp(k))) for k in range(8)]
         for t in threads:
             t.start()

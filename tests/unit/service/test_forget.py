@@ -283,7 +283,7 @@ def test_background_purge_and_an_interrupted_forget(tmp_path: Path, tenant: str,
         wm.forget_episode(tenant, ids[1])
     # the process stopped before its purge ran: the next one to open the folder purges by itself
     with WorldModel.open(data, embedder=HashingEmbedder(64), purge_after_seconds=0) as wm:
-        wm._purger.wait(60)
+        wm.lifecycle.purger.wait(60)
         deadline = time.monotonic() + 60
         while wm.store.forget_log(unpurged=True) and time.monotonic() < deadline:
             time.sleep(0.1)
