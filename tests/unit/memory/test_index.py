@@ -336,6 +336,31 @@ def test_scalar_and_fts_indexes_built_on_first_write(index):
             "episode_id_idx", "text_idx"} <= names
     assert "vector_idx" not in names  # far below ann_index_min_rows
     assert index.ensure_indexes() == []  # idempotent
+    kinds = {ix.name: ix.index_type for ix in index.table_for("A").list_indices()}
+    assert kinds["agent_role_idx"] == kinds["agent_id_idx"] == kinds["success_idx"] == "Bitmap"
+    assert kinds["timestamp_idx"] == kinds["episode_id_idx"] == "BTree"
+
+
+def test_scalar_index_of_an_older_kind_is_rebuilt_in_place(index):
+    """A table whose role and agent indexes are BTREEs (as earlier versions built them) gets
+    BITMAPs from the next maintenance, and filtered searches answer the same before and after."""
+    from lancedb.index import BTree
+
+    index.upsert([row("e1", "alpha report", agent_role="Finance", agent_id="f-1"),
+                  row("e2", "alpha summary", agent_role="Sales", agent_id="s-1")])
+    table = index.table_for("A")
+    for column in ("agent_role", "agent_id"):
+        table.create_index(column, config=BTree(), name=f"{column}_idx", replace=True)
+    old = EpisodeIndex(index.path, D, index.embedder_name, index.config)  # a process opening the old table
+    kinds = {ix.name: ix.index_type for ix in old.table_for("A").list_indices()}
+    assert kinds["agent_role_idx"] == kinds["agent_id_idx"] == "BTree"
+    before = ids(old.vector_search("A", q("alpha"), k=5, where={"agent_role": "Sales", "agent_id": "s-1"}))
+    assert before == ["e2"]
+    old.optimize()  # what the background maintenance runs after writes
+    kinds = {ix.name: ix.index_type for ix in old.table_for("A").list_indices()}
+    assert kinds["agent_role_idx"] == kinds["agent_id_idx"] == "Bitmap"
+    assert ids(old.vector_search("A", q("alpha"), k=5, where={"agent_role": "Sales", "agent_id": "s-1"})) == before
+    assert ids(old.text_search("A", "alpha", k=5, where={"agent_role": "Finance"})) == ["e1"]
 
 
 def test_ann_index_built_lazily_and_search_stays_exact(tmp_path):

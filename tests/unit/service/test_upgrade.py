@@ -42,3 +42,16 @@ def test_folder_of_9eed448_opens_and_serves(old_data: Path) -> None:
         new = wm.record_experience("acme", {"agent_id": "agent-9", "task_type": "report",
                                             "task_description": "a new run after the upgrade", "outcome": "success"})
         assert wm.get_episode("acme", new).task_description == "a new run after the upgrade"
+
+
+def test_index_of_9eed448_gets_bitmap_role_and_agent_indexes(old_data: Path) -> None:
+    """9eed448 indexed agent_role and agent_id with BTREEs; the next maintenance rebuilds them as
+    BITMAPs in place (filters on them are evaluated faster: docs/architecture.md, "The index")."""
+    with WorldModel.open(old_data) as wm:
+        kinds = {ix.name: ix.index_type for ix in wm.index.table_for("acme").list_indices()}
+        assert kinds["agent_role_idx"] == "BTree"
+        wm.index.optimize()
+        kinds = {ix.name: ix.index_type for ix in wm.index.table_for("acme").list_indices()}
+        assert kinds["agent_role_idx"] == kinds["agent_id_idx"] == "Bitmap"
+        hits = wm.recall_experiences("acme", None, "quarterly sales numbers by region", limit=3)
+        assert hits and all("sales" in h["task_description"] for h in hits)

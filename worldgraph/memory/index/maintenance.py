@@ -27,6 +27,7 @@ from worldgraph.memory.index.policy import (
 )
 from worldgraph.memory.index.schema import (
     FTS_INDEX_NAME,
+    INDEX_TYPE_NAMES,
     SCALAR_INDEXES,
     VECTOR_INDEX_NAME,
 )
@@ -158,23 +159,23 @@ class IndexMaintenance(IndexTables):
         return created
 
     def _ensure_part(self, part: TenantTable, vector: bool = True, fold: bool = True) -> list[str]:
-        from lancedb.index import FTS, Bitmap, BTree
+        from lancedb.index import FTS
 
         created: list[str] = []
         with self._index_lock:
             names = self._indexes(part, refresh=True)
+            created += self._upgrade_kinds(part)
             for column, kind in SCALAR_INDEXES.items():
                 name = f"{column}_idx"
                 if name in names:
                     continue
-                cfg = Bitmap() if kind == "BITMAP" else BTree()
                 try:
-                    self._create_index(part, column, cfg, name)
+                    self._create_index(part, column, scalar_index_config(kind), name)
                 except Exception as exc:
                     if kind != "BITMAP" or "already exists" in str(exc).lower():
                         raise
                     # BITMAP not supported for this column / version: a BTREE does the job
-                    self._create_index(part, column, BTree(), name)
+                    self._create_index(part, column, scalar_index_config("BTREE"), name)
                 created.append(name)
             if FTS_INDEX_NAME not in names:
                 self._create_index(part, "text", FTS(), FTS_INDEX_NAME)
@@ -194,6 +195,28 @@ class IndexMaintenance(IndexTables):
         if created:
             log.info("episode index %s: created %s", part.name, ", ".join(created))
         return created
+
+    def _upgrade_kinds(self, part: TenantTable) -> list[str]:
+        """Rebuild the scalar indexes whose kind is not ``SCALAR_INDEXES``' (written by an earlier
+        version); returns their names."""
+        names = self._indexes(part)
+        return [f"{column}_idx" for column, kind in SCALAR_INDEXES.items()
+                if names.get(f"{column}_idx", INDEX_TYPE_NAMES[kind]) not in ("", INDEX_TYPE_NAMES[kind])
+                and self._rekind(part, column, kind)]
+
+    def _rekind(self, part: TenantTable, column: str, kind: str) -> bool:
+        """Rebuild ``column``'s scalar index as ``kind`` (a table written by an earlier version
+        with another kind); False (the old index stays, and serves) if LanceDB refuses it."""
+        name = f"{column}_idx"
+        try:
+            self._retry(part, lambda: part.table.create_index(column, config=scalar_index_config(kind), name=name,
+                                                              replace=True), f"rebuild index {name}")
+        except Exception as exc:
+            log.info("episode index %s: %s stays a %s index (%s)", part.name, name, self._indexes(part)[name], exc)
+            return False
+        log.info("episode index %s: %s rebuilt as a %s index", part.name, name, kind)
+        self._indexes(part, refresh=True)
+        return True
 
     def _has_unindexed_rows(self, part: TenantTable, names: Iterable[str]) -> bool:
         for name in names:
@@ -264,6 +287,7 @@ class IndexMaintenance(IndexTables):
         """Compact, fold new rows into the indexes (index_policy.fold_new_rows), drop old versions."""
         with self._index_lock:
             part.rows_since_optimize = 0
+            self._upgrade_kinds(part)  # a table written by an earlier version, upgraded in place
             table = part.table
             try:
                 table.to_lance()
@@ -297,6 +321,13 @@ class IndexMaintenance(IndexTables):
     def has_vector_index(self, tenant_id: str | None = None) -> bool:
         """Whether ``tenant_id``'s table has its ANN index (no tenant: whether any table has one)."""
         return any(VECTOR_INDEX_NAME in self._indexes(p, refresh=True) for p in self._selected_parts(tenant_id))
+
+
+def scalar_index_config(kind: str) -> Any:
+    """The lancedb config of a scalar index of ``kind`` (``SCALAR_INDEXES``' values)."""
+    from lancedb.index import Bitmap, BTree
+
+    return Bitmap() if kind == "BITMAP" else BTree()
 
 
 def run_maintenance_tasks(idx: IndexMaintenance, tasks: Iterable[Sequence[str]]) -> None:

@@ -55,7 +55,7 @@ class TenantTable:
     def __init__(self, name: str, table: Any) -> None:
         self.name = name
         self.table = table
-        self.index_names: set[str] | None = None  # cache of the table's index names
+        self.index_names: dict[str, str] | None = None  # cache of the table's indexes: name -> type
         self.writes = 0  # writes through this process
         self.rows_since_optimize = 0  # rows written through this process since the last optimize
         self.rows_base: int | None = None  # last count_rows() seen while the ANN index is missing
@@ -237,9 +237,10 @@ class IndexTables:
                     pass
         return None  # pragma: no cover
 
-    def _indexes(self, part: TenantTable, refresh: bool = False) -> set[str]:
+    def _indexes(self, part: TenantTable, refresh: bool = False) -> dict[str, str]:
+        """The table's indexes: name -> LanceDB's index type (``BTree``, ``Bitmap``, ``FTS``, ...)."""
         if part.index_names is None or refresh:
-            part.index_names = {ix.name for ix in part.table.list_indices()}
+            part.index_names = {ix.name: str(getattr(ix, "index_type", "")) for ix in part.table.list_indices()}
         return part.index_names
 
     def _selected_parts(self, tenant_id: str | None) -> list[TenantTable]:

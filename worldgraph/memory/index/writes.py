@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
 from worldgraph.memory.index import objectstore
-from worldgraph.memory.index.maintenance import IndexMaintenance
+from worldgraph.memory.index.maintenance import IndexMaintenance, scalar_index_config
 from worldgraph.memory.index.schema import (
     FTS_INDEX_NAME,
     SCALAR_INDEXES,
@@ -222,7 +222,7 @@ class IndexWrites(IndexMaintenance):
         file of those tables holds a forgotten row. The ANN index holds vectors only; compaction
         remaps it to the rows that remain. ``progress(done, total)`` is called after each table
         (dropped or rewritten)."""
-        from lancedb.index import FTS, BTree
+        from lancedb.index import FTS
 
         self._writable("purging the episode index")
         ids = [e for e in dict.fromkeys(episode_ids) if isinstance(e, str) and e]
@@ -261,9 +261,10 @@ class IndexWrites(IndexMaintenance):
                 part.table.checkout_latest()
                 names = self._indexes(part, refresh=True)
                 if part.table.count_rows() > 0:
-                    for column in SCALAR_INDEXES:
+                    for column, kind in SCALAR_INDEXES.items():
                         if f"{column}_idx" in names:
-                            part.table.create_index(column, config=BTree(), name=f"{column}_idx", replace=True)
+                            part.table.create_index(column, config=scalar_index_config(kind), name=f"{column}_idx",
+                                                    replace=True)
                     if FTS_INDEX_NAME in names:
                         part.table.create_index("text", config=FTS(), name=FTS_INDEX_NAME, replace=True)
                 part.table.to_lance().cleanup_old_versions(older_than=timedelta(0), delete_unverified=False)
