@@ -135,12 +135,15 @@ class Corpus:
             _, first, _, vectors = self._chunk_start(c)
             yield first, vectors
 
-    def batches(self, batch: int) -> Iterator[tuple[list[dict[str, Any]], np.ndarray]]:
-        """(experiences, vectors) in batches of ``batch``, generated a chunk at a time."""
+    def batches(self, batch: int, start: int = 0) -> Iterator[tuple[list[dict[str, Any]], np.ndarray]]:
+        """(experiences, vectors) of rows ``start`` on, in batches of ``batch``, generated a chunk
+        at a time (a resumed run starts where the stored rows end)."""
         exps: list[dict[str, Any]] = []
         vecs: list[np.ndarray] = []
-        for c in range(self.chunks):
+        for c in range(start // self.CHUNK, self.chunks):
             e, v = self._chunk(c)
+            skip = max(0, start - c * self.CHUNK)
+            e, v = e[skip:], v[skip:]
             exps.extend(e)
             vecs.append(v)
             stacked = np.concatenate(vecs)
@@ -149,30 +152,55 @@ class Corpus:
                 exps, stacked = exps[batch:], stacked[batch:]
             vecs = [stacked]
 
+    def meta_chunks(self) -> Iterator[tuple[int, np.ndarray, dict[str, np.ndarray]]]:
+        """(first row, vectors, columns) of every chunk, in order; the columns are what recall
+        filters on, as arrays: ``role`` (index into ROLES), ``agent`` (0-7 within the role),
+        ``canvas`` (-1: none), ``ts`` (unix seconds), ``success`` (bool). No experience is built."""
+        for c in range(self.chunks):
+            rng, first, topic, vectors = self._chunk_start(c)
+            d = self._draws(rng, topic)
+            yield first, vectors, {
+                "role": np.where(d["own_role"], self.topic_role[topic], d["any_role"]),
+                "agent": d["agent"], "canvas": np.where(d["on_canvas"], d["canvas"], -1),
+                "ts": self.anchor - d["ages"], "success": d["ok"]}
+
+    def _draws(self, rng: np.random.Generator, topic: np.ndarray) -> dict[str, np.ndarray]:
+        """Every random draw of a chunk at once, in the order the chunk's rows use them
+        (per-row generator calls made 1M rows take minutes)."""
+        m = len(topic)
+        agents_per_role = 8
+        d: dict[str, np.ndarray] = {}
+        d["ages"] = rng.uniform(0, 90 * DAY, m)
+        d["own_role"] = rng.random(m) < 0.8
+        d["any_role"] = rng.integers(0, len(ROLES), m)
+        d["ok"] = rng.random(m) < 0.75
+        d["agent"] = rng.integers(0, agents_per_role, m)
+        d["detail"] = rng.integers(0, len(DETAILS), m)
+        d["ticket"] = rng.integers(1000, 99999, m)
+        d["team"] = rng.integers(0, len(ROLES), m)
+        d["n_actions"] = rng.integers(1, 4, m)
+        d["confidence"] = rng.beta(5, 2, m)
+        d["violation"] = rng.random(m) >= 0.97
+        d["human"] = rng.random(m) < 0.1
+        d["n_learnings"] = rng.integers(1, 3, m)
+        d["learn_a"] = rng.integers(0, len(LEARNINGS), m)
+        # a second learning, different from the first
+        d["learn_b"] = (d["learn_a"] + rng.integers(1, len(LEARNINGS), m)) % len(LEARNINGS)
+        d["maturity"] = rng.integers(0, 4, m)
+        d["on_canvas"] = rng.random(m) < 0.4
+        d["canvas"] = rng.integers(0, 500, m)
+        d["n_canvas_actions"] = rng.integers(0, 3, m)
+        return d
+
     def _chunk(self, c: int) -> tuple[list[dict[str, Any]], np.ndarray]:
         rng, first, topic, vectors = self._chunk_start(c)
         m = len(topic)
-        agents_per_role = 8
-        # every random draw of the chunk at once (per-row generator calls made 1M rows take minutes)
-        ages = rng.uniform(0, 90 * DAY, m)
-        own_role = rng.random(m) < 0.8
-        any_role = rng.integers(0, len(ROLES), m)
-        ok = rng.random(m) < 0.75
-        agent = rng.integers(0, agents_per_role, m)
-        detail = rng.integers(0, len(DETAILS), m)
-        ticket = rng.integers(1000, 99999, m)
-        team = rng.integers(0, len(ROLES), m)
-        n_actions = rng.integers(1, 4, m)
-        confidence = rng.beta(5, 2, m)
-        violation = rng.random(m) >= 0.97
-        human = rng.random(m) < 0.1
-        n_learnings = rng.integers(1, 3, m)
-        learn_a = rng.integers(0, len(LEARNINGS), m)
-        learn_b = (learn_a + rng.integers(1, len(LEARNINGS), m)) % len(LEARNINGS)  # a second, different one
-        maturity = rng.integers(0, 4, m)
-        on_canvas = rng.random(m) < 0.4
-        canvas = rng.integers(0, 500, m)
-        n_canvas_actions = rng.integers(0, 3, m)
+        d = self._draws(rng, topic)
+        ages, own_role, any_role, ok, agent = d["ages"], d["own_role"], d["any_role"], d["ok"], d["agent"]
+        detail, ticket, team, n_actions, confidence = d["detail"], d["ticket"], d["team"], d["n_actions"], d["confidence"]
+        violation, human, n_learnings, learn_a, learn_b = (d["violation"], d["human"], d["n_learnings"], d["learn_a"],
+                                                           d["learn_b"])
+        maturity, on_canvas, canvas, n_canvas_actions = d["maturity"], d["on_canvas"], d["canvas"], d["n_canvas_actions"]
         out: list[dict[str, Any]] = []
         for j in range(m):
             i = first + j

@@ -26,6 +26,31 @@ def rss_mb() -> dict[str, float | None]:
     return out
 
 
+def tree_rss_mb(pid: int | None = None) -> float:
+    """Resident memory of a process and all its descendants together (Linux: /proc), MB: this
+    process and the index maintenance processes it started, sampled at one moment."""
+    root = os.getpid() if pid is None else pid
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            with open(entry / "status") as fh:
+                kb = next((int(line.split()[1]) for line in fh if line.startswith("VmRSS:")), 0)
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+        rss[int(entry.name)] = kb
+    total, todo = 0, [root]
+    while todo:
+        p = todo.pop()
+        total += rss.get(p, 0)
+        todo.extend(children.get(p, []))
+    return round(total / 1024, 1)
+
+
 def reset_peak_rss() -> bool:
     """Start a new peak-RSS window (Linux: ``echo 5 > /proc/self/clear_refs``); False if unsupported."""
     try:
