@@ -67,7 +67,8 @@ def test_upsert_insert_update_delete_count_clear(index):
     assert got["canvas_id"] == "canvas-1" and got["canvas_action_ids"] == ["act-1", "act-2"]
     assert got["confidence"] == pytest.approx(0.25)
     assert isinstance(got["vector"], np.ndarray) and got["vector"].shape == (D,)
-    assert np.allclose(got["vector"], q("reconcile inventory in the warehouse"))
+    # stored at half precision (schema.VECTOR_VALUE_TYPE), read back as float32
+    assert np.array_equal(got["vector"], q("reconcile inventory in the warehouse").astype(np.float16).astype(np.float32))
     assert index.get("B", ["e1"]) == []  # another tenant's id is not visible
 
     index.delete(["e2", "does-not-exist"])
@@ -560,3 +561,32 @@ def test_old_single_table_layout_is_migrated(tmp_path):
     assert json.loads((path / META_FILE).read_text())["format"] == 2
     assert EpisodeIndex(path, D, HASH.name, WorldGraphConfig()).count() == 3  # migrated once
     idx.close()
+
+
+def test_table_of_float32_vectors_from_an_earlier_version_keeps_working(tmp_path):
+    """New tables store float16 vectors; a table made by an earlier version keeps its float32
+    column, and appends, merge-inserts and searches work on it (LanceDB casts writes to it)."""
+    import pyarrow as pa
+
+    from worldgraph.memory.index.schema import episode_schema
+
+    path = tmp_path / "lancedb"
+    idx = EpisodeIndex(path, D, HASH.name, WorldGraphConfig())
+    old = pa.schema([f if f.name != "vector" else pa.field("vector", pa.list_(pa.float32(), D), nullable=False)
+                     for f in episode_schema(D)])
+    idx._db.create_table(table_name("A"), schema=old)
+    idx.close()
+    idx = EpisodeIndex(path, D, HASH.name, WorldGraphConfig())
+    idx.upsert([row("e1", "alpha report"), row("e2", "beta summary")])
+    idx.upsert([row("e1", "alpha report, revised")])  # a merge-insert into the old table
+    with idx.adding("A") as add:
+        add([row("e3", "gamma notes")])
+    assert idx.table_for("A").schema.field("vector").type.value_type == pa.float32()
+    assert idx.count("A") == 3
+    for text, eid in (("alpha report, revised", "e1"), ("gamma notes", "e3")):
+        hit = idx.vector_search("A", q(text), k=1)[0]
+        assert hit["episode_id"] == eid and hit["similarity"] == pytest.approx(1.0, abs=1e-3)
+    assert ids(idx.text_search("A", "revised", k=5)) == ["e1"]
+    fresh = EpisodeIndex(tmp_path / "new", D, HASH.name, WorldGraphConfig())
+    fresh.upsert([row("e1", "alpha report")])
+    assert fresh.table_for("A").schema.field("vector").type.value_type == pa.float16()

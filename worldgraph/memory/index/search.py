@@ -80,7 +80,9 @@ class IndexSearch(IndexTables):
         names = [c for c in self.schema.names if c != "vector" and c in tbl.column_names]
         cols = {c: tbl.column(c).to_pylist() for c in names}
         vec_col = tbl.column("vector").combine_chunks()
-        vectors = vec_col.flatten().to_numpy(zero_copy_only=False).reshape(n, self.dimensions)
+        # float16 as stored (float32 in tables of earlier versions): scores are computed in float32
+        vectors = vec_col.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(
+            n, self.dimensions)
         scores = tbl.column(score_col).to_pylist() if score_col else None
         out: list[dict[str, Any]] = []
         for i in range(n):

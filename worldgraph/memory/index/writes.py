@@ -89,7 +89,8 @@ class IndexWrites(IndexMaintenance):
         arrays: list[pa.Array] = []
         for field in self.schema:
             if field.name == "vector":
-                arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), d))
+                values = pa.array(vectors.reshape(-1)).cast(field.type.value_type)
+                arrays.append(pa.FixedSizeListArray.from_arrays(values, d))
             else:
                 arrays.append(pa.array(cols[field.name], type=field.type))
         table = pa.Table.from_arrays(arrays, schema=self.schema)
