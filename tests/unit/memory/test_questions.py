@@ -90,7 +90,7 @@ def test_an_answer_comes_above_the_question_it_answers(tmp_path: Path, store: di
     for b in (q, a):
         assert b["text_relevance"] == pytest.approx(b["vector_part"] + b["bm25_part"] + b["speaker_part"]
                                                     + b["question_part"] + b["answer_part"] + b["reply_part"]
-                                                    + b["neighbor_part"] + b["sentence_part"])
+                                                    + b["neighbor_part"] + b["sentence_part"], abs=1e-5)  # 6 places
 
 
 def test_only_another_speakers_next_turn_is_an_answer(tmp_path: Path, store: dict[str, Any]) -> None:

@@ -55,3 +55,9 @@ def test_index_of_9eed448_gets_bitmap_role_and_agent_indexes(old_data: Path) -> 
         assert kinds["agent_role_idx"] == kinds["agent_id_idx"] == "Bitmap"
         hits = wm.recall_experiences("acme", None, "quarterly sales numbers by region", limit=3)
         assert hits and all("sales" in h["task_description"] for h in hits)
+        # its vectors stay float32 (new tables store float16); new rows are cast to it
+        assert str(wm.index.table_for("acme").schema.field("vector").type.value_type) == "float"
+        wm.record_experience("acme", {"agent_id": "agent-9", "task_type": "report", "outcome": "success",
+                                      "task_description": "regional sales numbers, a later run"})
+        hits = wm.recall_experiences("acme", None, "regional sales numbers later run", limit=1)
+        assert hits[0]["task_description"] == "regional sales numbers, a later run"
