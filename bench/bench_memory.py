@@ -71,7 +71,7 @@ def summary_ms(samples_s: list[float]) -> dict[str, float]:
 
 
 def bench_record(wm: WorldModel, emb: PrecomputedEmbedder, corpus: Corpus, batch: int, log: Any,
-                 data: Path, start: int = 0, batch_log: Path | None = None) -> dict[str, Any]:
+                 data: Path | None = None, start: int = 0, batch_log: Path | None = None) -> dict[str, Any]:
     """record_experiences of the corpus from row ``start`` on, in batches; only the calls are timed
     (the batches are generated between them, a chunk at a time, so the corpus is never all in
     memory). Each batch is appended to ``batch_log`` (JSON lines), so a run resumed after a stop
@@ -80,6 +80,7 @@ def bench_record(wm: WorldModel, emb: PrecomputedEmbedder, corpus: Corpus, batch
     done = start
     t_all = time.perf_counter()
     peak_disk, peak_rss = 0.0, 0.0
+    this_run: list[dict[str, Any]] = []
     fh = batch_log.open("a") if batch_log is not None else None
     try:
         for n_batch, (exps, vectors) in enumerate(corpus.batches(batch, start=start)):
@@ -90,7 +91,8 @@ def bench_record(wm: WorldModel, emb: PrecomputedEmbedder, corpus: Corpus, batch
             emb.forget(texts)
             done += len(exps)
             entry = {"done": done, "n": len(exps), "s": round(dt, 5), "cpu_s": round(cpu, 5)}
-            if n_batch % 50 == 0 or done == corpus.n:
+            this_run.append(entry)
+            if data is not None and (n_batch % 50 == 0 or done == corpus.n):
                 peak_disk = max(peak_disk, measure.du(data) / 1e6)
                 peak_rss = max(peak_rss, measure.tree_rss_mb())
                 entry.update(disk_mb=round(peak_disk, 1), tree_rss_mb=peak_rss, load=measure.load_average())
@@ -103,7 +105,8 @@ def bench_record(wm: WorldModel, emb: PrecomputedEmbedder, corpus: Corpus, batch
     finally:
         if fh is not None:
             fh.close()
-    entries = [json.loads(line) for line in batch_log.read_text().splitlines()] if batch_log is not None else []
+    entries = [json.loads(line) for line in batch_log.read_text().splitlines()] if batch_log is not None else \
+        list(this_run)
     if not entries:
         return {"episodes": corpus.n, "batches": 0}
     per_batch = [e["n"] / e["s"] for e in entries]
