@@ -12,6 +12,7 @@ import pyarrow as pa
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
 from worldgraph.memory.cosine import cosine_to
 from worldgraph.memory.index import objectstore
+from worldgraph.memory.index.plan import SAMPLE_ROWS, sample_is_stale, split_time, time_check
 from worldgraph.memory.index.policy import ann_search_params
 from worldgraph.memory.index.schema import (
     FTS_INDEX_NAME,
@@ -131,6 +132,20 @@ class IndexSearch(IndexTables):
         small = self._small_table(part, select)
         if small is not None:  # exact cosine in process (index_small.py)
             return small.rows_out(small.nearest(q, k, small.mask(where)), select, "similarity", tenant_id)
+        ds = part.latest_dataset()
+        check = time_check(where, k, self._time_sample(part, ds))
+        if check is not None:  # a wide date range, checked on the hits (plan.py)
+            rest = metadata_filter(split_time(where)[0])
+            rows = self._rows(self._nearest(part, ds, q, check.fetch, rest, self._with_time(select)), tenant_id)
+            kept = [r for r in rows if check.keeps(r["timestamp"])]
+            if len(kept) >= k or len(rows) < check.fetch:
+                return self._rescored(self._strip_time(kept, select), q, k)
+        # Every candidate is re-scored with exact cosine, so the order is exact.
+        return self._rescored(self._rows(self._nearest(part, ds, q, k, pred, select), tenant_id), q, k)
+
+    def _nearest(self, part: TenantTable, ds: Any, q: np.ndarray, k: int, pred: str | None,
+                 select: Sequence[str] | None) -> pa.Table:
+        """LanceDB's top ``k`` of ``ds`` by cosine, ``pred`` pushed into the search."""
         nearest: dict[str, Any] = {"column": "vector", "q": q, "k": k, "metric": "cosine"}
         if VECTOR_INDEX_NAME in self._indexes(part):
             nearest.update(ann_search_params(self.config, k, self.ann_overfetch))
@@ -138,11 +153,36 @@ class IndexSearch(IndexTables):
         # fetches the schema three times on its event loop) for the same search. A metadata filter
         # is applied before the search (prefilter, from the scalar indexes), and the probing goes
         # on past ann_nprobes partitions until k rows pass it.
-        tbl = part.latest_dataset().to_table(columns=None if select is None else list(select), filter=pred,
-                                             prefilter=pred is not None, nearest=nearest,
-                                             disable_scoring_autoprojection=True)
-        # Every candidate is re-scored with exact cosine, so the order is exact.
-        return self._rescored(self._rows(tbl, tenant_id), q, k)
+        tbl: pa.Table = ds.to_table(columns=None if select is None else list(select), filter=pred,
+                                    prefilter=pred is not None, nearest=nearest, disable_scoring_autoprojection=True)
+        return tbl
+
+    def _time_sample(self, part: TenantTable, ds: Any) -> np.ndarray | None:
+        """Sorted timestamps of a sample of the table's rows (``plan.SAMPLE_ROWS``), taken again
+        as the table grows; they only choose how a search runs, never what it returns."""
+        rows = int(ds.count_rows())  # the manifest's count: no data read
+        if sample_is_stale(part.time_sample_rows, rows):
+            tbl = ds.sample(SAMPLE_ROWS, columns=["timestamp"]) if rows > SAMPLE_ROWS else \
+                ds.to_table(columns=["timestamp"])
+            part.time_sample = np.sort(np.asarray(tbl.column("timestamp").to_numpy(zero_copy_only=False),
+                                                  dtype=np.float64))
+            part.time_sample_rows = rows
+        sample: np.ndarray | None = part.time_sample
+        return sample
+
+    @staticmethod
+    def _with_time(select: Sequence[str] | None) -> list[str] | None:
+        """``select`` with ``timestamp`` (read to check a date range on the hits)."""
+        return None if select is None else list(dict.fromkeys([*select, "timestamp"]))
+
+    @staticmethod
+    def _strip_time(rows: list[dict[str, Any]], select: Sequence[str] | None) -> list[dict[str, Any]]:
+        """The rows without ``timestamp`` when the caller did not ask for it."""
+        if select is None or "timestamp" in select:
+            return rows
+        for row in rows:
+            row.pop("timestamp", None)
+        return rows
 
     @staticmethod
     def _rescored(results: list[dict[str, Any]], q: np.ndarray, k: int) -> list[dict[str, Any]]:
@@ -189,18 +229,30 @@ class IndexSearch(IndexTables):
         small = self._small_table(part, select)
         if small is not None:  # BM25 in process, LanceDB's terms and scores (index_small.py)
             return small.rows_out(small.bm25(text, k, small.mask(where)), select, "bm25", tenant_id)
-        from lance.query import MatchQuery
-
+        ds = part.latest_dataset()
+        check = time_check(where, k, self._time_sample(part, ds))
         try:
-            # The dataset directly, as in vector_search (lancedb's query builder adds ~4 ms); a
-            # MatchQuery of the text, as lancedb makes of a plain string (no query syntax).
-            tbl = part.latest_dataset().to_table(
-                columns=None if select is None else [*select, "_score"],  # by name: lance warns otherwise
-                full_text_query=MatchQuery(text, "text"), filter=pred, prefilter=pred is not None, limit=k)
+            if check is not None:  # a wide date range, checked on the hits (plan.py)
+                hits = self._matches(ds, text, check.fetch, metadata_filter(split_time(where)[0]),
+                                     self._with_time(select), tenant_id)
+                kept = [r for r in hits if check.keeps(r["timestamp"])]
+                if len(kept) >= k or len(hits) < check.fetch:
+                    return self._strip_time(kept, select)[:k]
+            return self._matches(ds, text, k, pred, select, tenant_id)
         except ValueError as exc:
             if "index" in str(exc).lower():
                 return []
             raise
+
+    def _matches(self, ds: Any, text: str, k: int, pred: str | None, select: Sequence[str] | None,
+                 tenant_id: str) -> list[dict[str, Any]]:
+        """LanceDB's top ``k`` of ``ds`` by BM25 on ``text``, ``pred`` pushed into the search, best first."""
+        from lance.query import MatchQuery
+
+        # The dataset directly, as in vector_search (lancedb's query builder adds ~4 ms); a
+        # MatchQuery of the text, as lancedb makes of a plain string (no query syntax).
+        tbl = ds.to_table(columns=None if select is None else [*select, "_score"],  # by name: lance warns otherwise
+                          full_text_query=MatchQuery(text, "text"), filter=pred, prefilter=pred is not None, limit=k)
         results = self._rows(tbl, tenant_id, "_score", "bm25")
         results.sort(key=lambda r: r["bm25"], reverse=True)
         return first_per_episode(results)
