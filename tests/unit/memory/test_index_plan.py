@@ -78,8 +78,9 @@ def test_filtered_searches_equal_the_pushed_down_filter(index, monkeypatch, wher
 
 def test_wide_range_is_checked_on_the_hits_narrow_one_pushed_down(index):
     part = index._part("A")
-    sample = index._time_sample(part, part.latest_dataset())
-    assert len(sample) == 4_096 and np.all(np.diff(sample) >= 0)
+    sample = index._sample(part, part.latest_dataset())
+    assert sample.size == 4_096 and sample.rows == 6_000
+    assert sample.share({"agent_role": "Ops"}) == pytest.approx(1 / 3, abs=0.05)
     wide = plan.time_check({"start": NOW - 60 * DAY}, 100, sample)
     assert wide is not None and 200 <= wide.fetch <= 260  # ~2/3 of the rows: 100 / 0.67 x 1.5
     assert plan.time_check({"start": NOW - DAY, "end": NOW}, 100, sample) is None  # ~1 %: pushed in
@@ -91,11 +92,12 @@ def test_a_stale_sample_still_gives_the_pushed_down_result(index, monkeypatch):
     """A sample that says a narrow range is wide (the table changed since): the hits that pass are
     fewer than k, so the search runs again with the range pushed in."""
     part = index._part("A")
-    index._time_sample(part, part.latest_dataset())
+    real = index._sample(part, part.latest_dataset())
     where = {"start": NOW - 2 * DAY, "end": NOW - DAY}
-    monkeypatch.setattr(part, "time_sample", np.linspace(NOW - 2 * DAY, NOW - DAY, 100))
+    stale = plan.Sample({**real.columns, "timestamp": np.linspace(NOW - 2 * DAY, NOW - DAY, real.size)}, real.rows)
+    monkeypatch.setattr(part, "sample", stale)
     q = np.random.default_rng(3).standard_normal(D).astype(np.float32)
-    assert plan.time_check(where, 20, part.time_sample) is not None
+    assert plan.time_check(where, 20, stale) is not None
     got = index.vector_search("A", q, k=20, where=where, columns=["episode_id"])
     got_text = index.text_search("A", "ledger", k=20, where=where, columns=["episode_id"])
     monkeypatch.setattr(plan, "POST_FILTER_SHARE", 2.0)
@@ -104,7 +106,26 @@ def test_a_stale_sample_still_gives_the_pushed_down_result(index, monkeypatch):
     assert same_ranking(got_text, index.text_search("A", "ledger", k=20, where=where, columns=["episode_id"]))
 
 
+def test_a_filter_few_rows_pass_is_searched_exactly(index, monkeypatch):
+    """One agent on one day: ~10 of 6,000 rows, spread over every IVF partition. The exact scan
+    returns the true nearest (numpy over the rows that pass); the plan chooses it from the sample."""
+    part = index._part("A")
+    sample = index._sample(part, part.latest_dataset())
+    where = {"agent_id": "a3", "start": NOW - 3 * DAY, "end": NOW}
+    assert plan.maybe_exact(where, sample) and not plan.maybe_exact({"success_only": True}, sample)
+    everything = index.vector_search("A", np.ones(D, np.float32), k=6_000, columns=["timestamp", "agent_id"])
+    passing = [h for h in everything if h["agent_id"] == "a3" and NOW - 3 * DAY <= h["timestamp"] <= NOW]
+    assert 3 <= len(passing) <= 60
+    rng = np.random.default_rng(21)
+    for _ in range(5):
+        q = rng.standard_normal(D).astype(np.float32)
+        sims = {h["episode_id"]: float(h["vector"] @ q / np.linalg.norm(h["vector"]) / np.linalg.norm(q))
+                for h in passing}
+        want = sorted(sims, key=lambda e: -sims[e])[:10]
+        got = [h["episode_id"] for h in index.vector_search("A", q, k=10, where=where, columns=["episode_id"])]
+        assert got == want
+
+
 def test_sample_is_taken_again_as_the_table_grows():
-    assert plan.sample_is_stale(None, 10)
     assert not plan.sample_is_stale(1_000, 1_200)
     assert plan.sample_is_stale(1_000, 1_300) and plan.sample_is_stale(1_000, 700)

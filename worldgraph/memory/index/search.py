@@ -12,7 +12,17 @@ import pyarrow as pa
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
 from worldgraph.memory.cosine import cosine_to
 from worldgraph.memory.index import objectstore
-from worldgraph.memory.index.plan import SAMPLE_ROWS, sample_is_stale, split_time, time_check
+from worldgraph.memory.index.plan import (
+    EXACT_ROWS,
+    SAMPLE_COLUMNS,
+    SAMPLE_ROWS,
+    Sample,
+    maybe_exact,
+    sample_is_stale,
+    sample_of,
+    split_time,
+    time_check,
+)
 from worldgraph.memory.index.policy import ann_search_params
 from worldgraph.memory.index.schema import (
     FTS_INDEX_NAME,
@@ -133,21 +143,28 @@ class IndexSearch(IndexTables):
         if small is not None:  # exact cosine in process (index_small.py)
             return small.rows_out(small.nearest(q, k, small.mask(where)), select, "similarity", tenant_id)
         ds = part.latest_dataset()
-        check = time_check(where, k, self._time_sample(part, ds))
+        sample = self._sample(part, ds) if where else None
+        check = time_check(where, k, sample)
         if check is not None:  # a wide date range, checked on the hits (plan.py)
             rest = metadata_filter(split_time(where)[0])
             rows = self._rows(self._nearest(part, ds, q, check.fetch, rest, self._with_time(select)), tenant_id)
             kept = [r for r in rows if check.keeps(r["timestamp"])]
             if len(kept) >= k or len(rows) < check.fetch:
                 return self._rescored(self._strip_time(kept, select), q, k)
-        # Every candidate is re-scored with exact cosine, so the order is exact.
-        return self._rescored(self._rows(self._nearest(part, ds, q, k, pred, select), tenant_id), q, k)
+        # Every candidate is re-scored with exact cosine, so the order is exact. A filter that very
+        # few rows pass is searched exactly (plan.py: the IVF search misses their nearest).
+        exact = maybe_exact(where, sample) and int(ds.count_rows(pred)) <= EXACT_ROWS
+        tbl = self._nearest(part, ds, q, k, pred, select, exact=exact)
+        return self._rescored(self._rows(tbl, tenant_id), q, k)
 
     def _nearest(self, part: TenantTable, ds: Any, q: np.ndarray, k: int, pred: str | None,
-                 select: Sequence[str] | None) -> pa.Table:
-        """LanceDB's top ``k`` of ``ds`` by cosine, ``pred`` pushed into the search."""
+                 select: Sequence[str] | None, exact: bool = False) -> pa.Table:
+        """LanceDB's top ``k`` of ``ds`` by cosine, ``pred`` pushed into the search (``exact``: a
+        scan of the rows that pass it, not the ANN index)."""
         nearest: dict[str, Any] = {"column": "vector", "q": q, "k": k, "metric": "cosine"}
-        if VECTOR_INDEX_NAME in self._indexes(part):
+        if exact:
+            nearest["use_index"] = False
+        elif VECTOR_INDEX_NAME in self._indexes(part):
             nearest.update(ann_search_params(self.config, k, self.ann_overfetch))
         # The dataset is searched directly: lancedb's query builder costs ~4 ms a query here (it
         # fetches the schema three times on its event loop) for the same search. A metadata filter
@@ -157,17 +174,15 @@ class IndexSearch(IndexTables):
                                     prefilter=pred is not None, nearest=nearest, disable_scoring_autoprojection=True)
         return tbl
 
-    def _time_sample(self, part: TenantTable, ds: Any) -> np.ndarray | None:
-        """Sorted timestamps of a sample of the table's rows (``plan.SAMPLE_ROWS``), taken again
-        as the table grows; they only choose how a search runs, never what it returns."""
+    def _sample(self, part: TenantTable, ds: Any) -> Sample:
+        """The filter columns of a sample of the table's rows (``plan.SAMPLE_ROWS``), taken again
+        as the table grows (~24 ms at 1M); it only chooses how a search runs, never what it returns."""
         rows = int(ds.count_rows())  # the manifest's count: no data read
-        if sample_is_stale(part.time_sample_rows, rows):
-            tbl = ds.sample(SAMPLE_ROWS, columns=["timestamp"]) if rows > SAMPLE_ROWS else \
-                ds.to_table(columns=["timestamp"])
-            part.time_sample = np.sort(np.asarray(tbl.column("timestamp").to_numpy(zero_copy_only=False),
-                                                  dtype=np.float64))
-            part.time_sample_rows = rows
-        sample: np.ndarray | None = part.time_sample
+        sample: Sample | None = part.sample
+        if sample is None or sample_is_stale(sample.rows, rows):
+            columns = list(SAMPLE_COLUMNS)
+            tbl = ds.sample(SAMPLE_ROWS, columns=columns) if rows > SAMPLE_ROWS else ds.to_table(columns=columns)
+            sample = part.sample = sample_of(tbl, rows)
         return sample
 
     @staticmethod
@@ -230,7 +245,7 @@ class IndexSearch(IndexTables):
         if small is not None:  # BM25 in process, LanceDB's terms and scores (index_small.py)
             return small.rows_out(small.bm25(text, k, small.mask(where)), select, "bm25", tenant_id)
         ds = part.latest_dataset()
-        check = time_check(where, k, self._time_sample(part, ds))
+        check = time_check(where, k, self._sample(part, ds) if where else None)
         try:
             if check is not None:  # a wide date range, checked on the hits (plan.py)
                 hits = self._matches(ds, text, check.fetch, metadata_filter(split_time(where)[0]),

@@ -49,8 +49,7 @@ class TenantTable:
         "rows_base",
         "rows_since_optimize",
         "table",
-        "time_sample",
-        "time_sample_rows",
+        "sample",
         "writes",
     )
 
@@ -65,8 +64,7 @@ class TenantTable:
         self.ann_requested = False  # an ANN build is queued / running in the background
         self.dataset: Any = None  # the table's pylance dataset, for the unfiltered search path
         self.ann_partitions: int | None = None  # IVF partitions of the ANN index (cache)
-        self.time_sample: Any = None  # sorted timestamps of a sample of the rows (plan.py)
-        self.time_sample_rows: int | None = None  # the table's rows when it was taken
+        self.sample: Any = None  # plan.Sample: the filter columns of a sample of the rows
 
     def latest_dataset(self) -> Any:
         """The pylance dataset at the table's newest version (this or another process's
