@@ -20,6 +20,12 @@ _ENDS = re.compile(r"^[\W_]+|[\W_]+$")
 _ARTICLE = re.compile(r"^(?:a|an|the)\s+")
 _TYPE_SEP = re.compile(r"[\s\-_]+")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_PREDICATE_SEP = re.compile(r"[\s\-]+")
+_SNAKE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
+PREDICATE_MAX = 64
+PREDICATE_RULE = ("snake_case: lowercase ASCII words of letters and digits joined by single underscores, "
+                  f"starting with a letter, at most {PREDICATE_MAX} characters (works_at, depends_on)")
 
 
 def normalise_name(s: str) -> str:
@@ -47,6 +53,19 @@ def normalise_type(s: str) -> str:
     return _TYPE_SEP.sub("_", _ENDS.sub("", text))
 
 
+def normalise_predicate(s: str) -> str:
+    """A fact's predicate as snake_case where the meaning is clear: ``"Works At"``, ``"works-at"``
+    and ``"worksAt"`` are ``works_at``. The result may still break the rule (``is_predicate``):
+    other characters are kept, for the error message to show."""
+    text = _CAMEL.sub("_", unicodedata.normalize("NFKC", str(s)).strip())
+    return _PREDICATE_SEP.sub("_", text.lower())
+
+
+def is_predicate(s: str) -> bool:
+    """Whether ``s`` is a predicate as stored: ``PREDICATE_RULE``."""
+    return len(s) <= PREDICATE_MAX and bool(_SNAKE.match(s))
+
+
 def is_uuid(s: str) -> bool:
     return bool(_UUID.match(s))
 
@@ -65,8 +84,10 @@ def edge_id(
     action: str | None = None,
     occurrence: int = 0,
 ) -> str:
-    """Id of one edge record. ``occurrence`` counts earlier, closed records of the same fact:
-    a containment closed and asserted again later becomes occurrence 1, and so on."""
+    """Id of one edge record. ``action`` qualifies the fact: a transition's action, or a fact's
+    predicate (``works_at``: part of what the fact is, so two predicates between the same ends
+    are two facts). ``occurrence`` counts earlier, closed records of the same fact: a containment
+    closed and asserted again later becomes occurrence 1, and so on."""
     act = normalise_name(action) if action else ""
     return _uuid5("edge", tenant_id, env_name, relation, src_id, dst_id, act, str(occurrence))
 

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
 NodeKind = Literal["entity", "state"]
-Relation = Literal["transition", "containment", "episodic"]
-RELATIONS: tuple[str, ...] = ("transition", "containment", "episodic")
+Relation = Literal["transition", "containment", "episodic", "fact"]
+# The three seed relations of a text adventure, then "fact": any other kind of fact between two
+# entities, named by its snake_case predicate (works_at, depends_on).
+RELATIONS: tuple[str, ...] = ("transition", "containment", "episodic", "fact")
 SCENE_STATUSES: tuple[str, ...] = ("pending", "running", "merged", "failed")
 
 # Keys every snapshot record has (docs/architecture.md, "Canonical snapshot"); records carry more.
@@ -64,6 +66,8 @@ class EdgeRecord(TypedDict, total=False):
     src_id: str
     dst_id: str  # for episodic edges: a scene id
     action: str | None  # transition: the action that caused it
+    predicate: str  # fact only: what kind of fact (snake_case, part of its id); absent on other edges
+    single_valued: bool  # fact only: the subject has one current fact of this predicate at a time
     confidence: float
     evidence: list[str]
     evidence_count: int

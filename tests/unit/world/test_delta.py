@@ -145,8 +145,11 @@ def test_a_cyclic_python_value_is_dropped_not_looped_on():
 def test_item_level_problems_are_not_structural():
     delta = empty(edges=[{"relation": "friendship", "src_ref": 1}], entities=[{"name": 7}])
     assert validate_delta(delta) is delta
-    assert [d[2] for d in drops(delta)] == ["name: must be a string, got number; type: missing (required)",
-                                            "unknown relation 'friendship'; allowed: transition, containment, episodic"]
+    entity, edge = [d[2] for d in drops(delta)]
+    assert entity == "name: must be a string, got number; type: missing (required)"
+    # the reason teaches the fix: any other kind of fact is relation: fact with a predicate
+    assert edge.startswith("unknown relation 'friendship'; allowed: containment (parent -> child")
+    assert 'relation: fact with a snake_case predicate: {"relation": "fact", "predicate": "friendship"' in edge
 
 
 def test_retract_is_a_lenient_flag():

@@ -117,7 +117,8 @@ def test_the_repair_round_asks_only_about_the_dropped_items(fake_openai: FakeOpe
     assert delta.entities[1].item is not None and delta.entities[1].item.name == "wooden table"
     assert [(d.kind, d.index) for d in delta.dropped()] == [("edge", 2)]
     repair = fake_openai.chat_requests[1]["messages"][3]["content"]
-    assert "- edges[2]: unknown relation 'near'; allowed: transition, containment, episodic" in repair
+    assert "- edges[2]: unknown relation 'near'; allowed: containment (parent -> child" in repair
+    assert '{"relation": "fact", "predicate": "near", "src_ref": ..., "dst_ref": ...}' in repair  # the fix
     assert "- edges[3]: src_ref 'ghost' does not resolve" in repair
     assert "edges[0]" not in repair and "entities[" not in repair
     # an answer with nothing dropped makes no repair round

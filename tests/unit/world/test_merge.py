@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from worldgraph.errors import DeltaValidationError
-from worldgraph.kg.ids import edge_id, node_id, rule_id
+from worldgraph.kg.ids import edge_id, is_predicate, node_id, rule_id
 from worldgraph.kg.records import EDGE_KEYS, NODE_KEYS, RELATIONS, RULE_KEYS, GraphView
 from worldgraph.world.merge.engine import apply_plan_to_view, plan_merge, referenced, referenced_node_ids
 
@@ -240,7 +240,8 @@ def test_every_drop_reason():
     assert by[("entity", 1)] == "name: missing (required)"
     assert by[("entity", 2)] == "duplicate ref 'e1': first used by entities[0]"
     assert by[("entity", 4)] == "ref 'scene' is reserved for the update's scene"
-    assert by[("edge", 0)] == "unknown relation 'friendship'; allowed: transition, containment, episodic"
+    assert by[("edge", 0)].startswith("unknown relation 'friendship'; allowed: containment (parent -> child")
+    assert '"relation": "fact", "predicate": "friendship"' in by[("edge", 0)]
     assert by[("edge", 1)] == "dst_ref 'e9' does not resolve to a node in this delta or the graph"
     assert by[("edge", 2)] == "src_ref 'zz' does not resolve to a node in this delta or the graph"
     assert by[("edge", 3)] == "dst_ref 'e2' names entities[1], which was dropped"
@@ -418,7 +419,8 @@ FIELDS = {
     "entities": {"ref": ["e1", "e2", "e3"], "name": ["key", "The Key.", "hall", "open", "box"], "type": ["item", "room", "door_state"],  # noqa: E501
                  "attributes": [{"color": "red"}, {"n": [1, 2]}], "evidence": ["seen", ["a", "b"]], "confidence": [0.3, 0.9]},
     "edges": {"relation": [*RELATIONS, *RELATIONS, "friendship", "CONTAINMENT"], "src_ref": GOOD_REFS, "dst_ref": GOOD_REFS,
-              "action": ["open", "take"], "evidence": ["seen"], "confidence": [0.4, 2]},
+              "action": ["open", "take"], "predicate": ["works_at", "Located Near", "bad pred!", "near"],
+              "single_valued": [True, False, "yes"], "evidence": ["seen"], "confidence": [0.4, 2]},
     "rules": {"condition": ["door locked", "the door is locked", "lamp lit"],
               "outcome": ["cannot leave", "you cannot leave", "can read"], "linked_refs": [REFS[:3], REFS[5:9]],
               "evidence": ["seen"], "confidence": [0.6]},
@@ -497,8 +499,11 @@ def test_garbage_deltas_never_write_dirty_data(seed, with_scene):
         if e["relation"] == "episodic":
             assert sc is not None and e["dst_id"] == sc["id"]
         else:
-            want = "entity" if e["relation"] == "containment" else "state"
+            want = "entity" if e["relation"] in ("containment", "fact") else "state"
             assert nodes[e["src_id"]]["kind"] == nodes[e["dst_id"]]["kind"] == want
+        assert ("predicate" in e) == (e["relation"] == "fact")
+        if e["relation"] == "fact":
+            assert is_predicate(e["predicate"]) and isinstance(e["single_valued"], bool)
     for r in plan.rules:
         assert all(k in r for k in RULE_KEYS) and set(r["linked_node_ids"]) <= set(nodes)
     for x in report.dropped:
@@ -506,6 +511,9 @@ def test_garbage_deltas_never_write_dirty_data(seed, with_scene):
     after = apply_plan_to_view(SEEDED, plan)
     children = [e["dst_id"] for e in after.edges.values() if e["relation"] == "containment" and e["valid_to"] is None]
     assert len(children) == len(set(children))  # single parent
+    single = [(e["src_id"], e["predicate"]) for e in after.edges.values()
+              if e["relation"] == "fact" and e["single_valued"] and e["valid_to"] is None]
+    assert len(single) == len(set(single))  # one current object of a single-valued predicate
     json.dumps(plan.nodes + plan.edges + plan.rules, allow_nan=False)  # JSON-clean
     if seed % 4:
         return

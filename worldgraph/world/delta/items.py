@@ -6,6 +6,12 @@ MergeReport with the reason ``parse_item`` gives; the rest of the delta still me
 
 ``retract: true`` on an entity, state or edge item says the fact stopped being true (an object
 eaten, a key no longer on the table); the merge closes what it names instead of asserting it.
+
+An edge's relation is one of the three seed relations (containment, transition, episodic) or
+``fact``: any other kind of fact between two entities, named by its ``predicate`` (snake_case,
+``ids.PREDICATE_RULE``; "Works At" / "worksAt" are read as works_at), ``single_valued`` when the
+subject has one such fact at a time. An unknown relation is dropped with a reason that shows
+the fact form, so that a model's repair round (or a user) learns the fix.
 """
 
 from __future__ import annotations
@@ -13,9 +19,9 @@ from __future__ import annotations
 import math
 from typing import Any, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from worldgraph.kg.ids import normalise_name, normalise_type
+from worldgraph.kg.ids import PREDICATE_RULE, is_predicate, normalise_name, normalise_predicate, normalise_type
 from worldgraph.kg.records import RELATIONS
 
 DEFAULT_CONFIDENCE = 0.5
@@ -117,18 +123,33 @@ class EdgeItem(_Item):
     src_ref: str
     dst_ref: str
     action: str | None = None
+    # fact only (see the module doc); validated even when absent, so a fact without one is named
+    predicate: str | None = Field(default=None, validate_default=True)
+    single_valued: bool = False
     retract: bool = False
 
     _refs = field_validator("src_ref", "dst_ref", mode="before")(lambda cls, v: _ref(v))
-    _retract = field_validator("retract", mode="before")(lambda cls, v: _flag(v))
+    _flags = field_validator("retract", "single_valued", mode="before")(lambda cls, v: _flag(v))
 
     @field_validator("relation")
     @classmethod
     def _relation(cls, v: str) -> str:
         rel = v.strip().lower()
         if rel not in RELATIONS:
-            raise ValueError(f"unknown relation {v!r}; allowed: {', '.join(RELATIONS)}")
+            raise ValueError(unknown_relation(v))
         return rel
+
+    @field_validator("predicate")
+    @classmethod
+    def _predicate(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None or not v.strip():
+            if info.data.get("relation") == "fact":
+                raise ValueError("missing (required for relation fact): the kind of fact, " + PREDICATE_RULE)
+            return None
+        p = normalise_predicate(v)
+        if not is_predicate(p):
+            raise ValueError(f"must be {PREDICATE_RULE}; got {v!r}")
+        return p
 
     @field_validator("action")
     @classmethod
@@ -183,11 +204,23 @@ def parse_item(key: str, raw: dict[str, Any]) -> tuple[Any, str | None]:
     """(model, None) for a usable item of ``delta[key]``, else (None, reason)."""
     relation = raw.get("relation") if key == "edges" else None
     if isinstance(relation, str) and relation.strip().lower() not in RELATIONS:
-        return None, f"unknown relation {relation!r}; allowed: {', '.join(RELATIONS)}"
+        return None, unknown_relation(relation)
     try:
         return ITEM_MODELS[key].model_validate(raw), None
     except ValidationError as exc:
         return None, "; ".join(_describe(e) for e in exc.errors()[:5])
+
+
+def unknown_relation(relation: str) -> str:
+    """Why an edge of an unknown relation is dropped, and the fix: the seed relations, else
+    ``relation: fact`` with the relation as its predicate when it makes one."""
+    p = normalise_predicate(relation)
+    example = p if is_predicate(p) else "located_near"
+    return (f"unknown relation {relation!r}; allowed: containment (parent -> child: one thing inside or on "
+            "another), transition (state -> state, with an action), episodic (node -> scene), fact (any other "
+            "kind of fact between two entities). Write another kind as relation: fact with a snake_case "
+            f'predicate: {{"relation": "fact", "predicate": "{example}", "src_ref": ..., "dst_ref": ...}}, '
+            'adding "single_valued": true when the subject has one such fact at a time')
 
 
 def clamp_confidence(v: Any) -> float:

@@ -13,8 +13,8 @@ are placed.
 from __future__ import annotations
 
 from worldgraph.kg.ids import node_id, normalise_name, normalise_type
-from worldgraph.world.merge.edges import end_edge
 from worldgraph.world.merge.refs import display_name, resolve_ref
+from worldgraph.world.merge.slots import end_edge
 from worldgraph.world.merge.state import (
     MergeState,
     add_evidence,

@@ -3,7 +3,7 @@
 ``MergeState`` holds what one merge reads and writes: the loaded view (never modified: a record
 is copied the first time the merge changes it), the touched records (the plan to be), the report
 being built, the update time and scene, and the bookkeeping of the steps (same-delta refs, the
-transitions seen, the containment and rule indexes). The functions here read and change it:
+transitions seen, the slot and rule indexes). The functions here read and change it:
 finding a record (touched first, then the view), touching one (copy on first write), a new
 record, evidence, closing and reopening, laying a run on a record, drops and notes.
 
@@ -72,7 +72,8 @@ class MergeState:
     by_name: dict[str, list[str]] | None = None  # normalised name -> the view's node ids (built on first use)
     # edges (merge.edges)
     transitions: list[tuple[str, str]] = field(default_factory=list)  # (src, dst) of this delta's transitions
-    containment_into: dict[Any, set[str]] | None = None  # child -> containment edge ids (built on first use)
+    # (relation, owner, predicate) of a slot (merge.slots) -> its edge ids (built on first use)
+    slot_index: dict[Any, set[str]] | None = None
     asserted: dict[str, int] = field(default_factory=dict)  # containment edge id -> the delta edge index
     # rules (merge.rules)
     rule_tokens: dict[str, frozenset[str]] | None = None  # current rule id -> condition tokens (first use)
