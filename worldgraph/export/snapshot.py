@@ -4,7 +4,9 @@
 scenes.jsonl (one JSON object a line, keys sorted, UTF-8 unescaped, sorted by id) and meta.json.
 Records get every contract key (missing optional ones filled with their defaults, e.g.
 ``valid_to: null``), so exporting, importing and exporting again gives identical bytes, and a
-store that drops null properties (Neo4j) exports the same bytes as one that keeps them.
+store that drops null properties (Neo4j) exports the same bytes as one that keeps them. A fact
+edge (``relation: fact``) also has its ``predicate`` (snake_case) and ``single_valued``; no other
+edge gets these keys, so a snapshot without facts is written exactly as before they existed.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from worldgraph.errors import InvalidInputError, NotFoundError
 from worldgraph.gcpause import gc_paused
+from worldgraph.kg.ids import PREDICATE_RULE, is_predicate
 from worldgraph.kg.records import SCENE_PACKET_KEYS
 
 FILES: dict[str, str] = {
@@ -137,11 +140,26 @@ def _normalise(key: str, records: list[dict[str, Any]], in_place: bool) -> list[
                 full[k] = default.copy() if isinstance(default, (list, dict)) else default
             else:
                 full.setdefault(k, None)
+        if key == "edges" and full["relation"] == "fact":
+            _fact_keys(full, where)
         out.append(full)
     return sorted(out, key=lambda r: str(r["id"]))
 
 
 # ---------------------------------------------------------------------------- internals
+
+
+def _fact_keys(edge: dict[str, Any], where: str) -> None:
+    """A fact edge's own keys: its predicate (required, snake_case) and single_valued (false when
+    not given)."""
+    predicate = edge.get("predicate")
+    if not isinstance(predicate, str) or not is_predicate(predicate):
+        raise InvalidInputError(f"{where} predicate", f"a fact edge needs its predicate, {PREDICATE_RULE}; "
+                                f"got {predicate!r}")
+    if not isinstance(edge.get("single_valued"), bool):
+        if edge.get("single_valued") is not None:
+            raise InvalidInputError(f"{where} single_valued", "must be true or false")
+        edge["single_valued"] = False
 
 
 # what json.dumps(rec, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
