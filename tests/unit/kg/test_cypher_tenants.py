@@ -82,6 +82,10 @@ def sealed(neo4j_server: dict[str, str], tmp_path_factory: pytest.TempPathFactor
     for tenant, mark in ((victim, secret), (attacker, f"own-{tag}")):
         replay_log(wm, tenant, ENV, log, use_shipped_deltas=True)
         _seed(wm, tenant, mark)
+        # a fact of any kind: one more relationship type (FACT), which must not cross tenants either
+        fact = {"relation": "fact", "predicate": "guards", "src_ref": f"item:gem {mark} 1",
+                "dst_ref": f"room:vault {mark} 1", "single_valued": True, "evidence": mark}
+        assert wm.apply_delta(tenant, ENV, {"entities": [], "states": [], "edges": [fact], "rules": []}).ok
     store = wm.store
     assert isinstance(store, Neo4jGraphStore)
     for tenant in (victim, attacker):  # keys of `worldgraph serve` live in the graph too: (:ApiKey {tenant_id})
@@ -362,7 +366,7 @@ def test_no_relationship_joins_two_tenants(sealed: Sealed) -> None:
     assert crossing == 0 and foreign_edges == 0
     assert total > 200
     assert types == {"PERFORMED_BY", "ON_CANVAS", "DURING", "RATES", "FROM_EPISODE", "IN_ENV",
-                     "TRANSITION", "CONTAINS", "EPISODIC", "CONCERNS", "PRODUCED"}
+                     "TRANSITION", "CONTAINS", "EPISODIC", "FACT", "CONCERNS", "PRODUCED"}
 
 
 # ----------------------------------------------------------------------------- what keeps working

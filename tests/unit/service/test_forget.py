@@ -34,7 +34,8 @@ def _round(n: int, observation: str, flag: bool = True) -> dict[str, Any]:
 DELTA = {"entities": [{"ref": "c", "name": "crate", "type": "container"}, {"ref": "b", "name": "bottle", "type": "item"}],
          "states": [],
          "edges": [{"relation": "containment", "src_ref": "c", "dst_ref": "b"},
-                   {"relation": "episodic", "src_ref": "b", "dst_ref": "scene"}],
+                   {"relation": "episodic", "src_ref": "b", "dst_ref": "scene"},
+                   {"relation": "fact", "predicate": "kept_for", "src_ref": "b", "dst_ref": "c", "single_valued": True}],
          "rules": [{"condition": "a crate is closed", "outcome": "opening it shows its contents", "linked_refs": ["c"]}]}
 
 
@@ -163,6 +164,7 @@ def test_forget_episode_is_gone_from_every_read_path(wm: WorldModel, tenant: str
     graph = wm.world_graph(tenant, ENV)
     assert graph["scenes"] == []
     assert {n["name"] for n in graph["nodes"]} == {"crate", "bottle"}
+    assert [e["predicate"] for e in graph["edges"] if e["relation"] == "fact"] == ["kept_for"]
     for rec in graph["nodes"] + graph["rules"] + graph["edges"]:
         assert packet["id"] not in (rec.get("source_scenes") or [])
     assert graph["meta"]["counts"]["scenes"] == 0

@@ -177,7 +177,8 @@ RETURN
   COUNT { MATCH (n:WorldNode) WHERE n.key STARTS WITH $prefix } AS nodes,
   COUNT { MATCH ()-[r:TRANSITION]->() WHERE r.key STARTS WITH $prefix }
     + COUNT { MATCH ()-[r:CONTAINS]->() WHERE r.key STARTS WITH $prefix }
-    + COUNT { MATCH ()-[r:EPISODIC]->() WHERE r.key STARTS WITH $prefix } AS edges,
+    + COUNT { MATCH ()-[r:EPISODIC]->() WHERE r.key STARTS WITH $prefix }
+    + COUNT { MATCH ()-[r:FACT]->() WHERE r.key STARTS WITH $prefix } AS edges,
   COUNT { MATCH (n:Rule) WHERE n.key STARTS WITH $prefix } AS rules
 """
 

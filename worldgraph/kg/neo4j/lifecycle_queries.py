@@ -85,6 +85,9 @@ RETURN elementId(r) AS eid, r.record AS record, 'rel' AS kind
 UNION ALL
 MATCH ()-[r:EPISODIC]->() WHERE r.key STARTS WITH $prefix AND r.record CONTAINS $scene_id
 RETURN elementId(r) AS eid, r.record AS record, 'rel' AS kind
+UNION ALL
+MATCH ()-[r:FACT]->() WHERE r.key STARTS WITH $prefix AND r.record CONTAINS $scene_id
+RETURN elementId(r) AS eid, r.record AS record, 'rel' AS kind
 """
 
 SET_NODE_RECORDS = "UNWIND $rows AS row MATCH (n) WHERE elementId(n) = row.eid SET n.record = row.record"

@@ -9,6 +9,7 @@ The graph model (Neo4j 5.26, Community edition):
     (:CanvasAudit)-[:DURING]->(:Episode)      (:Feedback)-[:RATES]->(:Episode)
     (:Scene)-[:FROM_EPISODE]->(:Episode)      (:Scene)-[:IN_ENV]->(:Environment)
     (:WorldNode:Entity | :WorldNode:State)-[:TRANSITION | :CONTAINS]->(:WorldNode)
+    (:WorldNode:Entity)-[:FACT {predicate, single_valued}]->(:WorldNode:Entity)   (facts of any kind)
     (:WorldNode)-[:EPISODIC]->(:Scene)        (:Rule)-[:CONCERNS]->(:WorldNode)
     (:Scene)-[:PRODUCED]->(:WorldNode | :Rule)   (the scenes a node or rule was learned from)
     (:Episode)-[:NEXT]->(:Episode)            (the next episode of the same session, in time order)
@@ -34,7 +35,9 @@ An episode's indexing state (index_status, index_error) is the exception: it cha
 episode is written, so it is kept only as properties and put back into the record on read.
 
 World edges are relationships with an ``id`` property (several records may link the same pair:
-a closed edge and its reopening). Their type comes from ``EDGE_TYPES``, never from user text.
+a closed edge and its reopening). Their type comes from ``WORLD_EDGE_TYPES``, never from user
+text: a fact of any kind is one type, ``FACT``, its predicate a property (so no relationship type
+is made from a model's words, and ``cypher()``'s tenant guard sees one more fixed type).
 Reads that must match the embedded store's semantics (audits, feedback and scenes of an
 episode) use indexed properties (``episode_id``); the relationships exist for exploration.
 """
@@ -71,8 +74,12 @@ def tenant_prefix(tenant_id: str) -> str:
     """What exactly the keys of one tenant start with."""
     return f"{escape_key(tenant_id)}{KEY_SEP}"
 
-# relation (record value) -> relationship type; the only relationship types edges may have.
+# relation (record value) -> relationship type, for the three seed relations; the embedded store's
+# Cypher projection (kg/embedded/cypher/) holds these types.
 EDGE_TYPES: dict[str, str] = {"transition": "TRANSITION", "containment": "CONTAINS", "episodic": "EPISODIC"}
+FACT_TYPE = "FACT"
+# Every relationship type a world edge may have: the seed relations' and FACT (relation "fact").
+WORLD_EDGE_TYPES: dict[str, str] = {**EDGE_TYPES, "fact": FACT_TYPE}
 # node kind -> the second label of a world node.
 NODE_LABELS: dict[str, str] = {"entity": "Entity", "state": "State"}
 # Queryable copies of record fields (the full record is the `record` JSON property). Each copy is
@@ -84,6 +91,8 @@ NODE_PROPS: tuple[str, ...] = ("kind", "type", "name", "norm_name", "entity_id",
 # Edges (half of every plan) copy only what exploration reads: a transition's action and the
 # validity interval (the README's Cypher examples); confidence and evidence stay in `record`.
 EDGE_PROPS: tuple[str, ...] = ("action", "valid_from", "valid_to")
+# A fact edge also copies what it is: MATCH ()-[f:FACT {predicate: 'works_at'}]->() WHERE f.valid_to IS NULL.
+FACT_PROPS: tuple[str, ...] = (*EDGE_PROPS, "predicate", "single_valued")
 RULE_PROPS: tuple[str, ...] = ("condition", "outcome", "confidence", "evidence_count", "valid_from", "valid_to")
 EPISODE_PROPS: tuple[str, ...] = ("agent_id", "agent_role", "ts", "timestamp", "index_status", "index_error",
                                   "canvas_id", "task_type", "task_description", "outcome", "session_id")
@@ -95,6 +104,11 @@ EPISODE_STATE: tuple[str, ...] = ("index_status", "index_error")
 EPISODE_COLUMNS = "e.record AS record, e.index_status AS index_status, e.index_error AS index_error"
 AUDIT_PROPS: tuple[str, ...] = ("episode_id", "canvas_id", "timestamp", "action_type", "agent_id")
 SCENE_PROPS: tuple[str, ...] = ("env_name", "status", "created_at", "episode_id", "current_round", "trigger_reason")
+
+
+def edge_props(relation: str) -> tuple[str, ...]:
+    """The properties a world edge of ``relation`` copies from its record."""
+    return FACT_PROPS if relation == "fact" else EDGE_PROPS
 
 
 def set_props(var: str, keys: tuple[str, ...]) -> str:
@@ -182,6 +196,13 @@ SCHEMA_VERSION_WRITE = """
 MERGE (s:WorldgraphSchema {name: 'worldgraph'})
 SET s.version = CASE WHEN s.version IS NULL OR s.version < $version THEN $version ELSE s.version END
 """
+
+# ---------------------------------------------------------------------------------- facts
+# Created before the first world write of a store object (idempotent), like SESSION_SCHEMA below:
+# databases at any version get it without a migration.
+FACT_SCHEMA: tuple[str, ...] = (
+    "CREATE CONSTRAINT wg_fact_ukey IF NOT EXISTS FOR ()-[r:FACT]-() REQUIRE r.key IS UNIQUE",
+)
 
 # ---------------------------------------------------------------------------------- sessions
 # Created by the first session write of a store object (idempotent), not by a schema version:

@@ -128,9 +128,9 @@ def check_snapshot(nodes: list[Record], edges: list[Record], scenes: list[Record
     unknown = [n["id"] for n in nodes if n.get("kind", "entity") not in q.NODE_LABELS]
     if unknown:
         raise InvalidInputError("nodes[].kind", f"must be one of {sorted(q.NODE_LABELS)}; nodes {unknown[:5]}")
-    bad = [e["id"] for e in edges if e.get("relation") not in q.EDGE_TYPES]
+    bad = [e["id"] for e in edges if e.get("relation") not in q.WORLD_EDGE_TYPES]
     if bad:
-        raise InvalidInputError("edges[].relation", f"must be one of {list(q.EDGE_TYPES)}; edges {bad[:5]}")
+        raise InvalidInputError("edges[].relation", f"must be one of {list(q.WORLD_EDGE_TYPES)}; edges {bad[:5]}")
     node_ids = {n["id"] for n in nodes}
     any_ids = node_ids | {s["id"] for s in scenes}  # an episodic edge may end at a scene
     missing = [e["id"] for e in edges

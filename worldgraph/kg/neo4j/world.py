@@ -28,6 +28,15 @@ class Neo4jWorld(WorldStore):
     def __init__(self, db: Neo4jConnection, snapshot_import: Neo4jSnapshotImport) -> None:
         self.db = db
         self.snapshot_import = snapshot_import
+        self._facts_ready = False  # q.FACT_SCHEMA ensured (before the first world write)
+
+    def _ensure_fact_schema(self) -> None:
+        """The FACT relationships' key constraint (q.FACT_SCHEMA), once per store object, before
+        the first write that may hold a fact edge: MERGE seeks its index. Schema commands cannot
+        share the write's transaction, so it runs before it."""
+        if not self._facts_ready:
+            self.db.create_schema(q.FACT_SCHEMA, q.AWAIT_INDEXES)
+            self._facts_ready = True
 
     # ---------------------------------------------------------------- world graph
     def load_view(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str] = ()) -> GraphView:  # type: ignore[assignment]
@@ -36,6 +45,8 @@ class Neo4jWorld(WorldStore):
     def merge(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str],
               planner: Callable[[GraphView], MergePlan | None],
               fence: tuple[str, str] | None = None) -> MetaRecord | None:
+        self._ensure_fact_schema()
+
         def work(tx: ManagedTransaction) -> MetaRecord | None:
             tx.run(q.LOCK_ENV, tenant_id=tenant_id, env_name=env_name).consume()
             check_fence(tx, tenant_id, fence)
@@ -49,6 +60,8 @@ class Neo4jWorld(WorldStore):
         return recs[0] if recs else None
 
     def apply_plan(self, plan: MergePlan) -> MetaRecord:
+        self._ensure_fact_schema()
+
         def work(tx: ManagedTransaction) -> MetaRecord | None:
             tx.run(q.LOCK_ENV, tenant_id=plan.tenant_id, env_name=plan.env_name).consume()  # see q.upsert_nodes
             old = decode(tx.run(q.GET_META, tenant_id=plan.tenant_id, env_name=plan.env_name))
@@ -96,6 +109,7 @@ class Neo4jWorld(WorldStore):
         return self.db.read(work)
 
     def replace_world(self, tenant_id: str, env_name: str, graph: dict[str, Any]) -> None:
+        self._ensure_fact_schema()
         self.snapshot_import.replace_world(tenant_id, env_name, graph)
 
 

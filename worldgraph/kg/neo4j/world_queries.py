@@ -4,7 +4,15 @@ environments. The graph model, keys and schema are in ``worldgraph.kg.neo4j.sche
 
 from __future__ import annotations
 
-from worldgraph.kg.neo4j.schema import EDGE_PROPS, EDGE_TYPES, NODE_LABELS, NODE_PROPS, RULE_PROPS, SCENE_PROPS, set_props
+from worldgraph.kg.neo4j.schema import (
+    NODE_LABELS,
+    NODE_PROPS,
+    RULE_PROPS,
+    SCENE_PROPS,
+    WORLD_EDGE_TYPES,
+    edge_props,
+    set_props,
+)
 
 # ---------------------------------------------------------------------------------- world graph
 # The scenes a batch of nodes names in source_scenes ($scene_ids), each sought once: ``scenes``,
@@ -48,13 +56,13 @@ FOREACH (s IN [x IN scenes WHERE x.id IN row.scenes | x.node] | CREATE (s)-[:PRO
 def create_edges(relation: str) -> str:
     """CREATE node-to-node edges known to be new (see ``create_nodes``) between their two ends;
     returns how many were written, like ``upsert_edges``."""
-    rtype = EDGE_TYPES[relation]
+    rtype = WORLD_EDGE_TYPES[relation]
     return f"""
 UNWIND $rows AS row
 MATCH (src:WorldNode {{key: row.src}})
 MATCH (dst:WorldNode {{key: row.dst}})
 CREATE (src)-[r:{rtype} {{key: row.key}}]->(dst)
-SET r.tenant_id = $tenant_id, r.env_name = $env_name, r.id = row.id, {set_props("r", EDGE_PROPS)}, r.record = row.record
+SET r.tenant_id = $tenant_id, r.env_name = $env_name, r.id = row.id, {set_props("r", edge_props(relation))}, r.record = row.record
 RETURN count(*) AS written
 """
 
@@ -86,8 +94,8 @@ CALL (r, row) {{
 def upsert_edges(relation: str) -> str:
     """MERGE edges of one relation by (tenant, env, id) between their two ends.
 
-    Transition and containment edges join world nodes; an episodic edge joins a world node and a
-    scene (either end may be either). Returns how many rows were written: fewer than were sent
+    Transition, containment and fact edges join world nodes; an episodic edge joins a world node
+    and a scene (either end may be either). Returns how many rows were written: fewer than were sent
     means an end is missing, and ``edges_missing_ends`` names those edges. The ends are looked up
     by their keys ``row.src`` / ``row.dst`` (a scene end by ``row.src_id`` / ``row.dst_id``), not
     ``row.props.src_id``: a read of a property key the query also SETs (``r.src_id``) makes the
@@ -95,9 +103,9 @@ def upsert_edges(relation: str) -> str:
     return f"""
 UNWIND $rows AS row
 {_edge_ends(relation)}
-MERGE (src)-[r:{EDGE_TYPES[relation]} {{key: row.key}}]->(dst)
+MERGE (src)-[r:{WORLD_EDGE_TYPES[relation]} {{key: row.key}}]->(dst)
 ON CREATE SET r.tenant_id = $tenant_id, r.env_name = $env_name, r.id = row.id
-SET {set_props("r", EDGE_PROPS)}, r.record = row.record
+SET {set_props("r", edge_props(relation))}, r.record = row.record
 RETURN count(*) AS written
 """
 
@@ -156,7 +164,8 @@ ENV_COUNT_COLUMNS = """
   COUNT { MATCH (n:WorldNode) WHERE n.key STARTS WITH $prefix } AS nodes,
   COUNT { MATCH ()-[r:TRANSITION]->() WHERE r.key STARTS WITH $prefix }
     + COUNT { MATCH ()-[r:CONTAINS]->() WHERE r.key STARTS WITH $prefix }
-    + COUNT { MATCH ()-[r:EPISODIC]->() WHERE r.key STARTS WITH $prefix } AS edges,
+    + COUNT { MATCH ()-[r:EPISODIC]->() WHERE r.key STARTS WITH $prefix }
+    + COUNT { MATCH ()-[r:FACT]->() WHERE r.key STARTS WITH $prefix } AS edges,
   COUNT { MATCH (n:Rule) WHERE n.key STARTS WITH $prefix } AS rules,
   COUNT { MATCH (n:Scene {tenant_id: $tenant_id, env_name: $env_name}) } AS scenes
 """
@@ -193,7 +202,7 @@ CALL () {
   MATCH (n:Scene) WHERE n.tenant_id = $tenant_id AND n.env_name = $env_name AND n.id IN $ids
   RETURN n
 }
-MATCH (n)-[r:TRANSITION|CONTAINS|EPISODIC]-()
+MATCH (n)-[r:TRANSITION|CONTAINS|EPISODIC|FACT]-()
 WHERE r.key STARTS WITH $prefix
 RETURN DISTINCT r.record AS record
 """
@@ -250,6 +259,9 @@ CALL () {
   RETURN r.record AS record
   UNION ALL
   MATCH ()-[r:EPISODIC]->() WHERE r.key STARTS WITH $prefix
+  RETURN r.record AS record
+  UNION ALL
+  MATCH ()-[r:FACT]->() WHERE r.key STARTS WITH $prefix
   RETURN r.record AS record
 }
 RETURN record

@@ -52,12 +52,12 @@ def write_world(tx: ManagedTransaction, t: str, env: str, scenes: list[SceneReco
     rule_rows = [{**unwind_row(r, q.RULE_PROPS), "key": key(r["id"]),
                   "linked": [key(i) for i in dict.fromkeys(r.get("linked_node_ids") or [])]} for r in rule_list]
     run_batched(tx, q.UPSERT_RULES, rule_rows, **params)
-    bad = [e["id"] for e in edge_list if e.get("relation") not in q.EDGE_TYPES]
+    bad = [e["id"] for e in edge_list if e.get("relation") not in q.WORLD_EDGE_TYPES]
     if bad:
-        raise InvalidInputError("edges[].relation", f"must be one of {list(q.EDGE_TYPES)}; edges {bad[:5]}")
+        raise InvalidInputError("edges[].relation", f"must be one of {list(q.WORLD_EDGE_TYPES)}; edges {bad[:5]}")
     sent: list[tuple[str, list[dict[str, Any]], list[Result]]] = []
-    for relation in q.EDGE_TYPES:
-        rows = [{**unwind_row(e, q.EDGE_PROPS), "key": key(e["id"]), "src": key(e.get("src_id")),
+    for relation in q.WORLD_EDGE_TYPES:
+        rows = [{**unwind_row(e, q.edge_props(relation)), "key": key(e["id"]), "src": key(e.get("src_id")),
                  "dst": key(e.get("dst_id")), "src_id": e.get("src_id"), "dst_id": e.get("dst_id")}
                 for e in edge_list if e.get("relation") == relation]
         query = q.create_edges(relation) if fresh and relation != "episodic" else q.upsert_edges(relation)
