@@ -2,8 +2,10 @@
 
 The LLM must know what the graph already holds so it reuses node ids instead of inventing
 duplicates, but the whole graph does not fit a prompt. We keep the counts and the
-``max_items`` most useful entities, states and rules: the ones the scene talks about first,
-then the well connected and well attested ones.
+``max_items`` most useful entities, states, current facts (``relation: fact`` edges, so that the
+model can update or retract them) and rules: the ones the scene talks about first, then the well
+connected and well attested ones. A graph without facts is summarised exactly as before facts
+existed (the facts' share of the items is given only when there are some).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from worldgraph.kg.records import SceneRecord
 
 # Share of the item budget each kind gets first; what a kind leaves unused goes to the others.
 _QUOTAS = (("entities", 0.4), ("states", 0.35), ("rules", 0.25))
+_QUOTAS_WITH_FACTS = (("entities", 0.35), ("states", 0.3), ("facts", 0.15), ("rules", 0.2))
 _STOPWORDS = frozenset(
     "a an the of to in on at by for with from and or is are was were be been it its this that "
     "there here you your i me my we our he she they them his her not no yes do does did can "
@@ -71,7 +74,7 @@ def _summarize(graph: dict[str, Any], scene: SceneRecord | None, max_items: int)
         )
 
     entity_rel = {n["id"]: _overlap(_tokens(n.get("name", "")), scene_tokens) for n in by_id.values()}
-    ranked: dict[str, list[_Ranked]] = {"entities": [], "states": [], "rules": []}
+    ranked: dict[str, list[_Ranked]] = {"entities": [], "states": [], "facts": [], "rules": []}
     for node in by_id.values():
         if node.get("kind") == "state":
             rel = max(entity_rel[node["id"]], 0.5 * entity_rel.get(node.get("entity_id") or "", 0.0))
@@ -82,13 +85,20 @@ def _summarize(graph: dict[str, Any], scene: SceneRecord | None, max_items: int)
         else:
             score = base(node, entity_rel[node["id"]], node["id"])
             ranked["entities"].append(((False, -score, node["id"]), score, _entity_item(node, by_id, parent_of)))
+    facts = [e for e in current_edges if e.get("relation") == "fact" and e.get("src_id") in by_id
+             and e.get("dst_id") in by_id]
+    for fact in facts:
+        own = _overlap(_tokens(str(fact.get("predicate") or "").replace("_", " ")), scene_tokens)
+        rel = max(entity_rel[fact["src_id"]], entity_rel[fact["dst_id"]], 0.5 * own)
+        score = base(fact, rel, fact["src_id"])
+        ranked["facts"].append(((False, -score, fact["id"]), score, _fact_item(fact, by_id)))
     for rule in current_rules:
         linked = [entity_rel.get(i, 0.0) for i in rule.get("linked_node_ids") or []]
         own = _overlap(_tokens(f"{rule.get('condition', '')} {rule.get('outcome', '')}"), scene_tokens)
         score = base(rule, max([own, *(0.5 * x for x in linked)]))
         ranked["rules"].append(((False, -score, rule["id"]), score, _rule_item(rule)))
 
-    chosen = _allocate(ranked, max(max_items, 0))
+    chosen = _allocate(ranked, max(max_items, 0), _QUOTAS_WITH_FACTS if facts else _QUOTAS)
     return {
         "env_name": (graph.get("meta") or {}).get("env_name") or (scene or {}).get("env_name"),
         "counts": {
@@ -97,25 +107,30 @@ def _summarize(graph: dict[str, Any], scene: SceneRecord | None, max_items: int)
             "states": sum(1 for n in nodes if n.get("kind") == "state"),
             "edges": len(edges),
             "current_edges": len(current_edges),
+            "current_facts": len(facts),
             "rules": len(rules),
         },
-        **chosen,
+        "entities": chosen.get("entities", []),
+        "states": chosen.get("states", []),
+        "facts": chosen.get("facts", []),
+        "rules": chosen.get("rules", []),
     }
 
 
 def render_summary(summary: dict[str, Any]) -> str:
     """Compact text for the prompt: one line per item, with its id and its ``type:name`` ref."""
     c = summary.get("counts", {})
+    facts = f", {c['current_facts']} of them facts" if c.get("current_facts") else ""
     head = (
         f"The graph holds {c.get('nodes', 0)} nodes ({c.get('entities', 0)} entities, "
         f"{c.get('states', 0)} states), {c.get('edges', 0)} edges ({c.get('current_edges', 0)} "
-        f"current) and {c.get('rules', 0)} rules."
+        f"current{facts}) and {c.get('rules', 0)} rules."
     )
     if not c.get("nodes") and not c.get("rules"):
         return head + " It is empty: everything in the scene is new."
     lines = [head]
-    shown = sum(len(summary.get(k, [])) for k in ("entities", "states", "rules"))
-    total = c.get("nodes", 0) + c.get("rules", 0)
+    shown = sum(len(summary.get(k, [])) for k in ("entities", "states", "facts", "rules"))
+    total = c.get("nodes", 0) + c.get("current_facts", 0) + c.get("rules", 0)
     if shown < total:
         lines.append(f"Showing the {shown} most relevant of them; the rest exist too.")
     if summary.get("entities"):
@@ -131,6 +146,11 @@ def render_summary(summary: dict[str, Any]) -> str:
             of = f"of {s['entity']}, " if s.get("entity") else ""
             now = "current" if s["current"] else "superseded"
             lines.append(f"- {s['id']} | {s['ref']} | {of}{now}, conf {s['confidence']:.2f}")
+    if summary.get("facts"):
+        lines.append("Facts (id | subject predicate object | details):")
+        for f in summary["facts"]:
+            one = "single-valued, " if f["single_valued"] else ""
+            lines.append(f"- {f['id']} | {f['subject']} {f['predicate']} {f['object']} | {one}conf {f['confidence']:.2f}")
     if summary.get("rules"):
         lines.append("Rules (id | if -> then):")
         for r in summary["rules"]:
@@ -240,17 +260,18 @@ def _pagerank(adj: dict[str, dict[str, None]], alpha: float = 0.85, max_iter: in
     return [float(len(nbrs)) for nbrs in adj.values()]  # did not converge: the degree
 
 
-def _allocate(ranked: dict[str, list[_Ranked]], budget: int) -> dict[str, list[dict[str, Any]]]:
+def _allocate(ranked: dict[str, list[_Ranked]], budget: int,
+              quotas: tuple[tuple[str, float], ...]) -> dict[str, list[dict[str, Any]]]:
     for items in ranked.values():
         items.sort(key=lambda r: r[0])  # the key ends with the id: stable prompts across runs
-    take = {kind: min(len(ranked[kind]), int(budget * share)) for kind, share in _QUOTAS}
+    take = {kind: min(len(ranked[kind]), int(budget * share)) for kind, share in quotas}
     # Spare slots go, one at a time, to the kind whose next item scores best.
     for _ in range(budget - sum(take.values())):
-        heads = [(ranked[k][take[k]][1], k) for k, _ in _QUOTAS if take[k] < len(ranked[k])]
+        heads = [(ranked[k][take[k]][1], k) for k, _ in quotas if take[k] < len(ranked[k])]
         if not heads:
             break
         take[max(heads)[1]] += 1
-    return {kind: [item for _, _, item in ranked[kind][: take[kind]]] for kind, _ in _QUOTAS}
+    return {kind: [item for _, _, item in ranked[kind][: take[kind]]] for kind, _ in quotas}
 
 
 def _ref(node: dict[str, Any]) -> str:
@@ -282,6 +303,18 @@ def _state_item(node: dict[str, Any], by_id: dict[str, Any], current: bool) -> d
         "current": current,
         "confidence": float(node.get("confidence") or 0.0),
         "evidence_count": _evidence_count(node),
+    }
+
+
+def _fact_item(edge: dict[str, Any], by_id: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": edge["id"],
+        "subject": _ref(by_id[edge["src_id"]]),
+        "predicate": str(edge.get("predicate") or ""),
+        "object": _ref(by_id[edge["dst_id"]]),
+        "single_valued": bool(edge.get("single_valued")),
+        "confidence": float(edge.get("confidence") or 0.0),
+        "evidence_count": _evidence_count(edge),
     }
 
 

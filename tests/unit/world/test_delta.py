@@ -171,6 +171,20 @@ def test_schema_loads_and_accepts_the_contract_example():
         jsonschema.validate({"entities": []}, schema)
 
 
+def test_schema_takes_facts_with_a_snake_case_predicate():
+    schema = load_delta_schema()
+    fact = {"relation": "fact", "predicate": "works_at", "src_ref": "e1", "dst_ref": "e2", "single_valued": True}
+    jsonschema.validate(empty(edges=[fact]), schema)
+    for bad in ("Works At", "works-at", "_x", "x__y", ""):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(empty(edges=[dict(fact, predicate=bad)]), schema)
+    strict = load_delta_schema(strict=True)  # no pattern there: the parser reads "Works At" as works_at
+    jsonschema.validate(empty(edges=[dict(fact, predicate="Works At", action=None, retract=None, evidence=None,
+                                          confidence=None)]), strict)
+    item, _ = parse_item("edges", dict(fact, predicate="Works At"))
+    assert (item.predicate, item.single_valued) == ("works_at", True)
+
+
 def test_strict_schema_requires_every_property_and_forbids_free_objects():
     schema = load_delta_schema(strict=True)
     jsonschema.Draft202012Validator.check_schema(schema)

@@ -65,7 +65,7 @@ def test_summary_is_bounded_and_counts_everything() -> None:
     shown = summary["entities"] + summary["states"] + summary["rules"]
     assert len(shown) == 8
     assert summary["counts"] == {"nodes": 36, "entities": 34, "states": 2, "edges": 34,
-                                 "current_edges": 33, "rules": 12}
+                                 "current_edges": 33, "current_facts": 0, "rules": 12}
     assert {r["id"] for r in summary["rules"]}.isdisjoint({"r-old"})  # closed rules are history
 
 
@@ -115,3 +115,33 @@ def test_graph_as_dicts_by_id_is_accepted() -> None:
     graph = _graph()
     by_id = {k: {r["id"]: r for r in graph[k]} for k in ("nodes", "edges", "rules")}
     assert summarize_graph(by_id, _scene(), 8) == summarize_graph(graph, _scene(), 8)
+
+
+def _with_facts() -> dict[str, Any]:
+    graph = _graph()
+    graph["nodes"] += [_node("n-alice", "alice", "person"), _node("n-acme", "acme", "company"),
+                       _node("n-beta", "beta", "company")]
+    graph["edges"] += [
+        dict(_edge("f-now", "fact", "n-alice", "n-beta"), predicate="works_at", single_valued=True),
+        dict(_edge("f-old", "fact", "n-alice", "n-acme", valid_to="2026-01-02"), predicate="works_at",
+             single_valued=True),
+        dict(_edge("f-key", "fact", "n-key", "n-door"), predicate="opens", single_valued=False),
+    ]
+    return graph
+
+
+def test_current_facts_are_listed_for_the_model_to_update() -> None:
+    summary = summarize_graph(_with_facts(), _scene(), max_items=20)
+    assert summary["counts"]["current_facts"] == 2
+    assert [f["id"] for f in summary["facts"]] == ["f-key", "f-now"]  # the scene names the key and the door
+    text = render_summary(summary)
+    assert "current, 2 of them facts) and 12 rules." in text
+    assert "Facts (id | subject predicate object | details):" in text
+    assert "- f-now | person:alice works_at company:beta | single-valued, conf 0.90" in text
+    assert "- f-key | item:brass key opens door:front door | conf 0.90" in text
+    assert "f-old" not in text  # a closed fact is history
+
+
+def test_without_facts_the_summary_has_no_facts_part() -> None:
+    text = render_summary(summarize_graph(_graph(), _scene(), max_items=20))
+    assert "Facts" not in text and "facts" not in text

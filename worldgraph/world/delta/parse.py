@@ -97,7 +97,7 @@ def load_delta_schema(strict: bool = False) -> dict[str, Any]:
     """The delta's JSON Schema (``worldgraph/prompts/graph_delta.schema.json``).
 
     ``strict=True`` gives the OpenAI structured-output variant: every property required
-    (optional ones nullable), no numeric bounds, and ``attributes`` as a list of
+    (optional ones nullable), no numeric bounds or patterns, and ``attributes`` as a list of
     ``{"key", "value"}`` pairs (strict mode forbids free-form objects); the item models accept
     that form too.
     """
@@ -256,6 +256,7 @@ def _strict_variant(schema: dict[str, Any]) -> dict[str, Any]:
         for prop, spec in d["properties"].items():
             spec.pop("minimum", None)
             spec.pop("maximum", None)
+            spec.pop("pattern", None)  # the parser checks predicates (and reads "Works At" as works_at)
             if prop not in d["required"]:
                 if "$ref" in spec:
                     d["properties"][prop] = {"anyOf": [spec, {"type": "null"}]}
