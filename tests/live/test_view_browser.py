@@ -280,3 +280,27 @@ def test_details_show_where_a_node_was_and_rules_without_evidence_show_no_count(
     assert "\u2013 now" in where[-1] and "(go east)" in where[-1], where
     rules_text = browser.eval("document.getElementById('rules').textContent")
     assert "evidence 0" not in rules_text and "confidence" in rules_text
+
+
+@pytest.mark.browser
+def test_facts_are_arrows_labelled_with_their_predicate(browser: Browser, adventure: dict[str, Any],
+                                                        tmp_path: Path) -> None:
+    g = json.loads(json.dumps(adventure))
+    ids = {n["name"]: n["id"] for n in g["nodes"]}
+    base = {"confidence": 0.8, "evidence": ["the key fits"], "evidence_count": 1, "source_scenes": [],
+            "valid_from": "2026-01-01T00:00:00.000000+00:00", "relation": "fact", "action": None}
+    g["edges"] += [
+        dict(base, id="f-now", src_id=ids["brass key"], dst_id=ids["front door"], predicate="unlocks",
+             single_valued=False, valid_to=None),
+        dict(base, id="f-old", src_id=ids["player"], dst_id=ids["front door"], predicate="stands_at",
+             single_valued=True, valid_to="2026-01-02T00:00:00.000000+00:00")]
+    browser.open(_page(tmp_path, g), fragment=f"node={ids['brass key']}")
+    assert browser.eval("worldgraphView.cy.edges('.fact').map(e => e.data('label'))") == ["unlocks"]
+    assert browser.eval("[...document.querySelectorAll('#details ul.facts li')].map(li => li.textContent)") \
+        == ["brass key unlocks front door"]
+    browser.eval("document.getElementById('t-history').click()")
+    assert sorted(browser.eval("worldgraphView.cy.edges('.fact').map(e => e.data('label'))")) \
+        == ["stands_at \u2460", "unlocks"]
+    legend = browser.eval("document.getElementById('legend').textContent")
+    assert "fact: subject \u2192 object, labelled with its predicate" in legend
+    assert not [c for c in browser.console if c.startswith("exception")], browser.console

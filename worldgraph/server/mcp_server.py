@@ -43,7 +43,7 @@ best first, with what was learned. After a task, call record_experience with wha
 went; when a human rates a run, call submit_feedback. In an environment (a game, a website, a tool),
 call observe_round after each round; end your response with the lines 'FLAG_CURIOSITY: yes' and
 'CURIOSITY_REASON: <why>' when the round taught you something about how the world works, and the
-world graph (entities, states, transitions, rules) is updated in the background. world_graph shows
+world graph (entities, states, transitions, facts, rules) is updated in the background. world_graph shows
 what is known about an environment, compactly (filter it with name, node_type or around)."""
 
 READ = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
@@ -249,9 +249,11 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
     ) -> dict[str, Any]:
         """Merge facts you already extracted into an environment's world graph: {entities, states, edges,
         rules}. Edges: containment (parent -> child), transition (state -> state, with the action),
-        episodic (node -> scene). Refs name items of the same delta (their ref), or existing nodes by id or
-        type:name. A newer fact closes what it contradicts (kept as history). Returns the merge report:
-        created, merged, closed ids and dropped items with reasons."""
+        episodic (node -> scene), fact (any other kind, entity -> entity, with a snake_case predicate
+        such as works_at; single_valued: true when the subject has one at a time). Refs name items of
+        the same delta (their ref), or existing nodes by id or type:name. A newer fact closes what it
+        contradicts (kept as history). Returns the merge report: created, merged, closed ids and dropped
+        items with reasons."""
         return call(ctx, lambda wm, t: wm.apply_delta(t, env_name, delta, scene).to_dict(), need="write")
 
     @server.tool(annotations=READ, structured_output=False)
@@ -262,8 +264,8 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
                                                            "or kind (entity, state).")] = None,
         name: Annotated[str | None, Field(description="Only nodes whose name contains this (any case).")] = None,
         around: Annotated[str | None, Field(description="Only the neighbourhood of this node (its id, type:name or "
-                                                        "name): what contains it, what it contains, its states and "
-                                                        "transitions, to `depth` steps.")] = None,
+                                                        "name): what contains it, what it contains, its states, "
+                                                        "transitions and facts, to `depth` steps.")] = None,
         depth: Annotated[int, Field(ge=0, le=MAX_DEPTH, description="Steps from `around`.")] = 1,
         history: Annotated[bool, Field(description="Also closed facts (where things were, former states, "
                                                    "retired rules).")] = False,
@@ -276,7 +278,8 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
     ) -> str:
         """What is known about an environment. By default a compact text: counts, then the current
         facts one per line (rules IF -> THEN; entities with where they are and their attributes;
-        current states; transitions with their actions), at most max_chars characters, ending with
+        current states; facts as subject predicate object; transitions with their actions), at most
+        max_chars characters, ending with
         what was left out. Narrow it with name, node_type or around; history=true adds closed facts;
         format="json" returns the full records (nodes, edges, rules, scenes, meta)."""
         flt = WorldFilter(node_type=node_type, name=name, around=around, depth=depth, history=history)
@@ -300,7 +303,8 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
     ) -> dict[str, Any]:
         """Explore the graph with read-only Cypher (either store). Labels: Episode, Agent, Feedback,
         Canvas, Scene, WorldNode (Entity / State), Rule; relationships CONTAINS, TRANSITION {action},
-        EPISODIC, CONCERNS, PRODUCED, PERFORMED_BY, RATES. Returns {"rows"}."""
+        EPISODIC, CONCERNS, PRODUCED, PERFORMED_BY, RATES, and on Neo4j FACT {predicate, single_valued}
+        (facts of any kind). Returns {"rows"}."""
         return {"rows": call(ctx, lambda wm, t: wm.cypher(t, query, params))}
 
     return server

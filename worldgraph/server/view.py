@@ -80,6 +80,9 @@ def page_data(graph: dict[str, Any]) -> dict[str, Any]:
             # the scenes an edge was learned in: the page labels a move with its scene's action
             "scenes": [str(x) for x in (e.get("source_scenes") or [])[:EVIDENCE_SHOWN]],
             "valid_from": e.get("valid_from"), "valid_to": e.get("valid_to"),
+            # a fact of any kind: what it is (the page labels the arrow with it)
+            **({"predicate": _text(e.get("predicate")), "single_valued": bool(e.get("single_valued"))}
+               if e.get("relation") == "fact" else {}),
         } for e in graph.get("edges") or []],
         "rules": [{
             "id": r["id"], "condition": _text(r.get("condition")), "outcome": _text(r.get("outcome")),

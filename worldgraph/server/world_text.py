@@ -2,8 +2,9 @@
 
 The full graph is every record with its evidence, timestamps and scene ids: tens of kilobytes of
 JSON for a few rooms. ``world_text`` answers with counts, the current facts as one line each
-(entities with where they are and their attributes, current states, transitions with their
-actions, rules), optionally the history (closed facts), narrowed by node type, name or the
+(entities with where they are and their attributes, current states, facts of any kind with their
+predicates, transitions with their actions, rules), optionally the history (closed facts),
+narrowed by node type, name or the
 neighbourhood of one node, and cut at ``max_chars`` with a last line saying what was left out
 and how to get it. ``select`` is the same filter for the full JSON answer.
 """
@@ -18,7 +19,8 @@ from worldgraph.errors import InvalidInputError, NotFoundError
 
 DEFAULT_MAX_CHARS = 6000
 MAX_DEPTH = 5
-_STRUCTURAL = ("containment", "transition")  # episodic edges link nodes to scenes: not a fact of the world
+# episodic edges link nodes to scenes: not a fact of the world
+_STRUCTURAL = ("containment", "transition", "fact")
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,7 @@ class WorldFilter:
     node_type: str | None = None  # a node's type (room, item, door_state, ...) or kind (entity, state)
     name: str | None = None  # part of a node's name, any case
     around: str | None = None  # a node (id, type:name or name) whose neighbourhood to show
-    depth: int = 1  # how many containment / transition / state-of steps from ``around``
+    depth: int = 1  # how many containment / transition / fact / state-of steps from ``around``
     history: bool = False  # closed facts too
 
     @property
@@ -171,6 +173,13 @@ def _sections(graph: dict[str, Any], keep: set[str] | None, history: bool) -> li
         line = f"- {_label(n)}: " + "; ".join(facts)
         (states if n.get("kind") == "state" else entities).append(line)
 
+    facts = sorted(
+        f"- {_label(nodes.get(e['src_id']), e['src_id'])} {e.get('predicate')} "
+        f"{_label(nodes.get(e['dst_id']), e['dst_id'])} ("
+        + ("single-valued; " if e.get("single_valued") else "") + f"conf {float(e.get('confidence') or 0):.2f})"
+        for e in edges
+        if e.get("relation") == "fact" and _current(e) and (shown(e["src_id"]) or shown(e["dst_id"])))
+
     transitions = [
         f"- {_label(nodes.get(e['src_id']), e['src_id'])} --[{e.get('action') or '?'}]--> "
         f"{_label(nodes.get(e['dst_id']), e['dst_id'])}"
@@ -190,7 +199,8 @@ def _sections(graph: dict[str, Any], keep: set[str] | None, history: bool) -> li
                                                                               r["id"]))
              if _current(r) and linked(r)]
     out = [("Rules (if -> then)", rules), ("Entities (type:name: where; attributes; confidence)", entities),
-           ("States", states), ("Transitions (from --[action]--> to)", transitions)]
+           ("States", states), ("Facts (subject predicate object)", facts),
+           ("Transitions (from --[action]--> to)", transitions)]
     if history:
         past = []
         for n in sorted(nodes.values(), key=lambda n: str(n.get("valid_to"))):
@@ -201,8 +211,9 @@ def _sections(graph: dict[str, Any], keep: set[str] | None, history: bool) -> li
             if _current(e) or e.get("relation") not in _STRUCTURAL or not (shown(e["src_id"]) or shown(e["dst_id"])):
                 continue
             src, dst = _label(nodes.get(e["src_id"]), e["src_id"]), _label(nodes.get(e["dst_id"]), e["dst_id"])
-            what = f"{dst} was in {src}" if e["relation"] == "containment" else \
-                f"{src} --[{e.get('action') or '?'}]--> {dst}"
+            what = (f"{dst} was in {src}" if e["relation"] == "containment" else
+                    f"{src} {e.get('predicate')} {dst}" if e["relation"] == "fact" else
+                    f"{src} --[{e.get('action') or '?'}]--> {dst}")
             past.append(f"- {what}: until {str(e['valid_to'])[:19]}")
         past += [rule_line(r, closed=True) for r in graph.get("rules") or [] if not _current(r) and linked(r)]
         out.append(("History (closed facts, oldest first)", past))
@@ -211,8 +222,8 @@ def _sections(graph: dict[str, Any], keep: set[str] | None, history: bool) -> li
 
 def world_text(graph: dict[str, Any], env_name: str, f: WorldFilter | None = None,
                max_chars: int = DEFAULT_MAX_CHARS) -> str:
-    """The compact answer: a header with the counts, then rules, entities, states, transitions
-    (and history), each fact one line, cut to ``max_chars`` characters with a last line that says
+    """The compact answer: a header with the counts, then rules, entities, states, facts,
+    transitions (and history), each fact one line, cut to ``max_chars`` characters with a last line that says
     how many lines of each section were left out."""
     f = f or WorldFilter()
     if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 500:

@@ -128,3 +128,31 @@ def test_observe_round_says_when_no_llm_is_configured(demo: WorldModel, monkeypa
     answer = call(demo, "observe_round", {"env_name": "Attic", "round": flagged}).structured_content
     assert answer["packet"]["status"] == "pending" and answer["llm_configured"] is False
     assert "no LLM is configured" in answer["note"] and "OPENAI_API_KEY" in answer["note"]
+
+
+def test_world_graph_shows_facts_of_any_kind(tmp_path: Any) -> None:
+    """Facts as one line each (subject predicate object), walked by ``around``, closed ones in the history."""
+    people = [{"ref": n, "name": n, "type": t} for n, t in (("alice", "person"), ("acme", "company"),
+                                                          ("beta", "company"), ("bob", "person"))]
+
+    def fact(src: str, predicate: str, dst: str, **kw: Any) -> dict[str, Any]:
+        return {"relation": "fact", "predicate": predicate, "src_ref": src, "dst_ref": dst, "confidence": 0.8, **kw}
+
+    with WorldModel.open(tmp_path / "data", embedder=HashingEmbedder(64)) as wm:
+        wm.apply_delta(TENANT, "office", {"entities": people, "states": [], "rules": [], "edges": [
+            fact("alice", "works_at", "acme", single_valued=True), fact("bob", "knows", "alice")]})
+        wm.apply_delta(TENANT, "office", {"entities": [], "states": [], "rules": [], "edges": [
+            fact("alice", "works_at", "beta", single_valued=True)]})
+        text = text_of(call(wm, "world_graph", {"env_name": "office"}))
+        lines = text.splitlines()
+        assert "current: 2 fact" in lines[1]
+        start = lines.index("Facts (subject predicate object):") + 1
+        assert lines[start:start + 3] == ["- person:alice works_at company:beta (single-valued; conf 0.80)",
+                                          "- person:bob knows person:alice (conf 0.80)",
+                                          "(current facts only: history=true adds closed ones; format='json' "
+                                          "gives every record)"]
+        assert "acme" not in text.split("Facts")[1]  # the closed fact is history
+        near = text_of(call(wm, "world_graph", {"env_name": "office", "around": "bob", "depth": 2}))
+        assert "company:beta" in near.split("Entities")[1]  # bob -> alice -> beta, through facts
+        history = text_of(call(wm, "world_graph", {"env_name": "office", "history": True}))
+        assert "- person:alice works_at company:acme: until " in history

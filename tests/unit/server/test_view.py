@@ -113,6 +113,15 @@ def test_page_data_trims_text_but_keeps_counts() -> None:
     assert len(out["attributes"]["long"]) == 300
 
 
+def test_page_data_gives_a_fact_its_predicate_and_other_edges_nothing_new() -> None:
+    base = {"src_id": "a", "dst_id": "b", "confidence": 0.5, "evidence": [], "source_scenes": [], "valid_to": None}
+    edges = [dict(base, id="c", relation="containment"),
+             dict(base, id="f", relation="fact", predicate="p" * 400, single_valued=True)]
+    out = {e["id"]: e for e in page_data({"nodes": [], "edges": edges, "rules": [], "scenes": [], "meta": None})["edges"]}
+    assert "predicate" not in out["c"] and "single_valued" not in out["c"]
+    assert len(out["f"]["predicate"]) == 300 and out["f"]["single_valued"] is True
+
+
 # ---------------------------------------------------------------------- the command
 @pytest.fixture
 def cli(adventure_data: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]

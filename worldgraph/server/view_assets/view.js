@@ -5,6 +5,8 @@
  * - containment as nesting: a current containment edge puts the child inside its parent's box,
  *   and a state sits inside the box of the entity it is a state of;
  * - transitions as arrows between states, labelled with their action;
+ * - facts of any kind as teal arrows from subject to object, labelled with their predicate
+ *   (a single-valued one with a "1" mark: its subject has one at a time);
  * - evidence count as node size and an "xN" badge, confidence as fill strength;
  * - rules in the side panel: hovering a node lights its rules, hovering a rule lights its nodes;
  * - the map layer: rooms (places) connected by a wide grey band, labelled with how one was
@@ -13,7 +15,7 @@
  *   place's "exits" attribute names the other place ({"west": "hallway"} or ["hallway"]);
  * - arrows routed around nodes: an edge whose straight line crosses a node it does not join is
  *   bent around it (segment points beside the node's box);
- * - a node's details list where it was (its containment history, oldest first).
+ * - a node's details list where it was (its containment history, oldest first) and its facts.
  * By default only current facts are drawn (valid_to null), plus the past states a current
  * transition leaves or enters (the transition is current knowledge, its ends are not).
  * "closed history" adds every closed record, dashed; "scenes" adds scenes and episodic edges.
@@ -137,6 +139,7 @@
                 // containment reads child -> parent: "was in" / "in"
                 source: containment ? e.dst_id : e.src_id, target: containment ? e.src_id : e.dst_id,
                 label: e.relation === 'transition' ? (e.action || '') :
+                  e.relation === 'fact' ? (e.predicate || '') + (e.single_valued ? ' \u2460' : '') :
                   containment ? (e.valid_to == null ? 'in' : 'was in') : '' } });
     });
     if (opts.map) mapConnections(ids, parent).forEach(function (c) { els.push(c); });
@@ -251,7 +254,10 @@
         name: 'fcose', label: 'fcose', quality: 'default', randomize: true, animate: false,
         nodeDimensionsIncludeLabels: true, tile: true, uniformNodeDimensions: false,
         nodeRepulsion: function () { return 9000; },
-        idealEdgeLength: function (e) { return e.data('rel') === 'transition' ? 110 : e.data('rel') === 'map' ? 160 : 70; },
+        idealEdgeLength: function (e) {
+          var rel = e.data('rel');
+          return rel === 'transition' || rel === 'fact' ? 110 : rel === 'map' ? 160 : 70;
+        },
         edgeElasticity: function () { return 0.45; }, nestingFactor: 0.1, gravity: 0.25, numIter: 2500,
         tilingPaddingVertical: 14, tilingPaddingHorizontal: 14
       };
@@ -387,6 +393,8 @@
         'text-background-opacity': 0.85, 'text-background-padding': 2, 'text-rotation': 'none' } },
       { selector: 'edge.transition', style: { 'width': 2.5, 'line-color': '#d97706', 'target-arrow-color': '#d97706',
         'color': '#92400e', 'font-size': 11, 'font-weight': 'bold', 'text-wrap': 'wrap', 'text-max-width': 140 } },
+      { selector: 'edge.fact', style: { 'width': 2, 'line-color': '#0f766e', 'target-arrow-color': '#0f766e',
+        'color': '#115e59', 'font-size': 10, 'font-style': 'italic' } },
       { selector: 'edge.episodic', style: { 'width': 1, 'line-style': 'dotted', 'line-color': '#a78bfa',
         'target-arrow-shape': 'none' } },
       { selector: 'edge.map', style: { 'width': 7, 'line-color': '#cbd5e1', 'opacity': 0.9, 'target-arrow-shape': 'none',
@@ -474,6 +482,7 @@
     row('past', 'past state (superseded)');
     row('box', 'box: contains what is drawn inside it');
     row('arrow', 'transition, labelled with its action');
+    row('fact', 'fact: subject \u2192 object, labelled with its predicate (\u2460: one at a time)');
     row('map', 'map: places connected (moved between, or a named exit)');
     row('closed', 'closed history (toggle): no longer true');
     row('scene', 'scene the fact was learned in (toggle)');
@@ -631,6 +640,20 @@
         });
         box.appendChild(el('div', 'num', where.length > 1 ? 'where it was (oldest first):' : 'where it is:'));
         box.appendChild(ol);
+      }
+      var facts = data.edges.filter(function (e) {
+        return e.relation === 'fact' && (e.src_id === n.id || e.dst_id === n.id) && (opts.history || e.valid_to == null);
+      });
+      if (facts.length) {
+        var fl = el('ul', 'facts');
+        facts.forEach(function (e) {
+          var a = nodeById.get(e.src_id);
+          var b = nodeById.get(e.dst_id);
+          fl.appendChild(el('li', e.valid_to == null ? 'now' : 'past', (a ? a.name : e.src_id) + ' ' + e.predicate +
+            ' ' + (b ? b.name : e.dst_id) + (e.valid_to ? ' (until ' + day(e.valid_to) + ')' : '')));
+        });
+        box.appendChild(el('div', 'num', 'facts:'));
+        box.appendChild(fl);
       }
       Object.keys(n.attributes || {}).forEach(function (k) {
         var v = n.attributes[k];
