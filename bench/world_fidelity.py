@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import shutil
@@ -28,6 +29,8 @@ import sys
 import tempfile
 import time
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -131,12 +134,7 @@ def run_game(path: Path, rounds: list[dict[str, Any]], oracle: Oracle, workers: 
         true_transitions |= transitions(r["before"], r["after"], r["action"])
     started = time.perf_counter()
     with WorldModel.open(data, embedder=HashingEmbedder(64), world_workers=workers) as wm:
-        for r in rounds:
-            wm.observe_round(TENANT, env, {
-                "round": r["round"], "action": r["action"], "before_observation": r["before_observation"],
-                "after_observation": r["after_observation"], "admissible_commands": r["admissible_commands"],
-                "response": f"ACTION: {r['action']}\nFLAG_CURIOSITY: yes\nCURIOSITY_REASON: explore"})
-        wm.wait_for_updates()
+        observe(wm, env, rounds)
         graph = wm.world_graph(TENANT, env)
     final = rounds[-1]["after"]
     result = score(graph, containment(final), states(final), true_transitions, known)
@@ -146,8 +144,29 @@ def run_game(path: Path, rounds: list[dict[str, Any]], oracle: Oracle, workers: 
     return result
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def observe(wm: WorldModel, env: str, rounds: list[dict[str, Any]]) -> None:
+    """Every round to ``wm.observe_round`` flagged (each a scene packet), then wait for the merges."""
+    for r in rounds:
+        wm.observe_round(TENANT, env, {
+            "round": r["round"], "action": r["action"], "before_observation": r["before_observation"],
+            "after_observation": r["after_observation"], "admissible_commands": r["admissible_commands"],
+            "response": f"ACTION: {r['action']}\nFLAG_CURIOSITY: yes\nCURIOSITY_REASON: explore"})
+    wm.wait_for_updates()
+
+
+@contextmanager
+def oracle_server(share: float, latency: float) -> Iterator[Oracle]:
+    """A local OpenAI-compatible server whose answers are the oracle's (``share`` corrupted, after
+    up to ``latency`` seconds), named in this process's environment for the WorldModels it opens."""
+    with FakeOpenAI() as server:
+        oracle = Oracle(share, latency, seed=7)
+        server.responder = oracle.answer
+        os.environ.update(server.env())
+        yield oracle
+
+
+def add_game_args(ap: argparse.ArgumentParser) -> None:
+    """The options of the games and of their extraction (bench/world_qa.py takes them too)."""
     ap.add_argument("--seeds", default="101,102,103", help="tw-make game seeds")
     ap.add_argument("--world-size", type=int, default=6)
     ap.add_argument("--objects", type=int, default=14)
@@ -156,6 +175,11 @@ def main() -> None:
     ap.add_argument("--noise", default="0,0.2,0.4", help="shares of corrupted items, one table each")
     ap.add_argument("--latency", type=float, default=0.8, help="answers arrive after uniform(0, this) seconds")
     ap.add_argument("--workers", type=int, default=4, help="config world_workers: extractions in flight")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_game_args(ap)
     ap.add_argument("--out", type=Path, default=None, help="write every result as JSON")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="wg-fidelity-"))
@@ -167,11 +191,7 @@ def main() -> None:
             games.append((path, explore(path, args.steps, random.Random(seed))))
         for share in (float(x) for x in args.noise.split(",")):
             rows = results.setdefault(f"{share:.0%}", [])
-            with FakeOpenAI() as server:
-                oracle = Oracle(share, args.latency, seed=7)
-                server.responder = oracle.answer
-                import os
-                os.environ.update(server.env())
+            with oracle_server(share, args.latency) as oracle:
                 for path, rounds in games:
                     rows.append(run_game(path, rounds, oracle, args.workers, tmp / f"data-{share}-{path.stem}"))
             print_table(f"noise {share:.0%}", rows)

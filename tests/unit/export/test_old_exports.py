@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.unit.service.test_forget import graph_kw, wm  # noqa: F401 - fixtures: a model on each store
 from tests.unit.service.test_upgrade import unpack
 from worldgraph import WorldModel
 from worldgraph.errors import InvalidInputError
 from worldgraph.export.snapshot import FILES, META_FILE, read_snapshot, write_snapshot
-from worldgraph.memory.embeddings import HashingEmbedder
 
 OLD = Path(__file__).resolve().parents[2] / "fixtures" / "exports_9eed448"
 NAMES = [*FILES.values(), META_FILE]
@@ -34,19 +35,14 @@ def test_the_kitchen_of_the_9eed448_folder_exports_as_9eed448_exported_it(tmp_pa
     same_files(out, OLD / "kitchen")
 
 
-@pytest.fixture(params=["embedded", pytest.param("neo4j", marks=pytest.mark.neo4j)])
-def model(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
-    kw = {}
-    if request.param == "neo4j":
-        server = request.getfixturevalue("neo4j_server")
-        kw = {"graph": "neo4j", "neo4j_uri": server["uri"], "neo4j_user": server["user"],
-              "neo4j_password": server["password"]}
-    wm = WorldModel.open(tmp_path / "data", embedder=HashingEmbedder(64), **kw)
+@pytest.fixture
+def model(wm: WorldModel) -> Iterator[WorldModel]:
+    """``wm`` on each store, the tenant "acme"'s snapshots forgotten after the test (they are the
+    exports' own tenant, so a shared Neo4j server keeps none of them)."""
     yield wm
     for env in ("kitchen", "house"):
         if env in [e["env_name"] for e in wm.list_environments("acme")]:
             wm.forget_environment("acme", env)
-    wm.close()
 
 
 @pytest.mark.parametrize("env", ["kitchen", "house"])

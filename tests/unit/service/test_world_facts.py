@@ -5,16 +5,15 @@ and reached with Cypher on Neo4j (one FACT relationship type, the predicate a pr
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.unit.service.test_forget import graph_kw, tenant, wm  # noqa: F401 - fixtures: a model on each store
 from worldgraph import WorldModel
 from worldgraph.kg.composed import ComposedStore
 from worldgraph.kg.embedded.store import EmbeddedGraphStore
-from worldgraph.memory.embeddings import HashingEmbedder
 from worldgraph.world.merge.engine import plan_merge
 
 ENV = "company"
@@ -39,21 +38,6 @@ def fact(src: str, predicate: str, dst: str, **kw: Any) -> dict[str, Any]:
             "evidence": f"{src} {predicate} {dst}", **kw}
 
 
-@pytest.fixture(params=["embedded", pytest.param("neo4j", marks=pytest.mark.neo4j)])
-def wm(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[WorldModel]:
-    kw: dict[str, Any] = {}
-    if request.param == "neo4j":
-        server = request.getfixturevalue("neo4j_server")
-        kw = {"graph": "neo4j", "neo4j_uri": server["uri"], "neo4j_user": server["user"],
-              "neo4j_password": server["password"]}
-    model = WorldModel.open(tmp_path / "data", embedder=HashingEmbedder(64), **kw)
-    yield model
-    model.close()
-
-
-@pytest.fixture
-def tenant() -> str:
-    return f"t-{uuid.uuid4().hex[:10]}"
 
 
 def runs(graph: dict[str, Any]) -> list[tuple[str, str, str, str, str | None]]:
