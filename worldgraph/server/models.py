@@ -419,8 +419,9 @@ class WorldGraphOut(_Open):
 
     nodes: list[dict[str, Any]] = Field(description="Entities and states: id, kind, type, name, attributes, "
                                                     "confidence, evidence, source_scenes, valid_from, valid_to.")
-    edges: list[dict[str, Any]] = Field(description="id, relation (transition | containment | episodic), src_id, "
-                                                    "dst_id, action, confidence, valid_from, valid_to.")
+    edges: list[dict[str, Any]] = Field(description="id, relation (transition | containment | episodic | fact), "
+                                                    "src_id, dst_id, action, confidence, valid_from, valid_to; a "
+                                                    "fact also predicate and single_valued.")
     rules: list[dict[str, Any]] = Field(description="id, condition, outcome, linked_node_ids, confidence.")
     scenes: list[dict[str, Any]] = Field(description="The scene packets of the environment with their status.")
     meta: dict[str, Any] | None = Field(description="graph_version, updated_at, counts; null for a new environment.")
