@@ -61,3 +61,20 @@ def test_index_of_9eed448_gets_bitmap_role_and_agent_indexes(old_data: Path) -> 
                                       "task_description": "regional sales numbers, a later run"})
         hits = wm.recall_experiences("acme", None, "regional sales numbers later run", limit=1)
         assert hits[0]["task_description"] == "regional sales numbers, a later run"
+
+
+def test_facts_join_the_world_of_a_9eed448_folder(old_data: Path) -> None:
+    """A fact of any kind merges into a world written before facts existed, between its old
+    entities (by name), and the old edges stay exactly as they were."""
+    with WorldModel.open(old_data) as wm:
+        before = {e["id"]: e for e in wm.world_graph("acme", "kitchen")["edges"]}
+        report = wm.apply_delta("acme", "kitchen", {"entities": [], "states": [], "rules": [], "edges": [
+            {"relation": "fact", "predicate": "unlocks", "src_ref": "brass key", "dst_ref": "front door",
+             "evidence": "The brass key fits the front door."}]})
+        assert report.ok and report.dropped == [] and len(report.created["edges"]) == 1
+        graph = wm.world_graph("acme", "kitchen")
+        edges = {e["id"]: e for e in graph["edges"]}
+        [fact] = [e for e in graph["edges"] if e["relation"] == "fact"]
+        names = {n["id"]: n["name"] for n in graph["nodes"]}
+        assert (names[fact["src_id"]], fact["predicate"], names[fact["dst_id"]]) == ("brass key", "unlocks", "front door")
+        assert {k: v for k, v in edges.items() if k in before} == before

@@ -12,7 +12,7 @@ from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import DeltaValidationError, ExtractionError
 from worldgraph.kg.records import DroppedItem
 from worldgraph.world.curiosity import AgentRound, build_scene_packet
-from worldgraph.world.extractor import DeltaExtractor, LLMUnavailableError, strip_fences
+from worldgraph.world.extractor import DeltaExtractor, LLMUnavailableError, build_messages, strip_fences
 
 try:  # the lead's conftest may import the fixture too; both ways work
     from tests.support.fake_openai import FakeOpenAI, Reply, closed_port_url, fake_openai  # noqa: F401
@@ -235,6 +235,16 @@ def test_fenced_or_wrapped_json_is_accepted(fake_openai: FakeOpenAI, wrap: str) 
 def test_strip_fences_leaves_plain_json_alone() -> None:
     assert strip_fences('{"a": 1}') == '{"a": 1}'
     assert strip_fences("  \n") == ""
+
+
+def test_the_prompt_teaches_facts_of_any_kind_after_the_seed_relations() -> None:
+    system = build_messages(_scene(), "")[0]["content"]
+    seeds = [system.index(f'- "{r}":') for r in ("containment", "transition", "episodic")]
+    fact = system.index('- "fact":')
+    assert seeds == sorted(seeds) and fact > seeds[-1]  # the seed relations stay first
+    assert '{"relation": "fact", "predicate": "works_at"' in system and "snake_case" in system
+    assert '"single_valued": true' in system
+    assert 'Where a thing is (in, on, inside, carried, held) is always "containment", never a fact' in system
 
 
 def test_prompt_injection_stays_inside_the_data_block(fake_openai: FakeOpenAI) -> None:
