@@ -106,6 +106,13 @@ def test_within_one_delta_the_last_object_of_a_single_valued_predicate_wins() ->
     assert facts(w.view) == [("alice", "works_at", "beta")]
 
 
+def test_one_flag_in_a_delta_makes_the_subjects_predicate_single_valued_for_all_its_items() -> None:
+    w = World()
+    _, report = w.merge(delta(entities=people("alice", "acme", "beta"),
+                              edges=[fact("alice", "works_at", "acme"), fact("alice", "works_at", "beta", single_valued=True)]))
+    assert [d.index for d in report.dropped] == [0] and facts(w.view) == [("alice", "works_at", "beta")]
+
+
 def test_going_back_to_an_old_object_keeps_every_interval() -> None:
     w = World()
     w.merge(delta(entities=people("alice", "acme", "beta"), edges=[fact("alice", "works_at", "acme", single_valued=True)]))

@@ -61,13 +61,15 @@ def merge_edges(state: MergeState, entries: list[Entry]) -> None:
             accepted.append((e, *checked))
     last_parent: dict[str, tuple[int, str]] = {}
     last_object: dict[tuple[str, str], tuple[int, str]] = {}  # (subject, predicate) -> (index, object)
-    single: set[int] = set()  # the single-valued fact items
+    facts = [(e, item, src, dst) for e, item, src, dst in accepted if item.relation == "fact" and not item.retract]
+    # a subject's predicate said single-valued by one item of the delta (or before it) is so for all
+    one = {(src, item.predicate) for _, item, src, _ in facts if is_single_valued(state, item, src)}
+    single = {e.index for e, item, src, _ in facts if (src, item.predicate) in one}  # the single-valued items
     for e, item, src, dst in accepted:
         if item.relation == "containment" and not item.retract:
             last_parent[dst] = (e.index, src)
-        elif item.relation == "fact" and not item.retract and is_single_valued(state, item, src):
+        elif e.index in single:
             last_object[(src, item.predicate)] = (e.index, dst)
-            single.add(e.index)
     in_cycle = _delta_cycles(last_parent)
     for e, item, src, dst in accepted:
         if item.retract:
