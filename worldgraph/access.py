@@ -16,6 +16,7 @@ from pathlib import Path
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import InvalidInputError
 from worldgraph.filemodes import private_dir
+from worldgraph.kg.cypher_limits import CypherSettings
 from worldgraph.kg.store import GraphStore
 
 __all__ = ["disk_full_reason", "open_storage", "open_store", "unwritable_reason", "FULL_BELOW_BYTES"]
@@ -34,15 +35,13 @@ def open_store(path: Path, graph: str | GraphStore, cfg: WorldGraphConfig, read_
 
         return EmbeddedGraphStore(path / "worldgraph.db", read_only=read_only, cache_mb=cfg.sqlite_cache_mb,
                                   wal_autocheckpoint_pages=cfg.sqlite_wal_autocheckpoint_pages,
-                                  cypher_timeout=cfg.cypher_timeout_seconds, cypher_max_rows=cfg.cypher_max_rows,
-                                  cypher_max_result_bytes=cfg.cypher_max_result_bytes)
+                                  cypher=CypherSettings.from_config(cfg))
     if graph == "neo4j":
         from worldgraph.kg.neo4j.store import Neo4jGraphStore
 
         return Neo4jGraphStore(cfg.neo4j_uri, cfg.neo4j_user, cfg.neo4j_password, database=cfg.neo4j_database,
-                               read_only=read_only, cypher_timeout=cfg.cypher_timeout_seconds,
-                               cypher_max_rows=cfg.cypher_max_rows, import_batch=cfg.neo4j_import_batch,
-                               cypher_max_result_bytes=cfg.cypher_max_result_bytes)
+                               read_only=read_only, import_batch=cfg.neo4j_import_batch,
+                               cypher=CypherSettings.from_config(cfg))
     raise InvalidInputError("graph", f"must be 'embedded' or 'neo4j', got {graph!r}")
 
 

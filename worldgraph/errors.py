@@ -11,6 +11,8 @@ against the classes):
     - EmbeddingDimensionError: an embedder returned vectors of the wrong shape
   + NotFoundError (LookupError): an id the store does not hold
   + StoreUnavailableError (ConnectionError): a server the store needs cannot be reached
+    - CypherCrashError: the embedded Cypher engine crashed on the query (its child only)
+  + CypherBusyError: too many Cypher queries in flight (of the tenant, or of the process)
   + ReadOnlyQueryError (PermissionError): a Cypher query that would write or leave the tenant
     - TenantScopeError: a Cypher query not provably inside the caller's tenant
   + CypherQueryError (ValueError): a query the store could not run (syntax, type, timeout)
@@ -67,6 +69,26 @@ class EmbeddingDimensionError(InvalidInputError):
 
 class StoreUnavailableError(WorldGraphError, ConnectionError):
     """A server the store needs (Neo4j) cannot be reached; the message says how to start one."""
+
+
+class CypherCrashError(StoreUnavailableError):
+    """The embedded Cypher engine crashed while it ran the query: the query child it ran in ended
+    (nothing else did). The first time, try again after ``retry_after`` seconds; a query that
+    crashes a fresh child again is refused (``CypherQueryError``)."""
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class CypherBusyError(WorldGraphError):
+    """Too many Cypher queries run at once, of the caller's tenant or of the whole process
+    (``cypher_max_in_flight_per_tenant``, ``cypher_max_in_flight``): try again after
+    ``retry_after`` seconds. REST answers 429 with ``Retry-After``."""
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class ReadOnlyQueryError(WorldGraphError, PermissionError):
@@ -150,6 +172,7 @@ ERROR_TYPES: tuple[tuple[type[BaseException], int, str], ...] = (
     (CypherQueryError, 400, "invalid_query"),
     (NotSupportedError, 501, "not_supported"),
     (StoreUnavailableError, 503, "store_unavailable"),
+    (CypherBusyError, 429, "too_many_requests"),
     (ExtractionError, 502, "extraction_failed"),
     (ReadOnlyError, 403, "read_only"),
     (StorageError, 507, "storage_full_or_failed"),

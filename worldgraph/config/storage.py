@@ -98,3 +98,14 @@ class Neo4jSettings(BaseModel):
     cypher_max_query_bytes: int = Field(65_536, gt=0)
     cypher_max_nesting_depth: int = Field(64, gt=0)
     cypher_max_params_bytes: int = Field(1_048_576, gt=0)
+    # Cypher queries in flight per tenant and per process, on both stores (past either: 429 with
+    # Retry-After); an embedded query child's memory beyond its engine's reservations; and whether
+    # `serve` runs API keys' embedded Cypher where Landlock is unavailable (docs/cypher.md)
+    cypher_max_in_flight_per_tenant: int = Field(2, gt=0)
+    cypher_max_in_flight: int = Field(8, gt=0)
+    cypher_child_memory_mb: int = Field(1024, gt=0)
+    cypher_allow_unsandboxed: bool = False
+    # tests only (docs/cypher.md): embedded Cypher without its text guard (honoured only where the
+    # sandbox holds), and the sandbox taken as unavailable
+    testing_cypher_guard_off: bool = False
+    testing_no_landlock: bool = False

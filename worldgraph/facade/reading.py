@@ -82,6 +82,7 @@ def stats(store: GraphStore, index: EpisodeIndex, embedder: Embedder, tenant_id:
     out["indexed"] = index.count(tenant_id)
     out["environments"] = store.environments(tenant_id)
     out["graph_store"] = store.name
+    out["cypher_sandbox"] = store.cypher_sandbox()
     out["embedder"] = embedder_name(embedder)
     return out
 

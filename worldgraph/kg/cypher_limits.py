@@ -16,6 +16,16 @@ refuses the same inputs with the same ``CypherInputError`` (REST: 400 ``invalid_
   datetimes and durations; nesting at most ``cypher_max_nesting_depth`` containers, and the
   whole at most ``cypher_max_params_bytes`` (its text and bytes plus 8 a value). A refusal names
   the parameter's path (``params.x[3].y``), the rule and the setting that raises the limit.
+
+And what every store applies to a query that passed them:
+
+* ``CypherSettings``: the ``cypher_*`` settings a store runs queries with (``from_config``).
+* ``ADMISSION``: at most ``cypher_max_in_flight_per_tenant`` queries of one tenant and
+  ``cypher_max_in_flight`` of the whole process run at once, on either store; one more is refused
+  at once with ``CypherBusyError`` (REST: 429 with ``Retry-After``), so one tenant's slow queries
+  never queue another's.
+* ``COUNTERS``: what ``/metrics`` reports (queries refused as too many, embedded query children
+  killed at their deadline or crashed).
 """
 
 from __future__ import annotations
@@ -23,14 +33,18 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from worldgraph.config import WorldGraphConfig
-from worldgraph.errors import CypherInputError
+from worldgraph.errors import CypherBusyError, CypherInputError
 from worldgraph.limits import limit_rule, raise_hint, utf8_size
 
-__all__ = ["INT64_MAX", "INT64_MIN", "check_params", "check_query_text", "json_size", "nesting_depth"]
+__all__ = ["ADMISSION", "COUNTERS", "INT64_MAX", "INT64_MIN", "Admission", "CypherSettings", "check_params",
+           "check_query_text", "json_size", "nesting_depth"]
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -161,3 +175,84 @@ def json_size(value: Any, budget: int) -> int:
         else:
             size += 8
     return size
+
+
+@dataclass(frozen=True)
+class CypherSettings:
+    """The ``cypher_*`` settings a store runs queries with (the config's defaults when not given)."""
+
+    timeout: float = float(WorldGraphConfig.model_fields["cypher_timeout_seconds"].default)
+    max_rows: int = int(WorldGraphConfig.model_fields["cypher_max_rows"].default)
+    max_bytes: int = int(WorldGraphConfig.model_fields["cypher_max_result_bytes"].default)
+    per_tenant: int = int(WorldGraphConfig.model_fields["cypher_max_in_flight_per_tenant"].default)
+    in_flight: int = int(WorldGraphConfig.model_fields["cypher_max_in_flight"].default)
+    child_memory: int = int(WorldGraphConfig.model_fields["cypher_child_memory_mb"].default) << 20
+    allow_unsandboxed: bool = False
+    guard_off: bool = False  # tests only: see WorldGraphConfig.testing_cypher_guard_off
+    no_landlock: bool = False  # tests only: see WorldGraphConfig.testing_no_landlock
+
+    @classmethod
+    def from_config(cls, cfg: WorldGraphConfig) -> CypherSettings:
+        return cls(timeout=cfg.cypher_timeout_seconds, max_rows=cfg.cypher_max_rows,
+                   max_bytes=cfg.cypher_max_result_bytes, per_tenant=cfg.cypher_max_in_flight_per_tenant,
+                   in_flight=cfg.cypher_max_in_flight, child_memory=cfg.cypher_child_memory_mb << 20,
+                   allow_unsandboxed=cfg.cypher_allow_unsandboxed, guard_off=cfg.testing_cypher_guard_off,
+                   no_landlock=cfg.testing_no_landlock)
+
+
+class _Counters:
+    """Counts since the process started, by name (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[name] = self._counts.get(name, 0) + n
+
+    def get(self, name: str) -> int:
+        with self._lock:
+            return self._counts.get(name, 0)
+
+
+COUNTERS = _Counters()
+# the names COUNTERS keeps
+REFUSED_BUSY, KILLED_AT_DEADLINE, CRASHED = "refused_busy", "killed_at_deadline", "crashed"
+RETRY_AFTER = 1  # seconds a refused caller is told to wait
+
+
+class Admission:
+    """How many Cypher queries run now, per tenant and in all (module docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[str, int] = {}
+
+    @contextmanager
+    def admit(self, tenant_id: str, settings: CypherSettings) -> Iterator[None]:
+        """Hold one of the tenant's places (and one of the process's) while the block runs;
+        CypherBusyError at once when none is free."""
+        with self._lock:
+            mine, total = self._running.get(tenant_id, 0), sum(self._running.values())
+            if mine >= settings.per_tenant or total >= settings.in_flight:
+                COUNTERS.add(REFUSED_BUSY)
+                who = (f"this tenant already has {mine} (cypher_max_in_flight_per_tenant)"
+                       if mine >= settings.per_tenant else f"the server already runs {total} (cypher_max_in_flight)")
+                raise CypherBusyError(f"too many Cypher queries at once: {who}; retry in {RETRY_AFTER} s, or "
+                                      "wait for your running queries to end", retry_after=RETRY_AFTER)
+            self._running[tenant_id] = mine + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running[tenant_id] -= 1
+                if not self._running[tenant_id]:
+                    del self._running[tenant_id]
+
+    def running(self, tenant_id: str | None = None) -> int:
+        with self._lock:
+            return self._running.get(tenant_id, 0) if tenant_id is not None else sum(self._running.values())
+
+
+ADMISSION = Admission()

@@ -257,6 +257,10 @@ class GraphStore(EpisodeStore, WorldStore):
             "WorldModel.open(path) or WorldModel.open(path, graph='neo4j')."
         )
 
+    def cypher_sandbox(self) -> str:
+        """How this store confines Cypher queries: "landlock", "unsandboxed", "neo4j-plan" or "none"."""
+        return "none"
+
     # ---------------------------------------------------------------- lifecycle (browse, forget, purge)
     # Not abstract: a store without them still serves recording and recall. Each forget is ONE
     # transaction: the record is fully present or fully gone from every read path.

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from worldgraph import WorldModel
-from worldgraph.kg.embedded import cypher as embedded_cypher
 from worldgraph.kg.embedded.cypher import opener as opener_module
+from worldgraph.kg.embedded.cypher import projection as embedded_cypher
 from worldgraph.kg.embedded.cypher.saved import SavedProjections, folder_for
 from worldgraph.kg.embedded.store import EmbeddedGraphStore
 from worldgraph.memory.embeddings import HashingEmbedder
@@ -62,7 +62,7 @@ def _in_another_process(data: Path, statement: str) -> None:
 
 def test_a_current_saved_projection_is_reopened_not_rebuilt(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     saved = _meta(data)
-    monkeypatch.setattr(embedded_cypher, "load_tenant", lambda *a, **k: pytest.fail("rebuilt from SQLite"))
+    monkeypatch.setattr(opener_module, "load_tenant", lambda *a, **k: pytest.fail("rebuilt from SQLite"))
     store = EmbeddedGraphStore(_store_file(data))
     try:
         assert store.cypher("t1", COUNT) == [{"n": 3}]
@@ -142,15 +142,23 @@ def test_files_are_private_and_a_stray_build_is_swept(data: Path) -> None:
     assert not any("t1" in n for n in names)  # named by a hash, not by the tenant
 
 
-def test_two_store_objects_in_one_process_never_share_a_file(data: Path) -> None:
-    """LadybugDB's lock is per process: a second store object of the same file builds its own."""
+def test_two_store_objects_read_one_file_and_a_write_copies_it_while_the_other_reads(data: Path) -> None:
+    """Two store objects of one file read one saved projection (their query children open it
+    read-only). A write through one: its refresh finds the other's children holding the file, so
+    it writes a copy and names it current; the other reads on, then moves to the copy."""
     a = EmbeddedGraphStore(_store_file(data))
     b = EmbeddedGraphStore(_store_file(data))
     try:
         assert a.cypher("t1", COUNT) == [{"n": 3}]
         assert b.cypher("t1", COUNT) == [{"n": 3}]
         pa, pb = a.projections.current("t1"), b.projections.current("t1")
-        assert pa is not None and pb is not None and pa.path != pb.path
+        assert pa is not None and pb is not None and pa.path == pb.path
+        first = pa.path
+        with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
+            wm.record_experience("t1", _exp("the fourth"))
+        assert a.cypher("t1", COUNT) == [{"n": 4}]
+        assert a.projections.current("t1").path != first  # b's children hold the first: a copy was written
+        assert b.cypher("t1", COUNT) == [{"n": 4}]
     finally:
         a.close()
         b.close()
@@ -163,9 +171,10 @@ def test_a_small_tenant_is_not_saved(tmp_path: Path, monkeypatch: pytest.MonkeyP
     with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:
         wm.record_experiences("t1", [_exp(f"task {i}") for i in range(3)])
         assert wm.cypher("t1", COUNT) == [{"n": 3}]
-        assert not folder_for(_store_file(tmp_path)).exists()
+        folder = folder_for(_store_file(tmp_path))
+        assert not folder.exists() or not list(folder.iterdir())
         wm.record_experience("t1", _exp("the fourth"))
-        assert wm.cypher("t1", COUNT) == [{"n": 4}]  # the projection in memory, brought up to date
+        assert wm.cypher("t1", COUNT) == [{"n": 4}]  # the temporary projection, brought up to date
     with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:  # the next open builds and saves it
         assert wm.cypher("t1", COUNT) == [{"n": 4}]
         assert _meta(tmp_path)["gens"][0][0] > 0
@@ -191,7 +200,7 @@ def test_a_large_tenant_is_built_in_a_child_process(data: Path, monkeypatch: pyt
     for f in folder_for(_store_file(data)).iterdir():
         f.unlink()
     monkeypatch.setattr(opener_module, "CHILD_MIN_EPISODES", 1)
-    monkeypatch.setattr(embedded_cypher, "load_tenant", lambda *a, **k: pytest.fail("built in this process"))
+    monkeypatch.setattr(opener_module, "load_tenant", lambda *a, **k: pytest.fail("built in this process"))
     with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
         assert wm.cypher("t1", COUNT) == [{"n": 3}]
         assert _meta(data)["gens"][0][0] > 0
@@ -226,7 +235,7 @@ def test_a_world_delta_after_a_reopen_is_applied_row_by_row(data: Path, monkeypa
         assert wm.apply_delta("t1", "Env", delta).ok
         assert wm.cypher("t1", nodes) == [{"name": "crate"}]
     with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
-        monkeypatch.setattr(embedded_cypher, "load_tenant", lambda *a, **k: pytest.fail("rebuilt from SQLite"))
+        monkeypatch.setattr(opener_module, "load_tenant", lambda *a, **k: pytest.fail("rebuilt from SQLite"))
         assert wm.cypher("t1", nodes) == [{"name": "crate"}]  # reopened
         monkeypatch.setattr(embedded_cypher.Projection, "replace_world",
                             lambda *a, **k: pytest.fail("reloaded the whole world part"))
@@ -290,7 +299,7 @@ def test_a_restored_file_with_other_records_under_the_same_ids_is_rebuilt(tmp_pa
 
 def test_a_link_to_the_data_folder_is_the_same_file(data: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Two store objects of one process reaching the file by another name (a symbolic link) never
-    open the same saved database twice (LadybugDB does not lock it against its own process)."""
+    write the same saved database at once: the second one's refresh writes a copy."""
     link_dir = tmp_path_factory.mktemp("elsewhere") / "data-link"
     link_dir.symlink_to(data, target_is_directory=True)
     a = EmbeddedGraphStore(_store_file(data))
@@ -300,8 +309,12 @@ def test_a_link_to_the_data_folder_is_the_same_file(data: Path, tmp_path_factory
         assert b.cypher("t1", COUNT) == [{"n": 3}]
         pa, pb = a.projections.current("t1"), b.projections.current("t1")
         assert pa is not None and pb is not None
-        assert pa.path is not None and pb.path is not None
-        assert os.path.realpath(pa.path) != os.path.realpath(pb.path)
+        assert os.path.realpath(pa.path) == os.path.realpath(pb.path)  # read by both
+        from worldgraph.kg.embedded.cypher.saved import claim, release
+
+        assert claim(pb.path)  # no writer holds it between queries
+        assert not claim(pa.path)  # the same file under its other name
+        release(pb.path)
     finally:
         a.close()
         b.close()

@@ -12,7 +12,7 @@ import pytest
 from tests.unit.kg.test_cypher_embedded import CONTRACT, ENV, _same, copy_tenant, world  # noqa: F401 - fixture
 from worldgraph import WorldModel
 from worldgraph.kg.embedded.cypher import opener as opener_module
-from worldgraph.kg.embedded.cypher import world_only
+from worldgraph.kg.embedded.cypher.text import world_only
 from worldgraph.memory.embeddings import HashingEmbedder
 
 
@@ -68,8 +68,14 @@ def test_the_world_part_alone_returns_the_full_projections_rows(world: tuple[Wor
     alone_rows = _rows(wm, tenant, alone)
     proj = wm.store.projections.current(tenant)  # type: ignore[attr-defined]
     assert proj.scope == "world"
-    assert proj.conn.execute("CALL show_tables() RETURN name").get_all() and not any(
-        name in ("Episode", "FROM_EPISODE") for (name,) in proj.conn.execute("CALL show_tables() RETURN name").get_all())
+    import ladybug
+
+    db = ladybug.Database(str(proj.path), read_only=True)
+    try:
+        tables = ladybug.Connection(db).execute("CALL show_tables() RETURN name").get_all()
+    finally:
+        db.close()
+    assert tables and not any(name in ("Episode", "FROM_EPISODE") for (name,) in tables)
     for (query, _), got, want in zip(alone, alone_rows, full_rows, strict=True):
         assert _same(got, want, "ORDER BY" in query), query
     # the first query that needs more replaces it with the full projection
@@ -131,7 +137,7 @@ def test_a_failed_child_builds_the_world_part_in_process(tmp_path: Any, monkeypa
         assert wm.apply_delta("t", ENV, delta).ok
         assert wm.cypher("t", "MATCH (n:Entity) RETURN n.name AS name") == [{"name": "key"}]
         proj = wm.store.projections.current("t")  # type: ignore[attr-defined]
-        assert proj.scope == "world" and proj.path is None
+        assert proj.scope == "world" and wm.store.cypher_runner.scratch.holds(proj.path)  # type: ignore[attr-defined]
         folder = wm.store.saved.folder  # type: ignore[attr-defined]
         assert not folder.exists() or not list(folder.iterdir())  # the failed child's file is gone
     finally:

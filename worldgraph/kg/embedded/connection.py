@@ -27,9 +27,8 @@ from typing import Any, cast
 
 from worldgraph.errors import ReadOnlyError, StorageError
 from worldgraph.filemodes import create_private_file
-from worldgraph.kg.embedded import cypher as embedded_cypher
 from worldgraph.kg.embedded import sql
-from worldgraph.kg.embedded.cypher.model import Gens
+from worldgraph.kg.embedded.cypher.model import EPISODE_SOURCES, WORLD_SOURCES, Gens
 from worldgraph.kg.embedded.sqlite_open import ReadOnlyConnection, connect_read_only
 from worldgraph.schema import SCHEMA_VERSIONS, check_schema_version, needs_upgrade
 
@@ -39,11 +38,11 @@ SCHEMA_VERSION = SCHEMA_VERSIONS["embedded"]  # worldgraph.schema keeps every st
 WORLD_LOG_KEPT = 256  # world commits whose written rows are remembered (for a projection's refresh)
 
 _WRITE_RE = re.compile(r"\s*(?:INSERT|REPLACE|UPDATE|DELETE)\b", re.I)
-_PARTS = {**{t: "episodes" for t in embedded_cypher.EPISODE_SOURCES}, **{t: "world" for t in embedded_cypher.WORLD_SOURCES}}
+_PARTS = {**{t: "episodes" for t in EPISODE_SOURCES}, **{t: "world" for t in WORLD_SOURCES}}
 _NOT_PROJECTED = ("api_keys", "schema_info", "projection_gens", "forget_log")
 
 # Upserts whose parameters name the world row they write: (table, how many parameters after
-# tenant_id make its key in embedded_cypher.WorldRows). scene_links is not read by the projection.
+# tenant_id make its key in cypher.load.WorldRows). scene_links is not read by the projection.
 _KEYED_RE = re.compile(r"\s*INSERT INTO (world_nodes|world_edges|world_rules|scenes|scene_reports|env_meta)"
                        r"\(tenant_id, env_name(, (?:id|scene_id))?\b")
 _UNREAD = ("scene_links",)

@@ -15,20 +15,17 @@ This module opens them and keeps what spans them: tenants, stats, read-only Cyph
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
 from worldgraph.config import WorldGraphConfig
-from worldgraph.errors import NotFoundError, StorageError
+from worldgraph.errors import NotFoundError
 from worldgraph.kg.codec import dumps, loads
 from worldgraph.kg.composed import ComposedStore
-from worldgraph.kg.embedded import cypher as embedded_cypher
+from worldgraph.kg.cypher_limits import ADMISSION, CypherSettings
 from worldgraph.kg.embedded import sql
 from worldgraph.kg.embedded.connection import SCHEMA_VERSION, SqliteConnection
-from worldgraph.kg.embedded.cypher import ProjectionCache
-from worldgraph.kg.embedded.cypher.opener import Opener
-from worldgraph.kg.embedded.cypher.saved import SavedProjections, folder_for
+from worldgraph.kg.embedded.cypher.runner import CypherRunner
 from worldgraph.kg.embedded.episodes import SqliteEpisodes
 from worldgraph.kg.embedded.leases import SqliteSceneLeases
 from worldgraph.kg.embedded.lifecycle import SqliteLifecycle
@@ -52,18 +49,17 @@ class EmbeddedGraphStore(ComposedStore):
 
     def __init__(self, path: str | Path, read_only: bool = False, cache_mb: int | None = None,
                  wal_autocheckpoint_pages: int | None = None, cypher_timeout: float | None = None,
-                 cypher_max_rows: int | None = None, cypher_max_result_bytes: int | None = None) -> None:
-        """``cache_mb``, ``wal_autocheckpoint_pages``, ``cypher_timeout``, ``cypher_max_rows`` and
-        ``cypher_max_result_bytes``: see
-        the config fields ``sqlite_*`` and ``cypher_*``, whose defaults apply when they are None (one
-        place for the numbers)."""
+                 cypher_max_rows: int | None = None, cypher_max_result_bytes: int | None = None,
+                 cypher: CypherSettings | None = None) -> None:
+        """``cache_mb``, ``wal_autocheckpoint_pages``: see the config fields ``sqlite_*``, whose
+        defaults apply when they are None (one place for the numbers); ``cypher``: the ``cypher_*``
+        settings (``cypher_timeout``, ``cypher_max_rows``, ``cypher_max_result_bytes`` replace
+        theirs)."""
         fields = WorldGraphConfig.model_fields
-        self.cypher_timeout = float(cypher_timeout if cypher_timeout is not None
-                                    else fields["cypher_timeout_seconds"].default)
-        self.cypher_max_rows = int(cypher_max_rows if cypher_max_rows is not None else fields["cypher_max_rows"].default)
-        self.cypher_max_result_bytes = int(cypher_max_result_bytes if cypher_max_result_bytes is not None
-                                           else fields["cypher_max_result_bytes"].default)
-        self.projections = ProjectionCache()
+        base = cypher or CypherSettings()
+        self.cypher_settings = CypherSettings(**{
+            **base.__dict__, **{k: v for k, v in (("timeout", cypher_timeout), ("max_rows", cypher_max_rows),
+                                                 ("max_bytes", cypher_max_result_bytes)) if v is not None}})
         if cache_mb is None:
             cache_mb = int(fields["sqlite_cache_mb"].default)
         if wal_autocheckpoint_pages is None:
@@ -71,8 +67,10 @@ class EmbeddedGraphStore(ComposedStore):
         self.path = Path(path)
         self.read_only = read_only
         self.db = SqliteConnection(self.path, read_only, cache_mb, wal_autocheckpoint_pages)
-        # projections saved beside the SQLite file, reopened in ~0.1 s (none for a read-only store)
-        self.saved = SavedProjections(None if read_only else folder_for(self.path))
+        # Cypher: projections (saved beside the SQLite file but for a read-only store) and the
+        # query children that run the queries on them
+        self.cypher_runner = CypherRunner(self.db, self.path, read_only, self.cypher_settings)
+        self.projections, self.saved = self.cypher_runner.projections, self.cypher_runner.saved
         self.episodes = SqliteEpisodes(self.db)
         self.world = SqliteWorld(self.db)
         self.leases = SqliteSceneLeases(self.db)
@@ -86,32 +84,15 @@ class EmbeddedGraphStore(ComposedStore):
 
     # ---------------------------------------------------------------- Cypher
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[Record]:
-        """Read-only Cypher on a projection of the caller's tenant alone (``embedded.cypher``),
-        rebuilt first when anything was committed since it was built (here or by another process)."""
-        embedded_cypher.check_text(query)
-        # what the engine cannot run, or must not (a runaway string or list), is refused before a
-        # projection is built for it (run() translates again: a few regex passes)
-        embedded_cypher.translate(query)
-        embedded_cypher.check_abandoned(tenant_id, self.cypher_timeout)  # before a projection is built for it
-        opener = Opener(self.db, self.saved, self.path, tenant_id, full=not embedded_cypher.world_only(query))
-        # One deadline for the query, from when its first projection is ready (building one is not
-        # bounded by it), retries on a fresh projection included: embedded_cypher.run ends at most
-        # GRACE seconds past it.
-        deadline: float | None = None
-        for _ in range(3):
-            # the generations move with every commit that wrote a part, by any process (a world
-            # delta refreshes only the world part)
-            version = self.db.version()
-            proj = self.projections.get(tenant_id, version, opener.build, opener.refresh, opener.serves)
-            if deadline is None:
-                deadline = time.monotonic() + self.cypher_timeout
-            try:
-                return embedded_cypher.run(proj, tenant_id, query, params, timeout=self.cypher_timeout,
-                                           max_rows=self.cypher_max_rows, max_bytes=self.cypher_max_result_bytes,
-                                           deadline=deadline)
-            except embedded_cypher.ProjectionClosed:  # replaced, or abandoned by a query past its deadline
-                continue
-        raise StorageError("the Cypher projection kept being replaced by concurrent writes; try the query again")
+        """Read-only Cypher on a projection of the caller's tenant alone, run by a confined query
+        child (``embedded.cypher``); at most ``cypher_max_in_flight_per_tenant`` at once."""
+        with ADMISSION.admit(tenant_id, self.cypher_settings):
+            return self.cypher_runner.run(tenant_id, query, params)
+
+    def cypher_sandbox(self) -> str:
+        """How Cypher queries are confined here: "landlock" (the operating system's sandbox) or
+        "unsandboxed" (a read-only child without it; docs/cypher.md)."""
+        return self.cypher_runner.mode
 
     # ---------------------------------------------------------------- API keys
     def add_api_key(self, key: Record) -> None:
@@ -141,10 +122,9 @@ class EmbeddedGraphStore(ComposedStore):
         """The lifecycle's purge, after the saved Cypher projections of the tenants that forgot
         something are deleted (they hold the forgotten records; the next query rebuilds them)."""
         for tenant_id in {a["tenant_id"] for a in self.lifecycle.forget_log(unpurged=True)}:
-            self.projections.drop(tenant_id)
-            self.saved.remove(tenant_id)
+            self.cypher_runner.forget(tenant_id)
         return self.lifecycle.purge_files()
 
     def close(self) -> None:
-        self.projections.close()
+        self.cypher_runner.close()
         self.db.close()

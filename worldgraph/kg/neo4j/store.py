@@ -36,6 +36,7 @@ from worldgraph.errors import (
 from worldgraph.kg import cypher_guard as guard
 from worldgraph.kg.codec import loads
 from worldgraph.kg.composed import ComposedStore
+from worldgraph.kg.cypher_limits import ADMISSION, CypherSettings
 from worldgraph.kg.neo4j import cypher as neo4j_cypher
 from worldgraph.kg.neo4j import queries as q
 from worldgraph.kg.neo4j.connection import Neo4jConnection, unreachable
@@ -57,12 +58,16 @@ class Neo4jGraphStore(ComposedStore):
     def __init__(self, uri: str, user: str, password: str, database: str = "neo4j",
                  connection_timeout: float = 5.0, read_only: bool = False, cypher_timeout: float = 30.0,
                  cypher_max_rows: int = 10_000, import_batch: int = 10_000,
-                 cypher_max_result_bytes: int = 16 * 1024 * 1024) -> None:
+                 cypher_max_result_bytes: int = 16 * 1024 * 1024, cypher: CypherSettings | None = None) -> None:
+        """``cypher``: the ``cypher_*`` settings (without it, the three ``cypher_*`` arguments
+        and the other defaults)."""
         self.uri = uri
         self.database = database
         self.read_only = read_only
-        self.cypher_timeout, self.cypher_max_rows = cypher_timeout, cypher_max_rows
-        self.cypher_max_result_bytes = cypher_max_result_bytes
+        self.cypher_settings = cypher or CypherSettings(timeout=cypher_timeout, max_rows=cypher_max_rows,
+                                                        max_bytes=cypher_max_result_bytes)
+        self.cypher_timeout, self.cypher_max_rows = self.cypher_settings.timeout, self.cypher_settings.max_rows
+        self.cypher_max_result_bytes = self.cypher_settings.max_bytes
         driver: Driver | None = None
         try:
             driver = GraphDatabase.driver(
@@ -138,9 +143,14 @@ class Neo4jGraphStore(ComposedStore):
         ``cypher_timeout`` (``neo4j.cypher``: the call returns or fails by then, + ~1 s)."""
         params = guard.bind_params(tenant_id, params)
         guard.check_text(query)
-        return neo4j_cypher.run(self.db.driver, self.uri, self.database, tenant_id, query, params,
-                                timeout=self.cypher_timeout, max_rows=self.cypher_max_rows,
-                                max_bytes=self.cypher_max_result_bytes)
+        with ADMISSION.admit(tenant_id, self.cypher_settings):  # at most so many in flight (cypher_limits)
+            return neo4j_cypher.run(self.db.driver, self.uri, self.database, tenant_id, query, params,
+                                    timeout=self.cypher_timeout, max_rows=self.cypher_max_rows,
+                                    max_bytes=self.cypher_max_result_bytes)
+
+    def cypher_sandbox(self) -> str:
+        """How Cypher queries are confined: by the query plan check and Neo4j's READ transactions."""
+        return "neo4j-plan"
 
     # ---------------------------------------------------------------- API keys
     def add_api_key(self, key: Record) -> None:

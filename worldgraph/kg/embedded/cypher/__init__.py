@@ -8,18 +8,21 @@ Redis server. The measurements are in bench/README.md ("Cypher on the embedded s
 
 **Sealed by construction.** A query never runs on the SQLite file. It runs on a *projection*: a
 LadybugDB database of its own built from the rows ``WHERE tenant_id = ?`` of the caller's tenant
-only (saved beside the SQLite file and reopened while current, ``saved``; in memory for a
-read-only store), with the Neo4j store's labels, relationship types and property names
-(``worldgraph.kg.neo4j.schema``). Whatever the query says, no other tenant's record is in the
-database it runs on. ``$tenant_id`` is still bound (``cypher_guard.bind_params``), so a query
+only (saved beside the SQLite file and reopened while current, ``saved``; a small tenant's, or
+any of a read-only store, in a private temporary folder of the store), with the Neo4j store's
+labels, relationship types and property names (``worldgraph.kg.neo4j.schema``). Whatever the
+query says, no other tenant's record is in the database it runs on. ``$tenant_id`` is still bound (``cypher_guard.bind_params``), so a query
 written for Neo4j (``{tenant_id: $tenant_id}`` on every node) runs unchanged.
 
-**Read-only.** ``cypher_guard.check_text`` refuses writes, procedure calls and file clauses, and
-``check_text`` (``text``) refuses LadybugDB's own statements that write, read files or Python objects,
-or change settings (COPY, LOAD FROM, INSTALL, ATTACH, EXPORT, IMPORT, BEGIN / COMMIT, CHECKPOINT,
-CALL). A write the checks missed would change only this tenant's projection (and its saved file),
-never the store or another tenant; the next episode write rebuilds the projection (a world delta
-rewrites only the rows it wrote, so such a change to other rows would stay until then).
+**Sealed by the operating system.** The server never runs the query. A query child (``child``,
+``pool``) does: a new interpreter, inheriting no file of the server, that confines itself while it
+still has one thread (Landlock: it may open the caller's projection file alone, read-only, and no
+TCP port; seccomp: no socket of any kind, no exec), opens the projection in the engine's
+read-only mode and is killed at the deadline. Whatever the query says, it reads no other file,
+writes nothing, reaches no network, and a crash ends that child only. The text checks
+(``cypher_guard`` and ``text``: a token-level guard with allow-lists, one statement, no CALL of
+table functions) refuse the plain cases first with clear messages; they are not the proof
+(``docs/cypher.md``).
 
 **Fresh.** A projection is tagged with the store's generations (``SqliteConnection.version``):
 every transaction of any process that writes the tables of the episode part (``EPISODE_SOURCES``)
@@ -44,23 +47,11 @@ generation matches).
 The cache hands it only to such queries: the first query that needs more builds the full
 projection (or reopens a saved one) and replaces it.
 
-**Deadline.** ``cypher()`` returns or fails within ``cypher_timeout`` + ``GRACE`` (1 s), counted
-from when the tenant's projection is ready, whatever the query. LadybugDB's own timeout (set too)
-and ``Connection.interrupt()`` are checked only between steps of its pipeline: one expression (a
-``list_transform`` over a long list; one building a huge string or list, which ``text`` refuses
-before it runs because it also holds gigabytes meanwhile) and its parser on deeply nested brackets
-(64 levels ~1 s, 300 levels ~56 s here, the first time) run to their end, seconds to minutes. So
-``run`` executes the query in a worker thread and waits until the deadline; then it interrupts the
-engine every 50 ms for up to ``GRACE`` s; a query still running then is *abandoned*: its projection
-is marked closed (nobody else queues on its busy connection, the cache drops it, the next query of
-the tenant builds a fresh one) and the call raises ``CypherQueryError`` naming
-``cypher_timeout_seconds``. When the engine returns, the worker drops what it made and closes that
-projection's database, freeing its memory. At most ``MAX_ABANDONED_PER_TENANT`` (2) abandoned runs
-per tenant and ``MAX_ABANDONED`` (4) per process may be alive (each holds a core and its
-allocation); past either, a new query fails at once instead of starting, so a flood of hostile
-queries cannot pile up threads or memory. A projection is never waited for under the cache's lock:
-closing one a query still runs on is left to that query's thread, and a world refresh that finds a
-query running builds a new projection instead.
+**Deadline.** ``cypher()`` returns or fails within ``cypher_timeout`` (+ the moment a kill takes),
+counted from the call without the time a projection or a child took to be ready: the engine's
+own timeout is set, and at the deadline the child is killed with SIGKILL (``pool``) and replaced.
+A projection is written only while no child reads it (or a copy is written and swapped in), so
+a refresh never waits for a query.
 
 **Same rows as Neo4j, or a clear error.** The few places where LadybugDB's Cypher differs from
 Neo4j's are rewritten (multi-label patterns, ``labels()``, ``type()``, ``toString()`` ...,
@@ -73,48 +64,12 @@ and ``import_incomplete`` flag of (:Environment) (Neo4j-store bookkeeping) are n
 an unbounded ``*`` stops at 30 hops.
 """
 
-
 # The package's modules, along the seams of the above: ``model`` (labels, relationship types and
 # columns), ``load`` (a tenant's rows read into columns), ``projection`` (the LadybugDB database and
-# its refresh), ``episodes`` (the episode part's refresh), ``saved`` (projections kept on disk
-# between opens), ``build`` (a build in a child
-# process), ``cache`` (the projections kept open), ``text`` (what is refused, the translation) and
-# ``execution`` (a query run within its deadline and caps).
-from worldgraph.kg.embedded.cypher.cache import PROJECTIONS_KEPT, ProjectionCache
-from worldgraph.kg.embedded.cypher.episodes import update_episodes
-from worldgraph.kg.embedded.cypher.execution import (
-    GRACE,
-    MAX_ABANDONED,
-    MAX_ABANDONED_PER_TENANT,
-    abandoned_runs,
-    check_abandoned,
-    plain,
-    run,
-)
-from worldgraph.kg.embedded.cypher.load import (
-    WorldPart,
-    WorldRows,
-    load_episode_part,
-    load_tenant,
-    load_world_part,
-    read_world_keys,
-    read_world_rows,
-)
-from worldgraph.kg.embedded.cypher.model import (
-    ENGINE,
-    EPISODE_SOURCES,
-    LABELS,
-    NODE_TABLES,
-    REL_TABLES,
-    WORLD_SOURCES,
-)
-from worldgraph.kg.embedded.cypher.projection import REFRESH_WAIT, Projection, ProjectionBusy, ProjectionClosed
-from worldgraph.kg.embedded.cypher.text import MAX_QUERY_CHARS, MAX_RANGE, check_text, translate, world_only
-
-__all__ = [
-    "ENGINE", "EPISODE_SOURCES", "GRACE", "LABELS", "MAX_ABANDONED", "MAX_ABANDONED_PER_TENANT", "MAX_QUERY_CHARS",
-    "MAX_RANGE", "NODE_TABLES", "PROJECTIONS_KEPT", "REFRESH_WAIT", "REL_TABLES", "WORLD_SOURCES", "Projection",
-    "ProjectionBusy", "ProjectionCache", "ProjectionClosed", "WorldPart", "WorldRows", "abandoned_runs",
-    "check_abandoned", "check_text", "load_episode_part", "load_tenant", "load_world_part", "plain", "read_world_keys",
-    "read_world_rows", "run", "translate", "update_episodes", "world_only",
-]
+# its refresh; ``worldpart`` the world part's rows), ``episodes`` (the episode part's refresh),
+# ``saved`` (projections kept on disk between opens), ``build`` (a build in a child process),
+# ``cache`` (the projections kept), ``opener`` (which projection a query gets), ``text`` (what is
+# refused, the translation), ``lexer`` (the query's tokens), ``confine`` (Landlock, seccomp),
+# ``child`` (the query child), ``pool`` (the query children) and ``execution`` (a query run by a
+# child within its deadline and caps). Nothing is imported here: the query child imports this
+# package, and must load no more than it needs before it confines itself.

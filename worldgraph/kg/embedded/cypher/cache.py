@@ -15,7 +15,10 @@ PROJECTIONS_KEPT = 4  # tenants whose projection stays in memory (least recently
 class ProjectionCache:
     """The projections of the last few tenants queried, each tagged with the store's version."""
 
-    def __init__(self) -> None:
+    def __init__(self, dispose: Callable[[Projection], None] = Projection.close) -> None:
+        """``dispose``: what is done with a projection the cache lets go (closed here, its query
+        children ended, a temporary file deleted)."""
+        self._dispose = dispose
         self._lock = threading.Lock()
         self._items: OrderedDict[str, tuple[Any, Projection]] = OrderedDict()
 
@@ -26,12 +29,13 @@ class ProjectionCache:
         the one kept does not ``serve`` the query (the world part alone, for a query that needs more)."""
         with self._lock:
             item = self._items.get(tenant_id)
-            if item is not None and item[1].closed:  # abandoned by a query past its deadline (run)
+            if item is not None and item[1].closed:  # its file could not be opened (damaged, deleted)
                 del self._items[tenant_id]
+                self._dispose(item[1])
                 item = None
             if item is not None and not serves(item[1]):
                 proj = build()
-                item[1].close()
+                self._dispose(item[1])
                 return self._keep(tenant_id, version, proj)
             if item is not None and item[0] == version:
                 self._items.move_to_end(tenant_id)
@@ -39,11 +43,11 @@ class ProjectionCache:
             if item is not None:
                 try:
                     fresh = refresh(item[1])
-                except ProjectionBusy:  # a query still runs on it: built anew below
+                except ProjectionBusy:  # it cannot be written: built anew below
                     fresh = False
                 except BaseException:  # half reloaded: never hand it out again
                     del self._items[tenant_id]
-                    item[1].close()
+                    self._dispose(item[1])
                     raise
                 if fresh and not item[1].closed:
                     self._items[tenant_id] = (version, item[1])
@@ -51,7 +55,7 @@ class ProjectionCache:
                     return item[1]
             proj = build()
             if item is not None:
-                item[1].close()
+                self._dispose(item[1])
             return self._keep(tenant_id, version, proj)
 
     def _keep(self, tenant_id: str, version: Any, proj: Projection) -> Projection:
@@ -61,7 +65,7 @@ class ProjectionCache:
         self._items.move_to_end(tenant_id)
         while len(self._items) > PROJECTIONS_KEPT:
             _, (_, old) = self._items.popitem(last=False)
-            old.close()
+            self._dispose(old)
         return proj
 
     def current(self, tenant_id: str) -> Projection | None:
@@ -71,15 +75,15 @@ class ProjectionCache:
         return item[1] if item is not None else None
 
     def drop(self, tenant_id: str) -> None:
-        """Close the tenant's projection (a query running on it ends first) and forget it."""
+        """Let the tenant's projection go and forget it."""
         with self._lock:
             item = self._items.pop(tenant_id, None)
         if item is not None:
-            item[1].close()
+            self._dispose(item[1])
 
     def close(self) -> None:
         with self._lock:
             for _, proj in self._items.values():
-                proj.close()
+                self._dispose(proj)
             self._items.clear()
 

@@ -1,5 +1,5 @@
 """How the embedded store gets the projection one query runs on: a saved one reopened while
-current, or one built (in memory, into a file, or in a child process, by size), and a kept one
+current, or one built (in a temporary file, a saved file, or in a child process, by size), and a kept one
 brought up to date after writes. ``EmbeddedGraphStore.cypher`` hands an ``Opener``'s ``build``,
 ``refresh`` and ``serves`` to the projection cache (``cache``).
 
@@ -12,17 +12,21 @@ What decides what:
   world part alone, built in a child process and saved (``scope`` "world"); the cache replaces
   it with the full projection for the first query that needs more (``serves``).
 - A full projection of fewer than ``SAVE_MIN_ROWS`` episodes + world nodes + world edges is
-  built in memory and not saved; a larger one into a file that is saved; from
+  built in the store's private temporary folder (``saved.Scratch``) and not saved (so is every
+  projection of a read-only store); a larger one into a file that is saved; from
   ``CHILD_MIN_EPISODES`` episodes in a child process (``build``), whose memory goes with it.
   A failed child, or a file that cannot be written (a full disk), falls back to building in
-  this process, in memory at last.
+  this process, in the temporary folder at last.
 - ``refresh``: the episode part row by row (``episodes``; False: built anew), then the world
-  rows a world write changed one by one, or else the world part reloaded.
+  rows a world write changed one by one, or else the world part reloaded. Every write happens
+  in ``Projection.writing``: the file is written in place when no query child holds it, else a
+  copy is written and named current, and the children are replaced (``pool.retire``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +36,7 @@ from worldgraph.kg.embedded.cypher.build import CHILD_MIN_EPISODES, build_in_chi
 from worldgraph.kg.embedded.cypher.episodes import update_episodes
 from worldgraph.kg.embedded.cypher.load import load_tenant, load_world_part, read_world_keys, read_world_rows
 from worldgraph.kg.embedded.cypher.projection import Projection
-from worldgraph.kg.embedded.cypher.saved import SavedProjections
+from worldgraph.kg.embedded.cypher.saved import SavedProjections, Scratch
 
 if TYPE_CHECKING:
     from worldgraph.kg.embedded.connection import SqliteConnection
@@ -40,8 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("worldgraph")
 
 # A tenant's projection is saved beside the SQLite file (saved) from this many episodes + world
-# nodes + world edges: below, building it in memory takes ~0.1 s, less than creating, syncing and
-# reopening a file.
+# nodes + world edges: below, building it anew takes ~0.1 s, less than syncing and reopening a file.
 SAVE_MIN_ROWS = 5_000
 # From this many episodes, a query that reaches only the world part (text.world_only: rules,
 # containment, transitions, scenes) is answered from a projection of the world part alone (100k
@@ -55,12 +58,21 @@ class Opener:
     world part (``text.world_only``)."""
 
     def __init__(self, db: SqliteConnection, saved: SavedProjections, sqlite_path: Path, tenant_id: str,
-                 full: bool) -> None:
+                 full: bool, scratch: Scratch, retire: Callable[[Path], int]) -> None:
+        """``scratch``: where projections that are not saved are built; ``retire``: ends this
+        process's query children on a file about to be written (``ChildPool.retire``)."""
         self.db = db
         self.saved = saved
         self.sqlite_path = sqlite_path
         self.tenant_id = tenant_id
         self.full = full
+        self.scratch = scratch
+        self.retire = retire
+
+    def _copy_path(self, proj: Projection) -> Path:
+        """Where a copy of ``proj``'s file is written when children still hold it."""
+        saved = self.saved.new_path(self.tenant_id, proj.scope) if self.saved.holds(proj.path) else None
+        return saved or self.scratch.new_path(self.tenant_id)
 
     def read(self, statement: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         return self.db.conn.execute(statement, args).fetchall()
@@ -87,29 +99,30 @@ class Opener:
             # with the rows then): ~70 ms at 20k
             raw = read_world_rows(self.read, t) if found is not None and found[2][1] == gens[1] else None
         if found is not None:  # saved by an earlier open (this process's or another's)
+            proj = Projection(t, found[0], found[1], writer=False)
+            proj.opened_raw, proj.scope = raw, scope
+            # (the world part alone holds nothing of the episode part: its generation is moot)
+            proj.gens = (gens[0], found[2][1]) if scope == "world" else found[2]
+            if proj.gens == gens:
+                return proj
+            proj.episodes_unverified = proj.gens[0] != gens[0]
+            old = proj.path
             try:
-                proj = Projection(t, found[0], found[1])
-            except RuntimeError as exc:  # open elsewhere (LadybugDB's lock), or damaged: built anew
-                log.info("not using the saved Cypher projection %s (%s): building one", found[0], exc)
-            else:
-                proj.opened_raw, proj.scope = raw, scope
-                # (the world part alone holds nothing of the episode part: its generation is moot)
-                proj.gens = (gens[0], found[2][1]) if scope == "world" else found[2]
-                if proj.gens == gens:
-                    return proj
-                proj.episodes_unverified = proj.gens[0] != gens[0]
-                if proj.gens[1] != gens[1]:  # the rows it holds are read from it, not from the store
-                    proj.world_unverified = True
-                    try:
+                with proj.writing(self.retire, lambda: self._copy_path(proj)):
+                    if proj.gens[1] != gens[1]:  # the rows it holds are read from it, not from the store
+                        proj.world_unverified = True
                         held, ids = proj.held_world_rows()
                         proj.know_world(load_world_part(held, t, ids), ids)
-                    except (RuntimeError, CypherQueryError, KeyError, TypeError, ValueError) as exc:
-                        log.info("not using the saved Cypher projection %s (%s): building one", found[0], exc)
-                        proj.close()
-                        return self._build_new()
-                if self.refresh(proj, reload_world=False):  # row by row (``episodes``, ``update_world``)
-                    return proj
-                proj.close()  # too many changes since, or another history's: built anew
+                    fresh = self._refresh(proj, reload_world=False)  # row by row (``episodes``, ``update_world``)
+            except (RuntimeError, CypherQueryError, KeyError, TypeError, ValueError, OSError) as exc:
+                # open elsewhere for writing (LadybugDB's lock), or damaged: built anew
+                log.info("not using the saved Cypher projection %s (%s): building one", found[0], exc)
+                fresh = False
+            self._moved(old, proj)
+            if fresh:
+                self._keep(proj)
+                return proj
+            proj.close()  # too many changes since, or another history's: built anew
         return self._build_new()
 
     def _build_new(self) -> Projection:
@@ -117,14 +130,14 @@ class Opener:
         episodes, size = self._size()
         if not self.full and episodes >= WORLD_ONLY_MIN_EPISODES:
             return self._world_part()
-        # a small tenant's projection is built in memory (~0.1 s) and not saved: a file costs more
-        path = self.saved.new_path(t) if size >= SAVE_MIN_ROWS else None
-        if path is not None and episodes >= CHILD_MIN_EPISODES:
+        # a small tenant's projection is built in the temporary folder (~0.1 s) and not saved
+        path = (self.saved.new_path(t) if size >= SAVE_MIN_ROWS else None) or self.scratch.new_path(t)
+        if episodes >= CHILD_MIN_EPISODES:
             # a large tenant: the build's memory goes with the child (cypher/build.py)
             built = self._in_child(path, "full")
             if built is not None:
                 return built
-            path = self.saved.new_path(t)
+            path = (self.saved.new_path(t) if size >= SAVE_MIN_ROWS else None) or self.scratch.new_path(t)
         return self._fill(path)
 
     def _in_child(self, path: Path, scope: str) -> Projection | None:
@@ -133,7 +146,7 @@ class Opener:
         t = self.tenant_id
         try:
             gens, kinds = build_in_child(self.sqlite_path, t, path, world_only=scope == "world")
-            proj = Projection(t, path, kinds)
+            proj = Projection(t, path, kinds, writer=False)
         except (RuntimeError, OSError, ValueError, KeyError) as exc:
             log.warning("building the Cypher projection (%s) in a child process failed (%s); building it in "
                         "this one", scope, exc)
@@ -146,7 +159,7 @@ class Opener:
         self._keep(proj)
         return proj
 
-    def _fill(self, path: Path | None) -> Projection:
+    def _fill(self, path: Path) -> Projection:
         t = self.tenant_id
         with self.db.lock, self.db.snapshot():
             gens = self.db.version()
@@ -159,12 +172,13 @@ class Opener:
                 proj.close()
                 raise
         except RuntimeError as exc:
-            if path is None:
-                raise
-            # the data folder's disk is full, say: this query is answered from memory instead
-            log.warning("could not build the Cypher projection in %s (%s); building it in memory", path, exc)
             self.saved.remove_file(path)
-            return self._fill(None)
+            if not self.saved.holds(path):
+                raise
+            # the data folder's disk is full, say: this query is answered from the temporary folder
+            log.warning("could not build the Cypher projection in %s (%s); building it in a temporary folder",
+                        path, exc)
+            return self._fill(self.scratch.new_path(t))
         proj.gens = gens
         self._keep(proj)
         return proj
@@ -181,7 +195,7 @@ class Opener:
         with self.db.lock, self.db.snapshot():
             gens = self.db.version()
             raw = read_world_rows(self.read, t)
-        proj = Projection(t)
+        proj = Projection(t, self.scratch.new_path(t))
         proj.scope = "world"
         try:
             proj.fill({}, {}, set(), load_world_part(raw, t, set()))
@@ -214,12 +228,36 @@ class Opener:
     def _read_edges(self, env: str, ids: list[str]) -> list[tuple[str, str]]:
         return self.read(sql.edges_touching(len(ids)), (self.tenant_id, env, *ids, *ids))
 
-    def refresh(self, proj: Projection, reload_world: bool = True) -> bool:
-        """Bring ``proj`` to the store's generations; False when it cannot be, row by row (the
-        cache then builds a new one). The episode part row by row (``episodes``); then the world
-        part: the rows a world write changed (and the links touching them) one by one; anything
-        else (scenes, a new environment, a large import) reloads the world part (``reload_world``
-        False: returns False instead)."""
+    def refresh(self, proj: Projection) -> bool:
+        """Bring ``proj`` to the store's generations (``_refresh``), writing it in
+        ``Projection.writing``; False when it cannot be, row by row (the cache then builds a new
+        one)."""
+        gens = self.db.version()
+        if proj.scope == "world" and gens[1] == proj.gens[1]:  # nothing of its own moved
+            proj.gens = (gens[0], proj.gens[1])
+            self._keep(proj)
+            return True
+        old = proj.path
+        with proj.writing(self.retire, lambda: self._copy_path(proj)):
+            fresh = self._refresh(proj)
+        self._moved(old, proj)
+        if fresh:
+            self._keep(proj)
+        return fresh
+
+    def _moved(self, old: Path, proj: Projection) -> None:
+        """After a write: a copy was written instead of ``old`` (children held it), so the children
+        still on ``old`` end with their query, and a temporary ``old`` is deleted (a saved one
+        goes when the copy is saved)."""
+        if proj.path != old:
+            self.retire(old)
+            self.scratch.remove(old)
+
+    def _refresh(self, proj: Projection, reload_world: bool = True) -> bool:
+        """The episode part row by row (``episodes``); then the world part: the rows a world write
+        changed (and the links touching them) one by one; anything else (scenes, a new
+        environment, a large import) reloads the world part (``reload_world`` False: returns
+        False instead). ``proj`` is open for writing."""
         t = self.tenant_id
         with self.db.lock, self.db.snapshot():
             gens = self.db.version()
@@ -228,7 +266,6 @@ class Opener:
                     return False
                 proj.gens = (gens[0], proj.gens[1])
             if gens[1] == proj.gens[1]:
-                self._keep(proj)
                 return True
             if proj.world is None and proj.opened_raw is not None:  # opened from its file
                 ids = self._held_episodes(proj)
@@ -241,7 +278,6 @@ class Opener:
                        else read_world_keys(self.read, t, proj.world.raw, touched))
                 if proj.update_world(raw, self._read_edges):
                     proj.gens, proj.world_unverified = (proj.gens[0], gens[1]), False
-                    self._keep(proj)
                     return True
             if not reload_world:
                 return False
@@ -249,5 +285,4 @@ class Opener:
             world = load_world_part(read_world_rows(self.read, t), t, episodes)
         proj.replace_world(world, episodes)
         proj.gens = (proj.gens[0], gens[1])
-        self._keep(proj)
         return True

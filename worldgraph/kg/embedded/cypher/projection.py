@@ -3,14 +3,17 @@ COPY FROM Arrow tables; the few-row writes a world refresh makes (``refresh``)."
 
 from __future__ import annotations
 
-import threading
+import os
+import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from worldgraph.errors import CypherQueryError
+from worldgraph.filemodes import PRIVATE_FILE
 from worldgraph.kg.codec import loads
+from worldgraph.kg.embedded.cypher.child import writer_lock
 from worldgraph.kg.embedded.cypher.load import WorldPart, WorldRows, env_row
 from worldgraph.kg.embedded.cypher.model import (
     ENGINE,
@@ -31,7 +34,6 @@ from worldgraph.kg.embedded.cypher.model import (
 from worldgraph.kg.embedded.cypher.saved import claim, release
 from worldgraph.kg.neo4j import schema as q
 
-REFRESH_WAIT = 0.25
 # A table (or a relationship table's pair of ends) of at most this many rows is filled with one
 # UNWIND ... CREATE instead of COPY: COPY sets up buffers for a whole node group whatever the rows
 # (~20 MB per table: a tenant of a few rows held ~145 MB in memory; ~4 MB per table this way), and
@@ -79,36 +81,26 @@ def _array(name: str, values: list[Any], kind: str | None = None) -> tuple[Any, 
 
 
 class Projection:
-    """One tenant's graph in a LadybugDB database (see the package docstring): opened by the
-    constructor, in memory or from a file (``saved``), and filled by ``fill`` when new."""
+    """One tenant's graph in a LadybugDB database file (see the package docstring), written by this
+    process and read by query children (``pool``). It is written only while ``writing``: built by
+    ``fill`` when new, then brought up to date by a refresh; between writes it is *sealed*
+    (checkpointed and closed here), so the children that open it read-only see a whole file."""
 
-    def __init__(self, tenant_id: str, path: Path | None = None, kinds: dict[str, dict[str, str]] | None = None,
-                 buffer_pool_bytes: int = 0) -> None:
-        """Open the database at ``path`` (None: a new in-memory one). A saved database comes with the
-        ``kinds`` of its columns; its world part's rows and index are not in memory (``world``
-        None) until its first world refresh loads them (from ``opened_raw`` when the opener read
-        the rows it holds, else by reloading that part). RuntimeError (LadybugDB's) if it cannot be
-        opened; a file this process has open already is refused the same way."""
-        import ladybug
-
+    def __init__(self, tenant_id: str, path: Path, kinds: dict[str, dict[str, str]] | None = None,
+                 buffer_pool_bytes: int = 0, writer: bool = True) -> None:
+        """The database at ``path``: opened for writing (``writer``: a new one, to be filled) or left
+        sealed (a saved one, with the ``kinds`` of its columns). Its world part's rows and index
+        are not in memory (``world`` None) until its first world refresh loads them (from
+        ``opened_raw`` when the opener read the rows it holds, else by reloading that part).
+        RuntimeError (LadybugDB's) if it cannot be opened for writing; ProjectionBusy when query
+        children (of any process) hold it."""
         self.tenant_id = tenant_id
         self.path = path
-        if path is not None and not claim(path):
-            raise RuntimeError(f"{path} is open in this process already")
-        try:
-            # buffer_pool_bytes bounds the engine's memory (0: LadybugDB's default, most of the
-            # machine's memory; it is allocated as pages are used). Not bounded by default: a
-            # 20k-episode tenant (13 MiB SQLite file) did not load in 8x its file size (bench/README.md).
-            self.db = ladybug.Database(":memory:" if path is None else str(path), buffer_pool_size=buffer_pool_bytes)
-            self.conn = ladybug.Connection(self.db)
-        except BaseException:
-            if path is not None:
-                release(path)
-            raise
-        self.conn.set_max_threads_for_exec(2)
-        self.lock = threading.Lock()  # one query (or refresh) at a time; released through unlock()
-        self.closed = False  # replaced, dropped or abandoned: hand it out no more
-        self.released = False  # its database is closed (its memory freed)
+        self.buffer_pool_bytes = buffer_pool_bytes
+        self.db: Any = None
+        self.conn: Any = None
+        self._lock_fd: int | None = None
+        self.closed = False  # replaced or dropped: hand it out no more
         self.kinds: dict[str, dict[str, str]] = dict(kinds or {})  # table -> column -> LadybugDB type
         self.episodes: set[str] | None = None  # ids, for the world part's (:Scene)-[:FROM_EPISODE]->(:Episode)
         self.world: WorldPart | None = None
@@ -126,23 +118,93 @@ class Projection:
         # reopened from a file whose world part is behind: its rows are read from its own tables
         # (held_world_rows) and its first refresh compares them with all of the tenant's rows
         self.world_unverified = False
+        if writer:
+            self._open_writer()
+
+    def _open_writer(self) -> None:
+        """Open the file for writing: no query child may hold it (their shared lock, ``child``),
+        nor another writer (``claim`` in this process, the engine's lock across processes)."""
+        import ladybug
+
+        if not claim(self.path):
+            raise RuntimeError(f"{self.path} is open in this process already")
+        try:
+            if self.path.exists():  # (a new file has no reader yet: it is locked once made)
+                self._lock()
+            # buffer_pool_bytes bounds the engine's memory (0: LadybugDB's default, most of the
+            # machine's memory; it is allocated as pages are used). Not bounded by default: a
+            # 20k-episode tenant (13 MiB SQLite file) did not load in 8x its file size (bench/README.md).
+            self.db = ladybug.Database(str(self.path), buffer_pool_size=self.buffer_pool_bytes)
+            self.conn = ladybug.Connection(self.db)
+            if self._lock_fd is None:
+                self._lock()
+        except BaseException:
+            self._close_writer()
+            raise
+        self.conn.set_max_threads_for_exec(2)
+
+    def _lock(self) -> None:
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        if not writer_lock(fd):
+            os.close(fd)
+            raise ProjectionBusy
+        self._lock_fd = fd
+
+    def _close_writer(self) -> None:
+        for handle in (self.conn, self.db):
+            if handle is not None:
+                handle.close()
+        self.conn = self.db = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        release(self.path)
+
+    def seal(self) -> None:
+        """Checkpoint what was written into the file (a child reads no log) and close it here."""
+        if self.conn is not None:
+            try:
+                self.conn.execute("CHECKPOINT")
+            finally:
+                self._close_writer()
+
+    @contextmanager
+    def writing(self, retire: Callable[[Path], int], copy_path: Callable[[], Path]) -> Iterator[None]:
+        """Hold the file open for writing, then seal it. The query children of this process on it
+        are ended first (``retire``: the idle ones now); if children still hold it (busy ones,
+        or another process's), the file is copied to ``copy_path()`` and the copy is written
+        instead (``path`` then names the copy; the old file stays for its readers). Re-entrant."""
+        if self.conn is not None:
+            yield
+            return
+        retire(self.path)
+        try:
+            self._open_writer()
+        except ProjectionBusy:
+            new = copy_path()
+            shutil.copyfile(self.path, new)
+            os.chmod(new, PRIVATE_FILE)
+            self.path = new
+            self._open_writer()
+        try:
+            yield
+        finally:
+            self.seal()
 
     def fill(self, nodes: Nodes, rels: Rels, episodes: set[str], world: WorldPart) -> None:
-        """Create and fill the tables of a new database (the columns are consumed)."""
+        """Create and fill the tables of a new database (the columns are consumed), then seal it."""
         self.episodes = episodes
         self.world = world
-        if self.path is not None:
-            # LadybugDB checkpoints (and syncs the file) after each statement that writes past a
-            # threshold: one checkpoint for the whole build instead (100k episodes: 2.5 s instead
-            # of 2.5-3.4 s; a small tenant's ~20 tables: no fsync per table); a refresh's small
-            # writes go to the log, which it checkpoints as it grows
-            self.conn.execute("CALL auto_checkpoint=false")
+        # LadybugDB checkpoints (and syncs the file) after each statement that writes past a
+        # threshold: one checkpoint for the whole build instead (100k episodes: 2.5 s instead
+        # of 2.5-3.4 s; a small tenant's ~20 tables: no fsync per table); a refresh's small
+        # writes go to the log, which seal() checkpoints
+        self.conn.execute("CALL auto_checkpoint=false")
         self._create(nodes, rels)
         self._create(world.nodes, world.rels)
         world.nodes, world.rels = {}, {}  # loaded: only raw and the index stay
-        if self.path is not None:
-            self.conn.execute("CHECKPOINT")  # into the file: a reopen replays no log
-            self.conn.execute("CALL auto_checkpoint=true")
+        self.conn.execute("CALL auto_checkpoint=true")
+        self.seal()
 
     def held_world_rows(self) -> tuple[WorldRows, set[str]]:
         """The world rows its tables were loaded from, as ``read_world_rows`` reads them (each
@@ -180,17 +242,10 @@ class Projection:
 
     @contextmanager
     def refreshing(self) -> Iterator[None]:
-        """Hold the lock for a refresh. A query that still runs on the projection after
-        ``REFRESH_WAIT`` seconds (the refresh's caller holds the cache's lock meanwhile) raises
-        ProjectionBusy: the cache builds a new projection instead of waiting for it."""
-        if not self.lock.acquire(timeout=REFRESH_WAIT):
+        """A refresh's writes: the file must be open for writing (``writing``)."""
+        if self.conn is None or self.closed:
             raise ProjectionBusy
-        try:
-            if self.closed:
-                raise ProjectionBusy
-            yield
-        finally:
-            self.unlock()
+        yield
 
     def replace_world(self, world: WorldPart, episodes: set[str]) -> None:
         """Drop the world part's tables and load them again (the episode part stays)."""
@@ -432,28 +487,11 @@ class Projection:
                           f"CREATE (a)-[:{rtype} {{{props}}}]->(b)", {"rows": rows})
 
     def close(self) -> None:
-        """Close it now if no query runs on it, else when that query's thread ends (``unlock``): a
-        newer projection may replace it while a query runs, and a query abandoned past its deadline
-        may run on in the engine for a while. Never waits for a query."""
+        """Hand it out no more (and close it here if it is open for writing); its query children
+        are the pool's to end."""
         self.closed = True
-        if self.lock.acquire(blocking=False):
-            try:
-                if not self.released:
-                    self.released = True
-                    self.conn.close()
-                    self.db.close()
-                    if self.path is not None:
-                        release(self.path)
-            finally:
-                self.lock.release()
-
-    def unlock(self) -> None:
-        """Release ``lock``; when the projection was closed meanwhile, free its database now. (Whoever
-        holds the lock when close() fails to take it unlocks after close() set ``closed``, so the
-        last holder always sees it.)"""
-        self.lock.release()
-        if self.closed:
-            self.close()
+        if self.conn is not None:
+            self._close_writer()
 
 
 def _unlinked_changes(old: WorldRows, raw: WorldRows, changed: dict[str, set[Any]], scenes: set[str]) \
@@ -482,10 +520,6 @@ def _touches(edge: dict[str, Any], env: str, moved: set[tuple[str, str]]) -> boo
     return (env, edge.get("src_id")) in moved or (env, edge.get("dst_id")) in moved
 
 
-class ProjectionClosed(Exception):
-    """The projection was replaced between being handed out and the query starting: ask again."""
-
-
 class ProjectionBusy(Exception):
-    """A query still runs on the projection: build a new one rather than wait for it."""
+    """Query children hold the file (so it is not written in place), or it is not open for writing."""
 

@@ -40,6 +40,8 @@ import hashlib
 import json
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import uuid
 from pathlib import Path
@@ -49,8 +51,10 @@ from worldgraph.kg.embedded.cypher.model import Gens
 
 log = logging.getLogger("worldgraph")
 
-# Bump when what a projection holds changes (labels, columns, how rows are read): saved ones are rebuilt.
-FORMAT = 1
+# Bump when what a projection holds changes (labels, columns, how rows are read): saved ones are
+# rebuilt. 2: projections are written by this code alone (query children open them read-only); a
+# file saved by format 1 may hold what a query wrote into it, so none is trusted.
+FORMAT = 2
 SUFFIX = ".lbug"
 
 _lock = threading.Lock()
@@ -89,6 +93,10 @@ class SavedProjections:
 
     def __init__(self, folder: Path | None) -> None:
         self.folder = folder
+
+    def holds(self, path: Path) -> bool:
+        """Whether ``path`` is a file of this folder (a saved projection, or one being built)."""
+        return self.folder is not None and path.parent == self.folder
 
     @staticmethod
     def key(tenant_id: str) -> str:
@@ -149,7 +157,7 @@ class SavedProjections:
         """Name ``path`` the tenant's current database of ``scope``, holding ``gens``, and delete
         its older files of that scope. Nothing is saved for an in-memory projection or a file
         deleted meanwhile (a purge)."""
-        if self.folder is None or path is None or not path.is_file():
+        if self.folder is None or path is None or not self.holds(path) or not path.is_file():
             return
         meta = {"format": FORMAT, "engine": _engine_version(), "tenant_id": tenant_id, "file": path.name,
                 "gens": gens, "kinds": kinds, "scope": scope}
@@ -210,3 +218,38 @@ class SavedProjections:
 def _files_of(path: Path) -> list[Path]:
     """A LadybugDB database file and its side files (``<file>.wal`` ...)."""
     return [path, *path.parent.glob(path.name + ".*")]
+
+
+class Scratch:
+    """The store's private temporary folder (``tempfile``'s, 0700, made on first use, removed with
+    the store): projections that are not saved (small tenants, a read-only store) are files here,
+    so that query children open them read-only like saved ones. Each file is deleted when its
+    projection is let go (a child reading it keeps it until it ends)."""
+
+    def __init__(self) -> None:
+        self._folder: Path | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def folder(self) -> Path:
+        with self._lock:
+            if self._folder is None:
+                self._folder = Path(tempfile.mkdtemp(prefix="worldgraph-cypher-"))
+            return self._folder
+
+    def new_path(self, tenant_id: str) -> Path:
+        return self.folder / f"{SavedProjections.key(tenant_id)}-{uuid.uuid4().hex}{SUFFIX}"
+
+    def holds(self, path: Path) -> bool:
+        return self._folder is not None and path.parent == self._folder
+
+    def remove(self, path: Path) -> None:
+        if self.holds(path):
+            for p in _files_of(path):
+                p.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        with self._lock:
+            folder, self._folder = self._folder, None
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
