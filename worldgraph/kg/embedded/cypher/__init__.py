@@ -8,11 +8,12 @@ Redis server. The measurements are in bench/README.md ("Cypher on the embedded s
 
 **Sealed by construction.** A query never runs on the SQLite file. It runs on a *projection*: a
 LadybugDB database of its own built from the rows ``WHERE tenant_id = ?`` of the caller's tenant
-only (saved beside the SQLite file and reopened while current, ``saved``; a small tenant's, or
-any of a read-only store, in a private temporary folder of the store), with the Neo4j store's
-labels, relationship types and property names (``worldgraph.kg.neo4j.schema``). Whatever the
-query says, no other tenant's record is in the database it runs on. ``$tenant_id`` is still bound (``cypher_guard.bind_params``), so a query
-written for Neo4j (``{tenant_id: $tenant_id}`` on every node) runs unchanged.
+only (saved beside the SQLite file and reopened while current, ``saved``; a small tenant's, or any
+of a read-only store, in a private temporary folder of the store), with the Neo4j store's labels,
+relationship types and property names (``worldgraph.kg.neo4j.schema``). Whatever the query says, no
+other tenant's record is in the database it runs on. ``$tenant_id`` is still bound
+(``cypher_guard.bind_params``), so a query written for Neo4j (``{tenant_id: $tenant_id}`` on every
+node) runs unchanged.
 
 **Sealed by the operating system.** The server never runs the query. A query child (``child``,
 ``pool``) does: a new interpreter, inheriting no file of the server, that confines itself while it
