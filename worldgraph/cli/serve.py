@@ -79,10 +79,11 @@ def _serve(args: argparse.Namespace, sockets: list[Any] | None = None) -> None:
 
     from worldgraph.cli.common import open_wm
     from worldgraph.server.app import create_app
+    from worldgraph.server.routes import cypher_mode
 
     wm = open_wm(args, create=True)
-    print(f"worldgraph {wm.store.name} store at {wm.path}; REST /v1, docs /docs, MCP /mcp (pid {os.getpid()})",
-          file=sys.stderr)
+    print(f"worldgraph {wm.store.name} store at {wm.path}; REST /v1, docs /docs, MCP /mcp (pid {os.getpid()}); "
+          f"Cypher: {cypher_mode(wm)}", file=sys.stderr)
     graceful = float(wm.config.shutdown_timeout_seconds)
     config = uvicorn.Config(create_app(wm, host=args.host), host=args.host, port=args.port,
                             access_log=args.access_log, log_level="info", timeout_keep_alive=KEEP_ALIVE_SECONDS,

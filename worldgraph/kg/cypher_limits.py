@@ -43,7 +43,8 @@ from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import CypherBusyError, CypherInputError
 from worldgraph.limits import limit_rule, raise_hint, utf8_size
 
-__all__ = ["ADMISSION", "COUNTERS", "INT64_MAX", "INT64_MIN", "Admission", "CypherSettings", "check_params",
+__all__ = ["ADMISSION", "COUNTERS", "CRASHED", "INT64_MAX", "INT64_MIN", "KILLED_AT_DEADLINE", "REFUSED_BUSY", "RETRY_AFTER",
+           "Admission", "CypherSettings", "check_params",
            "check_query_text", "json_size", "nesting_depth"]
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1

@@ -12,11 +12,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from worldgraph.server.errors import ApiError, unauthorized
 from worldgraph.server.keys import ApiKeys
+from worldgraph.server.scopes import rest_scope
 
 TENANT_STATE = "worldgraph_tenant"  # where BearerTenant leaves the tenant in scope["state"]
 SCOPES_STATE = "worldgraph_scopes"  # and the key's scopes (worldgraph.server.keys.SCOPES)
-# Paths whose POST only reads (everything else a POST does writes).
-READ_POSTS = ("/v1/recall", "/v1/cypher")
 NO_KEY = ("send the header Authorization: Bearer <key>; create a key with "
           "`worldgraph keys create --tenant T`")
 BAD_KEY = "the API key is unknown or revoked; create a new one with `worldgraph keys create --tenant T`"
@@ -47,13 +46,14 @@ def authenticate_key(keys: ApiKeys, token: str | None) -> tuple[str, frozenset[s
     return str(record["tenant_id"]), frozenset(record["scopes"])
 
 
-def needed_scope(method: str, path: str) -> str:
-    """The scope a request needs: DELETE forgets, GET and the read-only POSTs read, the rest write."""
-    if method == "DELETE":
-        return "forget"
-    if method in ("GET", "HEAD") or path.rstrip("/") in READ_POSTS:
-        return "read"
-    return "write"
+def needed_scope(method: str, template: str) -> str:
+    """The scope a request to the route ``template`` needs: its row of ``scopes.OPERATIONS``. A
+    route without a row is refused (403), never served with a guess."""
+    need = rest_scope(method, template)
+    if need is None:
+        raise ApiError(403, "forbidden", f"{method} {template} has no row in worldgraph.server.scopes.OPERATIONS, "
+                       "which says the key scope each route needs; it is refused until it has one", "scope")
+    return need
 
 
 def forbidden(scope: str) -> ApiError:
@@ -68,7 +68,8 @@ def require_tenant(request: Request,
     The key's name is left in ``request.state.key_name`` (None for an unnamed key): what a write
     records as its author when the body names none."""
     record = key_record(request.app.state.keys, credentials.credentials if credentials else None)
-    need = needed_scope(request.method, request.url.path)
+    route = request.scope.get("route")
+    need = needed_scope(request.method, getattr(route, "path", request.url.path))
     if need not in record["scopes"]:
         raise forbidden(need)
     request.state.key_name = record.get("name") or None

@@ -12,7 +12,8 @@ that maps worldgraph's exceptions to HTTP status codes. The MCP tools report the
 | ReadOnlyQueryError: a query that writes, calls procedures or is not tenant-scoped | 403 | query_refused |
 | CypherQueryError: the engine could not run the query (syntax, types, timeout, a missing feature) | 400 | invalid_query |
 | NotSupportedError (e.g. a store without scene leases or API keys) | 501 | not_supported      |
-| StoreUnavailableError (Neo4j down)          | 503    | store_unavailable  |
+| StoreUnavailableError (Neo4j down; CypherCrashError: the engine crashed, Retry-After) | 503 | store_unavailable |
+| CypherBusyError (too many Cypher queries at once, of the tenant or the server; with Retry-After) | 429 | too_many_requests |
 | ExtractionError (the LLM failed)            | 502    | extraction_failed  |
 | ReadOnlyError (served with --read-only, or a read-only / full data folder) | 403 | read_only |
 | StorageError (the disk refused the write; nothing of it is stored) | 507 | storage_full_or_failed |
@@ -74,7 +75,9 @@ def describe(exc: BaseException) -> ApiError:
     if known is None:
         return ApiError(500, "internal", "internal error; the server log has the details")
     status, type_, field = known
-    return ApiError(status, type_, str(exc), field)
+    retry = getattr(exc, "retry_after", None)  # CypherBusyError, CypherCrashError
+    return ApiError(status, type_, str(exc), field,
+                    headers={"Retry-After": str(int(retry))} if isinstance(retry, (int, float)) else None)
 
 
 def field_path(loc: Sequence[Any]) -> str | None:

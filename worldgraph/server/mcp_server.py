@@ -32,6 +32,8 @@ from worldgraph.server.models import (
     GraphDelta,
     RecallOptions,
 )
+from worldgraph.server.routes import refuse_unsandboxed
+from worldgraph.server.scopes import tool_scope
 from worldgraph.server.world_text import DEFAULT_MAX_CHARS, MAX_DEPTH, WorldFilter, filtered_graph, world_text
 from worldgraph.service import WorldModel
 
@@ -97,17 +99,25 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
     server: MCPServer = _Server("worldgraph", title="worldgraph memory and world model",
                                   instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
 
-    def call(ctx: Context, fn: Callable[[WorldModel, str], T], need: str | None = None) -> T:
-        """Run ``fn`` for the caller's tenant. ``need``: the key scope the tool needs over HTTP (a
-        stdio server is the operator's own process: its tenant is fixed by ``--tenant``)."""
+    def call(ctx: Context, tool: str, fn: Callable[[WorldModel, str], T]) -> T:
+        """Run ``fn`` for the caller's tenant, as the tool ``tool``. Over HTTP the key must have the
+        scope ``scopes.OPERATIONS`` gives the tool (a tool without a row is refused); a stdio
+        server is the operator's own process, its tenant fixed by ``--tenant``."""
         request = ctx.request_context.request if ctx.request_context is not None else None
         who = scope_tenant(request) if request is not None else tenant
         if who is None:
             raise _BodyError(json.dumps({"error": {"type": "unauthorized", "field": None,
                                                    "message": "no tenant: send Authorization: Bearer <key>"}}))
-        if need is not None and request is not None and need not in (scope_scopes(request) or frozenset()):
+        need = tool_scope(tool)
+        if need is None:
+            raise _BodyError(json.dumps(ApiError(403, "forbidden", f"the tool {tool} has no row in "
+                                                 "worldgraph.server.scopes.OPERATIONS; it is refused until it has "
+                                                 "one", "scope").body()))
+        if request is not None and need not in (scope_scopes(request) or frozenset()):
             raise _BodyError(json.dumps(forbidden(need).body()))
         try:
+            if tool == "cypher" and request is not None:  # an API key's query: only in the sandbox
+                refuse_unsandboxed(world_model())
             return fn(world_model(), who)
         except Exception as exc:  # noqa: BLE001 - every failure goes back as the REST error body
             raise _BodyError(json.dumps(describe(exc).body())) from exc
@@ -121,7 +131,8 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
     ) -> dict[str, Any]:
         """Record one finished agent run (task, approach, outcome, learnings, confidence) so it can be
         recalled later. Returns {"episode_id"}: keep it to rate the run with submit_feedback."""
-        return {"episode_id": call(ctx, lambda wm, t: wm.record_experience(t, experience, canvas), need="write")}
+        return {"episode_id": call(ctx, "record_experience",
+                                   lambda wm, t: wm.record_experience(t, experience, canvas))}
 
     @server.tool(annotations=READ)
     def recall_experiences(
@@ -137,7 +148,8 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
     ) -> dict[str, Any]:
         """Find past runs similar to a task, best first. Each result has the task, outcome, learnings,
         relevance_score (0-1), semantic_score and feedback_score. Use before starting a task."""
-        return {"results": call(ctx, lambda wm, t: wm.recall_experiences(t, agent_role, query, limit, options))}
+        return {"results": call(ctx, "recall_experiences",
+                                lambda wm, t: wm.recall_experiences(t, agent_role, query, limit, options))}
 
     @server.tool(annotations=WRITE)
     def submit_feedback(
@@ -150,8 +162,8 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
     ) -> dict[str, Any]:
         """Rate a recorded run. Well-rated runs rank higher in recall, poorly rated ones lower.
         Returns the rating and the run's new average (0-1) and count."""
-        return call(ctx, lambda wm, t: dict(wm.submit_feedback(t, episode_id, score, notes, category, created_by)),
-                    need="write")
+        return call(ctx, "submit_feedback",
+                    lambda wm, t: dict(wm.submit_feedback(t, episode_id, score, notes, category, created_by)))
 
     @server.tool(annotations=READ)
     def get_agent_episodes(
@@ -160,7 +172,7 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         limit: Annotated[int, Field(gt=0, le=1000, description="How many, newest first.")] = 30,
     ) -> dict[str, Any]:
         """An agent's newest recorded runs, newest first (each names its id episode_id)."""
-        episodes = call(ctx, lambda wm, t: wm.get_agent_episodes(t, agent_id, limit))
+        episodes = call(ctx, "get_agent_episodes", lambda wm, t: wm.get_agent_episodes(t, agent_id, limit))
         return {"episodes": [{k: v for k, v in e.items() if k not in _NOT_FOR_MODELS} for e in episodes]}
 
     @server.tool(annotations=READ)
@@ -172,7 +184,7 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         """The graduation exam of an agent over its last `window` runs: zero-intervention ratio,
         constitutional compliance, mean confidence and success rate against their thresholds.
         Returns the ratios, score, ready (true when every check passes) and the failing checks."""
-        return call(ctx, lambda wm, t: wm.readiness(t, agent_id, window))
+        return call(ctx, "readiness", lambda wm, t: wm.readiness(t, agent_id, window))
 
     @server.tool(annotations=WRITE)
     def record_conversation(
@@ -185,7 +197,8 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         the agent, the text the task, the turn before it the input), linked in time order within the
         session. All turns are checked before any is recorded. Returns {"episode_ids"}."""
         raw = [turn.model_dump(exclude_unset=True) for turn in turns]  # the facade checks plain turns
-        return {"episode_ids": call(ctx, lambda wm, t: wm.record_conversation(t, session_id, raw), need="write")}
+        return {"episode_ids": call(ctx, "record_conversation",
+                                    lambda wm, t: wm.record_conversation(t, session_id, raw))}
 
     @server.tool(annotations=READ)
     def get_episode(
@@ -194,7 +207,7 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         ctx: Context,
     ) -> dict[str, Any]:
         """One recorded run by its id: task, approach, outcome, learnings, confidence, timestamp."""
-        return dict(call(ctx, lambda wm, t: wm.get_episode(t, episode_id)))
+        return dict(call(ctx, "get_episode", lambda wm, t: wm.get_episode(t, episode_id)))
 
     @server.tool(annotations=READ)
     def list_episodes(
@@ -208,7 +221,8 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
     ) -> dict[str, Any]:
         """Recorded runs, newest first, a page at a time. Returns {"episodes", "next_cursor"}: pass
         next_cursor back (with the same filters) for the next page; null means the last page."""
-        page = call(ctx, lambda wm, t: wm.list_episodes(t, agent_id, session_id, since, until, limit, cursor))
+        page = call(ctx, "list_episodes",
+                    lambda wm, t: wm.list_episodes(t, agent_id, session_id, since, until, limit, cursor))
         return page.to_dict("episodes")
 
     @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False,
@@ -220,7 +234,7 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         """Forget a recorded run for good: it, its ratings and (for a round) its scene packet leave every
         read path now and the files soon after. Only when a human asks to erase it. Needs a key with the
         'forget' scope. Returns what was removed."""
-        return call(ctx, lambda wm, t: wm.forget_episode(t, episode_id, "mcp").to_dict(), need="forget")
+        return call(ctx, "forget_episode", lambda wm, t: wm.forget_episode(t, episode_id, "mcp").to_dict())
 
     @server.tool(annotations=WRITE)
     def observe_round(env_name: EnvName, round: Annotated[AgentRound, Field(description="The round.")],  # noqa: A002
@@ -238,7 +252,7 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
             pending = int(packet is not None and packet.get("status") == "pending")
             return {"packet": packet, "llm_configured": llm_configured(), "note": world_update_note(wm, pending)}
 
-        return call(ctx, run, need="write")
+        return call(ctx, "observe_round", run)
 
     @server.tool(annotations=WRITE)
     def apply_delta(
@@ -254,7 +268,7 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         the same delta (their ref), or existing nodes by id or type:name. A newer fact closes what it
         contradicts (kept as history). Returns the merge report: created, merged, closed ids and dropped
         items with reasons."""
-        return call(ctx, lambda wm, t: wm.apply_delta(t, env_name, delta, scene).to_dict(), need="write")
+        return call(ctx, "apply_delta", lambda wm, t: wm.apply_delta(t, env_name, delta, scene).to_dict())
 
     @server.tool(annotations=READ, structured_output=False)
     def world_graph(
@@ -290,7 +304,7 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
                 return json.dumps(filtered_graph(graph, flt), ensure_ascii=False, separators=(",", ":"), default=str)
             return world_text(graph, env_name, flt, max_chars)
 
-        return call(ctx, run)
+        return call(ctx, "world_graph", run)
 
     @server.tool(annotations=READ)
     def cypher(
@@ -305,6 +319,6 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         Canvas, Scene, WorldNode (Entity / State), Rule; relationships CONTAINS, TRANSITION {action},
         EPISODIC, CONCERNS, PRODUCED, PERFORMED_BY, RATES, and on Neo4j FACT {predicate, single_valued}
         (facts of any kind). Returns {"rows"}."""
-        return {"rows": call(ctx, lambda wm, t: wm.cypher(t, query, params))}
+        return {"rows": call(ctx, "cypher", lambda wm, t: wm.cypher(t, query, params))}
 
     return server

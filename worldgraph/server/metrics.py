@@ -11,6 +11,10 @@ Metrics (one registry per app, so two apps in one process do not mix their count
   and ``recall`` (without HTTP parsing and auth).
 - ``worldgraph_scene_packets_pending`` and ``worldgraph_episodes_unindexed`` (gauges read from
   the store at scrape time, all tenants; the episode count stops at ``UNINDEXED_CAP``).
+- ``worldgraph_cypher_children_killed_total`` (embedded query children killed at their
+  deadline), ``worldgraph_cypher_children_crashed_total`` (children the engine's crash ended)
+  and ``worldgraph_cypher_refused_busy_total`` (queries answered 429: too many in flight, either
+  store), counted by the process since it started (``kg.cypher_limits.COUNTERS``).
 
 Request ids: an incoming ``X-Request-ID`` of 1-128 characters from ``[A-Za-z0-9._:-]`` is kept,
 anything else is replaced by a new one (32 hex digits). It is echoed in the ``X-Request-ID``
@@ -33,11 +37,13 @@ from contextlib import contextmanager
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from worldgraph.kg.cypher_limits import COUNTERS, CRASHED, KILLED_AT_DEADLINE, REFUSED_BUSY
 
 log = logging.getLogger("worldgraph.server")
 
@@ -68,6 +74,7 @@ class Metrics:
                                     buckets=_LATENCY_BUCKETS, registry=self.registry)
         if wm is not None:
             self.registry.register(_StoreGauges(wm))
+        self.registry.register(_CypherCounters())
 
     @contextmanager
     def timed(self, operation: str) -> Iterator[None]:
@@ -100,6 +107,20 @@ class _StoreGauges(Collector):
         yield GaugeMetricFamily("worldgraph_episodes_unindexed",
                                 f"Episodes awaiting (re-)indexing, all tenants (counted up to {UNINDEXED_CAP})",
                                 value=unindexed)
+
+
+class _CypherCounters(Collector):
+    """What became of Cypher queries in this process (kg.cypher_limits.COUNTERS)."""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        for name, key, what in (
+                ("worldgraph_cypher_children_killed", KILLED_AT_DEADLINE,
+                 "Embedded Cypher query children killed at their query's deadline"),
+                ("worldgraph_cypher_children_crashed", CRASHED,
+                 "Embedded Cypher query children ended by an engine crash"),
+                ("worldgraph_cypher_refused_busy", REFUSED_BUSY,
+                 "Cypher queries refused with 429: too many in flight (of a tenant, or of the process)")):
+            yield CounterMetricFamily(name, what, value=COUNTERS.get(key))
 
 
 def metrics_of(request: Request) -> Metrics:

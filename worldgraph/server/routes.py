@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool as in_thread
 
 from worldgraph import __version__
 from worldgraph.config import llm_configured
-from worldgraph.errors import InvalidInputError, NotFoundError
+from worldgraph.errors import InvalidInputError, NotFoundError, NotSupportedError
 from worldgraph.export.snapshot import read_snapshot, write_snapshot
 from worldgraph.names import check_env
 from worldgraph.server.auth import Tenant
@@ -76,7 +76,29 @@ router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
 @health_router.get("/health", response_model=Health, tags=["service"], summary="Liveness (no key needed)")
 async def health(wm: WM) -> dict[str, Any]:
-    return {"status": "ok", "version": __version__, "graph_store": wm.store.name}
+    return {"status": "ok", "version": __version__, "graph_store": wm.store.name,
+            "cypher_sandbox": cypher_mode(wm)}
+
+
+def cypher_mode(wm: WorldModel) -> str:
+    """How Cypher is confined here ("landlock", "unsandboxed", "neo4j-plan"), and whether API keys
+    may use it without the sandbox ("unsandboxed, allowed for API keys")."""
+    mode = wm.store.cypher_sandbox()
+    if mode == "unsandboxed":
+        mode += ", " + ("allowed" if wm.config.cypher_allow_unsandboxed else "refused") + " for API keys"
+    return mode
+
+
+def refuse_unsandboxed(wm: WorldModel) -> None:
+    """Cypher from an API key needs the operating system's sandbox, unless the operator opted in
+    (docs/cypher.md): NotSupportedError otherwise."""
+    if wm.store.cypher_sandbox() == "unsandboxed" and not wm.config.cypher_allow_unsandboxed:
+        raise NotSupportedError(
+            "this server runs embedded Cypher without the operating system's sandbox (Landlock, Linux 5.13 or "
+            "later, is not available here), so it does not run Cypher for API keys; the query was not run. The "
+            "operator may allow it anyway with WORLDGRAPH_CYPHER_ALLOW_UNSANDBOXED=true (queries then run in a "
+            "read-only child process behind the text guard alone: docs/cypher.md), or serve on a Linux kernel "
+            "with Landlock, or use the Neo4j store")
 
 
 # ------------------------------------------------------------------------------ memory
@@ -270,7 +292,16 @@ async def view(env: str, tenant: Tenant, wm: WM) -> HTMLResponse:
              responses={403: {"model": ErrorResponse, "description": "Refused: writes, procedures, or not "
                                                                       "scoped to $tenant_id"},
                         400: {"model": ErrorResponse, "description": "The store's Cypher engine could not run the "
-                                                                     "query, or a feature it lacks (named)"}},
+                                                                     "query, or a feature it lacks (named)"},
+                        429: {"model": ErrorResponse, "description": "Too many Cypher queries at once (of this "
+                                                                     "tenant, or of the server): see Retry-After"},
+                        501: {"model": ErrorResponse, "description": "The server has no operating-system sandbox "
+                                                                     "for embedded Cypher and the operator did not "
+                                                                     "allow it without one"},
+                        503: {"model": ErrorResponse, "description": "The embedded Cypher engine crashed on the "
+                                                                     "query (its own process only): see "
+                                                                     "Retry-After"}},
              summary="Read-only, tenant-scoped Cypher (either store)")
 async def cypher(body: CypherRequest, tenant: Tenant, wm: WM) -> dict[str, Any]:
+    refuse_unsandboxed(wm)
     return {"rows": await in_thread(wm.cypher, tenant, body.query, body.params)}
