@@ -67,6 +67,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from worldgraph.errors import ReadOnlyQueryError, TenantScopeError
+from worldgraph.kg.cypher_lexer import LexError, tokens, words
 from worldgraph.kg.neo4j import queries as q
 
 TENANT_PARAM = "tenant_id"
@@ -99,37 +100,40 @@ def bind_params(tenant_id: str, params: Mapping[str, Any] | None) -> dict[str, A
 _WRITE_WORDS = ("CREATE", "MERGE", "DELETE", "DETACH", "SET", "REMOVE", "DROP", "FOREACH", "LOAD",
                 "TRANSACTIONS", "ALTER", "RENAME", "GRANT", "DENY", "REVOKE", "TERMINATE", "SHOW", "USE",
                 "EXPLAIN", "PROFILE", "CYPHER")
-_LITERAL_RE = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`|//[^\n]*|/\*.*?\*/", re.S)
-_WRITE_RE = re.compile(r"(?<![.$:\w])(" + "|".join(_WRITE_WORDS) + r")\b(?!\s*:)", re.I)
-_CALL_RE = re.compile(r"(?<![.$:\w])CALL\b\s*(?P<target>[A-Za-z_][\w.]*|\{|\()?", re.I)
 
 
 def check_text(query: str) -> None:
     """Refuse, before anything is sent, what is plainly not a tenant's read: a write, an
     administration or file clause, a procedure call, an EXPLAIN / PROFILE / CYPHER prefix.
 
-    String literals, quoted names and comments are blanked first, and keywords match as whole
-    words in any case. A convenience (a clear message naming the clause), not the proof:
-    ``check_plan`` decides."""
+    The words are the query's tokens (``cypher_lexer``, as the engine splits them: ``1CREATE`` is
+    ``1`` then ``CREATE``); strings, backticked names, comments, properties (``n.set``), labels and
+    parameters are names, not keywords. A convenience (a clear message naming the clause), not
+    the proof: ``check_plan`` decides."""
     if not isinstance(query, str) or not query.strip():
         raise ReadOnlyQueryError("query must be a non-empty Cypher string")
-    code = _LITERAL_RE.sub(lambda m: "``" if m.group(0).startswith("`") else "''", query)
-    found = _WRITE_RE.search(code)
-    if found:
-        word = found.group(1).upper()
-        if word in ("EXPLAIN", "PROFILE", "CYPHER"):
+    try:
+        toks = words(tokens(query, strict=False))
+    except LexError as exc:
+        raise ReadOnlyQueryError(f"cypher() cannot read this query: {exc}") from None
+    for i, tok in enumerate(toks):
+        before = toks[i - 1].text if i else ""
+        after = toks[i + 1].text if i + 1 < len(toks) else ""
+        if tok.kind != "name" or before in (".", ":", "$") or after == ":":
+            continue  # a property, a label, a map key: a name
+        word = tok.text.upper()
+        if word in _WRITE_WORDS:
+            if word in ("EXPLAIN", "PROFILE", "CYPHER"):
+                raise ReadOnlyQueryError(
+                    f"cypher() plans and runs the query itself: drop the {word} prefix (options and "
+                    "plans are not available to exploration queries)")
+            what = "LOAD CSV" if word == "LOAD" else ("CALL ... IN TRANSACTIONS" if word == "TRANSACTIONS" else word)
             raise ReadOnlyQueryError(
-                f"cypher() plans and runs the query itself: drop the {word} prefix (options and "
-                "plans are not available to exploration queries)")
-        what = "LOAD CSV" if word == "LOAD" else ("CALL ... IN TRANSACTIONS" if word == "TRANSACTIONS" else word)
-        raise ReadOnlyQueryError(
-            f"cypher() is read-only: {what} is not allowed (clauses that write, load files or administer "
-            "the database are refused). Use the WorldModel API to change data.")
-    for call in _CALL_RE.finditer(code):
-        target = call.group("target")
-        if target not in ("{", "("):  # CALL { ... } / CALL (x) { ... } subqueries are checked by the plan
+                f"cypher() is read-only: {what} is not allowed (clauses that write, load files or administer "
+                "the database are refused). Use the WorldModel API to change data.")
+        if word == "CALL" and after not in ("{", "("):  # CALL { ... } / CALL (x) { ... }: checked by the plan
             raise ReadOnlyQueryError(
-                f"cypher() runs no procedures (got CALL {target or '?'}): they read the database outside "
+                f"cypher() runs no procedures (got CALL {after or '?'}): they read the database outside "
                 "the caller's tenant, and the plan cannot show what they do")
 
 

@@ -79,8 +79,9 @@ def sizes(path: Path, memory_cap: int) -> tuple[int, int, int]:
 
 
 def check_params(bound: Mapping[str, Any]) -> None:
-    """What the engine cannot bind, named: a value JSON cannot hold, a list mixing types (its
-    lists have one element type; Neo4j's do not)."""
+    """What the engine cannot bind, named: a value JSON cannot hold, a list whose elements are not
+    all of one type, nested lists and maps included (its lists have one element type; Neo4j's do
+    not)."""
     for key, value in bound.items():
         try:
             orjson.dumps(value)
@@ -88,32 +89,34 @@ def check_params(bound: Mapping[str, Any]) -> None:
             if not isinstance(value, (bytes, bytearray)) and "not JSON serializable" in str(exc):
                 raise CypherInputError(f"params.{key}", f"must be JSON data (string, number, boolean, null, list "
                                         f"or object): {exc}") from None
-        stack: list[tuple[Any, str]] = [(value, f"params.{key}")]
-        while stack:
-            v, path = stack.pop()
-            if isinstance(v, dict):
-                stack.extend((x, f"{path}.{k}") for k, x in v.items())
-            elif isinstance(v, (list, tuple)):
-                kinds = {_kind(x) for x in v} - {"null"}
-                if len(kinds - {"int", "float"}) > 1 or (kinds - {"int", "float"} and kinds & {"int", "float"}):
-                    raise CypherInputError(path, f"mixes {' and '.join(sorted(kinds))} values; the embedded store's "
-                                           f"engine ({ENGINE}) holds lists of one type: pass one list per type, "
-                                           "or strings")
-                stack.extend((x, f"{path}[{i}]") for i, x in enumerate(v))
+        _kind(value, f"params.{key}")
 
 
-def _kind(v: Any) -> str:
+def _kind(v: Any, path: str) -> Any:
+    """The engine's type of ``v`` (None for null), refusing a list that mixes types. Walked with a
+    stack of its own: check_params has bounded the nesting."""
     if v is None:
-        return "null"
+        return None
     if isinstance(v, bool):
         return "boolean"
-    if isinstance(v, int):
-        return "int"
-    if isinstance(v, float):
-        return "float"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, dict):
+        return ("map", tuple(sorted((k, _kind(x, f"{path}.{k}")) for k, x in v.items())))
     if isinstance(v, (list, tuple)):
-        return "list"
-    return "map" if isinstance(v, dict) else type(v).__name__
+        kinds = {_kind(x, f"{path}[{i}]") for i, x in enumerate(v)} - {None}
+        if len(kinds) > 1:
+            raise CypherInputError(path, f"mixes values of different types ({', '.join(sorted(map(_name, kinds)))}); "
+                                   f"the embedded store's engine ({ENGINE}) holds lists of one type: pass one list "
+                                   "per type, or strings")
+        return ("list", next(iter(kinds), None))
+    return "string" if isinstance(v, str) else type(v).__name__
+
+
+def _name(kind: Any) -> str:
+    if isinstance(kind, str):
+        return kind
+    return f"list of {_name(kind[1]) if kind[1] is not None else 'nulls'}" if kind[0] == "list" else "map"
 
 
 def run(pool: ChildPool, path: Path, tenant_id: str, query: str, text: str, params: Mapping[str, Any] | None, *,
@@ -154,6 +157,9 @@ def _error(answer: Mapping[str, Any], query: str, timeout: float, max_rows: int,
     if kind == "statements":
         return CypherQueryError(msg)
     low = msg.lower()
+    if "codec can't decode" in low or "surrogate" in low:
+        return CypherQueryError("the query makes a string that is not valid Unicode (a lone surrogate such as "
+                                "'\\uD800' in a string literal?); write whole characters, or pairs of surrogates")
     if "interrupt" in low or "timeout" in low:
         return timed_out(timeout)
     if "read-only database" in low:

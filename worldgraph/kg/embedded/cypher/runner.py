@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from worldgraph.errors import CypherCrashError, CypherQueryError, StorageError
 from worldgraph.filemodes import private_dir
 from worldgraph.kg.cypher_limits import COUNTERS, CRASHED, CypherSettings
-from worldgraph.kg.embedded.cypher import confine, text
+from worldgraph.kg.embedded.cypher import confine, guard, text
 from worldgraph.kg.embedded.cypher.cache import ProjectionCache
 from worldgraph.kg.embedded.cypher.execution import run
 from worldgraph.kg.embedded.cypher.model import ENGINE
@@ -94,7 +94,8 @@ class CypherRunner:
         if unguarded:
             translated = query
         else:
-            text.check_text(query)
+            guard.check_text(query)
+            query = query.rstrip().removesuffix(";")  # (the guard allows one, last)
             translated = text.translate(query)
         crash_key = hashlib.sha256(translated.encode("utf-8", "surrogatepass")).hexdigest()
         if self._crashes.get(crash_key, 0) >= 2:

@@ -1,12 +1,12 @@
-"""The query text: what is refused before the engine parses it (``check_text``) and the
-translation into LadybugDB's dialect (``translate``)."""
+"""The query text: its translation into LadybugDB's dialect (``translate``, with the refusals of
+what the engine cannot run alike or would run unbounded) and what it reaches (``world_only``).
+What is refused as not a read query is ``guard``'s."""
 
 from __future__ import annotations
 
 import re
 
-from worldgraph.errors import CypherInputError, CypherQueryError, ReadOnlyQueryError
-from worldgraph.kg import cypher_guard as guard
+from worldgraph.errors import CypherQueryError
 from worldgraph.kg.embedded.cypher.model import (
     ENGINE,
     LABELS,
@@ -17,15 +17,7 @@ from worldgraph.kg.embedded.cypher.model import (
     WORLD_REL_TABLES,
 )
 
-# A query text longer than this is refused before the engine parses it. WorldModel.cypher has
-# already applied the config's cypher_max_query_bytes (kg/cypher_limits.py); this bounds direct
-# callers of the store too.
-MAX_QUERY_CHARS = 100_000
 _BLANK_RE = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`(?:[^`]|``)*`|//[^\n]*|/\*.*?\*/", re.S)
-# LadybugDB statements that are not reads of the projection (the Neo4j ones are cypher_guard's)
-_ENGINE_WORDS = ("COPY", "INSTALL", "ATTACH", "EXPORT", "IMPORT", "BEGIN", "COMMIT", "ROLLBACK", "CHECKPOINT",
-                 "LOAD", "CALL", "MACRO", "PROJECT")
-_ENGINE_RE = re.compile(r"(?<![.$:\w])(" + "|".join(_ENGINE_WORDS) + r")\b(?!\s*:)", re.I)
 NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
@@ -45,19 +37,6 @@ def _unsupported(feature: str, instead: str) -> CypherQueryError:
                             "(or run the query on the Neo4j store: --graph neo4j)")
 
 
-def check_text(query: str) -> None:
-    """Refuse what is not a read of the projection, before the engine parses it."""
-    guard.check_text(query)
-    if len(query) > MAX_QUERY_CHARS:
-        raise CypherInputError("query", f"is {len(query)} characters; at most {MAX_QUERY_CHARS} are accepted")
-    found = _ENGINE_RE.search(blank(query))
-    if found:
-        word = found.group(1).upper()
-        raise ReadOnlyQueryError(
-            f"cypher() is read-only: {word} is not allowed (statements that write, read files or Python objects, "
-            "or change the engine's settings are refused). Use the WorldModel API to change data.")
-
-
 _LABELS_RE = re.compile(rf"\(\s*(?P<var>{NAME}|`[^`]*`)?\s*(?P<labels>(?::\s*(?:{NAME}|`[^`]*`)\s*)+)")
 _BAD_LABEL_RE = re.compile(rf"\(\s*(?:{NAME})?\s*:\s*{NAME}\s*[|&!%]")
 _REL_RE = re.compile(r"(?P<open><?-\s*)\[(?P<body>[^\[\]]*)\](?P<close>\s*->?)")
@@ -75,34 +54,51 @@ _KEYWORDS = frozenset({"RETURN", "WITH", "IN", "AND", "OR", "NOT", "WHERE", "UNW
 def _clauses(code: str) -> list[tuple[int, int, str, int, int]]:
     """The clause keywords of the query: (start, end of keyword, kind, bracket depth, end of clause).
     A clause ends at the next clause keyword of the same or a lower depth, or where its brackets
-    close; keywords inside brackets (``[x IN l WHERE ...]``, ``EXISTS { MATCH ... }``) belong there."""
-    depth, depths = 0, []
-    for ch in code:
+    close; keywords inside brackets (``[x IN l WHERE ...]``, ``EXISTS { MATCH ... }``) belong there.
+    Linear: one pass for the brackets, one for the keywords, one (backwards) for the ends."""
+    depth, depths, closes = 0, [], [len(code)] * (len(code) + 1)
+    stack: list[int] = []
+    inner = []  # the innermost bracket open at each position (its index), or -1
+    for i, ch in enumerate(code):
         if ch in ")]}":
             depth -= 1
+            if stack:
+                closes[stack.pop()] = i
         depths.append(depth)
+        inner.append(stack[-1] if stack else -1)
         if ch in "([{":
             depth += 1
+            stack.append(i)
     found = []
     for m in _CLAUSE_RE.finditer(code):
         kind = m.group(1).upper()
-        if kind == "WITH" and re.search(r"(?:STARTS|ENDS)\s+\Z", code[:m.start()], re.I):
+        if kind == "WITH" and _word_before(code, m.start()).upper() in ("STARTS", "ENDS"):
             continue
         kind = "MATCH" if kind.endswith("MATCH") else kind.split()[0]
         found.append((m.start(), m.end(), kind, depths[m.start()]))
-    out = []
-    for i, (start, after, kind, d) in enumerate(found):
-        end = len(code)
-        for k in range(after, len(code)):
-            if depths[k] < d:
-                end = k
-                break
-        for nxt in found[i + 1:]:
-            if nxt[3] <= d and nxt[0] < end:
-                end = nxt[0]
-                break
+    out: list[tuple[int, int, str, int, int]] = []
+    following: list[tuple[int, int]] = []  # (depth, start) of later keywords, depths increasing from the top
+    for start, after, kind, d in reversed(found):
+        while following and following[-1][0] > d:
+            following.pop()
+        opened = inner[start]
+        end = closes[opened] if opened >= 0 else len(code)
+        if following and following[-1][1] < end:
+            end = following[-1][1]
         out.append((start, after, kind, d, end))
-    return out
+        following.append((d, start))
+    return out[::-1]
+
+
+def _word_before(code: str, i: int) -> str:
+    """The word that ends, but for whitespace, right before ``i``."""
+    j = i
+    while j > 0 and code[j - 1].isspace():
+        j -= 1
+    k = j
+    while k > 0 and (code[k - 1].isalnum() or code[k - 1] == "_"):
+        k -= 1
+    return code[k:j]
 
 
 MAX_RANGE = 1_000_000
@@ -217,8 +213,7 @@ def translate(query: str) -> str:
         raise _unsupported("label expressions with | & ! %", "write one label per pattern, or UNION two queries")
     # list subscripts and slices: 1-based in LadybugDB, 0-based in Neo4j (same text, other rows)
     for m in re.finditer(r"[\w)\]`]\s*\[", code):
-        word = re.search(r"(\w+)\s*\[\Z", code[:m.end()])
-        if word and word.group(1).upper() in _KEYWORDS:
+        if _word_before(code, m.end() - 1).upper() in _KEYWORDS:
             continue
         raise _unsupported("list indexing and slicing (x[i], x[a..b])",
                            "its lists are 1-based, so the same text would return other values")
@@ -233,6 +228,9 @@ def translate(query: str) -> str:
         name = m.group("name").lower()
         if name == "labels":
             edits.append((m.start(), m.end(), "_wg_labels("))
+            close = _closing(code, m.end())
+            edits.append((close, close, ")], _wg_l -> CASE _wg_l WHEN 'Entity' THEN ['WorldNode', 'Entity'] WHEN "
+                                        "'State' THEN ['WorldNode', 'State'] ELSE [_wg_l] END), 1"))
         else:
             edits.append((m.start("name"), m.end("name"), _FUNCS[name]))
     edits += _relationship_edits(code)
@@ -241,18 +239,23 @@ def translate(query: str) -> str:
     out = query
     for start, end, text in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         out = out[:start] + text + out[end:]
-    # labels(x): the Neo4j store's labels of the node's table
-    out = re.sub(r"_wg_labels\(", "_wg_labels_of(", out)
-    while "_wg_labels_of(" in out:
-        i = out.index("_wg_labels_of(")
-        j, depth = i + len("_wg_labels_of("), 1
-        while j < len(out) and depth:
-            depth += {"(": 1, ")": -1}.get(out[j], 0)
-            j += 1
-        arg = out[i + len("_wg_labels_of("): j - 1]
-        out = (out[:i] + f"CASE label({arg}) WHEN 'Entity' THEN ['WorldNode', 'Entity'] WHEN 'State' THEN "
-               f"['WorldNode', 'State'] ELSE [label({arg})] END" + out[j:])
-    return out
+    # labels(x): the Neo4j store's labels of the node's table, its argument written once (a nested
+    # labels() would otherwise double the text at each level)
+    return out.replace("_wg_labels(", "list_extract(list_transform([label(")
+
+
+def _closing(code: str, open_at: int) -> int:
+    """Where the bracket opened just before ``open_at`` closes (the end of the text if it does not)."""
+    depth, j = 1, open_at
+    while j < len(code):
+        depth += {"(": 1, ")": -1}.get(code[j], 0)
+        if depth == 0:
+            return j
+        j += 1
+    return len(code)
+
+
+MAX_PATTERN_RELS = 32
 
 
 def _relationship_edits(code: str) -> list[tuple[int, int, str]]:
@@ -294,6 +297,10 @@ def _relationship_edits(code: str) -> list[tuple[int, int, str]]:
                 at = m.start("body") + (bm.start("types") if bm.group("types") else len(body) - len(body.lstrip()))
                 edits.append((at, at, var))
             fixed.append((var, types))
+        if len(fixed) > MAX_PATTERN_RELS:
+            raise _unsupported(f"more than {MAX_PATTERN_RELS} relationships in one MATCH",
+                               "split the pattern into several MATCH clauses (each relationship is kept "
+                               "distinct from every other one of its MATCH, which costs their square)")
         pairs = [(a, b) for k, (a, ta) in enumerate(fixed) for (b, tb) in fixed[k + 1:]
                  if _may_share(ta, tb)]
         if varlen and any(_may_share(tv, t) for tv in varlen for _, t in fixed):
@@ -327,12 +334,14 @@ ALIAS_PREFIX = "_wgas_"
 def _shadowing_aliases(code: str) -> list[tuple[int, int, str]]:
     edits: list[tuple[int, int, str]] = []
     clauses = _clauses(code)
+    first: dict[str, int] = {}  # where each name is first written (not as a property or parameter)
+    for m in re.finditer(rf"(?<![.\w`$])({NAME})(?![\w`])", code):
+        first.setdefault(m.group(1), m.start())
     for i, (start, after, kind, depth, end) in enumerate(clauses):
         if kind != "RETURN":
             continue
         aliases = {m.group(1): m for m in re.finditer(rf"\bAS\s+({NAME})\b", code[after:end], re.I)}
-        shadowing = {a: m for a, m in aliases.items()
-                     if re.search(rf"(?<![.\w`$]){a}(?![\w`])", code[:start])}
+        shadowing = {a: m for a, m in aliases.items() if first.get(a, end) < start}
         if not shadowing:
             continue
         renamed: set[str] = set()
