@@ -206,7 +206,9 @@ class _Session:
                                    max_db_size=int(msg.get("max_db_size", 1 << 30)),
                                    max_num_threads=int(msg.get("threads", 2)))
         self.conn = ladybug.Connection(self.db)
-        self.say({"opened": True, "threads_at_restrict": at_restrict, "threads": confine.threads()})
+        self.say({"opened": True, "threads_at_restrict": at_restrict, "threads": confine.threads(),
+                  "landlock": self.landlock})
+        confine.forget_threads()
 
     def query(self, msg: dict[str, Any]) -> None:
         import orjson

@@ -33,7 +33,7 @@ import platform
 import resource
 from collections.abc import Iterable
 
-__all__ = ["LandlockUnavailable", "abi", "no_sockets", "restrict", "threads"]
+__all__ = ["LandlockUnavailable", "abi", "forget_threads", "limit_memory", "no_sockets", "restrict", "threads"]
 
 # landlock_create_ruleset, landlock_add_rule, landlock_restrict_self: the same numbers on every
 # architecture (they come after the unified system call table's merge)
@@ -89,11 +89,20 @@ _tasks: int | None = None  # /proc/self/task, opened before the first ruleset (w
 
 
 def threads() -> int:
-    """How many threads this process has (the entries of ``/proc/self/task``)."""
+    """How many threads this process has (the entries of ``/proc/self/task``; the folder is kept
+    open from the first call, since a Landlock ruleset takes /proc away, until ``forget_threads``)."""
     global _tasks
     if _tasks is None:
         _tasks = os.open("/proc/self/task", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     return len(os.listdir(_tasks))
+
+
+def forget_threads() -> None:
+    """Close the folder ``threads`` keeps open."""
+    global _tasks
+    if _tasks is not None:
+        os.close(_tasks)
+        _tasks = None
 
 
 def restrict(read: Iterable[str] = (), read_dirs: Iterable[str] = (), private: Iterable[str] = ()) -> int:
