@@ -130,7 +130,7 @@ def attacks(t: Target) -> list[str]:
         "COPY (MATCH (e:Episode) RETURN e.task_description) TO '/tmp/worldgraph-leak.parquet'",
         f"LOAD FROM 'http://127.0.0.1:{port}/x.csv' RETURN *",
         f"LOAD FROM 'https://127.0.0.1:{port}/x.csv' RETURN *",
-        f"LOAD FROM 's3://bucket/x.csv' RETURN *",
+        "LOAD FROM 's3://bucket/x.csv' RETURN *",
         f"ATTACH 'http://127.0.0.1:{port}/db' AS remote (dbtype lbug)",
         f"ATTACH 'postgresql://u@127.0.0.1:{uport}/db' AS pg (dbtype postgres)",
         "INSTALL httpfs", "INSTALL json", "UNINSTALL httpfs", "LOAD EXTENSION httpfs", "LOAD httpfs",
