@@ -78,3 +78,20 @@ def test_facts_join_the_world_of_a_9eed448_folder(old_data: Path) -> None:
         names = {n["id"]: n["name"] for n in graph["nodes"]}
         assert (names[fact["src_id"]], fact["predicate"], names[fact["dst_id"]]) == ("brass key", "unlocks", "front door")
         assert {k: v for k, v in edges.items() if k in before} == before
+
+
+def test_a_saved_projection_of_338dd6d_is_not_trusted(tmp_path: Path) -> None:
+    """A saved on-disk projection written by the main before the sandbox, into which a query of that
+    main wrote (``make_data_338dd6d_saved.py``): its format is older, so it is built anew from the
+    store's rows, and Cypher answers what the store holds, never what the query wrote; the folder
+    then serves Cypher as before, its new projection saved."""
+    data = unpack(tmp_path, "data_338dd6d_saved")
+    folder = data / "worldgraph.db-cypher"
+    old = {p.name for p in folder.iterdir()}
+    assert any(n.endswith(".lbug") for n in old)
+    with WorldModel.open(data) as wm:
+        names = [r["name"] for r in wm.cypher("acme", "MATCH (n:Entity) RETURN n.name AS name ORDER BY name")]
+        assert names == ["brass key", "front door", "kitchen table"]
+        assert wm.cypher("acme", "MATCH (e:Episode) RETURN count(e) AS n")[0]["n"] == 15
+        assert wm.cypher("other", "MATCH (e:Episode) RETURN e.task_description AS t") == [{"t": "other tenant row"}]
+    assert not [n for n in old if n.endswith(".lbug") and (folder / n).exists()]  # the untrusted file is gone

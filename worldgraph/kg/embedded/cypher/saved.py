@@ -125,8 +125,11 @@ class SavedProjections:
         except (OSError, ValueError):  # none saved, or a file that is not ours to trust
             return None
         want = json.loads(json.dumps(gens))
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("engine") != _engine_version() \
-                or meta.get("tenant_id") != tenant_id or meta.get("scope", "full") != scope:
+        if not isinstance(meta, dict) or meta.get("tenant_id") != tenant_id or meta.get("scope", "full") != scope:
+            return None
+        if meta.get("format") != FORMAT or meta.get("engine") != _engine_version():
+            # written by another version (format 1 may hold what a query wrote): never used, deleted
+            self._remove(tenant_id, keep=(), scope=scope, side_files_of=None)
             return None
         held = meta.get("gens")
         if not (isinstance(held, list) and len(held) == 2 and all(isinstance(g, list) and len(g) == 2 for g in held)):
