@@ -20,6 +20,20 @@ API. Then, per store:
     python bench/bench_cypher_embedded.py --episodes 10000 --world 4000
     NEO4J_URI=bolt://127.0.0.1:7687 NEO4J_PASSWORD=... python bench/bench_cypher_embedded.py --neo4j
 
+``--hostile`` measures instead, on the tenant's store opened with ``--timeout`` (default 2 s):
+
+* **hostile queries end by the deadline**: each query of ``HOSTILE`` (a CPU loop in one expression,
+  a 60-deep nested CASE, nested labels(), a 63 KB chain of WITH clauses, a huge padded string)
+  is run ``--rounds`` times; printed: the seconds past ``--timeout`` the call took (negative: it
+  ended before), its outcome, and whether the process's CPU went on afterwards;
+* **another tenant while one floods**: a second tenant (``--others`` episodes, a small world)
+  runs the exploration queries alone (warm p50), then again while 8 threads of the first tenant
+  send hostile queries without pause for ``--flood`` seconds (those past the tenant's 2 in flight
+  answered 429 at once); printed: both p50s, their ratio, and the flood's outcomes.
+
+Only the store API both trees have is used, so a tree before the sandbox runs it too (its queries
+run in its own threads; a query it abandons keeps a core).
+
 ``--data FILE`` keeps the written SQLite file at FILE (written there when missing) and measures a
 copy of it, so two trees (before / after a change) can be measured on the same data, alternately:
 
@@ -127,6 +141,89 @@ def measure(open_store: Any, tenant: str, params: dict[str, Any], runs: int, del
     return out
 
 
+HOSTILE = {
+    "CPU loop in one expression": "RETURN size(list_transform(range(1, 1000000), x -> size(lpad(to_string(x), 2000, "
+                                  "'b')))) AS n",
+    "nested CASE, 60 deep": "RETURN " + "CASE WHEN true THEN " * 60 + "1" + " ELSE 0 END" * 60 + " AS c",
+    "nested labels(), 13 deep": "MATCH (n:Entity {tenant_id: $tenant_id}) RETURN " + "labels(" * 13 + "n" + ")" * 13
+                                + " AS l LIMIT 1",
+    "63 KB chain of WITH": "MATCH (e:Episode {tenant_id: $tenant_id}) " + " ".join(
+        f"WITH e, {i} AS x{i}" for i in range(2950)) + " RETURN count(e) AS n",
+    "cross product of episodes": "MATCH (a:Episode {tenant_id: $tenant_id}), (b:Episode {tenant_id: $tenant_id}) "
+                                 "RETURN count(*) AS n",
+}
+
+
+def hostile(path: Path, tenant: str, others: int, timeout: float, rounds: int, flood: float, runs: int) -> None:
+    """``--hostile`` (module docstring)."""
+    import threading
+
+    store = EmbeddedGraphStore(path, cypher_timeout=timeout)
+    other = f"other-{uuid.uuid4().hex[:6]}"
+    load(store, other, others, 400)
+    params = {"env": ENV, "state": "thing 199"}
+    try:
+        store.cypher(tenant, QUERIES["episodes per agent"], params)  # the attacker's projection, built
+        print(f"hostile queries, cypher_timeout {timeout} s: seconds past it (negative: ended before); outcome")
+        for name, query in HOSTILE.items():
+            for _ in range(rounds):
+                store.cypher(tenant, "MATCH (r:Rule {tenant_id: $tenant_id}) RETURN count(r) AS n", {})  # warm
+                cpu0 = time.process_time()
+                started = time.monotonic()
+                try:
+                    store.cypher(tenant, query, params)
+                    outcome = "rows"
+                except Exception as exc:  # noqa: BLE001 - printed
+                    outcome = f"{type(exc).__name__}: {str(exc)[:60]}"
+                past = time.monotonic() - started - timeout
+                time.sleep(1.0)
+                busy = time.process_time() - cpu0
+                print(f"  {name:30s} {past:+7.2f} s   {outcome}   (this process's CPU during the call and the "
+                      f"second after: {busy:.1f} s)")
+
+        def warm_p50() -> float:
+            return statistics.median(ms(lambda q=q: store.cypher(other, q, params))
+                                     for q in QUERIES.values() for _ in range(runs))
+        for q in QUERIES.values():
+            store.cypher(other, q, params)
+        alone = warm_p50()
+        stop = threading.Event()
+        outcomes: dict[str, int] = {}
+        lock = threading.Lock()
+
+        def attacker() -> None:
+            names = list(HOSTILE.values())
+            i = 0
+            while not stop.is_set():
+                try:
+                    store.cypher(tenant, names[i % len(names)], params)
+                    key = "rows"
+                except Exception as exc:  # noqa: BLE001 - counted
+                    key = type(exc).__name__ + (" (429)" if "too many" in str(exc) else "")
+                    if "too many" in str(exc):
+                        time.sleep(0.05)
+                with lock:
+                    outcomes[key] = outcomes.get(key, 0) + 1
+                i += 1
+        threads = [threading.Thread(target=attacker, daemon=True) for _ in range(8)]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        end = time.monotonic() + flood
+        during = []
+        while time.monotonic() < end:
+            during.append(warm_p50())
+        stop.set()
+        for t in threads:
+            t.join(timeout=timeout + 30)
+        flooded = statistics.median(during)
+        print(f"another tenant's warm p50 (the {len(QUERIES)} exploration queries): alone {alone:.1f} ms, while 8 "
+              f"threads of one tenant send hostile queries {flooded:.1f} ms ({flooded / alone:.2f}x); the flood's "
+              f"outcomes: {outcomes}")
+    finally:
+        store.close()
+
+
 def phase(path: Path, tenant: str, which: str, runs: int, deltas: int) -> dict[str, Any]:
     """One phase in a process of its own (so its memory is its own): ``build`` opens the store with
     no projection saved and builds one; ``reopen`` opens the store again and uses the saved one."""
@@ -149,6 +246,11 @@ def main() -> None:
     ap.add_argument("--deltas", type=int, default=5)
     ap.add_argument("--data", type=Path, help="an SQLite file to keep the written data in and measure a copy of")
     ap.add_argument("--neo4j", action="store_true", help="also on Neo4j at $NEO4J_URI (a fresh tenant)")
+    ap.add_argument("--hostile", action="store_true", help="hostile queries and another tenant meanwhile (above)")
+    ap.add_argument("--timeout", type=float, default=2.0, help="--hostile: cypher_timeout_seconds")
+    ap.add_argument("--rounds", type=int, default=1, help="--hostile: runs of each hostile query")
+    ap.add_argument("--flood", type=float, default=15.0, help="--hostile: seconds of the 8-thread flood")
+    ap.add_argument("--others", type=int, default=300, help="--hostile: the other tenant's episodes")
     ap.add_argument("--phase", choices=("build", "reopen"), help=argparse.SUPPRESS)  # one phase (run_phase)
     ap.add_argument("--path", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--tenant", help=argparse.SUPPRESS)
@@ -175,6 +277,9 @@ def main() -> None:
                   f"{time.perf_counter() - t:.1f} s; SQLite file {path.stat().st_size / 2**20:.1f} MiB")
             if args.data is not None:
                 shutil.copy(path, args.data)
+        if args.hostile:
+            hostile(path, tenant, args.others, args.timeout, args.rounds, args.flood, max(1, args.runs // 4))
+            return
         for which in ("build", "reopen"):
             for k, v in run_phase(path, tenant, which, args.runs, args.deltas).items():
                 print(f"  embedded  {which:6s} {k:45s} {v:9.1f}")
