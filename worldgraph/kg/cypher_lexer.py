@@ -73,6 +73,8 @@ def tokens(query: str, strict: bool = True) -> list[Token]:
             raise LexError(_why(query, i), i)
         kind = m.lastgroup
         assert kind is not None
+        if kind == "op" and query.startswith("/*", i):  # a comment that does not end
+            raise LexError(_why(query, i), i)
         out.append(Token(kind, m.group(), i))
         i = m.end()
     return out

@@ -20,7 +20,9 @@ does, in order, each step before the next:
    the setting ``cypher_child_memory_mb``) and opens the database in the engine's read-only
    mode, with a buffer pool sized for the file, so any write fails inside the engine.
    Answers ``{"opened": ..., "threads_at_restrict": 1}``.
-3. ``{"op": "query", ...}``: runs one query with the engine's own timeout, converts the values to
+3. ``{"op": "close"}`` closes the database and lets go of the lock while a writer changes the file
+   in place; a later ``open`` of the same file opens it again (no other file: the ruleset stays).
+4. ``{"op": "query", ...}``: runs one query with the engine's own timeout, converts the values to
    JSON (``wire``), counts rows and bytes against the caps as it goes and answers ``{"columns",
    "rows"}`` or ``{"error", "kind"}``. The server kills it (SIGKILL) at the deadline; an engine
    crash ends it and nothing else.
@@ -150,6 +152,7 @@ class _Session:
         self.conn: Any = None
         self.db: Any = None
         self.lock_fd: int | None = None
+        self.path: str | None = None  # the one file this child may open (its second ruleset's)
 
     def say(self, message: dict[str, Any]) -> None:
         import orjson
@@ -186,9 +189,13 @@ class _Session:
         import ladybug
 
         path = str(msg["path"])
-        at_restrict = confine.threads()
-        if self.sandbox:
+        first = self.path is None
+        if not first and path != self.path:
+            raise RuntimeError(f"this child is bound to {self.path}")
+        at_restrict = confine.threads() if first else None
+        if self.sandbox and first:
             confine.restrict(read=[path])  # RuntimeError past one thread
+        self.path = path
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         end = time.monotonic() + LOCK_WAIT
         while True:  # a writer changing the file in place holds it exclusively for a moment
@@ -206,9 +213,21 @@ class _Session:
                                    max_db_size=int(msg.get("max_db_size", 1 << 30)),
                                    max_num_threads=int(msg.get("threads", 2)))
         self.conn = ladybug.Connection(self.db)
-        self.say({"opened": True, "threads_at_restrict": at_restrict, "threads": confine.threads(),
-                  "landlock": self.landlock})
+        self.say({"opened": True, "threads_at_restrict": at_restrict,
+                  "threads": confine.threads() if first else None, "landlock": self.landlock})
         confine.forget_threads()
+
+    def close(self) -> None:
+        """Close the database and let go of the file's lock (a writer changes the file in place),
+        staying bound to the file: a later ``open`` of the same path opens it again."""
+        for handle in (self.conn, self.db):
+            if handle is not None:
+                handle.close()
+        self.conn = self.db = None
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
+        self.say({"closed": True})
 
     def query(self, msg: dict[str, Any]) -> None:
         import orjson
@@ -266,7 +285,12 @@ def main(argv: list[str]) -> None:
         if op == "exit":
             return
         try:
-            session.open(msg) if op == "open" else session.query(msg)
+            if op == "open":
+                session.open(msg)
+            elif op == "close":
+                session.close()
+            else:
+                session.query(msg)
         except Exception as exc:  # noqa: BLE001 - the engine's refusal, told to the server
             text = str(exc).splitlines()[0] if str(exc) else repr(exc)
             session.say({"error": text, "kind": "open" if op == "open" else "engine", "type": type(exc).__name__})

@@ -42,6 +42,8 @@ __all__ = ["MAX_QUERY_CHARS", "check_text"]
 MAX_QUERY_CHARS = 100_000
 _ENDS_EXPRESSION = frozenset({"name", "quoted", "number", "string", "param"})
 _VALUE_WORDS = frozenset({"NULL", "TRUE", "FALSE", "END"})
+_NOT_ENDING = KEYWORD_CALLS | {"BY", "ALL", "DISTINCT", "OPTIONAL"}  # keywords after which an expression starts
+_CALLABLE = FUNCTIONS | TRANSLATED
 _READ_ONLY = ("cypher() is read-only: {what} is not allowed (statements that write, read files, load extensions "
               "or change the engine's settings are refused). Use the WorldModel API to change data.")
 
@@ -80,7 +82,7 @@ def check_text(query: str) -> None:
             raise ReadOnlyQueryError(f"cypher() allows only read clauses: {tok.text!r} after {before.text!r} starts "
                                      "a clause it does not run (write it in backticks if it is a name)")
         name = tok.text.lower()
-        if after is not None and after.text == "(" and word not in KEYWORD_CALLS and name not in FUNCTIONS | TRANSLATED:
+        if after is not None and after.text == "(" and word not in KEYWORD_CALLS and name not in _CALLABLE:
             if name in TABLE_FUNCTIONS or (before is not None and before.text == "."):
                 raise ReadOnlyQueryError(f"cypher() calls no table function or procedure ({tok.text}()): only the "
                                          "engine's scalar and aggregate functions")
@@ -101,5 +103,5 @@ def _ends_expression(tok: Token | None, before: Token | None) -> bool:
         word = tok.text.upper()
         if before is not None and before.text in (".", ":"):
             return True
-        return word in _VALUE_WORDS or word not in KEYWORD_CALLS | {"BY", "ALL", "DISTINCT", "OPTIONAL"}
+        return word in _VALUE_WORDS or word not in _NOT_ENDING
     return tok.kind in _ENDS_EXPRESSION

@@ -20,7 +20,8 @@ What decides what:
 - ``refresh``: the episode part row by row (``episodes``; False: built anew), then the world
   rows a world write changed one by one, or else the world part reloaded. Every write happens
   in ``Projection.writing``: the file is written in place when no query child holds it, else a
-  copy is written and named current, and the children are replaced (``pool.retire``).
+  copy is written and named current, and the children on the old file are replaced (``ChildPool.pause``
+  before a write, ``ChildPool.retire`` after a copy).
 """
 
 from __future__ import annotations
@@ -58,15 +59,17 @@ class Opener:
     world part (``text.world_only``)."""
 
     def __init__(self, db: SqliteConnection, saved: SavedProjections, sqlite_path: Path, tenant_id: str,
-                 full: bool, scratch: Scratch, retire: Callable[[Path], int]) -> None:
-        """``scratch``: where projections that are not saved are built; ``retire``: ends this
-        process's query children on a file about to be written (``ChildPool.retire``)."""
+                 full: bool, scratch: Scratch, pause: Callable[[Path], int], retire: Callable[[Path], int]) -> None:
+        """``scratch``: where projections that are not saved are built; ``pause``: lets this
+        process's query children on a file about to be written let go of it (``ChildPool.pause``);
+        ``retire``: ends those on a file replaced by a copy (``ChildPool.retire``)."""
         self.db = db
         self.saved = saved
         self.sqlite_path = sqlite_path
         self.tenant_id = tenant_id
         self.full = full
         self.scratch = scratch
+        self.pause = pause
         self.retire = retire
 
     def _copy_path(self, proj: Projection) -> Path:
@@ -108,7 +111,7 @@ class Opener:
             proj.episodes_unverified = proj.gens[0] != gens[0]
             old = proj.path
             try:
-                with proj.writing(self.retire, lambda: self._copy_path(proj)):
+                with proj.writing(self.pause, lambda: self._copy_path(proj)):
                     if proj.gens[1] != gens[1]:  # the rows it holds are read from it, not from the store
                         proj.world_unverified = True
                         held, ids = proj.held_world_rows()
@@ -238,7 +241,7 @@ class Opener:
             self._keep(proj)
             return True
         old = proj.path
-        with proj.writing(self.retire, lambda: self._copy_path(proj)):
+        with proj.writing(self.pause, lambda: self._copy_path(proj)):
             fresh = self._refresh(proj)
         self._moved(old, proj)
         if fresh:

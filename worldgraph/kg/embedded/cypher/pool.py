@@ -13,6 +13,8 @@ killed at their deadline, replaced after a crash (``child`` says what a child is
   timeout is set to the same deadline, so a query the engine can interrupt ends without a kill.
 - **Crashes.** A child that dies by itself (a signal, an exit) raises ``ChildCrashed`` and is
   counted (``crashed``); nothing else is affected.
+- **Writes.** ``pause(path)`` before a file is written in place: its idle children close their
+  database and let go of the file's lock, and open it again at their next query (no new child).
 - **Closing.** ``close(tenant_id=T)`` or ``close(path=F)`` kills every child holding tenant T's
   projections or the file F, busy or not (its caller's query fails with ``ChildClosed`` and is
   retried on a fresh projection): a purge, or anything that must stop every reader of a file,
@@ -87,7 +89,8 @@ class _Child:
         self.retired = False  # end it when its query is done
         self.closed = False  # killed by close(): its caller retries
         self.ready: dict[str, Any] = {}
-        self.opened: dict[str, Any] = {}
+        self.opened: dict[str, Any] = {}  # what it said when it last opened its file ({}: not open)
+        self.first_open: dict[str, Any] = {}  # ... when it first did (and confined itself to it)
         self.used = time.monotonic()
         self._buf = b""
 
@@ -184,7 +187,9 @@ class ChildPool:
                 if "error" in opened:
                     self._end(child)
                     raise ChildClosed(f"the projection could not be opened: {opened['error']}", open_failed=True)
-                child.opened = opened
+                child.opened = {**opened, "threads_at_restrict": opened.get("threads_at_restrict") or
+                                child.first_open.get("threads_at_restrict")}
+                child.first_open = child.first_open or opened
                 deadline += time.monotonic() - started
             child.send({**message, "timeout_ms": max(1, int((deadline - time.monotonic()) * 1000))})
             answer = child.recv(deadline, limit)
@@ -304,6 +309,34 @@ class ChildPool:
         every child), busy or not; returns how many. A busy child's caller gets ChildClosed and runs
         its query again on the tenant's current projection."""
         return len(self._select(tenant_id, path, busy_too=True))
+
+    def pause(self, path: str | Path) -> int:
+        """Before ``path`` is written in place: the idle children on it close their database and let
+        go of the file's lock, staying bound to it (the next query opens it again, without a new
+        child); busy ones end when their query ends. Returns how many are still busy on it (the
+        writer then writes a copy)."""
+        target = str(path)
+        with self._lock:
+            chosen = [c for c in self._children if c.path == target and not c.busy and not c.retired]
+            for c in chosen:
+                c.busy = True
+            for c in self._children:
+                if c.path == target and c.busy and c not in chosen:
+                    c.retired = True
+            busy = sum(1 for c in self._children if c.path == target and c.busy and c not in chosen)
+        for c in chosen:
+            try:
+                if c.opened:
+                    c.send({"op": "close"})
+                    if "closed" not in c.recv(time.monotonic() + 5.0, 1 << 16):
+                        raise ChildCrashed("did not close its database")
+                c.opened = {}
+            except (ChildCrashed, ChildTimeout):
+                self._end(c)
+                continue
+            with self._lock:
+                c.busy = False
+        return busy
 
     def retire(self, path: str | Path) -> int:
         """End the children on ``path`` (a file about to be changed or replaced): the idle ones now,

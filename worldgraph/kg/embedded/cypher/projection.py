@@ -3,8 +3,10 @@ COPY FROM Arrow tables; the few-row writes a world refresh makes (``refresh``)."
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -82,9 +84,10 @@ def _array(name: str, values: list[Any], kind: str | None = None) -> tuple[Any, 
 
 class Projection:
     """One tenant's graph in a LadybugDB database file (see the package docstring), written by this
-    process and read by query children (``pool``). It is written only while ``writing``: built by
-    ``fill`` when new, then brought up to date by a refresh; between writes it is *sealed*
-    (checkpointed and closed here), so the children that open it read-only see a whole file."""
+    process and read by query children (``pool``). It is written only in a write window
+    (``writing``): built by ``fill`` when new, then brought up to date by a refresh; between writes
+    it is *sealed* (checkpointed, unlocked; the engine's handle stays open here, idle), so the
+    children that open it read-only see a whole file."""
 
     def __init__(self, tenant_id: str, path: Path, kinds: dict[str, dict[str, str]] | None = None,
                  buffer_pool_bytes: int = 0, writer: bool = True) -> None:
@@ -122,8 +125,9 @@ class Projection:
             self._open_writer()
 
     def _open_writer(self) -> None:
-        """Open the file for writing: no query child may hold it (their shared lock, ``child``),
-        nor another writer (``claim`` in this process, the engine's lock across processes)."""
+        """Open the file for writing (and hold it locked for writing, ``_lock``): no query child may
+        hold it (their shared lock, ``child``), nor another writer (``claim`` in this process, the
+        engine's lock across processes)."""
         import ladybug
 
         if not claim(self.path):
@@ -134,7 +138,9 @@ class Projection:
             # buffer_pool_bytes bounds the engine's memory (0: LadybugDB's default, most of the
             # machine's memory; it is allocated as pages are used). Not bounded by default: a
             # 20k-episode tenant (13 MiB SQLite file) did not load in 8x its file size (bench/README.md).
-            self.db = ladybug.Database(str(self.path), buffer_pool_size=self.buffer_pool_bytes)
+            # The engine never checkpoints by itself: the file changes only in a write window
+            # (``writing``), while no child holds it.
+            self.db = ladybug.Database(str(self.path), buffer_pool_size=self.buffer_pool_bytes, auto_checkpoint=False)
             self.conn = ladybug.Connection(self.db)
             if self._lock_fd is None:
                 self._lock()
@@ -144,46 +150,59 @@ class Projection:
         self.conn.set_max_threads_for_exec(2)
 
     def _lock(self) -> None:
+        """Hold the file exclusively (ProjectionBusy when a query child, of any process, holds it)."""
         fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         if not writer_lock(fd):
             os.close(fd)
             raise ProjectionBusy
         self._lock_fd = fd
 
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
     def _close_writer(self) -> None:
         for handle in (self.conn, self.db):
             if handle is not None:
                 handle.close()
         self.conn = self.db = None
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        self._unlock()
         release(self.path)
 
     def seal(self) -> None:
-        """Checkpoint what was written into the file (a child reads no log) and close it here."""
+        """End a write: checkpoint what was written into the file (a child reads no log) and let go
+        of the file's lock, so children may open it. The engine's handle stays open here for the
+        next write (it changes nothing between writes: no checkpoint of its own)."""
         if self.conn is not None:
             try:
                 self.conn.execute("CHECKPOINT")
-            finally:
+            except BaseException:
                 self._close_writer()
+                raise
+        self._unlock()
 
     @contextmanager
-    def writing(self, retire: Callable[[Path], int], copy_path: Callable[[], Path]) -> Iterator[None]:
-        """Hold the file open for writing, then seal it. The query children of this process on it
-        are ended first (``retire``: the idle ones now); if children still hold it (busy ones,
-        or another process's), the file is copied to ``copy_path()`` and the copy is written
-        instead (``path`` then names the copy; the old file stays for its readers). Re-entrant."""
-        if self.conn is not None:
+    def writing(self, pause: Callable[[Path], int], copy_path: Callable[[], Path]) -> Iterator[None]:
+        """A write window: the query children of this process on the file let go of it first
+        (``pause``: the idle ones now), the file is locked for writing, and sealed at the end. If
+        children still hold it (busy ones, or another process's), or another process writes it,
+        the file is copied to ``copy_path()`` (under a shared lock, so never half written) and the
+        copy is written instead (``path`` then names it; the old file stays for its readers).
+        Re-entrant."""
+        if self._lock_fd is not None:
             yield
             return
-        retire(self.path)
+        pause(self.path)
         try:
-            self._open_writer()
-        except ProjectionBusy:
+            if self.conn is None:
+                self._open_writer()
+            else:
+                self._lock()
+        except (ProjectionBusy, RuntimeError):
+            self._close_writer()
             new = copy_path()
-            shutil.copyfile(self.path, new)
-            os.chmod(new, PRIVATE_FILE)
+            _copy_whole(self.path, new)
             self.path = new
             self._open_writer()
         try:
@@ -195,15 +214,12 @@ class Projection:
         """Create and fill the tables of a new database (the columns are consumed), then seal it."""
         self.episodes = episodes
         self.world = world
-        # LadybugDB checkpoints (and syncs the file) after each statement that writes past a
-        # threshold: one checkpoint for the whole build instead (100k episodes: 2.5 s instead
-        # of 2.5-3.4 s; a small tenant's ~20 tables: no fsync per table); a refresh's small
-        # writes go to the log, which seal() checkpoints
-        self.conn.execute("CALL auto_checkpoint=false")
+        # the engine does not checkpoint by itself (``_open_writer``): one checkpoint for the whole
+        # build (100k episodes: 2.5 s instead of 2.5-3.4 s; a small tenant's ~20 tables: no fsync
+        # per table), in seal()
         self._create(nodes, rels)
         self._create(world.nodes, world.rels)
         world.nodes, world.rels = {}, {}  # loaded: only raw and the index stay
-        self.conn.execute("CALL auto_checkpoint=true")
         self.seal()
 
     def held_world_rows(self) -> tuple[WorldRows, set[str]]:
@@ -518,6 +534,26 @@ def _unlinked_changes(old: WorldRows, raw: WorldRows, changed: dict[str, set[Any
 
 def _touches(edge: dict[str, Any], env: str, moved: set[tuple[str, str]]) -> bool:
     return (env, edge.get("src_id")) in moved or (env, edge.get("dst_id")) in moved
+
+
+def _copy_whole(src: Path, dst: Path) -> None:
+    """Copy a projection file while no writer changes it (a shared lock, as a query child's; a
+    writer holds the file only for its write window)."""
+    fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        end = time.monotonic() + 30.0
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > end:
+                    raise RuntimeError(f"{src} stayed locked by a writer for 30 s") from None
+                time.sleep(0.01)
+        shutil.copyfile(src, dst)
+        os.chmod(dst, PRIVATE_FILE)
+    finally:
+        os.close(fd)
 
 
 class ProjectionBusy(Exception):

@@ -101,7 +101,8 @@ class CypherRunner:
         if self._crashes.get(crash_key, 0) >= 2:
             raise self._refused(query)
         opener = Opener(self.db, self.saved, self.sqlite_path, tenant_id, full=not text.world_only(query),
-                        scratch=self.scratch, retire=lambda p: self.children.retire(p))
+                        scratch=self.scratch, pause=lambda p: self.children.pause(p),
+                        retire=lambda p: self.children.retire(p))
         children = self.children
         for _ in range(3):
             ready = time.monotonic()
