@@ -172,7 +172,7 @@ def test_a_small_tenant_is_not_saved(tmp_path: Path, monkeypatch: pytest.MonkeyP
         wm.record_experiences("t1", [_exp(f"task {i}") for i in range(3)])
         assert wm.cypher("t1", COUNT) == [{"n": 3}]
         folder = folder_for(_store_file(tmp_path))
-        assert not folder.exists() or not list(folder.iterdir())
+        assert not [p for p in folder.iterdir() if p.is_file()]  # (its file is in the store's scratch folder)
         wm.record_experience("t1", _exp("the fourth"))
         assert wm.cypher("t1", COUNT) == [{"n": 4}]  # the temporary projection, brought up to date
     with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:  # the next open builds and saves it
@@ -353,3 +353,29 @@ def test_a_saved_projection_too_far_behind_in_its_episodes_is_rebuilt(data: Path
     with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
         assert wm.cypher("t1", COUNT) == [{"n": 4}]
     assert _meta(data)["file"] != before["file"]
+
+
+def test_scratch_files_stay_in_the_data_folder_and_a_purge_or_a_dead_process_leaves_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small tenant's projection is a file in the store's scratch folder inside the data folder:
+    a purge after a forget deletes it (even one a killed process left), and a scratch folder of a
+    process no longer alive is removed by the next store that opens projections."""
+    monkeypatch.setattr(opener_module, "SAVE_MIN_ROWS", 5_000)
+    with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:
+        wm.record_experiences("t1", [_exp(f"task {i}") for i in range(3)])
+        assert wm.cypher("t1", COUNT) == [{"n": 3}]
+        path = wm.store.projections.current("t1").path  # type: ignore[attr-defined]
+        assert path.parent.parent == folder_for(_store_file(tmp_path)) and path.parent.name.startswith("scratch-")
+        left = path.parent.parent / "scratch-999999999-x"  # a killed process's, holding t1's rows
+        left.mkdir()
+        (left / path.name).write_bytes(path.read_bytes())
+        ghost = path.parent.parent / f"scratch-{os.getpid()}-ghost"  # a live process's
+        ghost.mkdir()
+        (ghost / path.name).write_bytes(b"x")
+        wm.forget_tenant("t1")
+        wm.purge()
+        assert not path.exists() and not (ghost / path.name).exists()
+    with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:
+        wm.record_experiences("t2", [_exp("task")])
+        assert wm.cypher("t2", COUNT) == [{"n": 1}]
+        assert not left.exists()

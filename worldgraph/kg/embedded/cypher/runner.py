@@ -66,7 +66,7 @@ class CypherRunner:
         self.mode = sandbox_mode(settings)
         # projections saved beside the SQLite file, reopened in ~0.1 s (none for a read-only store)
         self.saved = SavedProjections(None if read_only else folder_for(sqlite_path))
-        self.scratch = Scratch()
+        self.scratch = Scratch(self.saved.folder)
         self.projections = ProjectionCache(dispose=self._dispose)
         self._children: ChildPool | None = None
         self._lock = threading.Lock()

@@ -184,6 +184,7 @@ class SavedProjections:
         on until it closes it)."""
         if self.folder is not None:
             self._remove(tenant_id, keep=(), scope=None, side_files_of=None)
+            Scratch.sweep(self.folder, tenant_id)
 
     def remove_file(self, path: Path) -> None:
         """Delete one database that was not saved (a build that failed), with LadybugDB's side files."""
@@ -218,18 +219,33 @@ class SavedProjections:
                 pass
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
+
+
 def _files_of(path: Path) -> list[Path]:
     """A LadybugDB database file and its side files (``<file>.wal`` ...)."""
     return [path, *path.parent.glob(path.name + ".*")]
 
 
 class Scratch:
-    """The store's private temporary folder (``tempfile``'s, 0700, made on first use, removed with
-    the store): projections that are not saved (small tenants, a read-only store) are files here,
-    so that query children open them read-only like saved ones. Each file is deleted when its
-    projection is let go (a child reading it keeps it until it ends)."""
+    """The store's private temporary folder: projections that are not saved (small tenants, a
+    read-only store) are files here, so that query children open them read-only like saved ones.
+    For a writable store it is ``scratch-<pid>-<random>`` inside the saved projections' folder
+    (so a tenant's rows stay in the data folder, and a purge finds them there: ``sweep``); for a
+    read-only one, in ``tempfile``'s folder. Mode 0700, made on first use, removed with the store;
+    each file is deleted when its projection is let go (a child reading it keeps it until it ends).
+    A folder left by a process that was killed is removed by the next store that opens the data
+    folder's projections (``sweep``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, parent: Path | None) -> None:
+        self.parent = parent
         self._folder: Path | None = None
         self._lock = threading.Lock()
 
@@ -237,7 +253,11 @@ class Scratch:
     def folder(self) -> Path:
         with self._lock:
             if self._folder is None:
-                self._folder = Path(tempfile.mkdtemp(prefix="worldgraph-cypher-"))
+                if self.parent is not None:
+                    private_dir(self.parent)
+                    self.sweep(self.parent)
+                self._folder = Path(tempfile.mkdtemp(prefix=f"scratch-{os.getpid()}-" if self.parent is not None
+                                                     else "worldgraph-cypher-", dir=self.parent))
             return self._folder
 
     def new_path(self, tenant_id: str) -> Path:
@@ -256,3 +276,23 @@ class Scratch:
             folder, self._folder = self._folder, None
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
+
+    @staticmethod
+    def sweep(parent: Path, tenant_id: str | None = None) -> None:
+        """Remove the scratch folders under ``parent`` of processes no longer alive, and (a purge:
+        ``tenant_id``) the tenant's files in every scratch folder."""
+        key = SavedProjections.key(tenant_id) if tenant_id is not None else None
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            return
+        for name in names:
+            if not name.startswith("scratch-"):
+                continue
+            folder = parent / name
+            pid = name.split("-")[1]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(folder, ignore_errors=True)
+            elif key is not None:
+                for f in folder.glob(key + "-*"):
+                    f.unlink(missing_ok=True)
