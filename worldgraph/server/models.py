@@ -435,9 +435,8 @@ class Health(BaseModel):
     status: Literal["ok"]
     version: str
     graph_store: str
-    cypher_sandbox: str = Field(description="How Cypher queries are confined: landlock (the operating system's "
-                                            "sandbox), unsandboxed (and whether API keys may use it), or "
-                                            "neo4j-plan (docs/cypher.md)")
+    cypher_sandbox: str = Field(description="How Cypher is confined: landlock, unsandboxed (and whether API keys "
+                                            "may use it) or neo4j-plan (docs/cypher.md)")
 
 
 class ErrorBody(BaseModel):

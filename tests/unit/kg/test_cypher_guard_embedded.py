@@ -80,7 +80,8 @@ def test_read_queries_pass(query: str) -> None:
 
 
 def test_the_checks_are_linear_in_the_query() -> None:
-    from worldgraph.kg.embedded.cypher.text import translate, world_only
+    from worldgraph.kg.embedded.cypher.reach import world_only
+    from worldgraph.kg.embedded.cypher.text import translate
 
     def cost(n: int) -> float:
         query = "MATCH (e:Episode {tenant_id: $tenant_id}) " + " ".join(f"WITH e, {i} AS x{i}" for i in range(n)) \

@@ -18,11 +18,18 @@ import pytest
 from worldgraph import WorldModel
 from worldgraph.kg.embedded.cypher import opener as opener_module
 from worldgraph.kg.embedded.cypher import projection as embedded_cypher
-from worldgraph.kg.embedded.cypher.saved import SavedProjections, folder_for
+from worldgraph.kg.embedded.cypher.saved import DB_NAME, SavedProjections, folder_for
 from worldgraph.kg.embedded.store import EmbeddedGraphStore
 from worldgraph.memory.embeddings import HashingEmbedder
 
 COUNT = "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN count(e) AS n"
+
+
+def _empty(folder: Path) -> None:
+    import shutil
+
+    for f in folder.iterdir():
+        shutil.rmtree(f) if f.is_dir() else f.unlink()
 
 
 def _exp(task: str) -> dict[str, Any]:
@@ -111,7 +118,7 @@ def test_a_damaged_or_foreign_saved_projection_is_rebuilt(data: Path, damage: st
     meta_path = folder / f"{SavedProjections.key('t1')}.json"
     meta = json.loads(meta_path.read_text())
     if damage == "database":
-        with open(folder / meta["file"], "r+b") as f:
+        with open(folder / meta["file"] / DB_NAME, "r+b") as f:
             f.write(os.urandom(8192))
     elif damage == "meta":
         meta_path.write_text("{not json")
@@ -128,15 +135,16 @@ def test_a_damaged_or_foreign_saved_projection_is_rebuilt(data: Path, damage: st
 
 def test_files_are_private_and_a_stray_build_is_swept(data: Path) -> None:
     folder = folder_for(_store_file(data))
-    stray = folder / f"{SavedProjections.key('t1')}-killedmidbuild.lbug"
-    stray.write_bytes(b"half")
+    stray = folder / f"{SavedProjections.key('t1')}-killedmidbuild"
+    stray.mkdir()
+    (stray / DB_NAME).write_bytes(b"half")
     with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
         wm.record_experience("t1", _exp("one more"))
         assert wm.cypher("t1", COUNT) == [{"n": 4}]
     assert not stray.exists()
     if os.name == "posix":
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
-        for f in folder.iterdir():
+        for f in folder.rglob("*"):
             assert stat.S_IMODE(f.stat().st_mode) & 0o077 == 0, f
     names = os.listdir(folder)
     assert not any("t1" in n for n in names)  # named by a hash, not by the tenant
@@ -182,8 +190,7 @@ def test_a_small_tenant_is_not_saved(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_a_read_only_store_saves_nothing(data: Path) -> None:
     folder = folder_for(_store_file(data))
-    for f in folder.iterdir():
-        f.unlink()
+    _empty(folder)
     store = EmbeddedGraphStore(_store_file(data), read_only=True)
     try:
         assert store.cypher("t1", COUNT) == [{"n": 3}]
@@ -197,8 +204,7 @@ def test_a_large_tenant_is_built_in_a_child_process(data: Path, monkeypatch: pyt
     opens the file, and a world write afterwards reloads the world part it has no rows of."""
     from worldgraph.kg.embedded.cypher import opener as opener_module
 
-    for f in folder_for(_store_file(data)).iterdir():
-        f.unlink()
+    _empty(folder_for(_store_file(data)))
     monkeypatch.setattr(opener_module, "CHILD_MIN_EPISODES", 1)
     monkeypatch.setattr(opener_module, "load_tenant", lambda *a, **k: pytest.fail("built in this process"))
     with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
@@ -216,13 +222,12 @@ def test_a_failed_child_build_falls_back_to_this_process(data: Path, monkeypatch
 
     def fail(*a: Any, **k: Any) -> Any:
         raise RuntimeError("the projection build process failed (-9): killed")
-    for f in folder_for(_store_file(data)).iterdir():
-        f.unlink()
+    _empty(folder_for(_store_file(data)))
     monkeypatch.setattr(opener_module, "CHILD_MIN_EPISODES", 1)
     monkeypatch.setattr(opener_module, "build_in_child", fail)
     with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
         assert wm.cypher("t1", COUNT) == [{"n": 3}]
-    assert len([f for f in folder_for(_store_file(data)).iterdir() if f.suffix == ".lbug"]) == 1
+    assert len([f for f in folder_for(_store_file(data)).iterdir() if (f / DB_NAME).exists()]) == 1
 
 
 def test_a_world_delta_after_a_reopen_is_applied_row_by_row(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -339,7 +344,7 @@ def test_what_a_refresh_wrote_is_in_the_file_the_next_open_reopens(data: Path) -
     with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
         assert wm.cypher("t1", COUNT) == [{"n": 5}]
         assert wm.cypher("t1", entities) == [{"n": "key"}]
-        assert wm.store.projections.current("t1").path.name == saved["file"]  # type: ignore[attr-defined]
+        assert wm.store.projections.current("t1").path.parent.name == saved["file"]  # type: ignore[attr-defined]
 
 
 def test_a_saved_projection_too_far_behind_in_its_episodes_is_rebuilt(data: Path,
@@ -365,16 +370,17 @@ def test_scratch_files_stay_in_the_data_folder_and_a_purge_or_a_dead_process_lea
         wm.record_experiences("t1", [_exp(f"task {i}") for i in range(3)])
         assert wm.cypher("t1", COUNT) == [{"n": 3}]
         path = wm.store.projections.current("t1").path  # type: ignore[attr-defined]
-        assert path.parent.parent == folder_for(_store_file(tmp_path)) and path.parent.name.startswith("scratch-")
-        left = path.parent.parent / "scratch-999999999-x"  # a killed process's, holding t1's rows
-        left.mkdir()
-        (left / path.name).write_bytes(path.read_bytes())
-        ghost = path.parent.parent / f"scratch-{os.getpid()}-ghost"  # a live process's
-        ghost.mkdir()
-        (ghost / path.name).write_bytes(b"x")
+        scratch = path.parent.parent
+        assert scratch.parent == folder_for(_store_file(tmp_path)) and scratch.name.startswith("scratch-")
+        left = scratch.parent / "scratch-999999999-x"  # a killed process's, holding t1's rows
+        (left / path.parent.name).mkdir(parents=True)
+        (left / path.parent.name / DB_NAME).write_bytes(path.read_bytes())
+        ghost = scratch.parent / f"scratch-{os.getpid()}-ghost"  # a live process's
+        (ghost / path.parent.name).mkdir(parents=True)
+        (ghost / path.parent.name / DB_NAME).write_bytes(b"x")
         wm.forget_tenant("t1")
         wm.purge()
-        assert not path.exists() and not (ghost / path.name).exists()
+        assert not path.exists() and not (ghost / path.parent.name).exists()
     with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:
         wm.record_experiences("t2", [_exp("task")])
         assert wm.cypher("t2", COUNT) == [{"n": 1}]

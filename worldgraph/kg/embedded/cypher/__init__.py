@@ -30,7 +30,7 @@ every transaction of any process that writes the tables of the episode part (``E
 or the world part (``WORLD_SOURCES``) bumps that part's count in the same transaction. A query
 whose tag differs first brings the projection up to date: when only the world part moved (a
 delta), by updating the world rows that changed in place when their links stay, or else deleting
-and creating them with the relationships touching them (``Projection.update_world``; the rows are
+and creating them with the relationships touching them (``worldpart.update_world``; the rows are
 known from this connection's upserts, or else found by comparing the tenant's world rows with
 those the projection holds), or by reloading the world part when that change is large or adds an
 environment. An episode-part change is applied row by row too (``episodes``: the episode part's
@@ -39,7 +39,7 @@ projection is built anew (a tenant of 20,000 episodes or more in a child process
 whose memory goes with it). So it sees every committed write. A saved projection whose tag
 matches the store's is reopened (~0.1 s at 100k episodes) instead of built.
 
-**The world part alone.** A query that can reach only the world part's tables (``world_only``:
+**The world part alone.** A query that can reach only the world part's tables (``reach.world_only``:
 read from its text, conservatively) is answered, for a tenant of ``WORLD_ONLY_MIN_EPISODES``
 episodes or more (``opener``), from a projection of the world part alone (``scope`` "world": no
 episode table, no FROM_EPISODE), built in a child process (100k episodes + a 10k-node world:
@@ -69,8 +69,8 @@ an unbounded ``*`` stops at 30 hops.
 # columns), ``load`` (a tenant's rows read into columns), ``projection`` (the LadybugDB database and
 # its refresh; ``worldpart`` the world part's rows), ``episodes`` (the episode part's refresh),
 # ``saved`` (projections kept on disk between opens), ``build`` (a build in a child process),
-# ``cache`` (the projections kept), ``opener`` (which projection a query gets), ``text`` (what is
-# refused, the translation), ``lexer`` (the query's tokens), ``confine`` (Landlock, seccomp),
+# ``cache`` (the projections kept), ``opener`` (which projection a query gets), ``text`` (the
+# translation), ``reach`` (what a query reaches), ``guard`` and ``dialect`` (the text guard), ``confine`` (Landlock, seccomp),
 # ``child`` (the query child), ``pool`` (the query children) and ``execution`` (a query run by a
 # child within its deadline and caps). Nothing is imported here: the query child imports this
 # package, and must load no more than it needs before it confines itself.

@@ -14,7 +14,8 @@ does, in order, each step before the next:
    is set here too. It then imports the engine and loads its
    library, and answers ``{"ready": ...}`` with its thread count (still 1: loading starts none).
 2. ``{"op": "open", "path": P, ...}``: still one thread (checked), a second Landlock ruleset
-   narrows what it may open to the file ``P`` alone, for reading; it takes a shared ``flock`` on
+   narrows what it may open to the folder of ``P`` alone, for reading (a projection lives alone in
+   a folder of its own with its log: ``saved.DB_NAME``); it takes a shared ``flock`` on
    ``P`` (a writer that wants to change a file in place takes it exclusively: ``writer_lock``),
    caps its memory (``RLIMIT_DATA``: the engine's reservations for a database of that size and
    the setting ``cypher_child_memory_mb``) and opens the database in the engine's read-only
@@ -193,8 +194,8 @@ class _Session:
         if not first and path != self.path:
             raise RuntimeError(f"this child is bound to {self.path}")
         at_restrict = confine.threads() if first else None
-        if self.sandbox and first:
-            confine.restrict(read=[path])  # RuntimeError past one thread
+        if self.sandbox and first:  # the database's own folder: its file and its log (saved.DB_NAME)
+            confine.restrict(read_trees=[os.path.dirname(path)])  # RuntimeError past one thread
         self.path = path
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         end = time.monotonic() + LOCK_WAIT

@@ -105,12 +105,13 @@ def forget_threads() -> None:
         _tasks = None
 
 
-def restrict(read: Iterable[str] = (), read_dirs: Iterable[str] = (), private: Iterable[str] = ()) -> int:
+def restrict(read: Iterable[str] = (), read_dirs: Iterable[str] = (), private: Iterable[str] = (),
+             read_trees: Iterable[str] = ()) -> int:
     """Add a Landlock ruleset to this process: from now on it opens nothing but the files ``read``
-    (for reading), what is beneath ``read_dirs`` (reading and executing) and beneath ``private``
-    (anything), binds and connects no TCP port and signals no process outside its domain. Needs
-    one thread (every thread that exists later is bound; one that exists now would not be):
-    RuntimeError otherwise. Returns the ABI applied; LandlockUnavailable without Landlock."""
+    (for reading), what is beneath ``read_trees`` (reading), beneath ``read_dirs`` (reading and
+    executing: code) and beneath ``private`` (anything), binds and connects no TCP port and
+    signals no process outside its domain. Needs one thread (every thread that exists later is
+    bound; one that exists now would not be): RuntimeError otherwise. Returns the ABI applied; LandlockUnavailable without Landlock."""
     version = abi()
     if version < 1:
         raise LandlockUnavailable(errno.EOPNOTSUPP, "this kernel has no Landlock (Linux >= 5.13 with it enabled)")
@@ -122,8 +123,8 @@ def restrict(read: Iterable[str] = (), read_dirs: Iterable[str] = (), private: I
     size = ctypes.sizeof(_RulesetAttr) if version >= 6 else (16 if version >= 4 else 8)
     fd = _syscall(_CREATE, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     try:
-        rules = [(p, _READ_FILE) for p in read] + [(p, _READ_FILE | _READ_DIR | _EXECUTE) for p in read_dirs] \
-            + [(p, handled) for p in private]
+        rules = [(p, _READ_FILE) for p in read] + [(p, _READ_FILE | _READ_DIR) for p in read_trees] \
+            + [(p, _READ_FILE | _READ_DIR | _EXECUTE) for p in read_dirs] + [(p, handled) for p in private]
         for path, rights in rules:
             target = os.open(path, os.O_PATH | os.O_CLOEXEC)
             try:

@@ -6,7 +6,7 @@ brought up to date after writes. ``EmbeddedGraphStore.cypher`` hands an ``Opener
 What decides what:
 
 - A current saved projection (``saved``) is reopened (~0.13 s at 100k episodes); a query that
-  reaches only the world part (``text.world_only``) may reopen the tenant's saved world part
+  reaches only the world part (``reach.world_only``) may reopen the tenant's saved world part
   alone, current while the world part's generation matches.
 - Otherwise, from ``WORLD_ONLY_MIN_EPISODES`` episodes, such a query gets a projection of the
   world part alone, built in a child process and saved (``scope`` "world"); the cache replaces
@@ -38,6 +38,7 @@ from worldgraph.kg.embedded.cypher.episodes import update_episodes
 from worldgraph.kg.embedded.cypher.load import load_tenant, load_world_part, read_world_keys, read_world_rows
 from worldgraph.kg.embedded.cypher.projection import Projection
 from worldgraph.kg.embedded.cypher.saved import SavedProjections, Scratch
+from worldgraph.kg.embedded.cypher.worldpart import update_world
 
 if TYPE_CHECKING:
     from worldgraph.kg.embedded.connection import SqliteConnection
@@ -47,7 +48,7 @@ log = logging.getLogger("worldgraph")
 # A tenant's projection is saved beside the SQLite file (saved) from this many episodes + world
 # nodes + world edges: below, building it anew takes ~0.1 s, less than syncing and reopening a file.
 SAVE_MIN_ROWS = 5_000
-# From this many episodes, a query that reaches only the world part (text.world_only: rules,
+# From this many episodes, a query that reaches only the world part (reach.world_only: rules,
 # containment, transitions, scenes) is answered from a projection of the world part alone (100k
 # episodes and a 10k-node world: ~1.4 s instead of ~3 s to build; saved, and reopened while the
 # world part is unchanged), unless a current full one is saved.
@@ -56,7 +57,7 @@ WORLD_ONLY_MIN_EPISODES = 5_000
 
 class Opener:
     """The projection of ``tenant_id`` for one query; ``full`` False: the query reaches only the
-    world part (``text.world_only``)."""
+    world part (``reach.world_only``)."""
 
     def __init__(self, db: SqliteConnection, saved: SavedProjections, sqlite_path: Path, tenant_id: str,
                  full: bool, scratch: Scratch, pause: Callable[[Path], int], retire: Callable[[Path], int]) -> None:
@@ -279,7 +280,7 @@ class Opener:
                 touched = None if proj.world_unverified else self.db.world_touched(t, proj.gens[1][0], gens[1][0])
                 raw = (read_world_rows(self.read, t) if touched is None
                        else read_world_keys(self.read, t, proj.world.raw, touched))
-                if proj.update_world(raw, self._read_edges):
+                if update_world(proj, raw, self._read_edges):
                     proj.gens, proj.world_unverified = (proj.gens[0], gens[1]), False
                     return True
             if not reload_world:

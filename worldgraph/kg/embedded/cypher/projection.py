@@ -14,12 +14,10 @@ from typing import Any
 
 from worldgraph.errors import CypherQueryError
 from worldgraph.filemodes import PRIVATE_FILE
-from worldgraph.kg.codec import loads
 from worldgraph.kg.embedded.cypher.child import writer_lock
-from worldgraph.kg.embedded.cypher.load import WorldPart, WorldRows, env_row
+from worldgraph.kg.embedded.cypher.load import WorldPart, WorldRows
 from worldgraph.kg.embedded.cypher.model import (
     ENGINE,
-    INCREMENTAL_MAX,
     NODE_TABLES,
     REL_TABLES,
     WORLD_NODE_TABLES,
@@ -28,8 +26,6 @@ from worldgraph.kg.embedded.cypher.model import (
     Gens,
     Nodes,
     Rels,
-    empty_nodes,
-    empty_rels,
     node_names,
     rel_names,
 )
@@ -41,6 +37,9 @@ from worldgraph.kg.neo4j import schema as q
 # (~20 MB per table: a tenant of a few rows held ~145 MB in memory; ~4 MB per table this way), and
 # up to ~150 rows the statement is no slower (5 rows: 11 ms against 23; 1,000: 87 ms against 24).
 INSERT_MAX = 200
+# A refresh's writes stay in the database's log (children read it) until it passes this size: a
+# checkpoint of a 100k-episode projection took ~0.3 s, the refresh of a 20-item delta ~0.03 s.
+CHECKPOINT_LOG_BYTES = 16 << 20
 
 
 _KUZU_TYPES = {"string": "STRING", "int64": "INT64", "double": "DOUBLE", "bool": "BOOLEAN",
@@ -113,7 +112,7 @@ class Projection:
         self.opened_raw: WorldRows | None = None
         self.gens: Gens = ((0, ""), (0, ""))  # the store's generations it holds
         # "full", or "world": the world part alone (no episode tables, no FROM_EPISODE), for the
-        # queries that reach nothing else (text.world_only); a full projection serves every query
+        # queries that reach nothing else (reach.world_only); a full projection serves every query
         self.scope = "full"
         # reopened from a file whose episode part is behind the store's: checked record by record
         # at its first refresh (cypher.episodes), and rebuilt if another history wrote it
@@ -170,13 +169,16 @@ class Projection:
         self._unlock()
         release(self.path)
 
-    def seal(self) -> None:
-        """End a write: checkpoint what was written into the file (a child reads no log) and let go
-        of the file's lock, so children may open it. The engine's handle stays open here for the
-        next write (it changes nothing between writes: no checkpoint of its own)."""
+    def seal(self, checkpoint: bool = False) -> None:
+        """End a write and let go of the file's lock, so children may open it (they read the log
+        too: a refresh's few rows cost no checkpoint); the log is checkpointed into the file after
+        a build (``checkpoint``) or once it passes CHECKPOINT_LOG_BYTES. The engine's handle stays
+        open here for the next write (it changes nothing between writes: no checkpoint of its own)."""
         if self.conn is not None:
             try:
-                self.conn.execute("CHECKPOINT")
+                log_file = self.path.with_name(self.path.name + ".wal")
+                if checkpoint or (log_file.exists() and log_file.stat().st_size > CHECKPOINT_LOG_BYTES):
+                    self.conn.execute("CHECKPOINT")
             except BaseException:
                 self._close_writer()
                 raise
@@ -193,6 +195,9 @@ class Projection:
         if self._lock_fd is not None:
             yield
             return
+        if not self.path.exists():  # deleted: another store object named a newer copy current (or a purge)
+            self.close()
+            raise ProjectionBusy
         pause(self.path)
         try:
             if self.conn is None:
@@ -220,7 +225,7 @@ class Projection:
         self._create(nodes, rels)
         self._create(world.nodes, world.rels)
         world.nodes, world.rels = {}, {}  # loaded: only raw and the index stay
-        self.seal()
+        self.seal(checkpoint=True)
 
     def held_world_rows(self) -> tuple[WorldRows, set[str]]:
         """The world rows its tables were loaded from, as ``read_world_rows`` reads them (each
@@ -328,133 +333,6 @@ class Projection:
                                        **{n: _array(n, columns[n], kinds[n])[0] for n in kinds}})
                 self.conn.execute(f"COPY {rtype} FROM arrow_rows (from='{a}', to='{b}')")
 
-    def update_world(self, raw: WorldRows, read_edges: Callable[[str, list[str]], list[tuple[str, str]]]) -> bool:
-        """Bring the world part to ``raw`` (the world rows read now) by reloading only the rows
-        that changed and the relationships that touch them; False (nothing changed) when the
-        change is not of that kind (environments come or go, too many rows, a property changes
-        type): the caller then reloads the whole world part. ``read_edges(env, ids)``:
-        the (id, data) of the env's edges from or to those node ids."""
-        if self.world is None or self.episodes is None:  # opened from a file: its rows are not at hand
-            return False
-        old = self.world.raw
-        world = self.world.world
-        if raw["env_meta"].keys() != old["env_meta"].keys():
-            return False
-        changed = {t: {k for k, _ in raw[t].items() ^ old[t].items()} for t in raw}
-        if sum(map(len, changed.values())) > INCREMENTAL_MAX:
-            return False
-        envs = [e for e, d in raw["env_meta"].items() if old["env_meta"][e] != d]
-        scenes = changed["scenes"] | changed["scene_reports"]
-        for sid in scenes:
-            env = loads(raw["scenes"][sid]).get("env_name") if sid in raw["scenes"] else None
-            was = loads(old["scenes"][sid]).get("env_name") if sid in old["scenes"] else None
-            # an environment that only scenes name would come or go: the world part is reloaded
-            if (env is not None and env not in world.envs) or (was is not None and was not in raw["env_meta"]):
-                return False
-        # A row still there whose label and links stay as they were (the same kind, sources, linked
-        # nodes, ends) is updated in place; the rest is deleted and created again with the
-        # relationships touching it (a node's edges, the rules linked to it).
-        same = _unlinked_changes(old, raw, changed, scenes)
-        moved = set(changed["world_nodes"]) - same["world_nodes"]
-        rules = set(changed["world_rules"]) - same["world_rules"]
-        edges = set(changed["world_edges"]) - same["world_edges"]
-        for sid in scenes:  # what links to a scene names its id: those rows are reloaded with it
-            moved |= {k for k, data in raw["world_nodes"].items() if sid in data}
-            rules |= {k for k, data in raw["world_rules"].items() if sid in data}
-            edges |= {k for k, data in raw["world_edges"].items() if sid in data}
-        by_env: dict[str, list[str]] = {}
-        for env, nid in moved:
-            by_env.setdefault(env, []).append(nid)
-        for env, ids in by_env.items():
-            edges |= {(env, eid) for eid, _ in read_edges(env, ids)}
-        same["world_nodes"] -= moved
-        same["world_edges"] -= edges
-        # an edge updated in place keeps its ends: neither may be a node that is replaced
-        same["world_edges"] = {k for k in same["world_edges"] if not _touches(loads(raw["world_edges"][k]), k[0], moved)}
-        edges |= {k for k in set(changed["world_edges"]) - edges if k not in same["world_edges"]}
-        if moved:
-            moved_ids = {nid for _env, nid in moved}
-            for key, data in raw["world_rules"].items():
-                if any(nid in data for nid in moved_ids):  # a cheap test on the text first
-                    linked = loads(data).get("linked_node_ids") or []
-                    if any((key[0], nid) in moved for nid in linked):
-                        rules.add(key)
-        t = self.tenant_id
-        # the changed edges as they are in the projection: (type, from label) -> [(from pk, key)]
-        old_edges: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for env, eid in edges:
-            if (env, eid) in old["world_edges"]:
-                e = loads(old["world_edges"][(env, eid)])
-                rtype = q.EDGE_TYPES.get(e.get("relation", ""))
-                src = world.index.get((env, e.get("src_id")))
-                if src is None and rtype == "EPISODIC" and e.get("src_id") in world.scenes:
-                    src = ("Scene", e["src_id"])
-                if rtype is not None and src is not None:
-                    old_edges.setdefault((rtype, src[0]), []).append({"a": src[1], "key": q.world_key(t, env, eid)})
-        with self.refreshing():
-            try:
-                # each from its source node, found by its key, then among that node's relationships
-                # (a scan of the whole relationship table took 20-45 ms per type at 10k edges)
-                for (rtype, label), erows in old_edges.items():
-                    self.conn.execute(f"MATCH (a:{label})-[e:{rtype}]->() WHERE a.{NODE_TABLES[label][0]} IN $a "
-                                      "AND e.key IN $keys DELETE e",
-                                      {"a": list({r["a"] for r in erows}), "keys": [r["key"] for r in erows]})
-                self.delete_nodes("Rule", [q.world_key(t, env, rid) for env, rid in rules])
-                self.delete_nodes("Scene", list(scenes))
-                world.scenes = set(raw["scenes"])
-                gone: dict[str, list[str]] = {}
-                for k in moved:
-                    if k in world.index:
-                        label, key = world.index.pop(k)
-                        gone.setdefault(label, []).append(key)
-                for label, keys in gone.items():
-                    self.delete_nodes(label, keys)
-                nodes = empty_nodes(("Scene", "Entity", "State", "Rule"))
-                rels = empty_rels(("IN_ENV", "FROM_EPISODE", "PRODUCED", "CONCERNS", "TRANSITION", "CONTAINS",
-                                    "EPISODIC"))
-                for sid in scenes:
-                    if sid in raw["scenes"]:
-                        world.scene(nodes, rels, raw["scenes"][sid], raw["scene_reports"].get(sid), self.episodes)
-                for k in moved:
-                    if k in raw["world_nodes"]:
-                        world.node(nodes, rels, k[0], raw["world_nodes"][k])
-                for k in rules:
-                    if k in raw["world_rules"]:
-                        world.rule(nodes, rels, k[0], raw["world_rules"][k])
-                for k in edges:
-                    if k in raw["world_edges"]:
-                        world.edge(rels, k[0], raw["world_edges"][k])
-                for label, columns in nodes.items():
-                    self.insert_nodes(label, columns)
-                for rtype, by_pair in rels.items():
-                    for pair, columns in by_pair.items():
-                        self.insert_rels(rtype, pair, columns)
-                # in place: their links are as they were (the rows the loader makes for them are dropped)
-                nodes = empty_nodes(("Entity", "State", "Rule"))
-                rels = empty_rels(("TRANSITION", "CONTAINS", "EPISODIC"))
-                unused = empty_rels(("PRODUCED", "CONCERNS"))
-                for k in same["world_nodes"]:
-                    world.node(nodes, unused, k[0], raw["world_nodes"][k])
-                for k in same["world_rules"] - rules:
-                    world.rule(nodes, unused, k[0], raw["world_rules"][k])
-                for k in same["world_edges"]:
-                    world.edge(rels, k[0], raw["world_edges"][k])
-                for label, columns in nodes.items():
-                    self.update_nodes(label, columns)
-                for rtype, by_pair in rels.items():
-                    for pair, columns in by_pair.items():
-                        self.update_rels(rtype, pair, columns)
-                for env in envs:
-                    row = env_row(t, env, raw["env_meta"][env])
-                    self.conn.execute("MATCH (e:Environment {env_name: $env_name}) SET e.record = $record, "
-                                      "e.graph_version = $graph_version, e.updated_at = $updated_at",
-                                      {k: v for k, v in row.items() if k != "tenant_id"})
-            except (RuntimeError, CypherQueryError):
-                # half applied: the whole world part is reloaded from the store (the caller)
-                return False
-        self.world.raw = raw
-        return True
-
     # A few rows are written with UNWIND statements: each COPY costs 10-40 ms whatever its size.
     def delete_nodes(self, label: str, pks: list[Any]) -> None:
         if pks:
@@ -510,35 +388,9 @@ class Projection:
             self._close_writer()
 
 
-def _unlinked_changes(old: WorldRows, raw: WorldRows, changed: dict[str, set[Any]], scenes: set[str]) \
-        -> dict[str, set[Any]]:
-    """Of the changed world nodes, rules and edges, those present before and after whose change
-    leaves what the projection derives links from as it was: a node's kind and source scenes, a
-    rule's linked nodes and source scenes, an edge's relation and ends; and that name no changed
-    scene. (A rule or edge may still be replaced when a node it links is: the caller checks.)"""
-    links = {"world_nodes": ("kind", "source_scenes"), "world_rules": ("linked_node_ids", "source_scenes"),
-             "world_edges": ("relation", "src_id", "dst_id")}
-    out: dict[str, set[Any]] = {}
-    for table, fields in links.items():
-        keep = set()
-        for k in changed[table]:
-            if k not in old[table] or k not in raw[table] or any(sid in raw[table][k] or sid in old[table][k]
-                                                                for sid in scenes):
-                continue
-            a, b = loads(old[table][k]), loads(raw[table][k])
-            if all(a.get(f) == b.get(f) for f in fields):
-                keep.add(k)
-        out[table] = keep
-    return out
-
-
-def _touches(edge: dict[str, Any], env: str, moved: set[tuple[str, str]]) -> bool:
-    return (env, edge.get("src_id")) in moved or (env, edge.get("dst_id")) in moved
-
-
 def _copy_whole(src: Path, dst: Path) -> None:
-    """Copy a projection file while no writer changes it (a shared lock, as a query child's; a
-    writer holds the file only for its write window)."""
+    """Copy a projection file and its log while no writer changes them (a shared lock, as a query
+    child's; a writer holds the file only for its write window)."""
     fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
     try:
         end = time.monotonic() + 30.0
@@ -550,8 +402,10 @@ def _copy_whole(src: Path, dst: Path) -> None:
                 if time.monotonic() > end:
                     raise RuntimeError(f"{src} stayed locked by a writer for 30 s") from None
                 time.sleep(0.01)
-        shutil.copyfile(src, dst)
-        os.chmod(dst, PRIVATE_FILE)
+        for a, b in ((src, dst), (src.with_name(src.name + ".wal"), dst.with_name(dst.name + ".wal"))):
+            if a.exists():
+                shutil.copyfile(a, b)
+                os.chmod(b, PRIVATE_FILE)
     finally:
         os.close(fd)
 

@@ -37,6 +37,7 @@ from worldgraph.kg.embedded.cypher.model import ENGINE
 from worldgraph.kg.embedded.cypher.opener import Opener
 from worldgraph.kg.embedded.cypher.pool import ChildClosed, ChildCrashed, ChildPool, PoolSettings
 from worldgraph.kg.embedded.cypher.projection import Projection
+from worldgraph.kg.embedded.cypher.reach import world_only
 from worldgraph.kg.embedded.cypher.saved import SavedProjections, Scratch, folder_for
 from worldgraph.kg.store import Record
 
@@ -100,7 +101,7 @@ class CypherRunner:
         crash_key = hashlib.sha256(translated.encode("utf-8", "surrogatepass")).hexdigest()
         if self._crashes.get(crash_key, 0) >= 2:
             raise self._refused(query)
-        opener = Opener(self.db, self.saved, self.sqlite_path, tenant_id, full=not text.world_only(query),
+        opener = Opener(self.db, self.saved, self.sqlite_path, tenant_id, full=not world_only(query),
                         scratch=self.scratch, pause=lambda p: self.children.pause(p),
                         retire=lambda p: self.children.retire(p))
         children = self.children

@@ -6,7 +6,7 @@ opening a saved one takes ~0.1 s, and its engine then holds only the pages queri
 whole graph. The rules:
 
 - **Where.** ``<sqlite file>-cypher/`` beside the store's SQLite file (mode 0700; the files 0600):
-  ``<key>.json`` names the current database ``<key>-<build id>.lbug`` of the tenant whose
+  ``<key>.json`` names the current database ``<key>-<build id>/projection.lbug`` of the tenant whose
   SHA-256 is ``key`` (a tenant id may hold any character; a folder listing names no tenant).
   Each build writes a new file under a new id, so a process never writes a file another one
   reads, and a file half written by a killed process is never named.
@@ -19,7 +19,7 @@ whole graph. The rules:
   never trusted from a log: its episode part by ``episodes`` (every record it holds checked
   against the row of its id first, so another history's records are never kept), its world part
   by the rows it holds, read back from its own tables (``Projection.held_world_rows``), against
-  all of the tenant's world rows (``Projection.update_world``); the differences are applied row
+  all of the tenant's world rows (``worldpart.update_world``); the differences are applied row
   by row, and past ``INCREMENTAL_MAX`` of them, or a new environment, a new one is built. A crash
   half way through a refresh leaves generations behind, so that database is compared again.
 - **One writer.** LadybugDB locks a database file against other processes, not against a second
@@ -56,6 +56,10 @@ log = logging.getLogger("worldgraph")
 # file saved by format 1 may hold what a query wrote into it, so none is trusted.
 FORMAT = 2
 SUFFIX = ".lbug"
+# A database lives alone in a folder of its own, ``<key>-<build id>/projection.lbug`` (and its log
+# ``projection.lbug.wal``): a query child may read that folder, which holds the tenant's projection
+# and nothing else, so it reads the log the store writes between checkpoints.
+DB_NAME = "projection" + SUFFIX
 
 _lock = threading.Lock()
 _claimed: set[str] = set()  # database files this process has open
@@ -95,8 +99,8 @@ class SavedProjections:
         self.folder = folder
 
     def holds(self, path: Path) -> bool:
-        """Whether ``path`` is a file of this folder (a saved projection, or one being built)."""
-        return self.folder is not None and path.parent == self.folder
+        """Whether ``path`` is a database of this folder (a saved projection, or one being built)."""
+        return self.folder is not None and path.parent.parent == self.folder
 
     @staticmethod
     def key(tenant_id: str) -> str:
@@ -104,8 +108,8 @@ class SavedProjections:
 
     def _prefix(self, tenant_id: str, scope: str) -> str:
         """What the names of the tenant's files of ``scope`` start with: ``<key>`` (a full
-        projection: ``<key>.json``, ``<key>-<build id>.lbug``) or ``<key>-world`` (the world part
-        alone: ``<key>-world.json``, ``<key>-world-<build id>.lbug``; a build id is hex, so no full
+        projection: ``<key>.json``, ``<key>-<build id>/``) or ``<key>-world`` (the world part
+        alone: ``<key>-world.json``, ``<key>-world-<build id>/``; a build id is hex, so no full
         projection's name starts so)."""
         return self.key(tenant_id) + ("-world" if scope == "world" else "")
 
@@ -129,7 +133,7 @@ class SavedProjections:
             return None
         if meta.get("format") != FORMAT or meta.get("engine") != _engine_version():
             # written by another version (format 1 may hold what a query wrote): never used, deleted
-            self._remove(tenant_id, keep=(), scope=scope, side_files_of=None)
+            self._remove(tenant_id, keep=(), scope=scope)
             return None
         held = meta.get("gens")
         if not (isinstance(held, list) and len(held) == 2 and all(isinstance(g, list) and len(g) == 2 for g in held)):
@@ -140,7 +144,7 @@ class SavedProjections:
         if not isinstance(name, str) or not isinstance(kinds, dict) or "/" in name or os.sep in name \
                 or not name.startswith(self._prefix(tenant_id, scope) + "-"):
             return None
-        path = self.folder / name
+        path = self.folder / name / DB_NAME
         (e, es), (w, ws) = held
         return (path, kinds, ((int(e), str(es)), (int(w), str(ws)))) if path.is_file() else None
 
@@ -153,7 +157,7 @@ class SavedProjections:
         except OSError as exc:  # a full disk, say
             log.warning("could not make %s (%s); the Cypher projection is built in memory", self.folder, exc)
             return None
-        return self.folder / f"{self._prefix(tenant_id, scope)}-{uuid.uuid4().hex}{SUFFIX}"
+        return _new_database(self.folder, self._prefix(tenant_id, scope))
 
     def save(self, tenant_id: str, path: Path | None, gens: Gens, kinds: dict[str, dict[str, str]],
              scope: str = "full") -> None:
@@ -162,7 +166,7 @@ class SavedProjections:
         deleted meanwhile (a purge)."""
         if self.folder is None or path is None or not self.holds(path) or not path.is_file():
             return
-        meta = {"format": FORMAT, "engine": _engine_version(), "tenant_id": tenant_id, "file": path.name,
+        meta = {"format": FORMAT, "engine": _engine_version(), "tenant_id": tenant_id, "file": path.parent.name,
                 "gens": gens, "kinds": kinds, "scope": scope}
         target = self._meta_path(tenant_id, scope)
         tmp = target.with_name(f"{target.name}.{uuid.uuid4().hex}.tmp")
@@ -176,25 +180,23 @@ class SavedProjections:
                         "open", self.folder, exc)
             tmp.unlink(missing_ok=True)
             return
-        self._private(path)
-        self._remove(tenant_id, keep=(path.name, target.name), scope=scope, side_files_of=path.name)
+        _private(path)
+        self._remove(tenant_id, keep=(path.parent.name, target.name), scope=scope)
 
     def remove(self, tenant_id: str) -> None:
         """Delete the tenant's saved projections, of both scopes (a process that has one open reads
         on until it closes it)."""
         if self.folder is not None:
-            self._remove(tenant_id, keep=(), scope=None, side_files_of=None)
+            self._remove(tenant_id, keep=(), scope=None)
             Scratch.sweep(self.folder, tenant_id)
 
     def remove_file(self, path: Path) -> None:
-        """Delete one database that was not saved (a build that failed), with LadybugDB's side files."""
-        for p in _files_of(path):
-            p.unlink(missing_ok=True)
+        """Delete one database that was not saved (a build that failed), with its folder."""
+        _delete(path)
 
-    def _remove(self, tenant_id: str, keep: tuple[str, ...], scope: str | None, side_files_of: str | None) -> None:
-        """Delete the tenant's files of ``scope`` (None: of both) but ``keep`` and the side files
-        of ``side_files_of`` (``<file>.wal``: the log of the database being named current holds
-        its latest changes; a save's leftover ``<meta>.<id>.tmp`` goes)."""
+    def _remove(self, tenant_id: str, keep: tuple[str, ...], scope: str | None) -> None:
+        """Delete the tenant's databases and files of ``scope`` (None: of both) but ``keep`` (a
+        save's leftover ``<meta>.<id>.tmp`` goes too)."""
         assert self.folder is not None
         key, world = self.key(tenant_id), self._prefix(tenant_id, "world")
         try:
@@ -203,20 +205,39 @@ class SavedProjections:
             return
         for name in names:
             ours = name.startswith(key) and (scope is None or name.startswith(world) == (scope == "world"))
-            side = side_files_of is not None and name.startswith(side_files_of + ".")
-            if ours and name not in keep and not side:
+            if ours and name not in keep:
                 try:
-                    os.unlink(self.folder / name)
+                    if (self.folder / name).is_dir():
+                        shutil.rmtree(self.folder / name)
+                    else:
+                        os.unlink(self.folder / name)
                 except OSError as exc:  # pragma: no cover - e.g. Windows, where an open file stays
-                    log.warning("could not delete the old Cypher projection file %s (%s)", self.folder / name, exc)
+                    log.warning("could not delete the old Cypher projection %s (%s)", self.folder / name, exc)
 
-    def _private(self, path: Path) -> None:
-        """LadybugDB creates its files with the umask's mode: drop group and other bits."""
-        for p in _files_of(path):
-            try:
-                os.chmod(p, PRIVATE_FILE)
-            except OSError:  # pragma: no cover - vanished meanwhile
-                pass
+
+def _new_database(folder: Path, prefix: str) -> Path:
+    """A new database's path, ``<folder>/<prefix>-<build id>/projection.lbug`` (its folder made, 0700)."""
+    home = folder / f"{prefix}-{uuid.uuid4().hex}"
+    os.mkdir(home, 0o700)
+    return home / DB_NAME
+
+
+def _delete(path: Path) -> None:
+    """Delete a database: its folder (``_new_database``), or the file and its side files."""
+    if path.name == DB_NAME:
+        shutil.rmtree(path.parent, ignore_errors=True)
+    else:
+        for p in [path, *path.parent.glob(path.name + ".*")]:
+            p.unlink(missing_ok=True)
+
+
+def _private(path: Path) -> None:
+    """LadybugDB creates its files with the umask's mode: drop group and other bits."""
+    for p in path.parent.iterdir():
+        try:
+            os.chmod(p, PRIVATE_FILE)
+        except OSError:  # pragma: no cover - vanished meanwhile
+            pass
 
 
 def _alive(pid: int) -> bool:
@@ -227,11 +248,6 @@ def _alive(pid: int) -> bool:
     except OSError:  # another user's: alive
         return True
     return True
-
-
-def _files_of(path: Path) -> list[Path]:
-    """A LadybugDB database file and its side files (``<file>.wal`` ...)."""
-    return [path, *path.parent.glob(path.name + ".*")]
 
 
 class Scratch:
@@ -261,15 +277,14 @@ class Scratch:
             return self._folder
 
     def new_path(self, tenant_id: str) -> Path:
-        return self.folder / f"{SavedProjections.key(tenant_id)}-{uuid.uuid4().hex}{SUFFIX}"
+        return _new_database(self.folder, SavedProjections.key(tenant_id))
 
     def holds(self, path: Path) -> bool:
-        return self._folder is not None and path.parent == self._folder
+        return self._folder is not None and path.parent.parent == self._folder
 
     def remove(self, path: Path) -> None:
         if self.holds(path):
-            for p in _files_of(path):
-                p.unlink(missing_ok=True)
+            _delete(path)
 
     def close(self) -> None:
         with self._lock:
@@ -295,4 +310,4 @@ class Scratch:
                 shutil.rmtree(folder, ignore_errors=True)
             elif key is not None:
                 for f in folder.glob(key + "-*"):
-                    f.unlink(missing_ok=True)
+                    shutil.rmtree(f, ignore_errors=True)
