@@ -111,7 +111,8 @@ def restrict(read: Iterable[str] = (), read_dirs: Iterable[str] = (), private: I
     (for reading), what is beneath ``read_trees`` (reading), beneath ``read_dirs`` (reading and
     executing: code) and beneath ``private`` (anything), binds and connects no TCP port and
     signals no process outside its domain. Needs one thread (every thread that exists later is
-    bound; one that exists now would not be): RuntimeError otherwise. Returns the ABI applied; LandlockUnavailable without Landlock."""
+    bound; one that exists now would not be): RuntimeError otherwise. Returns the ABI applied;
+    LandlockUnavailable without Landlock."""
     version = abi()
     if version < 1:
         raise LandlockUnavailable(errno.EOPNOTSUPP, "this kernel has no Landlock (Linux >= 5.13 with it enabled)")
