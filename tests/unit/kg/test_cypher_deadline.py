@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from mcp import Client
 
 from worldgraph import CypherQueryError, WorldModel
-from worldgraph.errors import InvalidInputError
+from worldgraph.errors import CypherBusyError, InvalidInputError
 from worldgraph.kg.neo4j.store import Neo4jGraphStore
 from worldgraph.memory.embeddings import HashingEmbedder
 from worldgraph.server.app import create_app
@@ -103,30 +103,38 @@ def test_a_query_the_parser_chokes_on_ends_at_the_deadline(wm: WorldModel, tenan
 
 
 def test_several_at_once_each_end_on_time_and_another_tenant_is_served(wm: WorldModel, tenant: str) -> None:
-    """8 at once made one request never answer and another tenant wait 22.5 s."""
+    """8 at once made one request never answer and another tenant wait 22.5 s. Now a tenant runs at
+    most 2 at once (cypher_max_in_flight_per_tenant): the others are refused at once (429, with
+    Retry-After on REST), the two end on time, and another tenant is served meanwhile."""
     store = store_of(wm)
     hostile = ["RETURN reduce(s = 0, i IN range(1, 50000000) | s + i) AS x",
                "RETURN " + "[" * 3000 + "1" + "]" * 3000 + " AS x"] * 2
-    took: list[float] = []
+    took: list[tuple[str, float]] = []
 
     def one(query: str) -> None:
         started = time.monotonic()
         try:
             store.cypher(tenant, query)
+            outcome = "rows"
+        except CypherBusyError:
+            outcome = "busy"
         except CypherQueryError:
-            pass
-        took.append(time.monotonic() - started)
+            outcome = "stopped"
+        took.append((outcome, time.monotonic() - started))
 
     threads = [threading.Thread(target=one, args=(q,)) for q in hostile]
     for t in threads:
         t.start()
+        time.sleep(0.05)
     time.sleep(0.2)
     started = time.monotonic()
     assert wm.cypher(f"{tenant}-other", "RETURN 1 AS one") == [{"one": 1}]
     other = time.monotonic() - started
     for t in threads:
         t.join()
-    assert len(took) == len(hostile) and max(took) < TIMEOUT + SLACK, took
+    assert len(took) == len(hostile) and max(t for _, t in took) < TIMEOUT + SLACK, took
+    busy = [t for outcome, t in took if outcome == "busy"]
+    assert len(busy) == 2 and max(busy) < 0.5, took
     assert other < TIMEOUT + SLACK, other
 
 

@@ -5,6 +5,7 @@ its function list is the installed engine's."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +97,40 @@ def test_the_checks_are_linear_in_the_query() -> None:
         return best
     small, large = cost(1000), cost(4000)
     assert large < 8 * small + 0.05, (small, large)  # 4x the text: ~4x the time (quadratic would be 16x)
+
+
+def test_values_and_errors_round_trip(tmp_path: Path) -> None:
+    """Lists come back as lists (nested ones too); what the engine cannot bind or build is a 400
+    naming it, on Python and REST: a list parameter mixing types, a lone surrogate in a literal."""
+    from fastapi.testclient import TestClient
+
+    from worldgraph import WorldModel
+    from worldgraph.errors import CypherInputError
+    from worldgraph.memory.embeddings import HashingEmbedder
+    from worldgraph.server.app import create_app
+    from worldgraph.server.keys import ApiKeys
+
+    with WorldModel.open(tmp_path, embedder=HashingEmbedder(64)) as wm:
+        wm.record_experience("t", {"agent_id": "a", "agent_role": "r", "task_type": "t", "task_description": "x",
+                                   "outcome": "success"})
+        assert wm.cypher("t", "RETURN $x AS x, [[1, 2], [3]] AS y", {"x": [[1, 2], [3]]}) == [
+            {"x": [[1, 2], [3]], "y": [[1, 2], [3]]}]
+        assert wm.cypher("t", "RETURN $m AS m", {"m": {"a": [1, 2], "b": "s"}}) == [{"m": {"a": [1, 2], "b": "s"}}]
+        with pytest.raises(CypherInputError, match="params.x.*mixes values of different types"):
+            wm.cypher("t", "RETURN $x AS x", {"x": [1, "a"]})
+        with pytest.raises(CypherInputError, match=r"params.x\b.*list of number, list of string"):
+            wm.cypher("t", "RETURN $x AS x", {"x": [[1], ["a"]]})
+        with pytest.raises(CypherQueryError, match="not valid Unicode"):
+            wm.cypher("t", "RETURN CAST('\\uD800' AS INT64) AS x")
+        key, _ = ApiKeys(wm.store).create("t")
+        with TestClient(create_app(wm), raise_server_exceptions=False) as client:
+            for body, status, kind in (({"query": "RETURN '\\uD800' AS x"}, 400, "invalid_query"),
+                                       ({"query": "RETURN $x AS x", "params": {"x": [1.5, "a"]}}, 400, "invalid_input"),
+                                       ({"query": "COMMENT ON TABLE Episode IS 'x'"}, 403, "query_refused"),
+                                       ({"query": "RETURN $x AS x", "params": {"x": [[1], [2, 3]]}}, 200, None)):
+                r = client.post("/v1/cypher", json=body, headers={"Authorization": f"Bearer {key}"})
+                assert r.status_code == status, r.text
+                if kind:
+                    assert r.json()["error"]["type"] == kind
+                else:
+                    assert r.json() == {"rows": [{"x": [[1], [2, 3]]}]}
