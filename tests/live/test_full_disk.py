@@ -143,11 +143,12 @@ def test_a_full_disk_opens_read_only_and_recall_works(tmp_path: Path, caplog: py
                 wm.record_experience(T, _exp("more", 1))
 
 
-def test_a_cypher_projection_that_cannot_be_saved_is_built_in_memory(
+def test_a_cypher_projection_that_cannot_be_saved_is_built_in_a_temporary_folder(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """The disk fills while the store is open: the tenant's projection cannot be written beside the
-    SQLite file, so the query is answered from one built in memory, and no half-written file is
-    named (the next open with room builds and saves it)."""
+    SQLite file nor in the data folder's scratch folder, so the query is answered from one built in
+    the system's temporary folder, and no half-written file is named (the next open with room
+    builds and saves it)."""
     from worldgraph.kg.embedded.cypher import opener as opener_module
     from worldgraph.kg.embedded.cypher.saved import folder_for
 
@@ -161,7 +162,7 @@ def test_a_cypher_projection_that_cannot_be_saved_is_built_in_memory(
             filler = fill(disk)
             with caplog.at_level(logging.WARNING, logger="worldgraph"):
                 assert wm.cypher(T, count) == [{"n": 40}]
-            assert any("in memory" in r.getMessage() for r in caplog.records)
+            assert any("in a temporary folder" in r.getMessage() for r in caplog.records)
             assert not list(folder_for(wm.store.path).glob("*.json"))  # nothing named
             filler.unlink()
             wm.record_experience(T, _exp("cy", 99))

@@ -177,12 +177,13 @@ class Opener:
                 raise
         except RuntimeError as exc:
             self.saved.remove_file(path)
-            if not self.saved.holds(path):
+            self.scratch.remove(path)
+            if self.scratch.holds(path, spill=True) or not (self.saved.holds(path) or self.scratch.holds(path)):
                 raise
-            # the data folder's disk is full, say: this query is answered from the temporary folder
+            # the data folder's disk is full, say: this query is answered from the system's temporary folder
             log.warning("could not build the Cypher projection in %s (%s); building it in a temporary folder",
                         path, exc)
-            return self._fill(self.scratch.new_path(t))
+            return self._fill(self.scratch.new_path(t, spill=True))
         proj.gens = gens
         self._keep(proj)
         return proj

@@ -78,7 +78,7 @@ class CypherRunner:
         """The query children (started on first use, with the folders their projections live in)."""
         with self._lock:
             if self._children is None:
-                roots = [str(self.scratch.folder)]
+                roots = [str(f) for f in self.scratch.folders()]
                 if self.saved.folder is not None:
                     try:
                         private_dir(self.saved.folder)

@@ -251,36 +251,60 @@ def _alive(pid: int) -> bool:
 
 
 class Scratch:
-    """The store's private temporary folder: projections that are not saved (small tenants, a
+    """The store's private temporary folders: projections that are not saved (small tenants, a
     read-only store) are files here, so that query children open them read-only like saved ones.
-    For a writable store it is ``scratch-<pid>-<random>`` inside the saved projections' folder
-    (so a tenant's rows stay in the data folder, and a purge finds them there: ``sweep``); for a
-    read-only one, in ``tempfile``'s folder. Mode 0700, made on first use, removed with the store;
+    For a writable store the first is ``scratch-<pid>-<random>`` inside the saved projections'
+    folder (so a tenant's rows stay in the data folder, and a purge finds them there: ``sweep``);
+    the *spill* folder, in ``tempfile``'s folder, takes what the data folder's disk cannot (full),
+    and is the only one of a read-only store. Mode 0700, made on first use, removed with the store;
     each file is deleted when its projection is let go (a child reading it keeps it until it ends).
-    A folder left by a process that was killed is removed by the next store that opens the data
-    folder's projections (``sweep``)."""
+    A folder left in the data folder by a process that was killed is removed by the next store
+    that opens the data folder's projections (``sweep``)."""
 
     def __init__(self, parent: Path | None) -> None:
         self.parent = parent
         self._folder: Path | None = None
+        self._spill: Path | None = None
         self._lock = threading.Lock()
 
     @property
     def folder(self) -> Path:
         with self._lock:
-            if self._folder is None:
-                if self.parent is not None:
+            if self._folder is None and self.parent is not None:
+                try:
                     private_dir(self.parent)
                     self.sweep(self.parent)
-                self._folder = Path(tempfile.mkdtemp(prefix=f"scratch-{os.getpid()}-" if self.parent is not None
-                                                     else "worldgraph-cypher-", dir=self.parent))
-            return self._folder
+                    self._folder = Path(tempfile.mkdtemp(prefix=f"scratch-{os.getpid()}-", dir=self.parent))
+                except OSError as exc:  # a full disk
+                    log.warning("could not make a scratch folder in %s (%s): using a temporary folder", self.parent,
+                                exc)
+            return self._folder if self._folder is not None else self._spill_folder()
 
-    def new_path(self, tenant_id: str) -> Path:
-        return _new_database(self.folder, SavedProjections.key(tenant_id))
+    def _spill_folder(self) -> Path:
+        if self._spill is None:
+            self._spill = Path(tempfile.mkdtemp(prefix="worldgraph-cypher-"))
+        return self._spill
 
-    def holds(self, path: Path) -> bool:
-        return self._folder is not None and path.parent.parent == self._folder
+    def folders(self) -> list[Path]:
+        """Every folder a projection may be in (made now: query children need them at their start)."""
+        first = self.folder
+        with self._lock:
+            return sorted({first, self._spill_folder()})
+
+    def new_path(self, tenant_id: str, spill: bool = False) -> Path:
+        """Where a new database of the tenant is built (``spill``: in the spill folder)."""
+        if spill:
+            with self._lock:
+                folder = self._spill_folder()
+        else:
+            folder = self.folder
+        return _new_database(folder, SavedProjections.key(tenant_id))
+
+    def holds(self, path: Path, spill: bool | None = None) -> bool:
+        """Whether ``path`` is a database of these folders (``spill``: of that one only, or not)."""
+        folders = {"first": self._folder, "spill": self._spill}
+        wanted = [folders["spill"]] if spill else [folders["first"]] if spill is False else list(folders.values())
+        return any(f is not None and path.parent.parent == f for f in wanted)
 
     def remove(self, path: Path) -> None:
         if self.holds(path):
@@ -288,9 +312,10 @@ class Scratch:
 
     def close(self) -> None:
         with self._lock:
-            folder, self._folder = self._folder, None
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
+            folders, self._folder, self._spill = [self._folder, self._spill], None, None
+        for folder in folders:
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
 
     @staticmethod
     def sweep(parent: Path, tenant_id: str | None = None) -> None:
