@@ -50,13 +50,28 @@ from typing import Any, TextIO
 
 from worldgraph.kg.embedded.cypher import confine
 
-__all__ = ["decode_params", "encode_params", "main", "wire", "writer_lock"]
+__all__ = ["decode_params", "encode_params", "main", "reader_lock", "wire", "writer_lock"]
 
 # where the dynamic linker finds the engine's libraries (libstdc++, libssl ...); read-only in the
 # first ruleset only
 _LIBRARY_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib")
 _LD_CACHE = "/etc/ld.so.cache"
 LOCK_WAIT = 10.0  # seconds a child waits for a writer's exclusive lock on its file
+
+
+def reader_lock(fd: int, wait: float) -> None:
+    """Take the shared lock a reader of a projection file holds (a query child, a copy): a writer
+    holds it exclusively only for a write window, so this waits up to ``wait`` seconds for it
+    (TimeoutError past that)."""
+    end = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > end:
+                raise TimeoutError(f"a projection file stayed locked by a writer for {wait} s") from None
+            time.sleep(0.01)
 
 
 def writer_lock(fd: int) -> bool:
@@ -198,15 +213,7 @@ class _Session:
             confine.restrict(read_trees=[os.path.dirname(path)])  # RuntimeError past one thread
         self.path = path
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        end = time.monotonic() + LOCK_WAIT
-        while True:  # a writer changing the file in place holds it exclusively for a moment
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > end:
-                    raise TimeoutError(f"{path} stayed locked by a writer for {LOCK_WAIT} s") from None
-                time.sleep(0.01)
+        reader_lock(fd, LOCK_WAIT)  # a writer changing the file in place holds it exclusively for a moment
         self.lock_fd = fd
         if msg.get("memory"):
             confine.limit_memory(int(msg["memory"]))

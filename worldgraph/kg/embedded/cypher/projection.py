@@ -3,10 +3,8 @@ COPY FROM Arrow tables; the few-row writes a world refresh makes (``refresh``)."
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +12,7 @@ from typing import Any
 
 from worldgraph.errors import CypherQueryError
 from worldgraph.filemodes import PRIVATE_FILE
-from worldgraph.kg.embedded.cypher.child import writer_lock
+from worldgraph.kg.embedded.cypher.child import reader_lock, writer_lock
 from worldgraph.kg.embedded.cypher.load import WorldPart, WorldRows
 from worldgraph.kg.embedded.cypher.model import (
     ENGINE,
@@ -393,15 +391,10 @@ def _copy_whole(src: Path, dst: Path) -> None:
     child's; a writer holds the file only for its write window)."""
     fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        end = time.monotonic() + 30.0
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > end:
-                    raise RuntimeError(f"{src} stayed locked by a writer for 30 s") from None
-                time.sleep(0.01)
+        try:
+            reader_lock(fd, 30.0)
+        except TimeoutError as exc:
+            raise RuntimeError(str(exc)) from None
         for a, b in ((src, dst), (src.with_name(src.name + ".wal"), dst.with_name(dst.name + ".wal"))):
             if a.exists():
                 shutil.copyfile(a, b)
