@@ -63,7 +63,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cypher import episodes  # noqa: E402
 from bench_neo4j import ENV, make_plan  # noqa: E402
 
-from worldgraph.kg.embedded.cypher.reach import world_only  # noqa: E402
+try:
+    from worldgraph.kg.embedded.cypher.reach import world_only
+except ImportError:  # a tree before the sandbox (--hostile runs there too)
+    from worldgraph.kg.embedded.cypher.text import world_only  # type: ignore[attr-defined,no-redef]
 from worldgraph.kg.embedded.cypher.saved import folder_for  # noqa: E402
 from worldgraph.kg.embedded.store import EmbeddedGraphStore  # noqa: E402
 from worldgraph.kg.store import GraphStore  # noqa: E402

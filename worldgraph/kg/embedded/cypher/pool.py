@@ -141,14 +141,13 @@ class _Child:
         return f"exited with status {code}"
 
     def kill(self) -> None:
+        """SIGKILL, without waiting: a child that holds gigabytes takes seconds to give them back
+        before it ends (measured under load), and the caller has its answer now; a thread reaps it."""
         try:
             self.proc.kill()
         except OSError:
             pass
-        try:
-            self.proc.wait(timeout=5.0)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a kill -9 that does not end it
-            log.warning("the Cypher query child %s did not end after SIGKILL", self.pid)
+        threading.Thread(target=self.proc.wait, name="worldgraph-cypher-reaper", daemon=True).start()
         for stream in (self.proc.stdin, self.proc.stdout):
             try:
                 if stream is not None:
