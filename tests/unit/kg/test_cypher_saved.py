@@ -385,3 +385,11 @@ def test_scratch_files_stay_in_the_data_folder_and_a_purge_or_a_dead_process_lea
         wm.record_experiences("t2", [_exp("task")])
         assert wm.cypher("t2", COUNT) == [{"n": 1}]
         assert not left.exists()
+
+
+def test_a_data_folder_named_relative_to_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The query children run in /: the projections' paths they are given are absolute."""
+    monkeypatch.chdir(tmp_path)
+    with WorldModel.open("data", embedder=HashingEmbedder(64)) as wm:
+        wm.record_experiences("t1", [_exp("task")])
+        assert wm.cypher("t1", COUNT) == [{"n": 1}]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -62,6 +63,9 @@ class CypherRunner:
 
     def __init__(self, db: SqliteConnection, sqlite_path: Path, read_only: bool, settings: CypherSettings) -> None:
         self.db = db
+        # absolute: the children run in / and open the paths they are given (a data folder given as
+        # ./data names the caller's working directory)
+        sqlite_path = Path(os.path.abspath(sqlite_path))
         self.sqlite_path = sqlite_path
         self.settings = settings
         self.mode = sandbox_mode(settings)
