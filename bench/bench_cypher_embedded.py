@@ -286,7 +286,7 @@ def main() -> None:
         for which in ("build", "reopen"):
             for k, v in run_phase(path, tenant, which, args.runs, args.deltas).items():
                 print(f"  embedded  {which:6s} {k:45s} {v:9.1f}")
-        saved = sum(f.stat().st_size for f in folder_for(path).iterdir())
+        saved = sum(f.stat().st_size for f in folder_for(path).rglob("*") if f.is_file())
         print(f"  embedded  saved projection on disk MiB {saved / 2**20:.1f}")
     if args.neo4j:
         from worldgraph.kg.neo4j.store import Neo4jGraphStore
