@@ -73,7 +73,9 @@ class ChildClosed(Exception):
 @dataclass
 class PoolSettings:
     sandbox: bool = True  # Landlock and seccomp (False where the kernel has no Landlock)
-    nice: int = 10  # how much lower a child's CPU priority is than the server's
+    # how much lower a child's CPU priority is than the server's (3: about half the CPU weight; 10
+    # starved a child to a few percent of a core on a machine with 20 runnable processes)
+    nice: int = 3
     threads: int = 2  # the engine's threads per query
     spares: int = 1  # children kept started ahead
     max_idle: int = 8  # idle children kept open on files (the least recently used beyond are ended)
