@@ -1,6 +1,6 @@
 """A query child: the process that runs embedded Cypher, confined by the operating system.
 
-    python -m worldgraph.kg.embedded.cypher.child '{"roots": [...], "sandbox": true, "nice": 10}'
+    python -m worldgraph.kg.embedded.cypher.child '{"roots": [...], "sandbox": true, "nice": 3}'
 
 The server never runs a caller's query itself. ``pool`` spawns this module as a new interpreter
 (``subprocess`` with ``close_fds``: nothing of the server is inherited, no open file, no socket,
