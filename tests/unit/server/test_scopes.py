@@ -116,3 +116,30 @@ def test_mcp_matrix(tmp_path: Path) -> None:
                 is_error, text = got[op.mcp]
                 refused = is_error and json.loads(text[text.index("{"):]).get("error", {}).get("field") == "scope"
                 assert refused == (scope != op.scope), (op, scope, text[:300])
+
+
+def test_cypher_refusals_carry_retry_after_and_are_counted(tmp_path: Path) -> None:
+    """Past a tenant's 2 queries in flight REST answers 429 with Retry-After (the Neo4j store
+    shares the same admission, kg.cypher_limits); /metrics counts the 429s, the children killed at
+    their deadline and those a crash ended."""
+    from worldgraph.kg.cypher_limits import ADMISSION, COUNTERS, REFUSED_BUSY
+
+    wm = WorldModel.open(tmp_path / "data", embedder=HashingEmbedder(64))
+    try:
+        key, _ = ApiKeys(wm.store).create("acme")
+        settings = wm.store.cypher_settings  # type: ignore[attr-defined]
+        with TestClient(create_app(wm), raise_server_exceptions=False) as client:
+            before = COUNTERS.get(REFUSED_BUSY)
+            with ADMISSION.admit("acme", settings), ADMISSION.admit("acme", settings):  # two queries running
+                r = client.post("/v1/cypher", json={"query": "RETURN 1 AS one"},
+                                headers={"Authorization": f"Bearer {key}"})
+            assert r.status_code == 429 and r.headers["Retry-After"] == "1", r.text
+            assert r.json()["error"]["type"] == "too_many_requests"
+            assert COUNTERS.get(REFUSED_BUSY) == before + 1
+            metrics = client.get("/metrics").text
+            for name in ("worldgraph_cypher_children_killed_total", "worldgraph_cypher_children_crashed_total",
+                         "worldgraph_cypher_refused_busy_total"):
+                assert name in metrics
+            assert f"worldgraph_cypher_refused_busy_total {float(before + 1)}" in metrics
+    finally:
+        wm.close()
