@@ -149,7 +149,9 @@ def test_a_write_during_a_runaway_query_stalls_no_one(wm: WorldModel) -> None:
         started = time.monotonic()
         rows = wm.cypher("attacker", "MATCH (n:Entity {tenant_id: $tenant_id}) RETURN n.name AS name")
         assert rows == [{"name": "new thing"}]
-        assert time.monotonic() - started < TIMEOUT
+        # (a copy of the file the busy child holds, and a child to open it: under a loaded machine's
+        # noise, within the bound every call keeps)
+        assert time.monotonic() - started < BOUND
         started = time.monotonic()
         assert len(wm.cypher("other", NORMAL)) == 3
         assert time.monotonic() - started < TIMEOUT
