@@ -288,7 +288,7 @@ class WorldModel:
         full-text and scalar indexes rebuilt and their old versions deleted; a forgotten tenant's
         table is dropped; the SQLite WAL is checkpointed and truncated (deleted rows are zeroed in
         place, ``secure_delete``). Neo4j keeps deleted records in its store files until the space
-        is reused (README, "Forgetting"). Returns what it did; ``progress(done, total)`` counts
+        is reused (docs/forget.md). Returns what it did; ``progress(done, total)`` counts
         the index tables purged."""
         self._writable("purge")
         return self.lifecycle.purge(progress)

@@ -112,7 +112,7 @@ def run_demo(args: argparse.Namespace) -> int:
         say(f"\n5. exported the canonical snapshot to {path}:")
         for f in sorted(path.iterdir()):
             say(f"   {f.name:14} {f.stat().st_size:>8} bytes")
-        # 6. one Cypher exploration of what was learned (the README's first query), on this store
+        # 6. one Cypher exploration of what was learned (the first example query of docs/cypher.md), on this store
         say(f"\n6. exploring the learned rules with Cypher (wm.cypher; store: {wm.store.name})\n"
             f"   {DEMO_CYPHER}")
         rows = wm.cypher(tenant, DEMO_CYPHER, {"env": ENV})

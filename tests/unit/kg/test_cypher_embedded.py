@@ -229,7 +229,7 @@ def test_contract_same_rows_on_both_stores(world: tuple[WorldModel, str], neo4j_
 def test_readme_queries_run_on_the_embedded_default(world: tuple[WorldModel, str], tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    """The README's Cypher section, as written, through the CLI of the default store."""
+    """The example queries of docs/cypher.md, as written, through the CLI of the default store."""
     from worldgraph.cli.main import main as cli_main
 
     wm, tenant = world

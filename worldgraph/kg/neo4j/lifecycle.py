@@ -4,7 +4,7 @@ write transaction, with a ``(:ForgetAudit)`` node as its audit row. The statemen
 ``worldgraph.kg.neo4j.lifecycle_queries`` (through ``q``).
 
 Neo4j has no secure delete: a deleted record's bytes stay in the store files until Neo4j reuses
-the space (README, "Forgetting"); ``purge_files`` says so and does nothing else."""
+the space (docs/forget.md); ``purge_files`` says so and does nothing else."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ class Neo4jLifecycle:
 
     def purge_files(self) -> Record:
         return {"neo4j": "deleted records stay in the Neo4j store files until their space is reused "
-                         "(README, 'Forgetting')"}
+                         "(docs/forget.md)"}
 
 
 def _drop_scene(tx: ManagedTransaction, tenant_id: str, env: str, scene_id: str) -> int:
