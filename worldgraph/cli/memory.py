@@ -216,5 +216,5 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     with open_wm(args) as wm:
         s = wm.stats(args.tenant)
-    emit(args, s, lambda: print("\n".join(f"{k:16} {v}" for k, v in s.items())))
+    emit(args, s, lambda: print("\n".join(f"{k:20} {v}" for k, v in s.items())))
     return 0

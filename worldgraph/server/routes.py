@@ -52,6 +52,7 @@ from worldgraph.server.models import (
     WorldGraphOut,
 )
 from worldgraph.service import WorldModel
+from worldgraph.world.pending import waiting_reason
 
 
 async def _world_model(request: Request) -> WorldModel:
@@ -154,7 +155,7 @@ async def readiness(agent_id: str, tenant: Tenant, wm: WM,
 
 
 # ------------------------------------------------------------------------------ world graph
-def world_update_note(wm: WorldModel, pending: int) -> str | None:
+def world_update_note(wm: WorldModel, pending: int, reason: str | None = None) -> str | None:
     """What becomes of ``pending`` scene packets on this server, and what to do when nothing
     will (no LLM configured): the answer of a round or a retry says it, not only the server log."""
     if pending == 0:
@@ -167,7 +168,21 @@ def world_update_note(wm: WorldModel, pending: int) -> str | None:
         return (f"{pending} scene packet(s) pending: background world updates are off on this server "
                 "(world_background_updates), so a `worldgraph worker` process merges them.")
     return (f"{pending} scene packet(s) pending: the server's background worker extracts a delta with the LLM and "
-            "merges it; the scene's status shows in GET /v1/envs/{env}/graph.")
+            "merges it; the scene's status shows in GET /v1/envs/{env}/graph."
+            + (f" Packets of this environment wait because: {reason}" if reason else ""))
+
+
+def retry_note(wm: WorldModel, reports: list[dict[str, Any]]) -> str | None:
+    """Why the packets a retry did not merge wait: no LLM, or each distinct error (the LLM's host
+    and what went wrong, never the credentials its address may carry)."""
+    pending = sum(1 for r in reports if not r["ok"])
+    if pending == 0 or not llm_configured():
+        return world_update_note(wm, pending)
+    errors: dict[str, int] = {}
+    for r in reports:
+        if not r["ok"] and r.get("error"):
+            errors[str(r["error"])] = errors.get(str(r["error"]), 0) + 1
+    return f"{pending} scene packet(s) not merged: " + "; ".join(f"{n} x {e}" for e, n in errors.items())
 
 
 @router.post("/envs/{env}/rounds", response_model=RoundResponse, tags=["world"], summary="Observe an agent round",
@@ -178,7 +193,9 @@ def world_update_note(wm: WorldModel, pending: int) -> str | None:
 async def observe_round(env: str, body: AgentRound, tenant: Tenant, wm: WM) -> dict[str, Any]:
     packet = await in_thread(wm.observe_round, tenant, env, body.model_dump())
     pending = int(packet is not None and packet.get("status") == "pending")
-    return {"packet": packet, "llm_configured": llm_configured(), "note": world_update_note(wm, pending)}
+    # an earlier packet's failed extraction (the LLM unreachable) is why this one will wait too
+    reason = await in_thread(waiting_reason, wm.store, tenant, env) if pending and llm_configured() else None
+    return {"packet": packet, "llm_configured": llm_configured(), "note": world_update_note(wm, pending, reason)}
 
 
 @router.post("/world/retry", response_model=RetryResponse, tags=["world"],
@@ -201,9 +218,7 @@ async def retry_updates(tenant: Tenant, wm: WM,
         return [r.to_dict() for r in wm.retry_updates(tenant, env, stale_minutes * 60)]
 
     reports = await in_thread(run)
-    pending = sum(1 for r in reports if not r["ok"])
-    return {"reports": reports, "llm_configured": llm_configured(),
-            "note": world_update_note(wm, pending) if not llm_configured() else None}
+    return {"reports": reports, "llm_configured": llm_configured(), "note": retry_note(wm, reports)}
 
 
 @router.post("/envs/{env}/deltas", response_model=MergeReportOut, tags=["world"],
