@@ -96,3 +96,19 @@ def test_demo_help_names_its_own_folder(capsys: pytest.CaptureFixture[str]) -> N
     out = " ".join(capsys.readouterr().out.split())
     assert "the demo's folder (default ./worldgraph-demo" in out and "--offline" in out
     assert "default ./data" not in out
+
+
+def test_quickstart_shows_the_new_containment_closing_the_old(tmp_path: Path) -> None:
+    """examples/quickstart.py says the key's new container closes the old one: its output shows it."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "WORLDGRAPH_EMBEDDING_PROVIDER": "hashing"}
+    env.pop("OPENAI_API_KEY", None)
+    env.pop("OPENAI_BASE_URL", None)
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "  player contains brass key (current)" in out.stdout
+    assert "  kitchen table contains brass key (closed " in out.stdout
