@@ -56,7 +56,8 @@ class NotFoundError(WorldGraphError, LookupError):
     def __init__(self, kind: str, ident: str, hint: str = "", field: str | None = None) -> None:
         self.kind = kind
         self.ident = ident
-        self.field = field or f"{kind.replace(' ', '_')}_id"  # the argument that named it
+        # the argument that named it: an environment is named by env_name on every surface
+        self.field = field or ("env_name" if kind == "environment" else f"{kind.replace(' ', '_')}_id")
         msg = f"{kind} {ident!r} not found"
         super().__init__(f"{msg}: {hint}" if hint else msg)
 

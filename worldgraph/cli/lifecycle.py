@@ -39,6 +39,9 @@ def add_lifecycle_commands(sub: Any, add: Add) -> None:
     sp = add("tenant", cmd_forget_tenant, "forget every record of --tenant, its API keys included (needs --yes)",
              parent=group)
     sp.add_argument("--yes", action="store_true", help="yes, forget the whole tenant (cannot be undone)")
+    # --yes is taken by every forget (a script may pass it to all of them); only the tenant needs it
+    for p in (group.choices["episode"], group.choices["env"]):
+        p.add_argument("--yes", action="store_true", help="accepted for symmetry with `forget tenant` (not needed)")
     for p in (group.choices["episode"], group.choices["env"], group.choices["tenant"]):
         p.add_argument("--no-purge", dest="no_purge", action="store_true",
                        help="do not purge the files now (the background purge or `worldgraph purge` does it later)")
@@ -50,7 +53,7 @@ def cmd_episodes(args: argparse.Namespace) -> int:
     if args.target == "list":
         with open_wm(args) as wm:
             page = wm.list_episodes(args.tenant, args.agent_id, args.session_id, args.since, args.until,
-                                    args.limit or 100, args.cursor)
+                                    100 if args.limit is None else args.limit, args.cursor)
         eps = page.items
 
         def text() -> None:
@@ -72,7 +75,7 @@ def cmd_episodes(args: argparse.Namespace) -> int:
         raise InvalidInputError("episode_id", f"unexpected {args.episode_id!r}: use `episodes list`, "
                                 "`episodes show ID` or `episodes AGENT_ID`")
     with open_wm(args) as wm:
-        agent_eps = wm.get_agent_episodes(args.tenant, args.target, args.limit or 30)
+        agent_eps = wm.get_agent_episodes(args.tenant, args.target, 30 if args.limit is None else args.limit)
     emit(args, agent_eps, lambda: table(
         [[e["timestamp"][:19], e["outcome"], f"{e['confidence_score']:.2f}", short(e["task_description"]), e["id"]]
          for e in agent_eps], ["timestamp", "outcome", "conf", "task", "episode_id"]))

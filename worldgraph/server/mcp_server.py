@@ -11,6 +11,7 @@ read it: a tool never takes a tenant as an argument. Tool arguments are the Pyth
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
@@ -36,6 +37,7 @@ from worldgraph.server.world_text import DEFAULT_MAX_CHARS, MAX_DEPTH, WorldFilt
 from worldgraph.service import WorldModel
 
 T = TypeVar("T")
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 INSTRUCTIONS = """worldgraph is your long-term memory and your model of the environments you act in.
 Before a task, call recall_experiences with what you are about to do: it returns past runs like it,
@@ -80,7 +82,18 @@ def tool_error_body(exc: ToolError) -> str:
 
 
 class _Server(MCPServer):
-    """MCPServer whose tool errors are exactly the REST error body (no SDK prefix)."""
+    """MCPServer whose tool errors are exactly the REST error body (no SDK prefix), and whose tool
+    descriptions are their docstrings without the source's indentation (a model reads them)."""
+
+    def tool(self, name: str | None = None, title: str | None = None, description: str | None = None,
+             annotations: ToolAnnotations | None = None, icons: list[Any] | None = None,
+             meta: dict[str, Any] | None = None, structured_output: bool | None = None) -> Callable[[_F], _F]:
+        def register(fn: _F) -> _F:
+            text = description if description is not None else inspect.cleandoc(fn.__doc__ or "")
+            return super(_Server, self).tool(name=name, title=title, description=text, annotations=annotations,
+                                             icons=icons, meta=meta, structured_output=structured_output)(fn)
+
+        return register
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         try:

@@ -112,3 +112,26 @@ def test_quickstart_shows_the_new_containment_closing_the_old(tmp_path: Path) ->
     assert out.returncode == 0, out.stderr
     assert "  player contains brass key (current)" in out.stdout
     assert "  kitchen table contains brass key (closed " in out.stdout
+
+
+def test_episodes_list_limit_zero_is_refused_and_forget_takes_yes_everywhere(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("WORLDGRAPH_EMBEDDING_PROVIDER", "hashing")
+    data = str(tmp_path / "data")
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("".join(json.dumps({"agent_id": "a", "agent_role": "r", "task_type": "x",
+                                        "task_description": f"run {i}", "outcome": "success"}) + "\n"
+                            for i in range(3)))
+    assert main(["--data", data, "record", str(runs)]) == 0
+    capsys.readouterr()
+    assert main(["--data", data, "episodes", "list", "--limit", "0", "--json"]) == 1
+    err = json.loads(capsys.readouterr().err)["error"]
+    assert err["type"] == "invalid_input" and err["field"] == "limit"
+    assert main(["--data", data, "episodes", "list", "--limit", "1", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)["episodes"]
+    assert len(first) == 1
+    assert main(["--data", data, "forget", "episode", first[0]["id"], "--yes", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["removed"]["episodes"] == 1
+    assert main(["--data", data, "forget", "env", "Nowhere", "--yes"]) == 1  # --yes accepted; the env is unknown
+    assert "environment 'Nowhere' not found" in capsys.readouterr().err
+    assert main(["--data", data, "forget", "tenant", "--yes", "--json"]) == 0
