@@ -9,7 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from worldgraph.cli.common import open_wm, read_json_items, resolve_episode_id
+from worldgraph.cli.common import check_data_dir, open_wm, read_json_items, resolve_episode_id
 from worldgraph.cli.console import emit, note, print_context, print_recall, progress_bar, short
 from worldgraph.cli.samples import split_samples, store_ratings
 from worldgraph.errors import InvalidInputError, NotFoundError
@@ -214,7 +214,13 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    with open_wm(args) as wm:
-        s = wm.stats(args.tenant)
+    from worldgraph.facade import store_only
+
+    check_data_dir(args.data, args.graph != "embedded")
+    # the store alone answers (no index or embedder to load); else the whole model
+    s = store_only.stats(args.data, args.graph, args.tenant)
+    if s is None:
+        with open_wm(args) as wm:
+            s = wm.stats(args.tenant)
     emit(args, s, lambda: print("\n".join(f"{k:20} {v}" for k, v in s.items())))
     return 0

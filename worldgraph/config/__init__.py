@@ -21,19 +21,48 @@ importable from ``worldgraph.config``.
 
 from __future__ import annotations
 
-from worldgraph.config.environment import (
-    AWS_VARIABLES,
-    LIBRARY_DEFAULTS,
-    LauncherSettings,
-    child_environment,
-    cli_defaults,
-    llm_configured,
-    object_store_options,
-    openai_endpoint,
-    set_library_defaults,
-)
-from worldgraph.config.memory import HYBRID_MIN_SIMILARITY, SEED_MIN_SIMILARITY
-from worldgraph.config.settings import ENV_PREFIX, NEO4J_VARIABLES, WorldGraphConfig
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# The names are imported on first use (PEP 562): the command line's parser needs only
+# environment.py (``cli_defaults``), not pydantic and the settings models (~0.15 s on a quiet
+# machine, and `worldgraph --help` answers in less than twice that).
+_EXPORTS = {
+    "AWS_VARIABLES": "environment", "LIBRARY_DEFAULTS": "environment", "LauncherSettings": "environment",
+    "child_environment": "environment", "cli_defaults": "environment", "llm_configured": "environment",
+    "object_store_options": "environment", "openai_endpoint": "environment", "set_library_defaults": "environment",
+    "HYBRID_MIN_SIMILARITY": "memory", "SEED_MIN_SIMILARITY": "memory",
+    "ENV_PREFIX": "settings", "NEO4J_VARIABLES": "settings", "WorldGraphConfig": "settings",
+}
+
+if TYPE_CHECKING:
+    from worldgraph.config.environment import (
+        AWS_VARIABLES,
+        LIBRARY_DEFAULTS,
+        LauncherSettings,
+        child_environment,
+        cli_defaults,
+        llm_configured,
+        object_store_options,
+        openai_endpoint,
+        set_library_defaults,
+    )
+    from worldgraph.config.memory import HYBRID_MIN_SIMILARITY, SEED_MIN_SIMILARITY
+    from worldgraph.config.settings import ENV_PREFIX, NEO4J_VARIABLES, WorldGraphConfig
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'worldgraph.config' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"worldgraph.config.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
 
 __all__ = [
     "AWS_VARIABLES",

@@ -249,7 +249,8 @@ class GraphStore(EpisodeStore, WorldStore):
 
     @abstractmethod
     def stats(self, tenant_id: str) -> dict[str, int]:
-        """Counts: episodes, agents, feedback, canvases, canvas_audits, scenes, nodes, edges, rules."""
+        """Counts: episodes, agents, feedback, canvases, canvas_audits, scenes, nodes, edges, rules, and
+        indexed (the episodes the store marks as held by the index)."""
 
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[Record]:
         raise NotSupportedError(

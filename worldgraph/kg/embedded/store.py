@@ -82,7 +82,9 @@ class EmbeddedGraphStore(ComposedStore):
         return [r[0] for r in self.db.query(sql.TENANTS)]
 
     def stats(self, tenant_id: str) -> dict[str, int]:
-        return {k: self.db.query(sql.count_of_tenant(t), (tenant_id,))[0][0] for k, t in _STATS.items()}
+        out = {k: self.db.query(sql.count_of_tenant(t), (tenant_id,))[0][0] for k, t in _STATS.items()}
+        out["indexed"] = self.db.query(sql.COUNT_INDEXED, (tenant_id,))[0][0]
+        return out
 
     # ---------------------------------------------------------------- Cypher
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[Record]:

@@ -130,7 +130,7 @@ class Neo4jGraphStore(ComposedStore):
         row = self.db.read(lambda tx: tx.run(q.STATS, tenant_id=tenant_id, prefix=q.tenant_prefix(tenant_id)).single())
         assert row is not None
         return {k: int(row[k]) for k in ("episodes", "agents", "feedback", "canvases", "canvas_audits",
-                                         "scenes", "nodes", "edges", "rules")}
+                                         "scenes", "nodes", "edges", "rules", "indexed")}
 
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[Record]:
         """Run a read-only query that provably stays in the caller's tenant (``cypher_guard``): its
