@@ -60,7 +60,7 @@ def main() -> None:
         make_folder(folder)
         commands = {"--help": ["--help"], "stats": ["--data", str(folder / "data"), "stats"]}
         times: dict[tuple[str, str], list[float]] = {(n, c): [] for n in checkouts for c in commands}
-        for name, checkout in checkouts.items():  # warm the file cache, unmeasured
+        for checkout in checkouts.values():  # warm the file cache, unmeasured
             for args in commands.values():
                 run(checkout, args, folder)
         for _ in range(a.runs):
