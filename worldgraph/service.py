@@ -17,7 +17,7 @@ from typing import Any
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import ReadOnlyError
 from worldgraph.export.environment import export_environment, import_environment
-from worldgraph.facade import environments, reading
+from worldgraph.facade import environments, ids, reading
 from worldgraph.facade.lifecycle import Lifecycle
 from worldgraph.facade.opening import close_store, open_parts
 from worldgraph.facade.recording import Recorder
@@ -180,10 +180,12 @@ class WorldModel:
     # ------------------------------------------------------------------ feedback
     def submit_feedback(self, tenant_id: str, episode_id: str, score: float, notes: str | None = None,
                         category: str | None = None, created_by: str | None = None) -> FeedbackResult:
-        """Rate an episode in [-1, 1]. Returns the feedback record plus the episode's new
+        """Rate an episode in [-1, 1] (``episode_id``: the id, or a unique start of it of at least 4
+        characters; several matches raise AmbiguousIdError listing them). Returns the feedback record plus the episode's new
         aggregates (``average``: normalised to [0, 1], ``count``): a FeedbackResult."""
         self._writable("submit_feedback")
-        return submit_feedback(self.store, self.config, tenant_id, episode_id, score, notes, category, created_by)
+        return ids.by_id_or_prefix(self.store, tenant_id, episode_id, lambda full: submit_feedback(
+            self.store, self.config, tenant_id, full, score, notes, category, created_by))
 
     # ------------------------------------------------------------------ recall
     def recall_experiences(self, tenant_id: str, agent_role: str | None, query: str, limit: int = 5,
@@ -221,10 +223,12 @@ class WorldModel:
         return reading.agent_episodes(self.store, self.config, tenant_id, agent_id, limit)
 
     def get_episode(self, tenant_id: str, episode_id: str) -> Episode:
-        """One stored episode by id, as recorded (no scores: nothing was recalled);
+        """One stored episode by id (or a unique start of it, at least 4 characters), as recorded (no
+        scores: nothing was recalled);
         NotFoundError when the tenant holds no such episode (another tenant's id included)."""
         check_tenant(tenant_id)
-        return reading.episode(self.store, self.config, tenant_id, episode_id)
+        return ids.by_id_or_prefix(self.store, tenant_id, episode_id,
+                                   lambda full: reading.episode(self.store, self.config, tenant_id, full))
 
     def readiness(self, tenant_id: str, agent_id: str, window: int = 30) -> dict[str, Any]:
         """Graduation exam over the agent's last ``window`` episodes."""
@@ -258,7 +262,8 @@ class WorldModel:
         return environments.environments(self.store, tenant_id)
 
     def forget_episode(self, tenant_id: str, episode_id: str, forgotten_by: str | None = None) -> ForgetReport:
-        """Forget one episode: from this call on it is on no read path (recall, get, list, agent
+        """Forget one episode (its id, or a unique start of it of at least 8 characters): from this
+        call on it is on no read path (recall, get, list, agent
         episodes, readiness, neighbourhoods, Cypher, export). Its feedback, canvas actions, session
         place (its neighbours are linked to each other), index rows and, for a round, its scene
         packet go with it; world facts learned from that scene stay, without the scene among their
@@ -266,7 +271,9 @@ class WorldModel:
         leave the files with ``purge()`` (in the background within ``purge_after_seconds``)."""
         check_tenant(tenant_id)
         self._writable("forget_episode")
-        return self.lifecycle.forget_episode(tenant_id, episode_id, forgotten_by)
+        return ids.by_id_or_prefix(self.store, tenant_id, episode_id,
+                                   lambda full: self.lifecycle.forget_episode(tenant_id, full, forgotten_by),
+                                   ids.MIN_DELETE_PREFIX)
 
     def forget_environment(self, tenant_id: str, env_name: str, forgotten_by: str | None = None) -> ForgetReport:
         """Forget one environment's world graph: its nodes, edges, rules, scenes (the packets) and

@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from worldgraph.cli.common import open_wm, resolve_episode_id
+from worldgraph.cli.common import open_wm
 from worldgraph.cli.console import emit, progress_bar, short, table
 from worldgraph.errors import InvalidInputError
 
@@ -68,7 +68,7 @@ def cmd_episodes(args: argparse.Namespace) -> int:
         if not args.episode_id:
             raise InvalidInputError("episode_id", "give the id to show: `worldgraph episodes show EPISODE_ID`")
         with open_wm(args) as wm:
-            ep = wm.get_episode(args.tenant, resolve_episode_id(wm, args.tenant, args.episode_id))
+            ep = wm.get_episode(args.tenant, args.episode_id)  # the id or a unique start of it
         emit(args, ep, lambda: print("\n".join(f"{k:24} {v}" for k, v in ep.items() if v not in (None, [], ""))))
         return 0
     if args.episode_id is not None:
@@ -95,8 +95,8 @@ def _done(args: argparse.Namespace, wm: Any, report: Any) -> None:
 
 def cmd_forget_episode(args: argparse.Namespace) -> int:
     with open_wm(args) as wm:
-        eid = resolve_episode_id(wm, args.tenant, args.episode_id)
-        _done(args, wm, wm.forget_episode(args.tenant, eid, "cli"))
+        # the id or a unique start of it of at least 8 characters (WorldModel resolves it)
+        _done(args, wm, wm.forget_episode(args.tenant, args.episode_id, "cli"))
     return 0
 
 

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from worldgraph.cli.common import check_data_dir, open_wm, read_json_items, resolve_episode_id
+from worldgraph.cli.common import check_data_dir, open_wm, read_json_items
 from worldgraph.cli.console import emit, note, print_context, print_recall, progress_bar, short
 from worldgraph.cli.samples import split_samples, store_ratings
-from worldgraph.errors import InvalidInputError, NotFoundError
+from worldgraph.errors import InvalidInputError
 
 Add = Callable[..., argparse.ArgumentParser]
 # record-conversation: sessions recorded side by side, sharing embedding batches
@@ -173,12 +173,8 @@ def cmd_feedback(args: argparse.Namespace) -> int:
                                   created_by=args.by)
 
     with open_wm(args) as wm:
-        episode_id = args.episode_id
-        try:  # the API checks the score first; a short id is looked up only when the full one is unknown
-            fb = submit(episode_id)
-        except NotFoundError:
-            episode_id = resolve_episode_id(wm, args.tenant, args.episode_id)
-            fb = submit(episode_id)
+        fb = submit(args.episode_id)  # the id or a unique start of it: WorldModel resolves it
+    episode_id = fb["episode_id"]
     emit(args, fb, lambda: print(f"feedback {fb['id']} stored; episode {episode_id} now averages "
                                  f"{fb['average']:.3f} (normalised) over {fb['count']} rating(s)"))
     return 0

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool as in_thread
 from worldgraph.server.auth import Tenant
 from worldgraph.server.errors import ApiError
 from worldgraph.server.models import ErrorResponse
-from worldgraph.server.routes import ERROR_RESPONSES, NOT_FOUND_RESPONSES, WM
+from worldgraph.server.routes import EPISODE_ID_RESPONSES, ERROR_RESPONSES, NOT_FOUND_RESPONSES, WM
 
 _FORBIDDEN: dict[int | str, dict[str, Any]] = {
     403: {"model": ErrorResponse, "description": "The key lacks the `forget` scope (or the server is read-only)"}}
@@ -89,16 +89,18 @@ async def list_episodes(request: Request, tenant: Tenant, wm: WM,
     return page.to_dict("episodes")
 
 
-@router.get("/episodes/{episode_id}", response_model=dict[str, Any], tags=["memory"], responses=NOT_FOUND_RESPONSES,
-            summary="One episode by id")
+@router.get("/episodes/{episode_id}", response_model=dict[str, Any], tags=["memory"], responses=EPISODE_ID_RESPONSES,
+            summary="One episode by id",
+            description="`episode_id` is the full id or a unique start of it (at least 4 characters).")
 async def get_episode(episode_id: str, tenant: Tenant, wm: WM) -> dict[str, Any]:
     return dict(await in_thread(wm.get_episode, tenant, episode_id))
 
 
 @router.delete("/episodes/{episode_id}", response_model=ForgetReportOut, tags=["forget"],
-               responses={**NOT_FOUND_RESPONSES, **_FORBIDDEN}, summary="Forget an episode (needs the forget scope)",
+               responses={**EPISODE_ID_RESPONSES, **_FORBIDDEN}, summary="Forget an episode (needs the forget scope)",
                description="Gone from every read path at once, with its feedback, session links, index rows and "
-                           "(for a round) its scene packet; the bytes leave the files with the background purge.")
+                           "(for a round) its scene packet; the bytes leave the files with the background purge. "
+                           "`episode_id` is the full id or a unique start of it of at least 8 characters.")
 async def forget_episode(episode_id: str, tenant: Tenant, wm: WM) -> dict[str, Any]:
     report = await in_thread(wm.forget_episode, tenant, episode_id, "api")
     return report.to_dict()

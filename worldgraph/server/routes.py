@@ -70,6 +70,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 NOT_FOUND_RESPONSES: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse, "description": "Not found in this tenant (another tenant's ids are not found too)"}}
+# routes that take an episode id take a unique start of it too (WorldModel resolves it: facade/ids.py)
+EPISODE_ID_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **NOT_FOUND_RESPONSES,
+    409: {"model": ErrorResponse, "description": "ambiguous_id: the start of several episode ids (listed in the "
+                                                 "message): give more characters"}}
 
 health_router = APIRouter()
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
@@ -115,25 +120,16 @@ async def recall_experiences(body: RecallRequest, tenant: Tenant, wm: WM, reques
 
 
 @router.post("/episodes/{episode_id}/feedback", response_model=FeedbackOut, tags=["memory"],
-             responses=NOT_FOUND_RESPONSES, summary="Rate an episode in [-1, 1]",
+             responses=EPISODE_ID_RESPONSES, summary="Rate an episode in [-1, 1]",
              description="`episode_id` is the full id or a unique start of it (at least 4 characters). "
                          "`created_by` defaults to the API key's name (anonymous for an unnamed key).")
 async def submit_feedback(episode_id: str, body: FeedbackRequest, tenant: Tenant, wm: WM,
                           request: Request) -> dict[str, Any]:
-    from worldgraph.cli.common import resolve_episode_id
-
     created_by = body.created_by or getattr(request.state, "key_name", None)
 
     def rate() -> Any:
-        # the episode id, or a unique start of it (at least 4 characters) as the CLI accepts; the full
-        # id is looked up first, so a prefix costs nothing to callers that send whole ids
-        try:
-            return wm.submit_feedback(tenant, episode_id, body.score, body.notes, body.category, created_by)
-        except NotFoundError:
-            full = resolve_episode_id(wm, tenant, episode_id)
-            if full == episode_id:
-                raise
-            return wm.submit_feedback(tenant, full, body.score, body.notes, body.category, created_by)
+        # the episode id, or a unique start of it (at least 4 characters): WorldModel resolves it
+        return wm.submit_feedback(tenant, episode_id, body.score, body.notes, body.category, created_by)
 
     return await in_thread(rate)
 
