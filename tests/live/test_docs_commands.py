@@ -10,6 +10,10 @@ Each fenced block of README.md and docs/*.md is taken by its language:
 - ``ts``: left to the TypeScript client's own tests (clients/typescript: a strict consumer compiles
   against the packed package).
 
+A bash block that starts with ``cd clients/...`` is about the checkout (building the TypeScript
+package with ``npm ci`` and ``npm pack``): it runs in the checkout's folder, and writes only
+into the fresh folder it started from (``$OLDPWD``).
+
 A block whose lines start a server (``worldgraph serve ... &``) runs in the folder of the one
 server this test starts for every such block, with its address in place of
 ``http://127.0.0.1:8765``: the serve line itself is not run (the test's server stands for it).
@@ -172,6 +176,10 @@ def test_every_block_of_the_page_runs_when_pasted(page: Path, tmp_path: Path, se
             code = "\n".join(": # the test's server stands for this line" if SERVE_LINE.match(line) else line
                              for line in b.code.splitlines())
             run_bash(code.replace(DOCUMENTED_URL, server.url), server.data.parent, b.where)
+        elif b.lang == "bash" and b.code.startswith("cd clients/"):
+            # a block about the checkout itself (the TypeScript client): it runs in the checkout, as a
+            # reader in a checkout runs it, writing only into the fresh folder it started from
+            run_bash(b.code.replace("cd clients/", f"cd {ROOT}/clients/", 1), tmp_path, b.where)
         elif b.lang == "bash":
             run_bash(b.code, tmp_path, b.where)
         elif b.lang == "python":
