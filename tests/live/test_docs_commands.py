@@ -18,6 +18,9 @@ A block whose lines start a server (``worldgraph serve ... &``) runs in the fold
 server this test starts for every such block, with its address in place of
 ``http://127.0.0.1:8765``: the serve line itself is not run (the test's server stands for it).
 
+A block that uses ``$WG`` without setting it continues an earlier block of its page: it runs
+against the same server, with ``WG`` and ``AUTH`` set as that block sets them.
+
 A marker on the lines just before a fence changes that, and must give its reason in brackets:
 
 - ``<!-- docs-test: syntax-only (why) -->``: a command that cannot run here (a third-party server,
@@ -176,6 +179,10 @@ def test_every_block_of_the_page_runs_when_pasted(page: Path, tmp_path: Path, se
             code = "\n".join(": # the test's server stands for this line" if SERVE_LINE.match(line) else line
                              for line in b.code.splitlines())
             run_bash(code.replace(DOCUMENTED_URL, server.url), server.data.parent, b.where)
+        elif b.lang == "bash" and "$WG" in b.code:
+            # a later block of a page whose first one set WG and AUTH: the same values
+            prelude = f'export WG={server.url} AUTH="Authorization: Bearer {server.key}"\n'
+            run_bash(prelude + b.code, server.data.parent, b.where)
         elif b.lang == "bash" and b.code.startswith("cd clients/"):
             # a block about the checkout itself (the TypeScript client): it runs in the checkout, as a
             # reader in a checkout runs it, writing only into the fresh folder it started from

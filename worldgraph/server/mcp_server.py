@@ -37,6 +37,10 @@ from worldgraph.server.world_text import DEFAULT_MAX_CHARS, MAX_DEPTH, WorldFilt
 from worldgraph.service import WorldModel
 
 T = TypeVar("T")
+# every write tool's idempotency_key: the same key and arguments again return the first answer
+IdemKey = Annotated[str | None, Field(description="Optional: send the same key when you retry this call (e.g. after "
+                                                  "a timeout); within 24 h the first answer comes back and nothing "
+                                                  "is stored twice. A new call needs a new key.")]
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 INSTRUCTIONS = """worldgraph is your long-term memory and your model of the environments you act in.
@@ -131,10 +135,12 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
                                                             "outcome are required; add learnings!")],
         ctx: Context,
         canvas: Annotated[CanvasContext | None, Field(description="The canvas the agent worked on, if any.")] = None,
+        idempotency_key: IdemKey = None,
     ) -> dict[str, Any]:
         """Record one finished agent run (task, approach, outcome, learnings, confidence) so it can be
         recalled later. Returns {"episode_id"}: keep it to rate the run with submit_feedback."""
-        return {"episode_id": call(ctx, lambda wm, t: wm.record_experience(t, experience, canvas), need="write")}
+        return {"episode_id": call(ctx, lambda wm, t: wm.record_experience(t, experience, canvas, idempotency_key),
+                                   need="write")}
 
     @server.tool(annotations=READ)
     def recall_experiences(
@@ -160,11 +166,12 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         notes: Annotated[str | None, Field(description="Why.")] = None,
         category: Annotated[str | None, Field(description="e.g. accuracy, helpfulness, safety.")] = None,
         created_by: Annotated[str | None, Field(description="Who rates it.")] = None,
+        idempotency_key: IdemKey = None,
     ) -> dict[str, Any]:
         """Rate a recorded run. Well-rated runs rank higher in recall, poorly rated ones lower.
         Returns the rating and the run's new average (0-1) and count."""
-        return call(ctx, lambda wm, t: dict(wm.submit_feedback(t, episode_id, score, notes, category, created_by)),
-                    need="write")
+        return call(ctx, lambda wm, t: dict(wm.submit_feedback(t, episode_id, score, notes, category, created_by,
+                                                                idempotency_key)), need="write")
 
     @server.tool(annotations=READ)
     def get_agent_episodes(
@@ -193,12 +200,15 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         turns: Annotated[list[ConversationTurn], Field(description="The turns in order: {speaker, text, timestamp "
                                                                    "(optional)}.")],
         ctx: Context,
+        idempotency_key: IdemKey = None,
     ) -> dict[str, Any]:
         """Record a conversation turn by turn, in order: one recallable run per turn (the speaker is
         the agent, the text the task, the turn before it the input), linked in time order within the
         session. All turns are checked before any is recorded. Returns {"episode_ids"}."""
         raw = [turn.model_dump(exclude_unset=True) for turn in turns]  # the facade checks plain turns
-        return {"episode_ids": call(ctx, lambda wm, t: wm.record_conversation(t, session_id, raw), need="write")}
+        return {"episode_ids": call(ctx, lambda wm, t: wm.record_conversation(t, session_id, raw,
+                                                                             idempotency_key=idempotency_key),
+                                    need="write")}
 
     @server.tool(annotations=READ)
     def get_episode(
@@ -237,7 +247,7 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
 
     @server.tool(annotations=WRITE)
     def observe_round(env_name: EnvName, round: Annotated[AgentRound, Field(description="The round.")],  # noqa: A002
-                      ctx: Context) -> dict[str, Any]:
+                      ctx: Context, idempotency_key: IdemKey = None) -> dict[str, Any]:
         """Report one round of acting in an environment (action, observations before and after, your full
         response). It is recorded as a run; if your response ends with 'FLAG_CURIOSITY: yes' and
         'CURIOSITY_REASON: ...', a scene packet is returned and the world graph is updated from it in the
@@ -247,7 +257,7 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         from worldgraph.server.routes import world_update_note
 
         def run(wm: WorldModel, t: str) -> dict[str, Any]:
-            packet = wm.observe_round(t, env_name, round.model_dump())
+            packet = wm.observe_round(t, env_name, round.model_dump(), idempotency_key)
             pending = int(packet is not None and packet.get("status") == "pending")
             return {"packet": packet, "llm_configured": llm_configured(), "note": world_update_note(wm, pending)}
 
@@ -259,6 +269,7 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         delta: GraphDelta,
         ctx: Context,
         scene: Annotated[str | None, Field(description="Why: kept as the update's trigger reason.")] = None,
+        idempotency_key: IdemKey = None,
     ) -> dict[str, Any]:
         """Merge facts you already extracted into an environment's world graph: {entities, states, edges,
         rules}. Edges: containment (parent -> child), transition (state -> state, with the action),
@@ -267,7 +278,8 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         the same delta (their ref), or existing nodes by id or type:name. A newer fact closes what it
         contradicts (kept as history). Returns the merge report: created, merged, closed ids and dropped
         items with reasons."""
-        return call(ctx, lambda wm, t: wm.apply_delta(t, env_name, delta, scene).to_dict(), need="write")
+        return call(ctx, lambda wm, t: wm.apply_delta(t, env_name, delta, scene, idempotency_key).to_dict(),
+                    need="write")
 
     @server.tool(annotations=READ, structured_output=False)
     def world_graph(

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi import APIRouter, Body, Depends, Header, Query, Request
 from fastapi.responses import HTMLResponse
 from starlette.concurrency import run_in_threadpool as in_thread
 
@@ -78,6 +78,17 @@ EPISODE_ID_RESPONSES: dict[int | str, dict[str, Any]] = {
     409: {"model": ErrorResponse, "description": "ambiguous_id: the start of several episode ids (listed in the "
                                                  "message): give more characters"}}
 
+# Writes take an Idempotency-Key header: a retry with the same key and body gets the first answer
+# and stores nothing new (worldgraph.facade.idempotency; 422 for the same key with another body,
+# 409 while the first request is still being answered).
+IdempotencyKey = Annotated[str | None, Header(
+    alias="Idempotency-Key", description="Any string of 1-255 printable ASCII characters (a UUID): a retry with "
+    "the same key and body within 24 h returns the first answer and stores nothing new; the same key with "
+    "another body is 422, and 409 while the first request is still being answered.")]
+IDEMPOTENT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorResponse, "description": "conflict: a request with this Idempotency-Key is still being "
+                                                 "answered (or ambiguous_id: the start of several episode ids)"}}
+
 health_router = APIRouter()
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
@@ -89,27 +100,31 @@ async def health(wm: WM) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------ memory
 @router.post("/experiences", response_model=EpisodeIds, tags=["memory"], summary="Record agent runs",
+             responses=IDEMPOTENT_RESPONSES,
              description="One experience (an AgentExperience object), or a batch "
                          "`{\"experiences\": [...], \"canvases\": [...]}` stored in one transaction.")
 async def record_experiences(body: Annotated[ExperiencesBody, Body()], tenant: Tenant, wm: WM,
-                             request: Request) -> dict[str, Any]:
+                             request: Request, key: IdempotencyKey = None) -> dict[str, Any]:
     with metrics_of(request).timed("record"):
         if isinstance(body, ExperienceBatch):
             canvases: list[Any] | None = body.canvases
-            ids = await in_thread(wm.record_experiences, tenant, body.experiences, canvases)
+            ids = await in_thread(wm.record_experiences, tenant, body.experiences, canvases, idempotency_key=key)
         else:
-            ids = await in_thread(wm.record_experiences, tenant, [body])
+            ids = await in_thread(wm.record_experiences, tenant, [body], idempotency_key=key)
     return {"episode_ids": ids}
 
 
 @router.post("/conversations", response_model=EpisodeIds, tags=["memory"], summary="Record a conversation",
              description="A transcript, turn by turn, in order: one episode per turn (speaker -> agent_id, text -> "
                          "task_description, the turn before -> input_summary), linked in time order within "
-                         "the session. All turns are checked before anything is recorded.")
-async def record_conversation(body: ConversationRequest, tenant: Tenant, wm: WM) -> dict[str, Any]:
+                         "the session. All turns are checked before anything is recorded.",
+             responses=IDEMPOTENT_RESPONSES)
+async def record_conversation(body: ConversationRequest, tenant: Tenant, wm: WM,
+                              key: IdempotencyKey = None) -> dict[str, Any]:
     # plain dicts, so that the facade's own checks (e.g. a turn may not set agent_id) run on them
     turns = [t.model_dump(exclude_unset=True) for t in body.turns]
-    return {"episode_ids": await in_thread(wm.record_conversation, tenant, body.session_id, turns)}
+    return {"episode_ids": await in_thread(wm.record_conversation, tenant, body.session_id, turns,
+                                           idempotency_key=key)}
 
 
 @router.post("/recall", response_model=RecallResponse, tags=["memory"], summary="Recall past runs by meaning",
@@ -122,16 +137,17 @@ async def recall_experiences(body: RecallRequest, tenant: Tenant, wm: WM, reques
 
 
 @router.post("/episodes/{episode_id}/feedback", response_model=FeedbackOut, tags=["memory"],
-             responses=EPISODE_ID_RESPONSES, summary="Rate an episode in [-1, 1]",
+             responses={**EPISODE_ID_RESPONSES, **IDEMPOTENT_RESPONSES}, summary="Rate an episode in [-1, 1]",
              description="`episode_id` is the full id or a unique start of it (at least 4 characters). "
                          "`created_by` defaults to the API key's name (anonymous for an unnamed key).")
 async def submit_feedback(episode_id: str, body: FeedbackRequest, tenant: Tenant, wm: WM,
-                          request: Request) -> dict[str, Any]:
+                          request: Request, key: IdempotencyKey = None) -> dict[str, Any]:
     created_by = body.created_by or getattr(request.state, "key_name", None)
 
     def rate() -> Any:
         # the episode id, or a unique start of it (at least 4 characters): WorldModel resolves it
-        return wm.submit_feedback(tenant, episode_id, body.score, body.notes, body.category, created_by)
+        return wm.submit_feedback(tenant, episode_id, body.score, body.notes, body.category, created_by,
+                                  idempotency_key=key)
 
     return await in_thread(rate)
 
@@ -187,9 +203,10 @@ def retry_note(wm: WorldModel, reports: list[dict[str, Any]]) -> str | None:
              description="Records the round as an episode. When its response ends with `FLAG_CURIOSITY: yes`, a "
                          "scene packet is stored (pending) and the server's background worker extracts and merges "
                          "a graph delta from it with the configured LLM. Without an LLM on the server the packet "
-                         "stays pending: `llm_configured` is false and `note` says how to configure one.")
-async def observe_round(env: str, body: AgentRound, tenant: Tenant, wm: WM) -> dict[str, Any]:
-    packet = await in_thread(wm.observe_round, tenant, env, body.model_dump())
+                         "stays pending: `llm_configured` is false and `note` says how to configure one.",
+             responses=IDEMPOTENT_RESPONSES)
+async def observe_round(env: str, body: AgentRound, tenant: Tenant, wm: WM, key: IdempotencyKey = None) -> dict[str, Any]:
+    packet = await in_thread(wm.observe_round, tenant, env, body.model_dump(), idempotency_key=key)
     pending = int(packet is not None and packet.get("status") == "pending")
     # an earlier packet's failed extraction (the LLM unreachable) is why this one will wait too
     reason = await in_thread(waiting_reason, wm.store, tenant, env) if pending and llm_configured() else None
@@ -220,11 +237,11 @@ async def retry_updates(tenant: Tenant, wm: WM,
 
 
 @router.post("/envs/{env}/deltas", response_model=MergeReportOut, tags=["world"],
-             summary="Merge a graph delta you already have (no LLM)")
+             summary="Merge a graph delta you already have (no LLM)", responses=IDEMPOTENT_RESPONSES)
 async def apply_delta(env: str, delta: Annotated[GraphDelta, Body()], tenant: Tenant, wm: WM,
                       reason: Annotated[str | None, Query(description="Why (the scene's trigger reason)")] = None,
-                      ) -> dict[str, Any]:
-    report = await in_thread(wm.apply_delta, tenant, env, delta, reason)
+                      key: IdempotencyKey = None) -> dict[str, Any]:
+    report = await in_thread(wm.apply_delta, tenant, env, delta, reason, idempotency_key=key)
     return report.to_dict()
 
 

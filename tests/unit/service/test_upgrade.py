@@ -78,3 +78,20 @@ def test_facts_join_the_world_of_a_9eed448_folder(old_data: Path) -> None:
         names = {n["id"]: n["name"] for n in graph["nodes"]}
         assert (names[fact["src_id"]], fact["predicate"], names[fact["dst_id"]]) == ("brass key", "unlocks", "front door")
         assert {k: v for k, v in edges.items() if k in before} == before
+
+
+def test_folder_of_9eed448_takes_idempotent_writes_and_quick_stats(old_data: Path) -> None:
+    """The idempotency table (added after 9eed448) is made on the first writable open; the store's
+    `indexed` count (stats without the index) reads the old rows."""
+    from worldgraph.facade import store_only
+
+    run = {"agent_id": "agent-9", "task_type": "report", "task_description": "an idempotent run",
+           "outcome": "success"}
+    with WorldModel.open(old_data) as wm:
+        before = wm.stats("acme")["episodes"]
+        first = wm.record_experience("acme", run, idempotency_key="upgrade-1")
+        assert wm.record_experience("acme", run, idempotency_key="upgrade-1") == first
+        assert wm.stats("acme")["episodes"] == before + 1
+        full = wm.stats("acme")
+    quick = store_only.stats(old_data, "embedded", "acme")
+    assert quick is None or quick["indexed"] == full["indexed"] == full["episodes"]

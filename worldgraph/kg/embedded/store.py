@@ -30,6 +30,7 @@ from worldgraph.kg.embedded.cypher import ProjectionCache
 from worldgraph.kg.embedded.cypher.opener import Opener
 from worldgraph.kg.embedded.cypher.saved import SavedProjections, folder_for
 from worldgraph.kg.embedded.episodes import SqliteEpisodes
+from worldgraph.kg.embedded.idempotency import SqliteIdempotency
 from worldgraph.kg.embedded.leases import SqliteSceneLeases
 from worldgraph.kg.embedded.lifecycle import SqliteLifecycle
 from worldgraph.kg.embedded.world import SqliteWorld
@@ -77,6 +78,7 @@ class EmbeddedGraphStore(ComposedStore):
         self.world = SqliteWorld(self.db)
         self.leases = SqliteSceneLeases(self.db)
         self.lifecycle = SqliteLifecycle(self.db)
+        self.idempotency = SqliteIdempotency(self.db)
 
     def tenants(self) -> list[str]:
         return [r[0] for r in self.db.query(sql.TENANTS)]
@@ -139,6 +141,17 @@ class EmbeddedGraphStore(ComposedStore):
         return key
 
     # ---------------------------------------------------------------- forgetting
+
+    # ---------------------------------------------------------------- idempotency keys
+    def begin_idempotent(self, tenant_id: str, key: str, request_hash: str, now: str, expires_at: str,
+                         stale_before: str) -> Record | None:
+        return self.idempotency.begin(tenant_id, key, request_hash, now, expires_at, stale_before)
+
+    def finish_idempotent(self, tenant_id: str, key: str, answer: str, refs: list[str]) -> None:
+        self.idempotency.finish(tenant_id, key, answer, refs)
+
+    def abandon_idempotent(self, tenant_id: str, key: str) -> None:
+        self.idempotency.abandon(tenant_id, key)
     def purge_files(self) -> Record:
         """The lifecycle's purge, after the saved Cypher projections of the tenants that forgot
         something are deleted (they hold the forgotten records; the next query rebuilds them)."""

@@ -40,6 +40,7 @@ from worldgraph.kg.neo4j import cypher as neo4j_cypher
 from worldgraph.kg.neo4j import queries as q
 from worldgraph.kg.neo4j.connection import Neo4jConnection, unreachable
 from worldgraph.kg.neo4j.episodes import Neo4jEpisodes, tenant_ids
+from worldgraph.kg.neo4j.idempotency import Neo4jIdempotency
 from worldgraph.kg.neo4j.leases import Neo4jSceneLeases
 from worldgraph.kg.neo4j.lifecycle import Neo4jLifecycle
 from worldgraph.kg.neo4j.rows import run_batched
@@ -93,6 +94,7 @@ class Neo4jGraphStore(ComposedStore):
         self.world = Neo4jWorld(self.db, self.snapshot_import)
         self.leases = Neo4jSceneLeases(self.db)
         self.lifecycle = Neo4jLifecycle(self.db)
+        self.idempotency = Neo4jIdempotency(self.db)
         if read_only:
             return  # no constraints, indexes or migrations: reads need none of them to be correct
         try:
@@ -165,6 +167,17 @@ class Neo4jGraphStore(ComposedStore):
         if not rows:
             raise NotFoundError("api key", key_id, "`worldgraph keys list` shows the key ids")
         return rows[0]
+
+    # ---------------------------------------------------------------- idempotency keys
+    def begin_idempotent(self, tenant_id: str, key: str, request_hash: str, now: str, expires_at: str,
+                         stale_before: str) -> Record | None:
+        return self.idempotency.begin(tenant_id, key, request_hash, now, expires_at, stale_before)
+
+    def finish_idempotent(self, tenant_id: str, key: str, answer: str, refs: list[str]) -> None:
+        self.idempotency.finish(tenant_id, key, answer, refs)
+
+    def abandon_idempotent(self, tenant_id: str, key: str) -> None:
+        self.idempotency.abandon(tenant_id, key)
 
     def close(self) -> None:
         self.db.driver.close()
