@@ -21,8 +21,9 @@ importable from ``worldgraph.config``.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from worldgraph.lazy import lazy_exports
 
 # The names are imported on first use (PEP 562): the command line's parser needs only
 # environment.py (``cli_defaults``), not pydantic and the settings models (~0.15 s on a quiet
@@ -51,18 +52,8 @@ if TYPE_CHECKING:
     from worldgraph.config.settings import ENV_PREFIX, NEO4J_VARIABLES, WorldGraphConfig
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'worldgraph.config' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"worldgraph.config.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
-
+__getattr__, __dir__ = lazy_exports(__name__, globals(),
+                                    {name: f"worldgraph.config.{area}" for name, area in _EXPORTS.items()})
 
 __all__ = [
     "AWS_VARIABLES",

@@ -9,13 +9,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.unit.service.test_forget import graph_kw, tenant, wm  # noqa: F401 - the both-store fixtures
 from worldgraph import InvalidInputError, WorldModel
 from worldgraph.errors import ConflictError
 from worldgraph.facade.idempotency import request_hash
@@ -23,27 +22,6 @@ from worldgraph.memory.embeddings import HashingEmbedder
 
 RUN = {"agent_id": "a", "agent_role": "r", "task_type": "x", "task_description": "reconcile SKU-1",
        "outcome": "success"}
-
-
-@pytest.fixture(params=["embedded", pytest.param("neo4j", marks=pytest.mark.neo4j)])
-def graph_kw(request: pytest.FixtureRequest) -> dict[str, Any]:
-    if request.param == "neo4j":
-        server = request.getfixturevalue("neo4j_server")
-        return {"graph": "neo4j", "neo4j_uri": server["uri"], "neo4j_user": server["user"],
-                "neo4j_password": server["password"]}
-    return {}
-
-
-@pytest.fixture
-def wm(graph_kw: dict[str, Any], tmp_path: Path) -> Iterator[WorldModel]:
-    model = WorldModel.open(tmp_path / "data", embedder=HashingEmbedder(64), **graph_kw)
-    yield model
-    model.close()
-
-
-@pytest.fixture
-def tenant() -> str:
-    return f"t-{uuid.uuid4().hex[:10]}"
 
 
 def iso(delta_seconds: float = 0) -> str:

@@ -142,16 +142,6 @@ class EmbeddedGraphStore(ComposedStore):
 
     # ---------------------------------------------------------------- forgetting
 
-    # ---------------------------------------------------------------- idempotency keys
-    def begin_idempotent(self, tenant_id: str, key: str, request_hash: str, now: str, expires_at: str,
-                         stale_before: str) -> Record | None:
-        return self.idempotency.begin(tenant_id, key, request_hash, now, expires_at, stale_before)
-
-    def finish_idempotent(self, tenant_id: str, key: str, answer: str, refs: list[str]) -> None:
-        self.idempotency.finish(tenant_id, key, answer, refs)
-
-    def abandon_idempotent(self, tenant_id: str, key: str) -> None:
-        self.idempotency.abandon(tenant_id, key)
     def purge_files(self) -> Record:
         """The lifecycle's purge, after the saved Cypher projections of the tenants that forgot
         something are deleted (they hold the forgotten records; the next query rebuilds them)."""

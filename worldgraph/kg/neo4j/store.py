@@ -168,17 +168,6 @@ class Neo4jGraphStore(ComposedStore):
             raise NotFoundError("api key", key_id, "`worldgraph keys list` shows the key ids")
         return rows[0]
 
-    # ---------------------------------------------------------------- idempotency keys
-    def begin_idempotent(self, tenant_id: str, key: str, request_hash: str, now: str, expires_at: str,
-                         stale_before: str) -> Record | None:
-        return self.idempotency.begin(tenant_id, key, request_hash, now, expires_at, stale_before)
-
-    def finish_idempotent(self, tenant_id: str, key: str, answer: str, refs: list[str]) -> None:
-        self.idempotency.finish(tenant_id, key, answer, refs)
-
-    def abandon_idempotent(self, tenant_id: str, key: str) -> None:
-        self.idempotency.abandon(tenant_id, key)
-
     def close(self) -> None:
         self.db.driver.close()
 
