@@ -150,7 +150,7 @@ class WorldModel:
         self._writable("record_experiences")
         if idempotency_key is None:
             return self.recorder.record(tenant_id, experiences, canvases, progress)
-        batch = list(experiences)
+        batch = experiences if isinstance(experiences, (str, bytes, dict)) else list(experiences)
         return self.idempotent.run(tenant_id, idempotency_key, "record_experiences",
                                    {"experiences": batch, "canvases": canvases},
                                    lambda: self.recorder.record(tenant_id, batch, canvases, progress),
@@ -164,7 +164,7 @@ class WorldModel:
         a retry with the same key and turns returns the first ids."""
         check_tenant(tenant_id)
         self._writable("record_conversation")
-        listed = list(turns)
+        listed = turns if isinstance(turns, (str, bytes, dict)) else list(turns)  # a wrong type stays wrong
         return self.idempotent.run(tenant_id, idempotency_key, "record_conversation",
                                    {"session_id": session_id, "turns": listed},
                                    lambda: self.recorder.conversation(tenant_id, session_id, listed, progress),
