@@ -73,7 +73,22 @@ def record_and_recall(wm: WorldModel) -> None:
 
 
 def grow_world(wm: WorldModel, out: Path) -> None:
-    # An agent round that ends with FLAG_CURIOSITY: yes becomes a scene packet.
+    # What the agent learned in its first rounds: a delta we already have (what the LLM would
+    # return), merged without an LLM. Local refs (e1, e2, ...) name items of this delta.
+    wm.apply_delta(TENANT, ENV, {
+        "entities": [
+            {"ref": "e1", "name": "kitchen table", "type": "furniture", "evidence": "On the wooden table"},
+            {"ref": "e2", "name": "brass key", "type": "item", "attributes": {"material": "brass"}},
+            {"ref": "e3", "name": "player", "type": "player"},
+            {"ref": "e4", "name": "front door", "type": "door"},
+        ],
+        "states": [{"ref": "s1", "name": "front door locked", "type": "door_state", "entity_ref": "e4"}],
+        "edges": [{"relation": "containment", "src_ref": "e1", "dst_ref": "e2", "confidence": 0.9}],
+        "rules": [{"condition": "the front door is locked", "outcome": "going outside fails",
+                   "linked_refs": ["e4"], "confidence": 0.8}],
+    })
+
+    # Round 3: an agent round that ends with FLAG_CURIOSITY: yes becomes a scene packet.
     packet = wm.observe_round(TENANT, ENV, {
         "round": 3,
         "action": "take brass key",
@@ -89,21 +104,12 @@ def grow_world(wm: WorldModel, out: Path) -> None:
     # merges it; wait for that. Without one it stays pending until `worldgraph world retry`.
     wm.wait_for_updates(timeout=120)
 
-    # A delta we already have (what the LLM would return), merged without an LLM.
-    # Local refs (e1, e2, ...) name items of this delta; "type:name" names nodes merged before.
-    wm.apply_delta(TENANT, ENV, {
-        "entities": [
-            {"ref": "e1", "name": "kitchen table", "type": "furniture", "evidence": "On the wooden table"},
-            {"ref": "e2", "name": "brass key", "type": "item", "attributes": {"material": "brass"}},
-            {"ref": "e3", "name": "player", "type": "player"},
-            {"ref": "e4", "name": "front door", "type": "door"},
-        ],
-        "states": [{"ref": "s1", "name": "front door locked", "type": "door_state", "entity_ref": "e4"}],
-        "edges": [{"relation": "containment", "src_ref": "e1", "dst_ref": "e2", "confidence": 0.9}],
-        "rules": [{"condition": "the front door is locked", "outcome": "going outside fails",
-                   "linked_refs": ["e4"], "confidence": 0.8}],
-    })
-    # The key moves: the new containment closes the old one (valid_to is set, nothing is deleted).
+    # The delta of round 3's packet (what the LLM returns for it). A merge places its facts at its
+    # scene's time (the round's), not at the moment it runs, so that packets extracted out of order
+    # still end as if merged in round order. The table fact above was merged before round 3 was
+    # observed, so it is older: the key's new container closes the old containment (valid_to is
+    # set, nothing is deleted). Had the table fact been merged after this packet was stored, it
+    # would be the newer fact, and it would stay current.
     report = wm.apply_delta(TENANT, ENV, {
         "entities": [], "states": [],
         "edges": [

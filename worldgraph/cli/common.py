@@ -10,10 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from worldgraph.errors import InvalidInputError, NotFoundError
+from worldgraph.errors import InvalidInputError
 
 # A short id shorter than this is too likely to match many episodes to be worth a lookup.
-MIN_PREFIX = 4
 
 
 def open_wm(args: argparse.Namespace, *, create: bool = False, **kw: Any) -> Any:
@@ -95,25 +94,6 @@ def _read_text(path: str) -> str:
         raise InvalidInputError("file", f"{path} is not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise InvalidInputError("file", f"{path}: {exc.strerror or exc}") from None
-
-
-def resolve_episode_id(wm: Any, tenant_id: str, text: str) -> str:
-    """A full episode id, an unambiguous prefix of one (the CLI prints 8 characters), of this
-    tenant only. An unknown or ambiguous prefix names the matches."""
-    if wm.store.get_episodes(tenant_id, [text]):
-        return text
-    if len(text) < MIN_PREFIX:
-        raise NotFoundError("episode", text, f"give at least {MIN_PREFIX} characters of its id "
-                            f"(`worldgraph episodes AGENT_ID` lists ids)")
-    matches = wm.store.episode_ids_with_prefix(tenant_id, text, limit=6)
-    if len(matches) == 1:
-        return str(matches[0])
-    if not matches:
-        raise NotFoundError("episode", text, f"no episode of tenant {tenant_id!r} has this id or an id starting "
-                            "with it (`worldgraph episodes AGENT_ID` lists ids)")
-    shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
-    raise InvalidInputError("episode_id", f"{text!r} is the start of several episode ids ({shown}); give more "
-                            "characters", text)
 
 
 def require_env(wm: Any, tenant_id: str, env: str) -> None:

@@ -14,6 +14,7 @@ The demo works in its own folder (default ``./worldgraph-demo``), which it recre
 from __future__ import annotations
 
 import argparse
+import shlex
 import shutil
 import time
 import uuid
@@ -36,12 +37,22 @@ DEMO_CYPHER = ("MATCH (r:Rule {tenant_id: $tenant_id, env_name: $env}) WHERE r.v
                "r.confidence AS confidence ORDER BY evidence DESC, confidence DESC LIMIT 5")
 
 
+def try_lines(data: str, tenant: str) -> list[str]:
+    """The commands the demo suggests, quoted for a POSIX shell so they run when pasted (the Cypher
+    query in single quotes: in double quotes the shell would expand ``$tenant_id`` and ``$env``)."""
+    base = f"worldgraph --data {shlex.quote(data)} --tenant {shlex.quote(tenant)}"
+    return [f"{base} recall 'month-end close' --role Finance --explain --min-similarity 0.2",
+            f"{base} world show --env {ENV}",
+            f"{base} cypher {shlex.quote(DEMO_CYPHER)} --param env={ENV}"]
+
+
 def run_demo(args: argparse.Namespace) -> int:
-    from worldgraph.cli.replay import replay_log
+    from worldgraph.cli.replay import quiet_extraction_log, reason_lines, replay_log
     from worldgraph.config import llm_configured
     from worldgraph.service import WorldModel
     from worldgraph.world.summary import render_summary, summarize_graph
 
+    quiet_extraction_log(args.verbose)
     data = Path(args.data if args.data != "./data" else "./worldgraph-demo")
     if data.exists() and (data / MARKER).exists():
         shutil.rmtree(data)
@@ -96,11 +107,15 @@ def run_demo(args: argparse.Namespace) -> int:
                 say("    (no results)")
 
         # 4. world graph
-        mode = "asking the LLM" if llm_configured() else "offline: merging the deltas a model returned for it"
+        offline = bool(getattr(args, "offline", False)) or not llm_configured()
+        mode = "offline: merging the deltas a model returned for it" if offline else "asking the LLM"
         say(f"\n4. growing the world graph of {ENV} from {ex / 'text_adventure.jsonl'} ({mode})")
-        summary = replay_log(wm, tenant, ENV, ex / "text_adventure.jsonl", progress=progress_bar("   rounds"))
+        summary = replay_log(wm, tenant, ENV, ex / "text_adventure.jsonl", use_shipped_deltas=offline,
+                             progress=progress_bar("   rounds"))
         say(f"   {summary['rounds']} rounds recorded as episodes, {summary['flagged']} flagged FLAG_CURIOSITY: yes, "
             f"{summary['merged']} merged, {summary['pending']} pending, {summary['failed']} failed")
+        for line in reason_lines(summary):
+            say(f"  {line}")
         for rep in summary["reports"]:
             if rep["dropped"] or rep["closed"]["edges"] or rep["closed"]["nodes"]:
                 print_report(rep)
@@ -112,7 +127,7 @@ def run_demo(args: argparse.Namespace) -> int:
         say(f"\n5. exported the canonical snapshot to {path}:")
         for f in sorted(path.iterdir()):
             say(f"   {f.name:14} {f.stat().st_size:>8} bytes")
-        # 6. one Cypher exploration of what was learned (the README's first query), on this store
+        # 6. one Cypher exploration of what was learned (the first example query of docs/cypher.md), on this store
         say(f"\n6. exploring the learned rules with Cypher (wm.cypher; store: {wm.store.name})\n"
             f"   {DEMO_CYPHER}")
         rows = wm.cypher(tenant, DEMO_CYPHER, {"env": ENV})
@@ -122,9 +137,7 @@ def run_demo(args: argparse.Namespace) -> int:
             say("   (no rules learned)")
         stats = wm.stats(tenant)
     say(f"\ndone in {time.perf_counter() - t0:.1f}s: {stats['episodes']} episodes, {stats['feedback']} ratings, "
-        f"{stats['nodes']} nodes, {stats['edges']} edges, {stats['rules']} rules. Try:\n"
-        f"  worldgraph --data {data} --tenant {tenant} recall \"month-end close\" --role Finance --explain "
-        "--min-similarity 0.2\n"
-        f"  worldgraph --data {data} --tenant {tenant} world show --env {ENV}\n"
-        f"  worldgraph --data {data} --tenant {tenant} cypher \"{DEMO_CYPHER}\" --param env={ENV}")
+        f"{stats['nodes']} nodes, {stats['edges']} edges, {stats['rules']} rules. Try:")
+    for line in try_lines(str(data), tenant):
+        say(f"  {line}")
     return 0

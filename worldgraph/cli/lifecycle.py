@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from worldgraph.cli.common import open_wm, resolve_episode_id
+from worldgraph.cli.common import open_wm
 from worldgraph.cli.console import emit, progress_bar, short, table
 from worldgraph.errors import InvalidInputError
 
@@ -39,6 +39,9 @@ def add_lifecycle_commands(sub: Any, add: Add) -> None:
     sp = add("tenant", cmd_forget_tenant, "forget every record of --tenant, its API keys included (needs --yes)",
              parent=group)
     sp.add_argument("--yes", action="store_true", help="yes, forget the whole tenant (cannot be undone)")
+    # --yes is taken by every forget (a script may pass it to all of them); only the tenant needs it
+    for p in (group.choices["episode"], group.choices["env"]):
+        p.add_argument("--yes", action="store_true", help="accepted for symmetry with `forget tenant` (not needed)")
     for p in (group.choices["episode"], group.choices["env"], group.choices["tenant"]):
         p.add_argument("--no-purge", dest="no_purge", action="store_true",
                        help="do not purge the files now (the background purge or `worldgraph purge` does it later)")
@@ -50,7 +53,7 @@ def cmd_episodes(args: argparse.Namespace) -> int:
     if args.target == "list":
         with open_wm(args) as wm:
             page = wm.list_episodes(args.tenant, args.agent_id, args.session_id, args.since, args.until,
-                                    args.limit or 100, args.cursor)
+                                    100 if args.limit is None else args.limit, args.cursor)
         eps = page.items
 
         def text() -> None:
@@ -65,14 +68,14 @@ def cmd_episodes(args: argparse.Namespace) -> int:
         if not args.episode_id:
             raise InvalidInputError("episode_id", "give the id to show: `worldgraph episodes show EPISODE_ID`")
         with open_wm(args) as wm:
-            ep = wm.get_episode(args.tenant, resolve_episode_id(wm, args.tenant, args.episode_id))
+            ep = wm.get_episode(args.tenant, args.episode_id)  # the id or a unique start of it
         emit(args, ep, lambda: print("\n".join(f"{k:24} {v}" for k, v in ep.items() if v not in (None, [], ""))))
         return 0
     if args.episode_id is not None:
         raise InvalidInputError("episode_id", f"unexpected {args.episode_id!r}: use `episodes list`, "
                                 "`episodes show ID` or `episodes AGENT_ID`")
     with open_wm(args) as wm:
-        agent_eps = wm.get_agent_episodes(args.tenant, args.target, args.limit or 30)
+        agent_eps = wm.get_agent_episodes(args.tenant, args.target, 30 if args.limit is None else args.limit)
     emit(args, agent_eps, lambda: table(
         [[e["timestamp"][:19], e["outcome"], f"{e['confidence_score']:.2f}", short(e["task_description"]), e["id"]]
          for e in agent_eps], ["timestamp", "outcome", "conf", "task", "episode_id"]))
@@ -92,8 +95,8 @@ def _done(args: argparse.Namespace, wm: Any, report: Any) -> None:
 
 def cmd_forget_episode(args: argparse.Namespace) -> int:
     with open_wm(args) as wm:
-        eid = resolve_episode_id(wm, args.tenant, args.episode_id)
-        _done(args, wm, wm.forget_episode(args.tenant, eid, "cli"))
+        # the id or a unique start of it of at least 8 characters (WorldModel resolves it)
+        _done(args, wm, wm.forget_episode(args.tenant, args.episode_id, "cli"))
     return 0
 
 

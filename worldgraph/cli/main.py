@@ -127,6 +127,20 @@ def version() -> str:
         return "unknown (not installed)"
 
 
+class VersionAction(argparse.Action):
+    """``--version``: the installed version, read from the package metadata only when asked
+    (importlib.metadata is not needed for any other command)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show the installed version and exit", **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"worldgraph {version()}")
+        parser.exit()
+
+
 def global_options(suppress: bool) -> argparse.ArgumentParser:
     """The options every command takes, before or after it. Under a command their defaults are
     SUPPRESS, so a value given before the command is not overwritten by the command's default."""
@@ -152,7 +166,7 @@ def global_options(suppress: bool) -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="worldgraph", description="World model and long-term memory for LLM agents.",
            parents=[global_options(suppress=True)])
-    p.add_argument("--version", action="version", version=f"worldgraph {version()}")
+    p.add_argument("--version", action=VersionAction)
     sub = p.add_subparsers(title="commands")
 
     def add(name: str, handler: Handler, help_: str, parent: Any = sub) -> argparse.ArgumentParser:

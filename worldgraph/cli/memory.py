@@ -9,10 +9,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from worldgraph.cli.common import open_wm, read_json_items, resolve_episode_id
+from worldgraph.cli.common import check_data_dir, open_wm, read_json_items
 from worldgraph.cli.console import emit, note, print_context, print_recall, progress_bar, short
 from worldgraph.cli.samples import split_samples, store_ratings
-from worldgraph.errors import InvalidInputError, NotFoundError
+from worldgraph.errors import InvalidInputError
 
 Add = Callable[..., argparse.ArgumentParser]
 # record-conversation: sessions recorded side by side, sharing embedding batches
@@ -173,12 +173,8 @@ def cmd_feedback(args: argparse.Namespace) -> int:
                                   created_by=args.by)
 
     with open_wm(args) as wm:
-        episode_id = args.episode_id
-        try:  # the API checks the score first; a short id is looked up only when the full one is unknown
-            fb = submit(episode_id)
-        except NotFoundError:
-            episode_id = resolve_episode_id(wm, args.tenant, args.episode_id)
-            fb = submit(episode_id)
+        fb = submit(args.episode_id)  # the id or a unique start of it: WorldModel resolves it
+    episode_id = fb["episode_id"]
     emit(args, fb, lambda: print(f"feedback {fb['id']} stored; episode {episode_id} now averages "
                                  f"{fb['average']:.3f} (normalised) over {fb['count']} rating(s)"))
     return 0
@@ -214,7 +210,13 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    with open_wm(args) as wm:
-        s = wm.stats(args.tenant)
-    emit(args, s, lambda: print("\n".join(f"{k:16} {v}" for k, v in s.items())))
+    from worldgraph.facade import store_only
+
+    check_data_dir(args.data, args.graph != "embedded")
+    # the store alone answers (no index or embedder to load); else the whole model
+    s = store_only.stats(args.data, args.graph, args.tenant)
+    if s is None:
+        with open_wm(args) as wm:
+            s = wm.stats(args.tenant)
+    emit(args, s, lambda: print("\n".join(f"{k:20} {v}" for k, v in s.items())))
     return 0

@@ -7,16 +7,18 @@ It drives the whole facade (record, observe, merge, wait), so it sits beside ``s
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from worldgraph.config import llm_configured
 from worldgraph.errors import InvalidInputError
+from worldgraph.world.pending import scene_reasons
 
 if TYPE_CHECKING:
     from worldgraph.service import WorldModel
 
-__all__ = ["replay_log"]
+__all__ = ["quiet_extraction_log", "reason_lines", "replay_log"]
 
 
 def replay_log(wm: WorldModel, tenant_id: str, env_name: str, log_path: str | Path,
@@ -45,11 +47,26 @@ def replay_log(wm: WorldModel, tenant_id: str, env_name: str, log_path: str | Pa
     finally:
         wm.world.auto_update = auto_update
     wm.wait_for_updates()
+    scenes = []
     for sid in scene_ids:
-        scene = wm.store.get_scene(tenant_id, sid) or {}
+        scene = wm.store.get_scene(tenant_id, sid) or {"status": "pending"}
+        scenes.append(scene)
         status = scene.get("status")
         summary["merged" if status == "merged" else "failed" if status == "failed" else "pending"] += 1
+    summary["reasons"] = scene_reasons(scenes)  # why the pending and failed ones wait: {reason: count}
     return summary
+
+
+def quiet_extraction_log(verbose: bool) -> None:
+    """On the CLI the reasons are printed under the counts, naming the LLM by its host; the
+    extractor's log line (the full configured address, for an operator's log) shows with -v only."""
+    if not verbose:
+        logging.getLogger("worldgraph.world.extractor").setLevel(logging.ERROR)
+
+
+def reason_lines(summary: dict[str, Any]) -> list[str]:
+    """What the CLI prints under a replay's counts: each reason packets wait or failed, once."""
+    return [f"  {count} x {reason}" for reason, count in summary.get("reasons", {}).items()]
 
 
 def _replay(wm: WorldModel, tenant_id: str, env_name: str, log_path: str, rounds: list[Any], offline: bool,

@@ -299,10 +299,11 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 
     with _keys(args, create=True) as keys:
         key, record = keys.create(args.key_tenant, args.name, args.scopes)
-    emit(args, {"key": key, **record}, lambda: print(
-        f"{key}\n\nAPI key {record['id']} for tenant {record['tenant_id']!r} (scopes: "
+    # the key alone on stdout, so KEY=$(worldgraph keys create ...) captures it; the note on stderr
+    emit(args, {"key": key, **record}, lambda: (print(key), print(
+        f"API key {record['id']} for tenant {record['tenant_id']!r} (scopes: "
         f"{', '.join(record['scopes'])}). It is shown only now: store it "
-        f"safely.\nUse it as: Authorization: Bearer {key[:12]}..."))
+        f"safely.\nUse it as: Authorization: Bearer {key[:12]}...", file=sys.stderr)))
     return 0
 
 

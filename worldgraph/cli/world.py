@@ -54,15 +54,16 @@ def add_world_commands(sub: Any, add: Add) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from worldgraph.cli.replay import replay_log
+    from worldgraph.cli.replay import quiet_extraction_log, reason_lines, replay_log
 
+    quiet_extraction_log(args.verbose)
     check_input_file(args.log)
     with open_wm(args, create=True) as wm:
         summary = replay_log(wm, args.tenant, args.env, args.log, use_shipped_deltas=args.offline,
                              progress=progress_bar("rounds", not args.json))
-    emit(args, summary, lambda: print(
+    emit(args, summary, lambda: print("\n".join([
         f"{summary['rounds']} rounds, {summary['flagged']} flagged, {summary['merged']} merged, "
-        f"{summary['pending']} pending, {summary['failed']} failed"))
+        f"{summary['pending']} pending, {summary['failed']} failed", *reason_lines(summary)])))
     return 0
 
 

@@ -15,6 +15,11 @@ class ServerSettings(BaseModel):
     # On SIGTERM, in-flight requests (serve) and packets being extracted (worker) get this long;
     # then requests fail and held packets go back to pending (serve ends within this + 1.5 s)
     shutdown_timeout_seconds: float = Field(2.0, ge=0)
+    # Idempotent writes (an Idempotency-Key, or idempotency_key=): the first answer is kept this long
+    # (at least a day: a client's retries, a queue's redeliveries), and a request still marked as
+    # running after idempotency_stale_seconds is taken to have died with its process
+    idempotency_ttl_seconds: float = Field(86_400.0, ge=86_400.0)
+    idempotency_stale_seconds: float = Field(600.0, gt=0)
 
 
 class LimitSettings(BaseModel):

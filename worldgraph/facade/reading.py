@@ -17,6 +17,7 @@ from worldgraph.memory.index.episode_index import EpisodeIndex
 from worldgraph.memory.lifecycle import Page, decode_cursor, encode_cursor, parse_time
 from worldgraph.memory.models import RecallOptions
 from worldgraph.names import KNOWN_SHOWN, known_names
+from worldgraph.world.pending import waiting_reason
 
 
 def agent_episodes(store: GraphStore, cfg: WorldGraphConfig, tenant_id: str, agent_id: str, limit: int) -> list[Episode]:
@@ -81,6 +82,7 @@ def stats(store: GraphStore, index: EpisodeIndex, embedder: Embedder, tenant_id:
     out: dict[str, Any] = dict(store.stats(tenant_id))
     out["indexed"] = index.count(tenant_id)
     out["environments"] = store.environments(tenant_id)
+    out["world_pending_reason"] = waiting_reason(store, tenant_id)  # why packets wait (None: none do)
     out["graph_store"] = store.name
     out["cypher_sandbox"] = store.cypher_sandbox()
     out["embedder"] = embedder_name(embedder)

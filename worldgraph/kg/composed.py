@@ -1,7 +1,7 @@
 """A GraphStore made of parts: ``ComposedStore`` answers every ``GraphStore`` method by handing it
 to the part that owns it.
 
-Each backend's store owns these four parts (the Neo4j store a fifth, ``snapshot_import``, which
+Each backend's store owns these five parts (the Neo4j store a fifth, ``snapshot_import``, which
 its world part is handed), built on one shared connection object (the embedded store's
 ``SqliteConnection``, the Neo4j store's ``Neo4jConnection``), the way graphiti's driver owns its
 operation objects:
@@ -11,6 +11,7 @@ operation objects:
                                     methods are not used: store.leases has them)
     store.leases     SceneLeases    claim / renew / release a scene's lease
     store.lifecycle  Lifecycle      list, forget, purge
+    store.idempotency  Idempotency  the first answers of writes sent with an idempotency key
 
 The store itself keeps what spans the parts (tenants, stats, Cypher, API keys, close). Parts never
 call each other's private methods: what one needs of another is a public function or method of
@@ -26,7 +27,7 @@ from worldgraph.kg.lifecycle import EpisodeFilter
 from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
 from worldgraph.kg.store import EpisodeStore, GraphStore, Record, WorldStore
 
-__all__ = ["ComposedStore", "Lifecycle", "SceneLeases"]
+__all__ = ["ComposedStore", "Idempotency", "Lifecycle", "SceneLeases"]
 
 
 class SceneLeases(Protocol):
@@ -64,14 +65,37 @@ class Lifecycle(Protocol):
     def purge_files(self) -> Record: ...
 
 
+class Idempotency(Protocol):
+    """The idempotency-key methods of ``GraphStore`` (see there), without their ``_idempotent``."""
+
+    def begin(self, tenant_id: str, key: str, request_hash: str, now: str, expires_at: str,
+              stale_before: str) -> Record | None: ...
+
+    def finish(self, tenant_id: str, key: str, answer: str, refs: list[str]) -> None: ...
+
+    def abandon(self, tenant_id: str, key: str) -> None: ...
+
+
 class ComposedStore(GraphStore):
-    """Every GraphStore method that a part owns, handed to that part (a backend sets the four
+    """Every GraphStore method that a part owns, handed to that part (a backend sets the five
     parts in its ``__init__`` and implements the rest: tenants, stats, cypher, API keys, close)."""
 
     episodes: EpisodeStore
     world: WorldStore
     leases: SceneLeases
     lifecycle: Lifecycle
+    idempotency: Idempotency
+
+    # ---------------------------------------------------------------- idempotency keys
+    def begin_idempotent(self, tenant_id: str, key: str, request_hash: str, now: str, expires_at: str,
+                         stale_before: str) -> Record | None:
+        return self.idempotency.begin(tenant_id, key, request_hash, now, expires_at, stale_before)
+
+    def finish_idempotent(self, tenant_id: str, key: str, answer: str, refs: list[str]) -> None:
+        self.idempotency.finish(tenant_id, key, answer, refs)
+
+    def abandon_idempotent(self, tenant_id: str, key: str) -> None:
+        self.idempotency.abandon(tenant_id, key)
 
     # ---------------------------------------------------------------- episodes
     def add_episodes(self, tenant_id: str, episodes: list[Record], canvases: list[Record], audits: list[Record]) -> None:

@@ -249,7 +249,8 @@ class GraphStore(EpisodeStore, WorldStore):
 
     @abstractmethod
     def stats(self, tenant_id: str) -> dict[str, int]:
-        """Counts: episodes, agents, feedback, canvases, canvas_audits, scenes, nodes, edges, rules."""
+        """Counts: episodes, agents, feedback, canvases, canvas_audits, scenes, nodes, edges, rules, and
+        indexed (the episodes the store marks as held by the index)."""
 
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[Record]:
         raise NotSupportedError(
@@ -330,6 +331,32 @@ class GraphStore(EpisodeStore, WorldStore):
 
     def _no_keys(self) -> Exception:
         return NotSupportedError(f"the {self.name!r} store does not keep API keys; use the embedded or Neo4j store")
+
+    # ---------------------------------------------------------------- idempotency keys
+    # The first answer to a write sent with an idempotency key, kept so that a retry gets it back and
+    # stores nothing new (worldgraph.facade.idempotency says the rules). A record: {"tenant_id",
+    # "key", "request_hash", "status": running | done, "answer" (JSON text), "refs" (the episode ids
+    # and "env:<name>" the answer names: a forget of any of them deletes the record, since an answer
+    # may quote the user's words), "started_at", "expires_at"}. Not abstract, like the API keys.
+    def begin_idempotent(self, tenant_id: str, key: str, request_hash: str, now: str, expires_at: str,
+                         stale_before: str) -> Record | None:
+        """Atomically: drop the tenant's expired records; then, when (tenant, key) has no record, or
+        one still ``running`` that started before ``stale_before`` (its process died) with this
+        ``request_hash``, write it ``running`` from ``now`` and return None (the caller runs the
+        request); else return the record (done: its answer; running; or another request's hash)."""
+        raise self._no_idempotency()
+
+    def finish_idempotent(self, tenant_id: str, key: str, answer: str, refs: list[str]) -> None:
+        """Store the answer of a request begun with ``begin_idempotent`` (status done)."""
+        raise self._no_idempotency()
+
+    def abandon_idempotent(self, tenant_id: str, key: str) -> None:
+        """Delete a running record (its request failed: a retry runs it again)."""
+        raise self._no_idempotency()
+
+    def _no_idempotency(self) -> Exception:
+        return NotSupportedError(f"the {self.name!r} store does not keep idempotency keys; use the embedded or "
+                                 "Neo4j store")
 
     @abstractmethod
     def close(self) -> None: ...

@@ -34,10 +34,16 @@ _BAD_CURSOR = "is not a cursor this API returned: pass the previous page's next_
 
 @dataclass
 class Page:
-    """One page of a listing: ``items`` and the cursor of the next page (None on the last)."""
+    """One page of a listing: ``items`` and the cursor of the next page (None on the last).
+    ``episodes`` is the same list under the name REST, MCP and TypeScript give it."""
 
     items: list[Any]
     next_cursor: str | None
+
+    @property
+    def episodes(self) -> list[Any]:
+        """``items``, as the other surfaces name a page of episodes."""
+        return self.items
 
     def to_dict(self, key: str = "items") -> dict[str, Any]:
         return {key: list(self.items), "next_cursor": self.next_cursor}

@@ -13,7 +13,8 @@ from starlette.concurrency import run_in_threadpool as in_thread
 from worldgraph.server.auth import Tenant
 from worldgraph.server.errors import ApiError
 from worldgraph.server.models import ErrorResponse
-from worldgraph.server.routes import ERROR_RESPONSES, NOT_FOUND_RESPONSES, WM
+from worldgraph.server.results import EpisodeOut
+from worldgraph.server.routes import EPISODE_ID_RESPONSES, ERROR_RESPONSES, NOT_FOUND_RESPONSES, WM
 
 _FORBIDDEN: dict[int | str, dict[str, Any]] = {
     403: {"model": ErrorResponse, "description": "The key lacks the `forget` scope (or the server is read-only)"}}
@@ -23,8 +24,25 @@ router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
 
 class EpisodePage(BaseModel):
-    episodes: list[dict[str, Any]] = Field(description="Episodes, newest first (timestamp, then id)")
+    episodes: list[EpisodeOut] = Field(description="Episodes, newest first (timestamp, then id)")
     next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; null on the last page")
+
+
+class StatsOut(BaseModel):
+    episodes: int
+    agents: int
+    feedback: int
+    canvases: int
+    canvas_audits: int
+    scenes: int
+    nodes: int
+    edges: int
+    rules: int
+    indexed: int = Field(description="Episodes the index holds (recall finds them).")
+    environments: list[str]
+    world_pending_reason: str | None = Field(description="Why scene packets wait or failed; null when none do.")
+    graph_store: str
+    embedder: str
 
 
 class AgentOut(BaseModel):
@@ -89,16 +107,18 @@ async def list_episodes(request: Request, tenant: Tenant, wm: WM,
     return page.to_dict("episodes")
 
 
-@router.get("/episodes/{episode_id}", response_model=dict[str, Any], tags=["memory"], responses=NOT_FOUND_RESPONSES,
-            summary="One episode by id")
+@router.get("/episodes/{episode_id}", response_model=EpisodeOut, tags=["memory"], responses=EPISODE_ID_RESPONSES,
+            summary="One episode by id",
+            description="`episode_id` is the full id or a unique start of it (at least 4 characters).")
 async def get_episode(episode_id: str, tenant: Tenant, wm: WM) -> dict[str, Any]:
     return dict(await in_thread(wm.get_episode, tenant, episode_id))
 
 
 @router.delete("/episodes/{episode_id}", response_model=ForgetReportOut, tags=["forget"],
-               responses={**NOT_FOUND_RESPONSES, **_FORBIDDEN}, summary="Forget an episode (needs the forget scope)",
+               responses={**EPISODE_ID_RESPONSES, **_FORBIDDEN}, summary="Forget an episode (needs the forget scope)",
                description="Gone from every read path at once, with its feedback, session links, index rows and "
-                           "(for a round) its scene packet; the bytes leave the files with the background purge.")
+                           "(for a round) its scene packet; the bytes leave the files with the background purge. "
+                           "`episode_id` is the full id or a unique start of it of at least 8 characters.")
 async def forget_episode(episode_id: str, tenant: Tenant, wm: WM) -> dict[str, Any]:
     report = await in_thread(wm.forget_episode, tenant, episode_id, "api")
     return report.to_dict()
@@ -131,6 +151,6 @@ async def forget_tenant(body: Annotated[TenantConfirm, Body()], tenant: Tenant, 
     return report.to_dict()
 
 
-@router.get("/stats", response_model=dict[str, Any], tags=["memory"], summary="Counts of the key's tenant")
+@router.get("/stats", response_model=StatsOut, tags=["memory"], summary="Counts of the key's tenant")
 async def stats(tenant: Tenant, wm: WM) -> dict[str, Any]:
     return await in_thread(wm.stats, tenant)

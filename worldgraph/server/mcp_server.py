@@ -11,6 +11,7 @@ read it: a tool never takes a tenant as an argument. Tool arguments are the Pyth
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
@@ -38,6 +39,11 @@ from worldgraph.server.world_text import DEFAULT_MAX_CHARS, MAX_DEPTH, WorldFilt
 from worldgraph.service import WorldModel
 
 T = TypeVar("T")
+# every write tool's idempotency_key: the same key and arguments again return the first answer
+IdemKey = Annotated[str | None, Field(description="Optional: send the same key when you retry this call (e.g. after "
+                                                  "a timeout); within 24 h the first answer comes back and nothing "
+                                                  "is stored twice. A new call needs a new key.")]
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 INSTRUCTIONS = """worldgraph is your long-term memory and your model of the environments you act in.
 Before a task, call recall_experiences with what you are about to do: it returns past runs like it,
@@ -82,7 +88,18 @@ def tool_error_body(exc: ToolError) -> str:
 
 
 class _Server(MCPServer):
-    """MCPServer whose tool errors are exactly the REST error body (no SDK prefix)."""
+    """MCPServer whose tool errors are exactly the REST error body (no SDK prefix), and whose tool
+    descriptions are their docstrings without the source's indentation (a model reads them)."""
+
+    def tool(self, name: str | None = None, title: str | None = None, description: str | None = None,
+             annotations: ToolAnnotations | None = None, icons: list[Any] | None = None,
+             meta: dict[str, Any] | None = None, structured_output: bool | None = None) -> Callable[[_F], _F]:
+        def register(fn: _F) -> _F:
+            text = description if description is not None else inspect.cleandoc(fn.__doc__ or "")
+            return super(_Server, self).tool(name=name, title=title, description=text, annotations=annotations,
+                                             icons=icons, meta=meta, structured_output=structured_output)(fn)
+
+        return register
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         try:
@@ -128,11 +145,12 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
                                                             "outcome are required; add learnings!")],
         ctx: Context,
         canvas: Annotated[CanvasContext | None, Field(description="The canvas the agent worked on, if any.")] = None,
+        idempotency_key: IdemKey = None,
     ) -> dict[str, Any]:
         """Record one finished agent run (task, approach, outcome, learnings, confidence) so it can be
         recalled later. Returns {"episode_id"}: keep it to rate the run with submit_feedback."""
         return {"episode_id": call(ctx, "record_experience",
-                                   lambda wm, t: wm.record_experience(t, experience, canvas))}
+                                   lambda wm, t: wm.record_experience(t, experience, canvas, idempotency_key))}
 
     @server.tool(annotations=READ)
     def recall_experiences(
@@ -159,11 +177,13 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         notes: Annotated[str | None, Field(description="Why.")] = None,
         category: Annotated[str | None, Field(description="e.g. accuracy, helpfulness, safety.")] = None,
         created_by: Annotated[str | None, Field(description="Who rates it.")] = None,
+        idempotency_key: IdemKey = None,
     ) -> dict[str, Any]:
         """Rate a recorded run. Well-rated runs rank higher in recall, poorly rated ones lower.
         Returns the rating and the run's new average (0-1) and count."""
         return call(ctx, "submit_feedback",
-                    lambda wm, t: dict(wm.submit_feedback(t, episode_id, score, notes, category, created_by)))
+                    lambda wm, t: dict(wm.submit_feedback(t, episode_id, score, notes, category, created_by,
+                                                          idempotency_key)))
 
     @server.tool(annotations=READ)
     def get_agent_episodes(
@@ -192,13 +212,15 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         turns: Annotated[list[ConversationTurn], Field(description="The turns in order: {speaker, text, timestamp "
                                                                    "(optional)}.")],
         ctx: Context,
+        idempotency_key: IdemKey = None,
     ) -> dict[str, Any]:
         """Record a conversation turn by turn, in order: one recallable run per turn (the speaker is
         the agent, the text the task, the turn before it the input), linked in time order within the
         session. All turns are checked before any is recorded. Returns {"episode_ids"}."""
         raw = [turn.model_dump(exclude_unset=True) for turn in turns]  # the facade checks plain turns
         return {"episode_ids": call(ctx, "record_conversation",
-                                    lambda wm, t: wm.record_conversation(t, session_id, raw))}
+                                    lambda wm, t: wm.record_conversation(t, session_id, raw,
+                                                                         idempotency_key=idempotency_key))}
 
     @server.tool(annotations=READ)
     def get_episode(
@@ -238,7 +260,7 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
 
     @server.tool(annotations=WRITE)
     def observe_round(env_name: EnvName, round: Annotated[AgentRound, Field(description="The round.")],  # noqa: A002
-                      ctx: Context) -> dict[str, Any]:
+                      ctx: Context, idempotency_key: IdemKey = None) -> dict[str, Any]:
         """Report one round of acting in an environment (action, observations before and after, your full
         response). It is recorded as a run; if your response ends with 'FLAG_CURIOSITY: yes' and
         'CURIOSITY_REASON: ...', a scene packet is returned and the world graph is updated from it in the
@@ -248,7 +270,7 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         from worldgraph.server.routes import world_update_note
 
         def run(wm: WorldModel, t: str) -> dict[str, Any]:
-            packet = wm.observe_round(t, env_name, round.model_dump())
+            packet = wm.observe_round(t, env_name, round.model_dump(), idempotency_key)
             pending = int(packet is not None and packet.get("status") == "pending")
             return {"packet": packet, "llm_configured": llm_configured(), "note": world_update_note(wm, pending)}
 
@@ -260,6 +282,7 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         delta: GraphDelta,
         ctx: Context,
         scene: Annotated[str | None, Field(description="Why: kept as the update's trigger reason.")] = None,
+        idempotency_key: IdemKey = None,
     ) -> dict[str, Any]:
         """Merge facts you already extracted into an environment's world graph: {entities, states, edges,
         rules}. Edges: containment (parent -> child), transition (state -> state, with the action),
@@ -268,7 +291,8 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         the same delta (their ref), or existing nodes by id or type:name. A newer fact closes what it
         contradicts (kept as history). Returns the merge report: created, merged, closed ids and dropped
         items with reasons."""
-        return call(ctx, "apply_delta", lambda wm, t: wm.apply_delta(t, env_name, delta, scene).to_dict())
+        return call(ctx, "apply_delta",
+                    lambda wm, t: wm.apply_delta(t, env_name, delta, scene, idempotency_key).to_dict())
 
     @server.tool(annotations=READ, structured_output=False)
     def world_graph(

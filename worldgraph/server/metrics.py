@@ -185,12 +185,26 @@ class RequestObserver:
         finally:
             metrics: Metrics | None = getattr(scope["app"].state, "metrics", None) if "app" in scope else None
             if metrics is not None:
-                route = scope.get("route")
-                template = getattr(route, "path", None) or "unmatched"
-                labels = (scope.get("method", ""), template, str(status[0]))
+                labels = (scope.get("method", ""), route_template(scope), str(status[0]))
                 metrics.requests.labels(*labels).inc()
                 metrics.latency.labels(*labels).observe(time.perf_counter() - start)
             request_id_var.reset(token)
+
+
+def route_template(scope: Scope) -> str:
+    """The label of the route that served the request: its template. FastAPI's own routes put
+    themselves in ``scope["route"]``; Starlette's (``/openapi.json``, ``/docs``, the mounted docs
+    assets) only leave their endpoint, so it is looked up among the app's routes (a mount's label is
+    its prefix). ``unmatched`` when no route served it."""
+    route = scope.get("route")
+    if route is not None and getattr(route, "path", None):
+        return str(route.path)
+    endpoint = scope.get("endpoint")
+    if endpoint is not None and "app" in scope:
+        for candidate in getattr(scope["app"], "routes", ()):
+            if getattr(candidate, "endpoint", None) is endpoint or getattr(candidate, "app", None) is endpoint:
+                return str(getattr(candidate, "path", "") or "unmatched")
+    return "unmatched"
 
 
 async def _send_error_with_id(send: Send, held: list[Message], rid: str) -> None:

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi import APIRouter, Body, Depends, Header, Query, Request
 from fastapi.responses import HTMLResponse
 from starlette.concurrency import run_in_threadpool as in_thread
 
@@ -31,27 +31,30 @@ from worldgraph.server.models import (
     ConversationRequest,
     CypherRequest,
     CypherResponse,
-    EpisodeIds,
-    EpisodesResponse,
     ErrorResponse,
     ExperienceBatch,
     ExperiencesBody,
-    FeedbackOut,
     FeedbackRequest,
     GraphDelta,
     Health,
+    RecallRequest,
+    Snapshot,
+    SnapshotOut,
+)
+from worldgraph.server.results import (
+    EpisodeIds,
+    EpisodesResponse,
+    FeedbackOut,
     ImportResult,
     MergeReportOut,
     Readiness,
-    RecallRequest,
     RecallResponse,
     RetryResponse,
     RoundResponse,
-    Snapshot,
-    SnapshotOut,
     WorldGraphOut,
 )
 from worldgraph.service import WorldModel
+from worldgraph.world.pending import waiting_reason
 
 
 async def _world_model(request: Request) -> WorldModel:
@@ -69,6 +72,22 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 NOT_FOUND_RESPONSES: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse, "description": "Not found in this tenant (another tenant's ids are not found too)"}}
+# routes that take an episode id take a unique start of it too (WorldModel resolves it: facade/ids.py)
+EPISODE_ID_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **NOT_FOUND_RESPONSES,
+    409: {"model": ErrorResponse, "description": "ambiguous_id: the start of several episode ids (listed in the "
+                                                 "message): give more characters"}}
+
+# Writes take an Idempotency-Key header: a retry with the same key and body gets the first answer
+# and stores nothing new (worldgraph.facade.idempotency; 422 for the same key with another body,
+# 409 while the first request is still being answered).
+IdempotencyKey = Annotated[str | None, Header(
+    alias="Idempotency-Key", description="Any string of 1-255 printable ASCII characters (a UUID): a retry with "
+    "the same key and body within 24 h returns the first answer and stores nothing new; the same key with "
+    "another body is 422, and 409 while the first request is still being answered.")]
+IDEMPOTENT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorResponse, "description": "conflict: a request with this Idempotency-Key is still being "
+                                                 "answered (or ambiguous_id: the start of several episode ids)"}}
 
 health_router = APIRouter()
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
@@ -103,27 +122,31 @@ def refuse_unsandboxed(wm: WorldModel) -> None:
 
 # ------------------------------------------------------------------------------ memory
 @router.post("/experiences", response_model=EpisodeIds, tags=["memory"], summary="Record agent runs",
+             responses=IDEMPOTENT_RESPONSES,
              description="One experience (an AgentExperience object), or a batch "
                          "`{\"experiences\": [...], \"canvases\": [...]}` stored in one transaction.")
 async def record_experiences(body: Annotated[ExperiencesBody, Body()], tenant: Tenant, wm: WM,
-                             request: Request) -> dict[str, Any]:
+                             request: Request, key: IdempotencyKey = None) -> dict[str, Any]:
     with metrics_of(request).timed("record"):
         if isinstance(body, ExperienceBatch):
             canvases: list[Any] | None = body.canvases
-            ids = await in_thread(wm.record_experiences, tenant, body.experiences, canvases)
+            ids = await in_thread(wm.record_experiences, tenant, body.experiences, canvases, idempotency_key=key)
         else:
-            ids = await in_thread(wm.record_experiences, tenant, [body])
+            ids = await in_thread(wm.record_experiences, tenant, [body], idempotency_key=key)
     return {"episode_ids": ids}
 
 
 @router.post("/conversations", response_model=EpisodeIds, tags=["memory"], summary="Record a conversation",
              description="A transcript, turn by turn, in order: one episode per turn (speaker -> agent_id, text -> "
                          "task_description, the turn before -> input_summary), linked in time order within "
-                         "the session. All turns are checked before anything is recorded.")
-async def record_conversation(body: ConversationRequest, tenant: Tenant, wm: WM) -> dict[str, Any]:
+                         "the session. All turns are checked before anything is recorded.",
+             responses=IDEMPOTENT_RESPONSES)
+async def record_conversation(body: ConversationRequest, tenant: Tenant, wm: WM,
+                              key: IdempotencyKey = None) -> dict[str, Any]:
     # plain dicts, so that the facade's own checks (e.g. a turn may not set agent_id) run on them
     turns = [t.model_dump(exclude_unset=True) for t in body.turns]
-    return {"episode_ids": await in_thread(wm.record_conversation, tenant, body.session_id, turns)}
+    return {"episode_ids": await in_thread(wm.record_conversation, tenant, body.session_id, turns,
+                                           idempotency_key=key)}
 
 
 @router.post("/recall", response_model=RecallResponse, tags=["memory"], summary="Recall past runs by meaning",
@@ -136,25 +159,17 @@ async def recall_experiences(body: RecallRequest, tenant: Tenant, wm: WM, reques
 
 
 @router.post("/episodes/{episode_id}/feedback", response_model=FeedbackOut, tags=["memory"],
-             responses=NOT_FOUND_RESPONSES, summary="Rate an episode in [-1, 1]",
+             responses={**EPISODE_ID_RESPONSES, **IDEMPOTENT_RESPONSES}, summary="Rate an episode in [-1, 1]",
              description="`episode_id` is the full id or a unique start of it (at least 4 characters). "
                          "`created_by` defaults to the API key's name (anonymous for an unnamed key).")
 async def submit_feedback(episode_id: str, body: FeedbackRequest, tenant: Tenant, wm: WM,
-                          request: Request) -> dict[str, Any]:
-    from worldgraph.cli.common import resolve_episode_id
-
+                          request: Request, key: IdempotencyKey = None) -> dict[str, Any]:
     created_by = body.created_by or getattr(request.state, "key_name", None)
 
     def rate() -> Any:
-        # the episode id, or a unique start of it (at least 4 characters) as the CLI accepts; the full
-        # id is looked up first, so a prefix costs nothing to callers that send whole ids
-        try:
-            return wm.submit_feedback(tenant, episode_id, body.score, body.notes, body.category, created_by)
-        except NotFoundError:
-            full = resolve_episode_id(wm, tenant, episode_id)
-            if full == episode_id:
-                raise
-            return wm.submit_feedback(tenant, full, body.score, body.notes, body.category, created_by)
+        # the episode id, or a unique start of it (at least 4 characters): WorldModel resolves it
+        return wm.submit_feedback(tenant, episode_id, body.score, body.notes, body.category, created_by,
+                                  idempotency_key=key)
 
     return await in_thread(rate)
 
@@ -176,7 +191,7 @@ async def readiness(agent_id: str, tenant: Tenant, wm: WM,
 
 
 # ------------------------------------------------------------------------------ world graph
-def world_update_note(wm: WorldModel, pending: int) -> str | None:
+def world_update_note(wm: WorldModel, pending: int, reason: str | None = None) -> str | None:
     """What becomes of ``pending`` scene packets on this server, and what to do when nothing
     will (no LLM configured): the answer of a round or a retry says it, not only the server log."""
     if pending == 0:
@@ -189,18 +204,35 @@ def world_update_note(wm: WorldModel, pending: int) -> str | None:
         return (f"{pending} scene packet(s) pending: background world updates are off on this server "
                 "(world_background_updates), so a `worldgraph worker` process merges them.")
     return (f"{pending} scene packet(s) pending: the server's background worker extracts a delta with the LLM and "
-            "merges it; the scene's status shows in GET /v1/envs/{env}/graph.")
+            "merges it; the scene's status shows in GET /v1/envs/{env}/graph."
+            + (f" Packets of this environment wait because: {reason}" if reason else ""))
+
+
+def retry_note(wm: WorldModel, reports: list[dict[str, Any]]) -> str | None:
+    """Why the packets a retry did not merge wait: no LLM, or each distinct error (the LLM's host
+    and what went wrong, never the credentials its address may carry)."""
+    pending = sum(1 for r in reports if not r["ok"])
+    if pending == 0 or not llm_configured():
+        return world_update_note(wm, pending)
+    errors: dict[str, int] = {}
+    for r in reports:
+        if not r["ok"] and r.get("error"):
+            errors[str(r["error"])] = errors.get(str(r["error"]), 0) + 1
+    return f"{pending} scene packet(s) not merged: " + "; ".join(f"{n} x {e}" for e, n in errors.items())
 
 
 @router.post("/envs/{env}/rounds", response_model=RoundResponse, tags=["world"], summary="Observe an agent round",
              description="Records the round as an episode. When its response ends with `FLAG_CURIOSITY: yes`, a "
                          "scene packet is stored (pending) and the server's background worker extracts and merges "
                          "a graph delta from it with the configured LLM. Without an LLM on the server the packet "
-                         "stays pending: `llm_configured` is false and `note` says how to configure one.")
-async def observe_round(env: str, body: AgentRound, tenant: Tenant, wm: WM) -> dict[str, Any]:
-    packet = await in_thread(wm.observe_round, tenant, env, body.model_dump())
+                         "stays pending: `llm_configured` is false and `note` says how to configure one.",
+             responses=IDEMPOTENT_RESPONSES)
+async def observe_round(env: str, body: AgentRound, tenant: Tenant, wm: WM, key: IdempotencyKey = None) -> dict[str, Any]:
+    packet = await in_thread(wm.observe_round, tenant, env, body.model_dump(), idempotency_key=key)
     pending = int(packet is not None and packet.get("status") == "pending")
-    return {"packet": packet, "llm_configured": llm_configured(), "note": world_update_note(wm, pending)}
+    # an earlier packet's failed extraction (the LLM unreachable) is why this one will wait too
+    reason = await in_thread(waiting_reason, wm.store, tenant, env) if pending and llm_configured() else None
+    return {"packet": packet, "llm_configured": llm_configured(), "note": world_update_note(wm, pending, reason)}
 
 
 @router.post("/world/retry", response_model=RetryResponse, tags=["world"],
@@ -223,17 +255,15 @@ async def retry_updates(tenant: Tenant, wm: WM,
         return [r.to_dict() for r in wm.retry_updates(tenant, env, stale_minutes * 60)]
 
     reports = await in_thread(run)
-    pending = sum(1 for r in reports if not r["ok"])
-    return {"reports": reports, "llm_configured": llm_configured(),
-            "note": world_update_note(wm, pending) if not llm_configured() else None}
+    return {"reports": reports, "llm_configured": llm_configured(), "note": retry_note(wm, reports)}
 
 
 @router.post("/envs/{env}/deltas", response_model=MergeReportOut, tags=["world"],
-             summary="Merge a graph delta you already have (no LLM)")
+             summary="Merge a graph delta you already have (no LLM)", responses=IDEMPOTENT_RESPONSES)
 async def apply_delta(env: str, delta: Annotated[GraphDelta, Body()], tenant: Tenant, wm: WM,
                       reason: Annotated[str | None, Query(description="Why (the scene's trigger reason)")] = None,
-                      ) -> dict[str, Any]:
-    report = await in_thread(wm.apply_delta, tenant, env, delta, reason)
+                      key: IdempotencyKey = None) -> dict[str, Any]:
+    report = await in_thread(wm.apply_delta, tenant, env, delta, reason, idempotency_key=key)
     return report.to_dict()
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worldgraph.errors import InvalidInputError, NotFoundError
+from worldgraph.world.pending import scene_reasons
 
 DEFAULT_MAX_CHARS = 6000
 MAX_DEPTH = 5
@@ -234,6 +235,8 @@ def world_text(graph: dict[str, Any], env_name: str, f: WorldFilter | None = Non
         return f"{env_name}: no world graph yet (observe_round with FLAG_CURIOSITY, or apply_delta, grows one)."
     head = [f"{env_name}: graph version {meta.get('graph_version', 0)}, updated {str(meta.get('updated_at'))[:19]}",
             _counts(graph)]
+    # why scene packets wait or failed: a pending count alone leaves the reader guessing
+    head += [f"{n} scene(s) not merged: {reason}" for reason, n in scene_reasons(graph.get("scenes") or []).items()]
     if f.active:
         head.append(f"Filter: {f.describe()}: {len(keep or ())} nodes match.")
     lines = list(head)

@@ -87,6 +87,13 @@ class DeltaExtractor:
 
     @property
     def base_url(self) -> str:
+        """The LLM server as messages name it: scheme, host and port only (``url_host``), never
+        the credentials or the path a configured address may carry."""
+        return url_host(self.address)
+
+    @property
+    def address(self) -> str:
+        """The full configured address: for the operator's log only."""
         return str(self.client.base_url).rstrip("/")
 
     def extract(self, scene: SceneRecord, summary_text: str,
@@ -126,6 +133,13 @@ class DeltaExtractor:
     # ---------------------------------------------------------------- the call
 
     def _complete(self, messages: list[dict[str, str]]) -> str:
+        try:
+            return self._call(messages)
+        except ExtractionError as exc:  # users see the host; the operator's log has the full address
+            log.warning("the LLM call to %s (model %s) failed: %s", self.address, self.config.llm_model, exc)
+            raise
+
+    def _call(self, messages: list[dict[str, str]]) -> str:
         client = self.client
         while True:
             mode = self._mode
@@ -253,6 +267,22 @@ def _client_from_env(config: WorldGraphConfig) -> openai.OpenAI:
         timeout=config.llm_timeout_seconds,
         max_retries=config.llm_max_retries,
     )
+
+
+def url_host(url: str) -> str:
+    """``scheme://host[:port]`` of ``url``: what a message may show of an address (a URL may carry
+    a user and password, or a token in its path or query)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # a malformed port: show nothing of it rather than the raw text
+        return "(an unreadable address)"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}{port}" if parts.scheme and host else "(an unreadable address)"
 
 
 def _drop_nulls(obj: Any) -> Any:

@@ -58,6 +58,17 @@ export function createWorldgraphClient(options: WorldgraphOptions): Client<paths
 }
 
 /** An error answer of the service: `{"error": {"type", "message", "field"}}` and its status. */
+/** Options of every write: the same `idempotencyKey` (1-255 printable ASCII characters, e.g. a UUID)
+ * on a retry with the same arguments returns the first answer within 24 h and stores nothing new;
+ * the same key with other arguments is a 422, and a 409 while the first call is still answered. */
+export interface Idempotent {
+  idempotencyKey?: string;
+}
+
+function keyHeader(opts: Idempotent): { "Idempotency-Key"?: string } {
+  return opts.idempotencyKey === undefined ? {} : { "Idempotency-Key": opts.idempotencyKey };
+}
+
 export class WorldgraphError extends Error {
   constructor(
     readonly status: number,
@@ -124,15 +135,18 @@ export class Worldgraph {
     return unwrap(await this.api.GET("/health"));
   }
 
-  /** Record one run or several (one transaction); their new episode ids. */
-  async record(experiences: AgentExperience | AgentExperience[], canvases?: (CanvasContext | null)[]): Promise<string[]> {
+  /** Record one run or several (one transaction); their new episode ids. With `idempotencyKey`, a
+   * retry with the same key and runs returns the first ids and stores nothing new (see Idempotent). */
+  async record(experiences: AgentExperience | AgentExperience[], canvases?: (CanvasContext | null)[],
+               opts: Idempotent = {}): Promise<string[]> {
     const body = Array.isArray(experiences) ? { experiences, canvases: canvases ?? null } : experiences;
-    return unwrap(await this.api.POST("/v1/experiences", { body })).episode_ids;
+    return unwrap(await this.api.POST("/v1/experiences", { body, params: { header: keyHeader(opts) } })).episode_ids;
   }
 
   /** Record a conversation turn by turn (one episode per turn, linked within the session); their ids. */
-  async recordConversation(sessionId: string, turns: ConversationTurn[]): Promise<string[]> {
-    return unwrap(await this.api.POST("/v1/conversations", { body: { session_id: sessionId, turns } })).episode_ids;
+  async recordConversation(sessionId: string, turns: ConversationTurn[], opts: Idempotent = {}): Promise<string[]> {
+    return unwrap(await this.api.POST("/v1/conversations", {
+      body: { session_id: sessionId, turns }, params: { header: keyHeader(opts) } })).episode_ids;
   }
 
   /** Past runs like `query`, best first; `relevance_score` is in [0, 1]. */
@@ -143,9 +157,9 @@ export class Worldgraph {
 
   /** Rate a run in [-1, 1]. */
   async feedback(episodeId: string, score: number,
-                 opts: { notes?: string; category?: string; createdBy?: string } = {}): Promise<Feedback> {
+                 opts: { notes?: string; category?: string; createdBy?: string } & Idempotent = {}): Promise<Feedback> {
     return unwrap(await this.api.POST("/v1/episodes/{episode_id}/feedback", {
-      params: { path: { episode_id: episodeId } },
+      params: { path: { episode_id: episodeId }, header: keyHeader(opts) },
       body: { score, notes: opts.notes ?? null, category: opts.category ?? null, created_by: opts.createdBy ?? null },
     }));
   }
@@ -164,8 +178,9 @@ export class Worldgraph {
 
   /** Report a round: `packet` is the scene packet when it carried FLAG_CURIOSITY: yes, else null;
    * `llm_configured` false and `note` say when the packet stays pending because the server has no LLM. */
-  async observeRound(env: string, round: AgentRound): Promise<RoundAnswer> {
-    return unwrap(await this.api.POST("/v1/envs/{env}/rounds", { params: { path: { env } }, body: round }));
+  async observeRound(env: string, round: AgentRound, opts: Idempotent = {}): Promise<RoundAnswer> {
+    return unwrap(await this.api.POST("/v1/envs/{env}/rounds", {
+      params: { path: { env }, header: keyHeader(opts) }, body: round }));
   }
 
   /** Re-run pending and failed scene packets now (all environments, or `env`); one report per packet. */
@@ -175,9 +190,9 @@ export class Worldgraph {
   }
 
   /** Merge a graph delta you already have (no LLM). */
-  async applyDelta(env: string, delta: GraphDelta, reason?: string): Promise<MergeReport> {
+  async applyDelta(env: string, delta: GraphDelta, reason?: string, opts: Idempotent = {}): Promise<MergeReport> {
     return unwrap(await this.api.POST("/v1/envs/{env}/deltas", {
-      params: { path: { env }, query: { reason: reason ?? null } }, body: delta }));
+      params: { path: { env }, query: { reason: reason ?? null }, header: keyHeader(opts) }, body: delta }));
   }
 
   /** One environment's graph: nodes, edges, rules, scenes, meta. */

@@ -11,8 +11,10 @@ export async function consumer(wg: Worldgraph): Promise<number> {
   const missing: AgentExperience = { agent_id: "a1", task_type: "t", outcome: "success" };
   const [id] = await wg.record([run, bad, missing]);
   const results: RecallResult[] = await wg.recall("reconcile", { limit: 3 });
-  // @ts-expect-error a field the schema does not declare is `unknown`, not a number
+  // @ts-expect-error a field the schema does not declare does not exist (the types are closed)
   const extra: number = results[0].no_such_field;
+  // @ts-expect-error a misspelled field fails to compile even where any value would do
+  const misspelled: unknown = results[0].relevance_scor;
   // @ts-expect-error relevance_score is a number
   const s: string = results[0].relevance_score;
   // @ts-expect-error score is a number
@@ -21,5 +23,5 @@ export async function consumer(wg: Worldgraph): Promise<number> {
   // @ts-expect-error no such route
   await api.GET("/v1/no-such-route");
   const r = await api.POST("/v1/recall", { body: { query: "q", limit: 2 } });
-  return (r.data?.results.length ?? 0) + s.length + extra;
+  return (r.data?.results.length ?? 0) + s.length + extra + (misspelled === undefined ? 0 : 1);
 }

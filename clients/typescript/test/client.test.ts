@@ -127,6 +127,20 @@ test("conversations", async () => {
   assert.deepEqual((await wg.episodes("amy")).map((e) => e.id), [ids[1]]);
 });
 
+test("a retry with the same idempotency key returns the first answer", async () => {
+  const wg = new Worldgraph({ baseUrl, apiKey: key });
+  const once = { idempotencyKey: `retry-${Date.now()}` };
+  const unique = { ...run, task_description: `Reconcile SKU-${Date.now()} once` };
+  const first = await wg.record(unique, undefined, once);
+  assert.deepEqual(await wg.record(unique, undefined, once), first);
+  const [a, b] = [await wg.feedback(first[0], 0.4, { idempotencyKey: "rate-" + once.idempotencyKey }),
+                  await wg.feedback(first[0], 0.4, { idempotencyKey: "rate-" + once.idempotencyKey })];
+  assert.equal(a.id, b.id);
+  assert.equal(b.count, 1);
+  await assert.rejects(wg.record({ ...unique, task_description: "another run" }, undefined, once),
+    (e: unknown) => e instanceof WorldgraphError && e.status === 422 && e.field === "idempotency_key");
+});
+
 test("every route of the OpenAPI document has a method", () => {
   const doc = JSON.parse(readFileSync(resolve(repo, "clients", "typescript", "openapi.json"), "utf8"));
   const operations = Object.entries(doc.paths as Record<string, Record<string, unknown>>)

@@ -4,7 +4,7 @@
 // this fails both when the published types are broken and when they are `any`.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { test } from "node:test";
@@ -21,13 +21,29 @@ function run(cmd: string, args: string[], cwd: string): string {
   }
 }
 
+// The package as a fresh checkout holds it: its sources without dist/ (the devDependencies linked
+// from this one's node_modules, as `npm ci` installs them). `npm pack` must build it (prepack).
+function cleanCheckout(work: string): string {
+  const dir = join(work, "checkout");
+  mkdirSync(dir);
+  for (const name of ["package.json", "package-lock.json", "tsconfig.json", "openapi.json", "README.md"]) {
+    copyFileSync(join(root, name), join(dir, name));
+  }
+  for (const name of ["src", "test", "scripts", "test-consumer"]) cpSync(join(root, name), join(dir, name), { recursive: true });
+  symlinkSync(join(root, "node_modules"), join(dir, "node_modules"), "dir");
+  assert.ok(!existsSync(join(dir, "dist")));
+  return dir;
+}
+
 test("the packed tarball type-checks in a strict consumer project, and wrong fields do not", { timeout: 600_000 }, () => {
   const work = mkdtempSync(join(tmpdir(), "worldgraph-consumer-"));
   try {
-    const packed = JSON.parse(run("npm", ["pack", "--json", "--pack-destination", work], root));
+    const packed = JSON.parse(run("npm", ["pack", "--json", "--pack-destination", work], cleanCheckout(work)));
     const tarball = join(work, packed[0].filename);
     const files: string[] = packed[0].files.map((f: { path: string }) => f.path);
-    assert.ok(files.includes("dist/src/schema.d.ts"), `the tarball ships no dist/src/schema.d.ts: ${files}`);
+    for (const f of ["dist/src/index.js", "dist/src/index.d.ts", "dist/src/schema.d.ts"]) {
+      assert.ok(files.includes(f), `the tarball of a clean checkout ships no ${f} (prepack builds it): ${files}`);
+    }
     const project = join(work, "consumer");
     mkdirSync(join(project, "src"), { recursive: true });
     writeFileSync(join(project, "package.json"), JSON.stringify({ name: "consumer", private: true, type: "module" }));

@@ -214,6 +214,7 @@ def test_rest_feedback_by_prefix_is_authored_by_the_key_name(served: Any) -> Non
     assert rate(named, "ab", {"score": 0.5}, 404)["error"]["type"] == "not_found"
     wm.record_experience(tenant, {"agent_id": "a", "task_type": "t", "task_description": "x", "outcome": "success",
                                   "episode_id": "abcd5678-0000"})
-    assert "several" in rate(named, "abcd", {"score": 0.5}, 422)["error"]["message"]
+    ambiguous = rate(named, "abcd", {"score": 0.5}, 409)["error"]  # 409 ambiguous_id, listing the candidates
+    assert ambiguous["type"] == "ambiguous_id" and "abcd1234-0000" in ambiguous["message"]
     other, _ = ApiKeys(wm.store).create(f"t-{uuid.uuid4().hex[:8]}", "x")
     rate(other, "abcd12", {"score": 0.5}, 404)  # another tenant's prefix is not found

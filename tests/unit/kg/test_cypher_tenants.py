@@ -418,8 +418,8 @@ def test_legitimate_queries_keep_working(sealed: Sealed) -> None:
 
 
 def _readme_queries() -> list[tuple[str, dict[str, str]]]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = text.split("### Exploring with Cypher", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    text = (ROOT / "docs" / "cypher.md").read_text(encoding="utf-8")
+    block = text.split("## Example queries", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     found = []
     for m in re.finditer(r"^Q '(?P<query>[^']*)'(?P<rest>(?:[^\n]*\\\n)*[^\n]*)", block, re.M):
         params = dict(re.findall(r"--param '(\w+)=([^']*)'", m.group("rest")))

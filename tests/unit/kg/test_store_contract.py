@@ -421,7 +421,9 @@ def test_stats(store: GraphStore, tenant: str) -> None:
     store.add_feedback(tenant, feedback(tenant, e1, 1.0))
     store.apply_plan(first_plan(tenant, episode_id=e1))
     assert store.stats(tenant) == {"episodes": 2, "agents": 2, "feedback": 1, "canvases": 1, "canvas_audits": 1,
-                                   "scenes": 1, "nodes": 5, "edges": 3, "rules": 1}
+                                   "scenes": 1, "nodes": 5, "edges": 3, "rules": 1, "indexed": 0}
+    store.set_index_status(tenant, [e1], "indexed")  # what the index holds, as the store marks it
+    assert store.stats(tenant)["indexed"] == 1
 
 
 # ------------------------------------------------------------------------- both stores at once

@@ -97,6 +97,9 @@ def test_world_graph_filters_and_cap(demo: WorldModel) -> None:
 def test_tools_state_true_defaults_and_one_id(demo: WorldModel) -> None:
     tools = {t.name: t for t in call(demo, "list_tools", {})}
     assert {"readiness", "record_conversation"} <= set(tools)
+    for tool in tools.values():  # the docstring without the source's indentation
+        assert tool.description and not tool.description.startswith((" ", "\n")), tool.name
+        assert "\n " not in tool.description, (tool.name, tool.description)
     recall = json.dumps(tools["recall_experiences"].input_schema)
     floor = WorldGraphConfig().min_similarity  # what recall uses when the server sets nothing
     assert f"default {floor}" in recall and "default 0.6" not in recall

@@ -104,3 +104,21 @@ def test_an_unhandled_error_is_one_500_body_with_the_id_logged(served: Any, capl
     assert resp.status_code == 500
     assert resp.json()["error"]["request_id"] == "req-500" and "disk on fire" not in resp.text
     assert any("[req-500]" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
+def test_the_openapi_document_and_the_docs_pages_are_labelled_by_their_route(served: Any) -> None:
+    _, client, _ = served
+    assert client.get("/openapi.json").status_code == 200
+    page = client.get("/docs")
+    assert page.status_code == 200
+    assets = re.findall(r'(?:href|src)="(/[^"]+\.(?:css|js))"', page.text)
+    assert assets, page.text[:500]
+    for asset in assets:
+        assert client.get(asset).status_code == 200, asset
+    m = samples(client)
+    routes = {dict(labels)["route"] for (name, labels) in m if name == "worldgraph_http_requests_total"}
+    assert {"/openapi.json", "/docs"} <= routes, routes
+    prefixes = {"/" + a.split("/")[1] for a in assets}
+    assert prefixes <= routes, (prefixes, routes)  # a mount's label is its prefix, not each file
+    assert not any(a in routes for a in assets)
+    assert "unmatched" not in routes

@@ -77,6 +77,12 @@ def test_rest_and_mcp(data: Path) -> None:
                 body = r.json()["error"]
                 assert body["type"] == "not_found" and body["field"] == field, (path, body)
                 _names_known(body["message"], "ghost" if "agents" in path else "Attic", known)
+            # a retry of an unknown environment names it by env_name, as every other surface does
+            r = client.post("/v1/world/retry?env=Attic", headers=auth)
+            assert r.status_code == 404 and r.json()["error"]["field"] == "env_name", r.text
+            _names_known(r.json()["error"]["message"], "Attic", ["Garden", "Kitchen"])
+            r = client.get("/v1/envs/Attic/snapshot", headers=auth)
+            assert r.status_code == 404 and r.json()["error"]["field"] == "env_name", r.text
             assert client.get("/v1/agents/scout/episodes", headers=auth).json()["episodes"]
 
         async def run() -> list[Any]:

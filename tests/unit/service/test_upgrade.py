@@ -95,3 +95,20 @@ def test_a_saved_projection_of_338dd6d_is_not_trusted(tmp_path: Path) -> None:
         assert wm.cypher("acme", "MATCH (e:Episode) RETURN count(e) AS n")[0]["n"] == 15
         assert wm.cypher("other", "MATCH (e:Episode) RETURN e.task_description AS t") == [{"t": "other tenant row"}]
     assert not [n for n in old if n.endswith(".lbug") and (folder / n).exists()]  # the untrusted file is gone
+
+
+def test_folder_of_9eed448_takes_idempotent_writes_and_quick_stats(old_data: Path) -> None:
+    """The idempotency table (added after 9eed448) is made on the first writable open; the store's
+    `indexed` count (stats without the index) reads the old rows."""
+    from worldgraph.facade import store_only
+
+    run = {"agent_id": "agent-9", "task_type": "report", "task_description": "an idempotent run",
+           "outcome": "success"}
+    with WorldModel.open(old_data) as wm:
+        before = wm.stats("acme")["episodes"]
+        first = wm.record_experience("acme", run, idempotency_key="upgrade-1")
+        assert wm.record_experience("acme", run, idempotency_key="upgrade-1") == first
+        assert wm.stats("acme")["episodes"] == before + 1
+        full = wm.stats("acme")
+    quick = store_only.stats(old_data, "embedded", "acme")
+    assert quick is None or quick["indexed"] == full["indexed"] == full["episodes"]

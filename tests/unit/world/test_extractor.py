@@ -12,7 +12,7 @@ from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import DeltaValidationError, ExtractionError
 from worldgraph.kg.records import DroppedItem
 from worldgraph.world.curiosity import AgentRound, build_scene_packet
-from worldgraph.world.extractor import DeltaExtractor, LLMUnavailableError, build_messages, strip_fences
+from worldgraph.world.extractor import DeltaExtractor, LLMUnavailableError, build_messages, strip_fences, url_host
 
 try:  # the lead's conftest may import the fixture too; both ways work
     from tests.support.fake_openai import FakeOpenAI, Reply, closed_port_url, fake_openai  # noqa: F401
@@ -57,7 +57,8 @@ def test_valid_delta_through_the_real_client(fake_openai: FakeOpenAI) -> None:
     extractor = DeltaExtractor(WorldGraphConfig(llm_model="fake-model", llm_max_retries=0))  # client from env
     delta = extractor.extract(_scene(), "The graph holds 0 nodes.").to_dict()
     assert delta == DELTA
-    assert extractor.base_url == fake_openai.base_url
+    assert extractor.address == fake_openai.base_url  # the full address, for the operator's log
+    assert extractor.base_url == url_host(fake_openai.base_url)  # what messages show: scheme, host, port
     [body] = fake_openai.chat_requests
     assert body["model"] == "fake-model"
     rf = body["response_format"]
@@ -154,7 +155,7 @@ def test_timeout_fails_fast_and_keeps_the_packet_pending(fake_openai: FakeOpenAI
         _extractor(fake_openai, timeout=0.5).extract(_scene(), "")
     assert time.monotonic() - start < 3
     message = str(info.value)
-    assert fake_openai.base_url in message
+    assert url_host(fake_openai.base_url) in message
     assert "did not answer within 0.5s" in message
     assert "worldgraph world retry" in message and "pending" in message
 
@@ -166,7 +167,7 @@ def test_server_down_names_the_url() -> None:
         _extractor(base_url=url).extract(_scene(), "")
     assert time.monotonic() - start < 5
     assert isinstance(info.value, LLMUnavailableError)
-    assert url in str(info.value)
+    assert url_host(url) in str(info.value) and url not in str(info.value)  # the host, not the path
     assert "worldgraph world retry" in str(info.value)
 
 
@@ -175,7 +176,7 @@ def test_server_error_5xx_is_retryable(fake_openai: FakeOpenAI) -> None:
     with pytest.raises(LLMUnavailableError) as info:
         _extractor(fake_openai).extract(_scene(), "")
     assert "HTTP 503" in str(info.value) and "model is loading" in str(info.value)
-    assert fake_openai.base_url in str(info.value)
+    assert url_host(fake_openai.base_url) in str(info.value)
 
 
 def test_auth_error_says_what_to_set(fake_openai: FakeOpenAI) -> None:

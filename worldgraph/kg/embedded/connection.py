@@ -39,7 +39,7 @@ WORLD_LOG_KEPT = 256  # world commits whose written rows are remembered (for a p
 
 _WRITE_RE = re.compile(r"\s*(?:INSERT|REPLACE|UPDATE|DELETE)\b", re.I)
 _PARTS = {**{t: "episodes" for t in EPISODE_SOURCES}, **{t: "world" for t in WORLD_SOURCES}}
-_NOT_PROJECTED = ("api_keys", "schema_info", "projection_gens", "forget_log")
+_NOT_PROJECTED = ("api_keys", "schema_info", "projection_gens", "forget_log", "idempotency")
 
 # Upserts whose parameters name the world row they write: (table, how many parameters after
 # tenant_id make its key in cypher.load.WorldRows). scene_links is not read by the projection.
@@ -125,7 +125,7 @@ class SqliteConnection:
         for pragma in sql.pragmas(cache_mb, wal_autocheckpoint_pages):
             self.conn.execute(pragma)
         with self.lock:
-            self.conn.executescript(sql.SCHEMA + sql.LIFECYCLE_SCHEMA)
+            self.conn.executescript(sql.SCHEMA + sql.LIFECYCLE_SCHEMA + sql.IDEMPOTENCY_SCHEMA)
         with self.transaction() as cur:
             row = cur.execute(sql.SCHEMA_VERSION_READ).fetchone()
             if needs_upgrade("embedded", row[0] if row else None):  # raises for a newer worldgraph's file

@@ -74,6 +74,8 @@ class SqliteLifecycle:
             counts["world_records_updated"] = sum(_drop_scene(cur, tenant_id, env, sid) for sid, env in scenes)
             for env in {env for _, env in scenes}:
                 _recount(cur, tenant_id, env)
+            # the first answers to idempotent writes that name it (they may quote its words)
+            cur.execute(sql.DELETE_IDEMPOTENCY_NAMING, (tenant_id, episode_id))
             _audit(cur, audit)
             return counts
 
@@ -91,11 +93,13 @@ class SqliteLifecycle:
                 counts[key] = cur.execute(sql.delete_in_env(table), (tenant_id, env_name)).rowcount
             counts.pop("scene_links")
             counts.pop("meta")
+            cur.execute(sql.DELETE_IDEMPOTENCY_NAMING, (tenant_id, f"env:{env_name}"))  # answers naming it
             _audit(cur, audit)
             return counts
 
     def forget_tenant(self, tenant_id: str, audit: Record) -> Record:
-        """Delete every record of the tenant, its API keys included; one transaction."""
+        """Delete every record of the tenant, its API keys and idempotency records included; one
+        transaction."""
         with self.db.transaction() as cur:
             counts = {table: cur.execute(sql.delete_of_tenant(table), (tenant_id,)).rowcount
                       for table in sql.TENANT_TABLES}

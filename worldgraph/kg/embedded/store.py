@@ -27,6 +27,7 @@ from worldgraph.kg.embedded import sql
 from worldgraph.kg.embedded.connection import SCHEMA_VERSION, SqliteConnection
 from worldgraph.kg.embedded.cypher.runner import CypherRunner
 from worldgraph.kg.embedded.episodes import SqliteEpisodes
+from worldgraph.kg.embedded.idempotency import SqliteIdempotency
 from worldgraph.kg.embedded.leases import SqliteSceneLeases
 from worldgraph.kg.embedded.lifecycle import SqliteLifecycle
 from worldgraph.kg.embedded.world import SqliteWorld
@@ -75,12 +76,15 @@ class EmbeddedGraphStore(ComposedStore):
         self.world = SqliteWorld(self.db)
         self.leases = SqliteSceneLeases(self.db)
         self.lifecycle = SqliteLifecycle(self.db)
+        self.idempotency = SqliteIdempotency(self.db)
 
     def tenants(self) -> list[str]:
         return [r[0] for r in self.db.query(sql.TENANTS)]
 
     def stats(self, tenant_id: str) -> dict[str, int]:
-        return {k: self.db.query(sql.count_of_tenant(t), (tenant_id,))[0][0] for k, t in _STATS.items()}
+        out = {k: self.db.query(sql.count_of_tenant(t), (tenant_id,))[0][0] for k, t in _STATS.items()}
+        out["indexed"] = self.db.query(sql.COUNT_INDEXED, (tenant_id,))[0][0]
+        return out
 
     # ---------------------------------------------------------------- Cypher
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[Record]:
@@ -118,6 +122,7 @@ class EmbeddedGraphStore(ComposedStore):
         return key
 
     # ---------------------------------------------------------------- forgetting
+
     def purge_files(self) -> Record:
         """The lifecycle's purge, after the saved Cypher projections of the tenants that forgot
         something are deleted (they hold the forgotten records; the next query rebuilds them)."""

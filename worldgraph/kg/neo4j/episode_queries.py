@@ -179,7 +179,8 @@ RETURN
     + COUNT { MATCH ()-[r:CONTAINS]->() WHERE r.key STARTS WITH $prefix }
     + COUNT { MATCH ()-[r:EPISODIC]->() WHERE r.key STARTS WITH $prefix }
     + COUNT { MATCH ()-[r:FACT]->() WHERE r.key STARTS WITH $prefix } AS edges,
-  COUNT { MATCH (n:Rule) WHERE n.key STARTS WITH $prefix } AS rules
+  COUNT { MATCH (n:Rule) WHERE n.key STARTS WITH $prefix } AS rules,
+  COUNT { MATCH (n:Episode) WHERE n.tenant_id = $tenant_id AND n.index_status = 'indexed' } AS indexed
 """
 
 # ---------------------------------------------------------------------------------- feedback

@@ -4,7 +4,7 @@ write transaction, with a ``(:ForgetAudit)`` node as its audit row. The statemen
 ``worldgraph.kg.neo4j.lifecycle_queries`` (through ``q``).
 
 Neo4j has no secure delete: a deleted record's bytes stay in the store files until Neo4j reuses
-the space (README, "Forgetting"); ``purge_files`` says so and does nothing else."""
+the space (docs/forget.md); ``purge_files`` says so and does nothing else."""
 
 from __future__ import annotations
 
@@ -63,6 +63,8 @@ class Neo4jLifecycle:
             tx.run(q.DELETE_IDLE_AGENT, tenant_id=tenant_id, agent=row["agent"]).consume()
             for env in {env for _, env in scenes}:
                 _recount(tx, tenant_id, env)
+            # the first answers to idempotent writes that name it (they may quote its words)
+            tx.run(q.DELETE_IDEMPOTENCY_NAMING, tenant_id=tenant_id, ref=episode_id).consume()
             _create_audit(tx, audit)
             return {"episodes": 1, "feedback": int(deleted["feedback"]) if deleted else 0,
                     "canvas_audits": int(deleted["audits"]) if deleted else 0, "scenes": len(scenes),
@@ -80,6 +82,7 @@ class Neo4jLifecycle:
             tx.run(q.LOCK_ENV, tenant_id=tenant_id, env_name=env_name).consume()
             counts = tx.run(q.ENV_COUNTS, tenant_id=tenant_id, env_name=env_name, prefix=prefix).single()
             tx.run(q.DELETE_ENV, tenant_id=tenant_id, env_name=env_name, prefix=prefix).consume()
+            tx.run(q.DELETE_IDEMPOTENCY_NAMING, tenant_id=tenant_id, ref=f"env:{env_name}").consume()
             _create_audit(tx, audit)
             return {k: int(counts[k]) if counts else 0 for k in ("nodes", "edges", "rules", "scenes")}
         return self.db.write(work)
@@ -116,7 +119,7 @@ class Neo4jLifecycle:
 
     def purge_files(self) -> Record:
         return {"neo4j": "deleted records stay in the Neo4j store files until their space is reused "
-                         "(README, 'Forgetting')"}
+                         "(docs/forget.md)"}
 
 
 def _drop_scene(tx: ManagedTransaction, tenant_id: str, env: str, scene_id: str) -> int:

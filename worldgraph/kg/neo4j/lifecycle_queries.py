@@ -138,6 +138,7 @@ TENANT_DELETES: tuple[tuple[str, str], ...] = tuple((key, match + " DETACH DELET
     ("environments", "MATCH (n:Environment) WHERE n.tenant_id = $tenant_id"),
     ("sessions", "MATCH (n:Session) WHERE n.tenant_id = $tenant_id"),
     ("api_keys", "MATCH (n:ApiKey) WHERE n.tenant_id = $tenant_id"),
+    ("idempotency", "MATCH (n:IdempotencyKey) WHERE n.tenant_id = $tenant_id"),
 ))
 
 # ---------------------------------------------------------------------------------- the audit rows

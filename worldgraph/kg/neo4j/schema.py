@@ -89,7 +89,7 @@ NODE_LABELS: dict[str, str] = {"entity": "Entity", "state": "State"}
 NODE_PROPS: tuple[str, ...] = ("kind", "type", "name", "norm_name", "entity_id", "confidence", "evidence_count",
                                "valid_from", "valid_to")
 # Edges (half of every plan) copy only what exploration reads: a transition's action and the
-# validity interval (the README's Cypher examples); confidence and evidence stay in `record`.
+# validity interval (the example queries of docs/cypher.md); confidence and evidence stay in `record`.
 EDGE_PROPS: tuple[str, ...] = ("action", "valid_from", "valid_to")
 # A fact edge also copies what it is: MATCH ()-[f:FACT {predicate: 'works_at'}]->() WHERE f.valid_to IS NULL.
 FACT_PROPS: tuple[str, ...] = (*EDGE_PROPS, "predicate", "single_valued")
@@ -183,7 +183,7 @@ INDEXES: tuple[str, ...] = (
     "CREATE INDEX wg_node_entity IF NOT EXISTS FOR (n:WorldNode) ON (n.tenant_id, n.env_name, n.entity_id)",
     # refs by name alone (merge); nodes written before it have no norm_name until merged again
     "CREATE INDEX wg_node_norm_name IF NOT EXISTS FOR (n:WorldNode) ON (n.tenant_id, n.env_name, n.norm_name)",
-    # cypher() looks world nodes up by name (the README's queries): this seek is so selective that
+    # cypher() looks world nodes up by name (the example queries of docs/cypher.md): this seek is so selective that
     # the planner starts there, not from a scan of a smaller label (Scene, Episode) the guard refuses.
     "CREATE INDEX wg_node_name IF NOT EXISTS FOR (n:WorldNode) ON (n.tenant_id, n.env_name, n.name)",
     "CREATE FULLTEXT INDEX wg_episode_text IF NOT EXISTS FOR (n:Episode) ON EACH [n.task_description]",

@@ -41,6 +41,7 @@ from worldgraph.kg.neo4j import cypher as neo4j_cypher
 from worldgraph.kg.neo4j import queries as q
 from worldgraph.kg.neo4j.connection import Neo4jConnection, unreachable
 from worldgraph.kg.neo4j.episodes import Neo4jEpisodes, tenant_ids
+from worldgraph.kg.neo4j.idempotency import Neo4jIdempotency
 from worldgraph.kg.neo4j.leases import Neo4jSceneLeases
 from worldgraph.kg.neo4j.lifecycle import Neo4jLifecycle
 from worldgraph.kg.neo4j.rows import run_batched
@@ -98,6 +99,7 @@ class Neo4jGraphStore(ComposedStore):
         self.world = Neo4jWorld(self.db, self.snapshot_import)
         self.leases = Neo4jSceneLeases(self.db)
         self.lifecycle = Neo4jLifecycle(self.db)
+        self.idempotency = Neo4jIdempotency(self.db)
         if read_only:
             return  # no constraints, indexes or migrations: reads need none of them to be correct
         try:
@@ -135,7 +137,7 @@ class Neo4jGraphStore(ComposedStore):
         row = self.db.read(lambda tx: tx.run(q.STATS, tenant_id=tenant_id, prefix=q.tenant_prefix(tenant_id)).single())
         assert row is not None
         return {k: int(row[k]) for k in ("episodes", "agents", "feedback", "canvases", "canvas_audits",
-                                         "scenes", "nodes", "edges", "rules")}
+                                         "scenes", "nodes", "edges", "rules", "indexed")}
 
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[Record]:
         """Run a read-only query that provably stays in the caller's tenant (``cypher_guard``): its

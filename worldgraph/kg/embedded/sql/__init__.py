@@ -6,6 +6,7 @@ store module runs ``sql.NAME`` whatever module of this package holds it.
 - episodes.py: episodes, agents, session_links, feedback, canvases and canvas_audits
 - world.py: world_nodes, world_edges, world_rules, scene_links, scenes, scene_reports, env_meta
 - tenants.py: what spans a tenant's tables, its API keys, the audit of forgets (forget_log)
+- idempotency.py: the first answers to writes sent with an idempotency key
 - projection.py: the Cypher projection's loads of SQLite rows
 - params.py: ``placeholders`` and ``chunks``
 
@@ -29,6 +30,7 @@ The LadybugDB statements that build and refresh the Cypher projection are that e
 from __future__ import annotations
 
 from worldgraph.kg.embedded.sql.episodes import *  # noqa: F403
+from worldgraph.kg.embedded.sql.idempotency import *  # noqa: F403
 from worldgraph.kg.embedded.sql.params import *  # noqa: F403
 from worldgraph.kg.embedded.sql.projection import *  # noqa: F403
 from worldgraph.kg.embedded.sql.schema import *  # noqa: F403

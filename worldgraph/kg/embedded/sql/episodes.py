@@ -25,6 +25,8 @@ ITER_EPISODES = ("SELECT data, index_status, index_error, tenant_id, id FROM epi
                  "WHERE (tenant_id, id) > (?, ?) ORDER BY tenant_id, id LIMIT ?")
 ITER_TENANT_EPISODES = ("SELECT data, index_status, index_error, tenant_id, id FROM episodes "
                         "WHERE tenant_id = ? AND id > ? ORDER BY id LIMIT ?")
+# the episodes the store marks as held by the index (stats: `indexed` without opening the index)
+COUNT_INDEXED = "SELECT COUNT(*) FROM episodes WHERE tenant_id = ? AND index_status = 'indexed'"
 UNINDEXED_EPISODES = ("SELECT data, index_status, index_error FROM episodes WHERE index_status != 'indexed' "
                       "ORDER BY ts, id LIMIT ?")
 MARK_ALL_PENDING = "UPDATE episodes SET index_status = 'pending', index_error = NULL WHERE index_status != 'pending'"
