@@ -304,7 +304,7 @@ def _fix(name: str, details: str) -> str:
     if "CountFromCountStore" in name:
         return "count the rows of a scoped pattern: MATCH (e:Episode {tenant_id: $tenant_id}) RETURN count(e)"
     if name in ("ProcedureCall", "LoadCSV") or name.startswith(("Show", "Terminate")) or name == "AdministrationCommand":
-        return "cypher() only reads the caller's graph with MATCH (the graph model is in the README)"
+        return "cypher() only reads the caller's graph with MATCH (the graph model: docs/cypher.md)"
     m = _SCANNED_RE.match(details) if name in ("NodeByLabelScan", "AllNodesScan") else None
     if m is None:
         return HOW

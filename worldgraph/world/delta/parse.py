@@ -1,7 +1,7 @@
 """The graph delta: its JSON Schema, and the one parse every delta goes through.
 
-Two gates, format first and knowledge second (docs/architecture.md "World update"), as the README's "Merge never writes dirty
-data, and keeps what is clean" states them:
+Two gates, format first and knowledge second (docs/architecture.md "World update"): a merge never
+writes dirty data, and keeps what is clean:
 
 1. Structure (``validate_delta``): a JSON object with the four arrays entities, states, edges and
    rules, no more items than ``max_items`` (config ``max_delta_items``). Anything else rejects the
