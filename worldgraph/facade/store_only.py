@@ -41,6 +41,7 @@ def stats(path: str | Path, graph: str, tenant_id: str) -> dict[str, Any] | None
         out["environments"] = store.environments(tenant_id)
         out["world_pending_reason"] = waiting_reason(store, tenant_id)
         out["graph_store"] = store.name
+        out["cypher_sandbox"] = store.cypher_sandbox()
         out["embedder"] = embedder
         return out
     finally:

@@ -42,6 +42,8 @@ class StatsOut(BaseModel):
     environments: list[str]
     world_pending_reason: str | None = Field(description="Why scene packets wait or failed; null when none do.")
     graph_store: str
+    cypher_sandbox: str = Field(description="How Cypher is confined: landlock or unsandboxed (the embedded store), "
+                                            "neo4j-plan (Neo4j); docs/cypher.md")
     embedder: str
 
 
