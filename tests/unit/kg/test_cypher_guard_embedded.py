@@ -66,6 +66,20 @@ def test_what_is_not_one_read_query_is_refused(query: str) -> None:
         check_text(query)
 
 
+@pytest.mark.parametrize(("query", "meant"), [
+    ("MATCH (n) RETRN n", "RETURN"), ("MACH (n) RETURN n", "MATCH"), ("MATCH (n) WHRE n.x = 1 RETURN n", "WHERE"),
+    ("MATCH (n) RETURN n LIMT 3", "LIMIT"), ("UNWIND [1] AS x RETURN x UNOIN RETURN 2 AS x", "UNION")])
+def test_a_misspelt_keyword_is_an_invalid_query_naming_the_one_meant(query: str, meant: str) -> None:
+    with pytest.raises(CypherQueryError, match=f"did you mean {meant}"):
+        check_text(query)
+
+
+@pytest.mark.parametrize("query", ["MATCH (n) CRATE (m)", "MATCH (n) CREAT (m)", "MATCH (n) 1LOD FROM 'x' RETURN *"])
+def test_a_word_near_no_read_keyword_is_still_refused_as_not_read(query: str) -> None:
+    with pytest.raises(ReadOnlyQueryError):
+        check_text(query)
+
+
 @pytest.mark.parametrize("query", [
     "MATCH (r:Rule {tenant_id: $tenant_id, env_name: $env}) WHERE r.valid_to IS NULL "
     "RETURN r.condition AS condition, r.outcome AS outcome ORDER BY r.confidence DESC LIMIT 10",

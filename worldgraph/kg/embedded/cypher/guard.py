@@ -20,6 +20,8 @@ a digit before a word is two tokens, as in the engine):
 
 from __future__ import annotations
 
+import difflib
+
 from worldgraph.errors import CypherInputError, CypherQueryError, ReadOnlyQueryError
 from worldgraph.kg import cypher_guard
 from worldgraph.kg.cypher_lexer import LexError, Token, tokens, words
@@ -76,9 +78,11 @@ def check_text(query: str) -> None:
         if before is None or (before.kind == "name" and before.text.upper() == "UNION") or (
                 before.text.upper() == "ALL" and i >= 2 and toks[i - 2].text.upper() == "UNION"):
             if word not in STARTS and not (before is not None and word == "ALL"):
+                _refuse_misspelt(tok.text, STARTS)
                 raise ReadOnlyQueryError(f"cypher() runs read queries, which start with MATCH, OPTIONAL MATCH, WITH, "
                                          f"UNWIND or RETURN; this one has {tok.text} there")
         elif _ends_expression(before, toks[i - 2] if i >= 2 else None) and word not in AFTER_EXPRESSION:
+            _refuse_misspelt(tok.text, AFTER_EXPRESSION)
             raise ReadOnlyQueryError(f"cypher() allows only read clauses: {tok.text!r} after {before.text!r} starts "
                                      "a clause it does not run (write it in backticks if it is a name)")
         name = tok.text.lower()
@@ -89,6 +93,19 @@ def check_text(query: str) -> None:
             raise CypherQueryError(f"the embedded store's Cypher engine ({ENGINE}) has no function {word}() that "
                                    "cypher() calls (its scalar and aggregate functions are allowed); write the query "
                                    "without it, or run it on the Neo4j store (--graph neo4j)")
+
+
+def _refuse_misspelt(text: str, expected: frozenset[str]) -> None:
+    """A word where a clause goes that is no keyword of the engine but one letter or two away from
+    an allowed one (``RETRN``): a typo, answered as an invalid query naming the keyword meant
+    rather than as a refused write. The query is refused before it runs either way."""
+    word = text.upper()
+    if word in DENIED or word in KEYWORD_CALLS or len(word) < 3:
+        return
+    close = difflib.get_close_matches(word, sorted(expected), n=1, cutoff=0.75)
+    if close:
+        raise CypherQueryError(f"{text!r} is not a Cypher keyword: did you mean {close[0]}? (a name there goes "
+                               "in backticks)")
 
 
 def _ends_expression(tok: Token | None, before: Token | None) -> bool:
