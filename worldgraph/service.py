@@ -50,12 +50,13 @@ class WorldModel:
         self.embedder = embedder
         self.config = config
         # the world updater gets the store, the settings and how to record a round, not the facade
-        self.world = WorldUpdater(store, config, self.record_experience)
+        self.world = WorldUpdater(store, config, self.record_experience,
+                                  alive=lambda t, ids: set(store.get_episodes(t, ids)))
         # the recording path (facade/recording.py): the indexer, the background re-indexing, the group commit
         self.recorder = Recorder(store, index, embedder, config, lambda: self.retry_indexing())
         self.indexer = self.recorder.indexer
         # forgetting and purging (facade/lifecycle.py), with the background purge
-        self.lifecycle = Lifecycle(store, index, config, self.world.history)
+        self.lifecycle = Lifecycle(store, index, config, self.world.history, self.indexer.index_ids)
         self.idempotent = idempotency.Idempotency(store, config)
 
     # ------------------------------------------------------------------ lifecycle
@@ -290,13 +291,33 @@ class WorldModel:
         episodes, readiness, neighbourhoods, Cypher, export). Its feedback, canvas actions, session
         place (its neighbours are linked to each other), index rows and, for a round, its scene
         packet go with it; world facts learned from that scene stay, without the scene among their
-        sources. One store transaction; an audit row keeps who forgot which id and when. The bytes
-        leave the files with ``purge()`` (in the background within ``purge_after_seconds``)."""
+        sources and without the evidence that came only from it. What other records showed of it
+        is derived again in the same transaction (docs/forget.md): the turn that quoted it quotes
+        the turn now before it, a canvas it carried is the canvas as the newest live episode saw
+        it (or goes with its last episode), scenes that quoted the round lose that line. One store
+        transaction; an audit row keeps who forgot which id and when. The bytes leave the files
+        with ``purge()`` (in the background within ``purge_after_seconds``)."""
         check_tenant(tenant_id)
         self._writable("forget_episode")
         return ids.by_id_or_prefix(self.store, tenant_id, episode_id,
                                    lambda full: self.lifecycle.forget_episode(tenant_id, full, forgotten_by),
                                    ids.MIN_DELETE_PREFIX)
+
+    def forget_agent(self, tenant_id: str, agent_id: str, forgotten_by: str | None = None) -> ForgetReport:
+        """Forget every episode of one agent (a person erased from a tenant is often one speaker of
+        its conversations), with what ``forget_episode`` takes and derives again for each, in one
+        store transaction; NotFoundError when the tenant has no episode of that agent."""
+        check_tenant(tenant_id)
+        self._writable("forget_agent")
+        return self.lifecycle.forget_agent(tenant_id, agent_id, forgotten_by)
+
+    def forget_session(self, tenant_id: str, session_id: str, forgotten_by: str | None = None) -> ForgetReport:
+        """Forget every episode of one session (a chat, a thread, a run), with what
+        ``forget_episode`` takes and derives again for each, in one store transaction;
+        NotFoundError when the tenant has no episode in that session."""
+        check_tenant(tenant_id)
+        self._writable("forget_session")
+        return self.lifecycle.forget_session(tenant_id, session_id, forgotten_by)
 
     def forget_environment(self, tenant_id: str, env_name: str, forgotten_by: str | None = None) -> ForgetReport:
         """Forget one environment's world graph: its nodes, edges, rules, scenes (the packets) and

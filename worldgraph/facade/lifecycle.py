@@ -1,5 +1,6 @@
-"""The forgetting path of ``WorldModel``: forget an episode, an environment or a tenant (gone from
-every read path at once, audited), and purge, which removes the forgotten bytes from the files.
+"""The forgetting path of ``WorldModel``: forget an episode, an agent's or a session's episodes, an
+environment or a tenant (gone from every read path at once, audited, what other records showed of
+them derived again), and purge, which removes the forgotten bytes from the files.
 
 The facade checks the tenant and that it is writable, then hands the call to its ``Lifecycle``,
 which owns the background purge (``Purger``, within ``purge_after_seconds`` of a forget) and the
@@ -10,19 +11,21 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 from worldgraph.clock import now_iso
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import InvalidInputError, NotFoundError, NotSupportedError
-from worldgraph.kg.lifecycle import audit_record
+from worldgraph.kg.lifecycle import EPISODE_SCOPES, audit_record
 from worldgraph.kg.store import GraphStore
 from worldgraph.limits import check_text
+from worldgraph.memory.conversation import check_session
 from worldgraph.memory.index.episode_index import EpisodeIndex
 from worldgraph.memory.index.indexer import Progress
 from worldgraph.memory.lifecycle import ForgetReport, Purger
-from worldgraph.names import check_env, known_names
+from worldgraph.names import KNOWN_SHOWN, check_env, known_names
 from worldgraph.world.curiosity import RoundHistory
 
 log = logging.getLogger("worldgraph")
@@ -30,13 +33,16 @@ log = logging.getLogger("worldgraph")
 
 class Lifecycle:
     """Forgets and purges records of ``store`` and ``index``; ``history``: the world updater's
-    rolling history of rounds, which a forgotten environment or tenant leaves too."""
+    rolling history of rounds, which forgotten rounds, environments and tenants leave too;
+    ``reindex(tenant, ids)``: writes stored episodes' index rows again (False: left pending)."""
 
-    def __init__(self, store: GraphStore, index: EpisodeIndex, config: WorldGraphConfig, history: RoundHistory) -> None:
+    def __init__(self, store: GraphStore, index: EpisodeIndex, config: WorldGraphConfig, history: RoundHistory,
+                 reindex: Callable[[str, list[str]], bool]) -> None:
         self.store = store
         self.index = index
         self.config = config
         self.history = history
+        self.reindex = reindex
         self.purge_lock = threading.Lock()
         self.purger = Purger(self.purge, config.purge_after_seconds)
 
@@ -53,18 +59,47 @@ class Lifecycle:
         if not isinstance(episode_id, str) or not episode_id:
             raise InvalidInputError("episode_id", "must be a non-empty string", episode_id)
         check_text(episode_id, "episode_id", self.config.max_text_bytes, "max_text_bytes")
+        return self._forget_episodes(tenant_id, "episode", episode_id, forgotten_by, lambda: NotFoundError(
+            "episode", episode_id, f"tenant {tenant_id!r} holds no such episode"))
+
+    def forget_agent(self, tenant_id: str, agent_id: str, forgotten_by: str | None = None) -> ForgetReport:
+        """``WorldModel.forget_agent`` once the tenant and writability are checked."""
+        if not isinstance(agent_id, str) or not agent_id:
+            raise InvalidInputError("agent_id", "must be a non-empty string", agent_id)
+        check_text(agent_id, "agent_id", self.config.max_text_bytes, "max_text_bytes")
+        return self._forget_episodes(tenant_id, "agent", agent_id, forgotten_by, lambda: NotFoundError(
+            "agent", agent_id, f"tenant {tenant_id!r} has no episodes of this agent; " + known_names(
+                self.store.agent_ids(tenant_id, KNOWN_SHOWN + 1), "agents", "nothing to forget"), field="agent_id"))
+
+    def forget_session(self, tenant_id: str, session_id: str, forgotten_by: str | None = None) -> ForgetReport:
+        """``WorldModel.forget_session`` once the tenant and writability are checked."""
+        sid = check_session(session_id)
+        return self._forget_episodes(tenant_id, "session", sid, forgotten_by, lambda: NotFoundError(
+            "session", sid, f"tenant {tenant_id!r} has no episodes in this session", field="session_id"))
+
+    def _forget_episodes(self, tenant_id: str, kind: str, target: str, forgotten_by: str | None,
+                         missing: Callable[[], NotFoundError]) -> ForgetReport:
+        """Forget the episodes ``kind`` names (one transaction of the store, which derives again
+        what live records showed of them: kg.derived), then their index rows: the forgotten ones
+        deleted, those of the records derived again deleted and written again, so that no search,
+        full-text included, ranks by the forgotten words from now on."""
         check_text(forgotten_by, "forgotten_by", self.config.max_text_bytes, "max_text_bytes")
-        audit = audit_record(tenant_id, "episode", episode_id, forgotten_by, now_iso())
-        removed = self.store.forget_episode(tenant_id, episode_id, audit)
-        if removed is None:
-            raise NotFoundError("episode", episode_id, f"tenant {tenant_id!r} holds no such episode")
+        audit = audit_record(tenant_id, kind, target, forgotten_by, now_iso())
+        done = self.store.forget_episodes(tenant_id, kind, target, audit)
+        if done is None:
+            raise missing()
+        removed = dict(done.counts)
+        self.history.forget_episodes(tenant_id, done.episode_ids)
         try:  # recall already drops hits the store no longer holds; purge() deletes rows left here
-            self.index.delete([episode_id])
-            removed["index_rows"] = 1
-        except Exception as exc:  # noqa: BLE001 - the store forgot it: that decides the call
-            log.warning("forgot episode %s, but its index row stays until the next purge (%s)", episode_id, exc)
+            self.index.delete([*done.episode_ids, *done.rederived])
+            removed["index_rows"] = len(done.episode_ids)
+        except Exception as exc:  # noqa: BLE001 - the store forgot them: that decides the call
+            log.warning("forgot %s %s, but its index rows stay until the next purge (%s)", kind, target, exc)
             removed["index_rows"] = 0
-        return self._forget_report("episode", audit, removed)
+        if done.rederived and not self.reindex(tenant_id, done.rederived):
+            log.warning("forgot %s %s; %d episodes that quoted it are re-indexed later", kind, target,
+                        len(done.rederived))
+        return self._forget_report(kind, audit, removed)
 
     def forget_environment(self, tenant_id: str, env_name: str, forgotten_by: str | None = None) -> ForgetReport:
         """``WorldModel.forget_environment`` once the tenant and writability are checked."""
@@ -96,13 +131,23 @@ class Lifecycle:
         with self.purge_lock:
             pending = self.store.forget_log(unpurged=True)
             by_tenant: dict[str, list[str]] = {}
+            rederived: dict[str, list[str]] = {}
             for a in pending:
-                if a["kind"] == "episode":
-                    by_tenant.setdefault(a["tenant_id"], []).append(a["target_id"])
+                if a["kind"] in EPISODE_SCOPES:
+                    ids = [a["target_id"]] if a["kind"] == "episode" else list(a.get("episode_ids") or [])
+                    by_tenant.setdefault(a["tenant_id"], []).extend(ids)
+                    rederived.setdefault(a["tenant_id"], []).extend(a.get("rederived") or [])
             stale: list[str] = []
             for tenant, ids in by_tenant.items():  # an id recorded again after its forget keeps its row
                 alive = self.store.get_episodes(tenant, ids)
                 stale.extend(i for i in ids if i not in alive)
+            for tenant, ids in rederived.items():
+                # a record derived again whose new row is not written yet still has its old one,
+                # with the forgotten words: written now, or else deleted (it is indexed later)
+                waiting = [i for i, e in self.store.get_episodes(tenant, ids).items()
+                           if e.get("index_status") != "indexed"]
+                if waiting and not self.reindex(tenant, waiting):
+                    stale.extend(waiting)
             drop, rewrite = [], set(by_tenant)
             for tenant in {a["tenant_id"] for a in pending if a["kind"] == "tenant"}:
                 if self.store.stats(tenant)["episodes"] == 0:

@@ -18,7 +18,7 @@ from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
 from worldgraph.kg.store import GraphStore
 from worldgraph.limits import check_batch, check_value
-from worldgraph.memory.conversation import check_session, parse_turns, quoted, turn_experiences
+from worldgraph.memory.conversation import check_session, parse_turns, turn_experiences
 from worldgraph.memory.embedders.coalesce import CoalescingEmbedder
 from worldgraph.memory.embeddings import Embedder
 from worldgraph.memory.group_commit import GroupCommit
@@ -54,8 +54,10 @@ class Recorder:
 
     def record(self, tenant_id: str, experiences: Iterable[AgentExperience | dict[str, Any]],
                canvases: list[CanvasContext | dict[str, Any] | None] | None = None,
-               progress: Progress | None = None) -> list[str]:
-        """``WorldModel.record_experiences`` once the tenant and writability are checked."""
+               progress: Progress | None = None, contexts: list[str | None] | None = None) -> list[str]:
+        """``WorldModel.record_experiences`` once the tenant and writability are checked.
+        ``contexts`` (conversation turns): per experience, the episode its input summary quotes
+        (``context_from``, kg.derived), None for none."""
         cfg = self.config
         if isinstance(experiences, (str, bytes, dict)) or not hasattr(experiences, "__iter__"):
             raise InvalidInputError("experiences", f"must be a list of experiences, got {type(experiences).__name__}")
@@ -80,6 +82,8 @@ class Recorder:
                 check_value(raw_canvas, cfield, cfg, cfg.max_canvas_bytes, "max_canvas_bytes")
             canvas = parse_canvas(raw_canvas, cfield)
             ep, crec, aud = build_episode(tenant_id, exp, canvas, now=now, field=field)
+            if contexts is not None:
+                ep["context_from"] = contexts[i]
             if ep["id"] in seen:
                 raise InvalidInputError(f"{field}.episode_id", f"{ep['id']!r} appears twice in this batch")
             seen.add(ep["id"])
@@ -141,7 +145,8 @@ class Recorder:
         check_batch(len(parsed), cfg, "turns")
         if not parsed:
             return []
-        return self.record(tenant_id, self._session_experiences(tenant_id, sid, parsed), progress=progress)
+        exps, sources = self._session_experiences(tenant_id, sid, parsed)
+        return self.record(tenant_id, exps, progress=progress, contexts=sources)
 
     def conversations(self, tenant_id: str,
                       sessions: Mapping[str, Iterable[dict[str, Any]]] | Iterable[tuple[str, Iterable[dict[str, Any]]]],
@@ -151,56 +156,57 @@ class Recorder:
         if isinstance(sessions, (str, bytes)) or not hasattr(sessions, "__iter__"):
             raise InvalidInputError("sessions", "must be a dict {session_id: turns} or a list of (session_id, turns)")
         pairs = list(sessions.items()) if isinstance(sessions, Mapping) else list(sessions)
-        batches: list[tuple[str, list[AgentExperience]]] = []
+        batches: list[tuple[str, list[AgentExperience], list[str | None]]] = []
         total = 0
         for n, pair in enumerate(pairs):
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:
                 raise InvalidInputError(f"sessions[{n}]", "must be a (session_id, turns) pair")
             sid = check_session(pair[0])
-            if any(sid == done for done, _ in batches):
+            if any(sid == done for done, _, _ in batches):
                 raise InvalidInputError(f"sessions[{n}]", f"session {sid!r} appears twice: give each session once")
             try:
                 parsed = parse_turns(pair[1], cfg.max_batch_experiences + 1, lambda i, raw: check_value(
                     raw, f"turns[{i}]", cfg, cfg.max_experience_bytes, "max_experience_bytes"))
                 check_batch(len(parsed), cfg, "turns")
-                exps = self._session_experiences(tenant_id, sid, parsed) if parsed else []
+                exps, sources = self._session_experiences(tenant_id, sid, parsed) if parsed else ([], [])
             except InvalidInputError as exc:  # name the session: "sessions['s2'].turns[0].text"
                 raise InvalidInputError(f"sessions[{sid!r}].{exc.field}", exc.rule, exc.value) from None
             total += len(parsed)
-            batches.append((sid, exps))
-        out: dict[str, list[str]] = {sid: [] for sid, _ in batches}
+            batches.append((sid, exps, sources))
+        out: dict[str, list[str]] = {sid: [] for sid, _, _ in batches}
         # Whole sessions go into one record_experiences call while they fit its batch limit
         # (a session never exceeds it: checked above); each call is stored and indexed as one.
-        chunk: list[tuple[str, list[AgentExperience]]] = []
+        chunk: list[tuple[str, list[AgentExperience], list[str | None]]] = []
         done = 0
 
         def flush() -> None:
             nonlocal done
             if not chunk:
                 return
-            exps = [e for _, es in chunk for e in es]
-            ids = iter(self.record(tenant_id, exps, progress=None))
-            for sid, es in chunk:
+            exps = [e for _, es, _ in chunk for e in es]
+            sources = [s for _, _, ss in chunk for s in ss]
+            ids = iter(self.record(tenant_id, exps, progress=None, contexts=sources))
+            for sid, es, _ in chunk:
                 out[sid].extend(itertools.islice(ids, len(es)))
             done += len(exps)
             if progress:
                 progress(done, total)
             chunk.clear()
 
-        for sid, exps in batches:
-            if chunk and sum(len(es) for _, es in chunk) + len(exps) > cfg.max_batch_experiences:
+        for sid, exps, sources in batches:
+            if chunk and sum(len(es) for _, es, _ in chunk) + len(exps) > cfg.max_batch_experiences:
                 flush()
-            chunk.append((sid, exps))
+            chunk.append((sid, exps, sources))
         flush()
         return out
 
-    def _session_experiences(self, tenant_id: str, sid: str, parsed: list[Any]) -> list[AgentExperience]:
-        """The experiences of one session's turns; the first one's context is the stored turn
-        of the same session before it, if any."""
+    def _session_experiences(self, tenant_id: str, sid: str,
+                             parsed: list[Any]) -> tuple[list[AgentExperience], list[str | None]]:
+        """The experiences of one session's turns and the episodes their contexts quote; the
+        first one's context is the stored episode of the same session before it, if any."""
         first = parsed[0].timestamp or utcnow()
         before = self.store.session_episode_before(tenant_id, sid, first.timestamp())
-        previous = quoted(before["agent_id"], before["task_description"]) if before else None
-        return turn_experiences(sid, parsed, previous)
+        return turn_experiences(sid, parsed, before)
 
     def reindex(self, tenant_id: str | None, progress: Progress | None, batch_size: int) -> int:
         """``WorldModel.reindex`` once writability is checked."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from worldgraph.kg.lifecycle import EpisodeFilter
+from worldgraph.kg.lifecycle import EpisodeFilter, Forgotten
 from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
 from worldgraph.kg.store import EpisodeStore, GraphStore, Record, WorldStore
 
@@ -52,7 +52,7 @@ class Lifecycle(Protocol):
 
     def environment_metas(self, tenant_id: str) -> dict[str, Record | None]: ...
 
-    def forget_episode(self, tenant_id: str, episode_id: str, audit: Record) -> Record | None: ...
+    def forget_episodes(self, tenant_id: str, kind: str, target: str, audit: Record) -> Forgotten | None: ...
 
     def forget_environment(self, tenant_id: str, env_name: str, audit: Record) -> Record | None: ...
 
@@ -214,8 +214,8 @@ class ComposedStore(GraphStore):
     def environment_metas(self, tenant_id: str) -> dict[str, Record | None]:
         return self.lifecycle.environment_metas(tenant_id)
 
-    def forget_episode(self, tenant_id: str, episode_id: str, audit: Record) -> Record | None:
-        return self.lifecycle.forget_episode(tenant_id, episode_id, audit)
+    def forget_episodes(self, tenant_id: str, kind: str, target: str, audit: Record) -> Forgotten | None:
+        return self.lifecycle.forget_episodes(tenant_id, kind, target, audit)
 
     def forget_environment(self, tenant_id: str, env_name: str, audit: Record) -> Record | None:
         return self.lifecycle.forget_environment(tenant_id, env_name, audit)

@@ -1,10 +1,11 @@
-"""What both stores share for the memory lifecycle (browse and forget): the episode filter, the
-audit record of a forget, and how a forgotten scene leaves a world record's sources."""
+"""What both stores share for the memory lifecycle (browse and forget): the episode filter, what
+a forget of episodes names and returns, and the audit record of a forget. How a forget derives
+again what other records showed of the forgotten ones is ``kg.derived``."""
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -26,14 +27,33 @@ def iso_of(ts: float | None) -> str | None:
     return None if ts is None else datetime.fromtimestamp(float(ts), tz=timezone.utc).isoformat()
 
 
-def strip_scene(record: Record, scene_id: str) -> Record:
-    """The record without ``scene_id`` among its source_scenes (what was learned stays)."""
-    out = dict(record)
-    out["source_scenes"] = [s for s in record.get("source_scenes") or [] if s != scene_id]
-    return out
+# What a forget of episodes names: one episode by id, every episode of an agent, or of a session.
+EPISODE_SCOPES: tuple[str, ...] = ("episode", "agent", "session")
+
+
+@dataclass
+class Forgotten:
+    """What a forget of episodes did: ``counts`` per kind of record removed or rewritten (the
+    ForgetReport's ``removed``), the episodes it deleted (their index rows go) and the live ones
+    whose derived text it derived again (``kg.derived``: their index rows are written again)."""
+
+    counts: dict[str, int]
+    episode_ids: list[str] = field(default_factory=list)
+    rederived: list[str] = field(default_factory=list)
 
 
 def audit_record(tenant_id: str, kind: str, target_id: str, by: str | None, at: str) -> Record:
-    """The audit row of one forget: who forgot which id and when, never the content."""
+    """The audit row of one forget: who forgot which id and when, never the content. A forget of
+    episodes adds the ids it deleted (``episode_ids``, for an agent or a session) and those whose
+    derived text it wrote again (``rederived``): the purge finishes their index rows."""
     return {"id": str(uuid.uuid4()), "tenant_id": tenant_id, "kind": kind, "target_id": target_id,
             "forgotten_by": by, "forgotten_at": at}
+
+
+def with_ids(audit: Record, kind: str, episode_ids: list[str], rederived: list[str]) -> Record:
+    """``audit`` (changed in place) with the ids ``audit_record`` says a forget of episodes adds."""
+    if kind != "episode":
+        audit["episode_ids"] = list(episode_ids)
+    if rederived:
+        audit["rederived"] = list(rederived)
+    return audit

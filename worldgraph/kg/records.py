@@ -118,6 +118,9 @@ class SceneRecord(TypedDict, total=False):
     admissible_commands: list[str]
     latest_response: str
     recent_history_excerpt: str
+    # the episode of each line of recent_history_excerpt ("" when unknown): forgetting one of those
+    # rounds takes its line out (kg.derived)
+    history_episode_ids: list[str]
 
 
 class MetaRecord(TypedDict, total=False):

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from worldgraph.errors import NotSupportedError
-from worldgraph.kg.lifecycle import EpisodeFilter
+from worldgraph.kg.lifecycle import EpisodeFilter, Forgotten
 from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
 
 Record = dict[str, Any]
@@ -279,10 +279,13 @@ class GraphStore(EpisodeStore, WorldStore):
         """Environment name -> its meta record (None before its first merge), sorted by name."""
         raise self._no_lifecycle()
 
-    def forget_episode(self, tenant_id: str, episode_id: str, audit: Record) -> Record | None:
-        """Delete the episode with its feedback, canvas actions, session place (neighbours relinked)
-        and scene packets, take those scenes out of the sources of the world records learned from
-        them, and store ``audit``. Returns counts; None (nothing written) for an unknown episode."""
+    def forget_episodes(self, tenant_id: str, kind: str, target: str, audit: Record) -> Forgotten | None:
+        """Delete the episodes ``kind`` names by ``target`` (``kg.lifecycle.EPISODE_SCOPES``: one
+        episode by id, an agent's, a session's), each with its feedback, canvas actions, session
+        place (neighbours relinked) and scene packets; take those scenes out of the sources of the
+        world records learned from them, with the evidence that came only from them; derive again
+        what live records showed of them (``kg.derived``); store ``audit``. One transaction.
+        None (nothing written) when ``kind`` names no episode."""
         raise self._no_lifecycle()
 
     def forget_environment(self, tenant_id: str, env_name: str, audit: Record) -> Record | None:

@@ -2,13 +2,17 @@
 
 A turn ``{"speaker", "text", "timestamp", ...}`` becomes an AgentExperience: the speaker is the
 agent, the text the task description, the turn before it (``"Melanie: Where did you go?"``) its
-input summary, so a turn is indexed and found together with what it answers. Any other
-AgentExperience field may ride along (``agent_role``, ``episode_id``, ``learnings``, ...).
+input summary, so a turn is indexed and found together with what it answers. That input summary
+is derived text (``kg.derived``): the episode names the turn it quotes (``context_from``), and
+forgetting that turn derives it again. Any other AgentExperience field may ride along
+(``agent_role``, ``episode_id``, ``learnings``, ...); a turn that gives its own ``input_summary``
+keeps it and quotes nothing.
 """
 
 from __future__ import annotations
 
 import itertools
+import uuid
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -17,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from worldgraph.clock import to_utc
 from worldgraph.errors import InvalidInputError
+from worldgraph.kg.derived import quoted
 from worldgraph.memory.models import AgentExperience, check_session_id
 from worldgraph.memory.record import CONVERSATION_TASK_TYPE, parse_experience, pydantic_error
 
@@ -72,23 +77,33 @@ def parse_turns(turns: Any, max_items: int | None = None,
     return out
 
 
-def quoted(speaker: str, text: str) -> str:
-    """How a turn reads as the context of the next one."""
-    return f"{speaker}: {text}"
+__all__ = ["ConversationTurn", "TURN_TASK_TYPE", "check_session", "parse_turns", "quoted", "turn_experiences"]
 
 
-def turn_experiences(session_id: str, turns: list[ConversationTurn], previous: str | None) -> list[AgentExperience]:
-    """The experiences of a session's turns, in order; ``previous`` is the stored turn the first
-    one follows (``quoted``), if any."""
-    out = []
+def turn_experiences(session_id: str, turns: list[ConversationTurn],
+                     previous: dict[str, Any] | None) -> tuple[list[AgentExperience], list[str | None]]:
+    """The experiences of a session's turns, in order, and for each the id of the episode its
+    input summary quotes (``kg.derived.turn_context``; None: it quotes none). ``previous`` is the
+    stored episode the first turn follows, if any. A turn without an ``episode_id`` gets one here,
+    so the next turn can name it."""
+    out: list[AgentExperience] = []
+    sources: list[str | None] = []
+    before = previous
     for i, turn in enumerate(turns):
         extra = dict(turn.model_extra or {})
         exp = {"agent_id": turn.speaker, "task_type": TURN_TASK_TYPE, "task_description": turn.text,
                "outcome": "success", "session_id": session_id, **extra}
+        if exp.get("episode_id") is None:
+            exp["episode_id"] = str(uuid.uuid4())
         if turn.timestamp is not None:
             exp["timestamp"] = turn.timestamp
-        context = previous if i == 0 else quoted(turns[i - 1].speaker, turns[i - 1].text)
-        if context and "input_summary" not in extra and "input" not in extra:
-            exp["input_summary"] = context
-        out.append(parse_experience(exp, f"turns[{i}]"))
-    return out
+        if before is not None and "input_summary" not in extra and "input" not in extra:
+            # the quote as it is; recording summarizes it, which gives turn_context(before)
+            exp["input_summary"] = quoted(str(before["agent_id"]), str(before["task_description"]))
+            sources.append(str(before["id"]))
+        else:
+            sources.append(None)
+        parsed = parse_experience(exp, f"turns[{i}]")
+        out.append(parsed)
+        before = {"id": parsed.episode_id, "agent_id": parsed.agent_id, "task_description": parsed.task_description}
+    return out, sources

@@ -54,7 +54,7 @@ class ForgetReport:
     """What a forget removed (counts per kind of record) and its audit row's id and time. The bytes
     leave the files with the next ``purge()`` (the background one runs by ``purge_due_by``)."""
 
-    kind: str  # episode | environment | tenant
+    kind: str  # episode | agent | session | environment | tenant
     tenant_id: str
     target_id: str
     audit_id: str

@@ -13,9 +13,11 @@ from pydantic import BaseModel, ValidationError
 
 from worldgraph.clock import iso, utcnow
 from worldgraph.errors import InvalidInputError
+from worldgraph.kg.derived import INPUT_SUMMARY_MAX, TURN_TASK_TYPE, summarize
 from worldgraph.memory.models import AgentExperience, CanvasAudit, CanvasContext
 
-INPUT_SUMMARY_MAX = 500
+__all__ = ["INPUT_SUMMARY_MAX", "CONVERSATION_TASK_TYPE", "build_episode", "date_text", "index_row", "index_text",
+           "parse_canvas", "parse_experience", "parse_model", "pydantic_error", "searchable_text", "summarize"]
 
 
 def pydantic_error(exc: ValidationError, prefix: str) -> InvalidInputError:
@@ -56,15 +58,6 @@ def parse_experience(experience: AgentExperience | dict[str, Any], field: str = 
 
 def parse_canvas(canvas: CanvasContext | dict[str, Any] | None, field: str = "canvas") -> CanvasContext | None:
     return None if canvas is None else parse_model(CanvasContext, canvas, field)
-
-
-def summarize(text: str, limit: int = INPUT_SUMMARY_MAX) -> str:
-    """summarize(input): long inputs are cut at a word boundary with an ellipsis."""
-    text = " ".join(text.split())
-    if len(text) <= limit:
-        return text
-    cut = text[:limit].rsplit(" ", 1)[0]
-    return cut + " …"
 
 
 def build_episode(
@@ -119,7 +112,7 @@ def build_episode(
     return record, canvas_rec, audits
 
 
-CONVERSATION_TASK_TYPE = "conversation"  # the task type of a transcript turn (record_conversation)
+CONVERSATION_TASK_TYPE = TURN_TASK_TYPE  # the task type of a transcript turn (record_conversation)
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
            "November", "December")  # not strftime("%B"): that follows the locale
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -114,7 +115,10 @@ class RoundHistory:
     """The last ``max_rounds`` rounds of every (tenant, env), for ``recent_history_excerpt``.
 
     Call ``excerpt()`` before ``add()`` of the current round: the packet carries the current
-    round in full, the excerpt gives the rounds that led to it. Thread-safe; the number of
+    round in full, the excerpt gives the rounds that led to it. Each round is kept with the id of
+    its episode: a forgotten round leaves the history (``forget_episodes``), and ``history_of``
+    says which episode each line of an excerpt quotes (a scene keeps that, so forgetting a round
+    takes its line out of the scenes that quote it: kg.derived). Thread-safe; the number of
     (tenant, env) keys is capped (least recently used dropped) so a long-lived process with many
     environments does not grow without bound.
     """
@@ -133,10 +137,10 @@ class RoundHistory:
         self.field_chars = field_chars
         self.max_chars = max_chars
         self.max_keys = max_keys
-        self._rounds: OrderedDict[tuple[str, str], deque[AgentRound]] = OrderedDict()
+        self._rounds: OrderedDict[tuple[str, str], deque[tuple[str | None, AgentRound]]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def add(self, tenant_id: str, env_name: str, rnd: AgentRound) -> None:
+    def add(self, tenant_id: str, env_name: str, rnd: AgentRound, episode_id: str | None = None) -> None:
         if self.max_rounds == 0:
             return
         key = (tenant_id, env_name)
@@ -147,7 +151,7 @@ class RoundHistory:
                 while len(self._rounds) > self.max_keys:
                     self._rounds.popitem(last=False)
             self._rounds.move_to_end(key)
-            rounds.append(rnd)
+            rounds.append((episode_id, rnd))
 
     def drop(self, tenant_id: str, env_name: str | None = None) -> None:
         """Forget the rounds kept for one environment of a tenant (all of them without ``env_name``)."""
@@ -155,19 +159,48 @@ class RoundHistory:
             for key in [k for k in self._rounds if k[0] == tenant_id and env_name in (None, k[1])]:
                 del self._rounds[key]
 
+    def forget_episodes(self, tenant_id: str, episode_ids: Iterable[str]) -> int:
+        """Forget the tenant's rounds recorded as these episodes; returns how many went."""
+        gone = set(episode_ids)
+        removed = 0
+        with self._lock:
+            for key, rounds in self._rounds.items():
+                if key[0] != tenant_id:
+                    continue
+                kept = [(eid, rnd) for eid, rnd in rounds if eid is None or eid not in gone]
+                if len(kept) != len(rounds):
+                    removed += len(rounds) - len(kept)
+                    rounds.clear()
+                    rounds.extend(kept)
+        return removed
+
+    def episode_ids(self, tenant_id: str, env_name: str) -> list[str]:
+        """The episodes of the rounds kept for one environment (rounds recorded without one left out)."""
+        with self._lock:
+            return [eid for eid, _ in self._rounds.get((tenant_id, env_name), ()) if eid is not None]
+
     def rounds(self, tenant_id: str, env_name: str) -> list[AgentRound]:
         with self._lock:
-            return list(self._rounds.get((tenant_id, env_name), ()))
+            return [rnd for _, rnd in self._rounds.get((tenant_id, env_name), ())]
 
     def excerpt(self, tenant_id: str, env_name: str) -> str:
         """One line per recent round, oldest first, each field truncated; at most ``max_chars``
         characters in all (the oldest lines go first when it is too long)."""
-        lines = [self._render(r) for r in self.rounds(tenant_id, env_name)]
+        return self.history_of(tenant_id, env_name)[0]
+
+    def history_of(self, tenant_id: str, env_name: str) -> tuple[str, list[str | None]]:
+        """``excerpt()`` and, for each of its lines, the episode of the round it quotes (None:
+        recorded without one)."""
+        with self._lock:
+            kept = list(self._rounds.get((tenant_id, env_name), ()))
+        lines = [self._render(rnd) for _, rnd in kept]
+        ids = [eid for eid, _ in kept]
         while lines and len("\n".join(lines)) > self.max_chars:
             if len(lines) == 1:
-                return _clip(lines[0], self.max_chars)
+                return _clip(lines[0], self.max_chars), ids
             lines.pop(0)
-        return "\n".join(lines)
+            ids.pop(0)
+        return "\n".join(lines), ids
 
     def _render(self, rnd: AgentRound) -> str:
         parts = [f"[round {rnd.round}]", f"action: {_clip(rnd.action, self.field_chars) or '-'}"]
@@ -187,8 +220,11 @@ def build_scene_packet(
     scene_id: str,
     now: datetime | str | None = None,
     episode_id: str | None = None,
+    history_episode_ids: list[str | None] | None = None,
 ) -> SceneRecord:
-    """The scene packet of one flagged round (the round, its recent history and the reason), status "pending"."""
+    """The scene packet of one flagged round (the round, its recent history and the reason), status
+    "pending". ``history_episode_ids``: the episode of each line of ``history_excerpt``, kept in
+    the scene so that forgetting one of those rounds takes its line out (kg.derived)."""
     stamp = _iso(now)
     return SceneRecord(
         id=scene_id,
@@ -208,6 +244,7 @@ def build_scene_packet(
         admissible_commands=list(rnd.admissible_commands),
         latest_response=_cut_middle(rnd.response, MAX_RESPONSE_CHARS),
         recent_history_excerpt=history_excerpt,
+        history_episode_ids=[str(e) if e is not None else "" for e in history_episode_ids or []],
     )
 
 

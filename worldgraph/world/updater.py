@@ -54,16 +54,20 @@ log = logging.getLogger("worldgraph.world")
 # Records an agent round's experience (tenant_id, experience dict) and returns its episode id:
 # the service's record_experience, so a round is stored, embedded and indexed like any episode.
 RecordRound = Callable[[str, dict[str, Any]], str]
+# Which of a tenant's episodes (ids) are still stored: the rounds of the history that were not forgotten.
+Alive = Callable[[str, list[str]], set[str]]
 
 
 class WorldUpdater:
     """Turns flagged rounds into merged world-graph updates. It needs the store, the settings and
     a way to record a round as an episode, nothing more: the service hands it those."""
 
-    def __init__(self, store: WorldStore, config: WorldGraphConfig, record_round: RecordRound) -> None:
+    def __init__(self, store: WorldStore, config: WorldGraphConfig, record_round: RecordRound,
+                 alive: Alive | None = None) -> None:
         self.store = store
         self.config = config
         self.record_round = record_round
+        self.alive = alive
         self.history = RoundHistory(config.history_rounds)
         self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
@@ -92,12 +96,17 @@ class WorldUpdater:
         flagged, reason = parse_curiosity(rnd.response)
         agent_id = raw_round.get("agent_id") if isinstance(raw_round, dict) else None
         episode_id = self.record_round(tenant_id, round_experience(env_name, rnd, reason, agent_id))
-        excerpt = self.history.excerpt(tenant_id, env_name)
-        self.history.add(tenant_id, env_name, rnd)
+        if flagged and self.alive is not None:
+            # a round forgotten meanwhile (by any process) leaves the history before a scene quotes it
+            kept = self.history.episode_ids(tenant_id, env_name)
+            alive = self.alive(tenant_id, kept) if kept else set()
+            self.history.forget_episodes(tenant_id, [e for e in kept if e not in alive])
+        excerpt, quoted_rounds = self.history.history_of(tenant_id, env_name)
+        self.history.add(tenant_id, env_name, rnd, episode_id)
         if not flagged:
             return None
         scene = build_scene_packet(tenant_id, env_name, rnd, reason, excerpt, str(uuid.uuid4()), now_iso(),
-                                   episode_id=episode_id)
+                                   episode_id=episode_id, history_episode_ids=quoted_rounds)
         try:
             self.store.upsert_scene(scene)  # durable before any LLM call
         except Exception as exc:  # the episode is committed: say so, so that a retry does not record it twice
@@ -287,7 +296,7 @@ class WorldUpdater:
             scene_rec = build_scene_packet(
                 tenant_id, env_name, rnd, scene.get("trigger_reason"), scene.get("recent_history_excerpt", ""),
                 scene.get("id") or str(uuid.uuid4()), scene.get("created_at") or now_iso(),
-                episode_id=scene.get("episode_id"))
+                episode_id=scene.get("episode_id"), history_episode_ids=_ids(scene.get("history_episode_ids")))
             scene_rec["status"] = "new"  # not stored: written only if the delta changes the graph
         return self._merge(tenant_id, env_name, parsed, scene_rec)
 
@@ -358,3 +367,10 @@ class WorldUpdater:
         now = now_iso()
         scenes = self.store.list_scenes(tenant_id, env_name, statuses=["pending", "failed", "running"])
         return [self.update(s, wait=False) for s in scenes if lease.claimable(s, now)]
+
+
+def _ids(value: Any) -> list[str | None] | None:
+    """A packet's ``history_episode_ids`` as given (a list of strings), or None."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    return None

@@ -21,7 +21,7 @@ EXPORTED = {
 }
 
 FACADE = {
-    "apply_delta", "close", "cypher", "export", "forget_environment", "forget_episode",
+    "apply_delta", "close", "cypher", "export", "forget_agent", "forget_environment", "forget_episode", "forget_session",
     "forget_tenant", "get_agent_episodes", "get_episode", "import_snapshot", "list_agents",
     "list_environments", "list_episodes", "observe_round", "open", "purge", "readiness",
     "recall_experiences", "record_conversation", "record_conversations", "record_experience",

@@ -1,5 +1,7 @@
 """The memory lifecycle of the embedded store: browsing (list episodes by a keyset cursor, agents,
-environments) and forgetting (an episode, an environment, a tenant), each forget ONE transaction.
+environments) and forgetting (an episode, an agent's or a session's episodes, an environment, a
+tenant), each forget ONE transaction; a forget of episodes derives again, in that transaction,
+what live records showed of them (``embedded.derived``).
 
 Forgetting deletes rows; the bytes go with ``purge_files``: the connection runs with
 ``PRAGMA secure_delete=ON`` (SQLite overwrites deleted content with zeros in the database pages),
@@ -12,13 +14,15 @@ import sqlite3
 import time
 
 from worldgraph.errors import StorageError
+from worldgraph.kg import derived
 from worldgraph.kg.codec import dumps, loads
+from worldgraph.kg.embedded import derived as embedded_derived
 from worldgraph.kg.embedded import sql
 from worldgraph.kg.embedded.connection import SqliteConnection
 from worldgraph.kg.embedded.episodes import episode_of_row
 from worldgraph.kg.embedded.sql import chunks
 from worldgraph.kg.embedded.world import env_counts
-from worldgraph.kg.lifecycle import EpisodeFilter, iso_of, strip_scene
+from worldgraph.kg.lifecycle import EpisodeFilter, Forgotten, iso_of, with_ids
 from worldgraph.kg.store import Record
 
 __all__ = ["SqliteLifecycle"]
@@ -50,34 +54,33 @@ class SqliteLifecycle:
         return dict(sorted(out.items()))
 
     # ---------------------------------------------------------------- forget
-    def forget_episode(self, tenant_id: str, episode_id: str, audit: Record) -> Record | None:
-        """Delete the episode, its feedback, canvas actions, session place (its neighbours are
-        linked to each other) and scene packets, strip those scenes from the sources of the world
-        records learned from them, and write ``audit``; one transaction. None if there is no such
-        episode (nothing written)."""
+    def forget_episodes(self, tenant_id: str, kind: str, target: str, audit: Record) -> Forgotten | None:
+        """Delete the episodes ``kind`` (``episode``, ``agent`` or ``session``) names by ``target``,
+        each with its feedback, canvas actions, session place (its neighbours are linked to each
+        other) and scene packets; strip those scenes from the sources of the world records learned
+        from them; derive again what live records showed of them (``kg.derived``: the turns that
+        quoted them, the canvases they carried, the scenes whose history quoted a round); write
+        ``audit``. One transaction. None if there is no such episode (nothing written)."""
         with self.db.transaction() as cur:
-            row = cur.execute(sql.EPISODE_AGENT, (tenant_id, episode_id)).fetchone()
-            if row is None:
+            forgotten = _episodes_of(cur, tenant_id, kind, target)
+            if not forgotten:
                 return None
-            counts = {"episodes": 1}
-            cur.execute(sql.DELETE_EPISODE, (tenant_id, episode_id))
-            counts["feedback"] = cur.execute(sql.DELETE_FEEDBACK_OF_EPISODE, (tenant_id, episode_id)).rowcount
-            counts["canvas_audits"] = cur.execute(sql.DELETE_AUDITS_OF_EPISODE, (tenant_id, episode_id)).rowcount
-            link = cur.execute(sql.SESSION_NEXT_OF, (tenant_id, episode_id)).fetchone()
-            if link is not None:
-                cur.execute(sql.SESSION_SKIP, (link[0], tenant_id, episode_id))
-                cur.execute(sql.DELETE_SESSION_LINK, (tenant_id, episode_id))
-            if cur.execute(sql.AGENT_HAS_EPISODE, (tenant_id, row[0])).fetchone() is None:
-                cur.execute(sql.DELETE_AGENT, (tenant_id, row[0]))
-            scenes = cur.execute(sql.SCENE_IDS_OF_EPISODE, (tenant_id, episode_id)).fetchall()
-            counts["scenes"] = len(scenes)
-            counts["world_records_updated"] = sum(_drop_scene(cur, tenant_id, env, sid) for sid, env in scenes)
-            for env in {env for _, env in scenes}:
+            quoting = embedded_derived.quoting_turns(cur, tenant_id, forgotten)
+            counts = dict.fromkeys(("episodes", "feedback", "canvas_audits", "scenes", "world_records_updated",
+                                    "scenes_rederived"), 0)
+            envs: set[str] = set()
+            for eid, record in forgotten.items():
+                _delete_episode(cur, tenant_id, eid, record, counts, envs)
+            for env in envs:
                 _recount(cur, tenant_id, env)
-            # the first answers to idempotent writes that name it (they may quote its words)
-            cur.execute(sql.DELETE_IDEMPOTENCY_NAMING, (tenant_id, episode_id))
+            rederived = embedded_derived.rederive_turns(cur, tenant_id, quoting)
+            counts["turn_contexts_rederived"] = len(rederived)
+            canvases = {str(r["canvas_id"]) for r in forgotten.values() if r.get("canvas_id")}
+            counts["canvases_rederived"], counts["canvases"] = embedded_derived.rederive_canvases(cur, tenant_id,
+                                                                                                 canvases)
+            with_ids(audit, kind, list(forgotten), rederived)
             _audit(cur, audit)
-            return counts
+            return Forgotten(counts, list(forgotten), rederived)
 
     def forget_environment(self, tenant_id: str, env_name: str, audit: Record) -> Record | None:
         """Delete one environment's world graph, scenes (packets), reports and meta; one
@@ -141,10 +144,48 @@ class SqliteLifecycle:
             time.sleep(0.05)
 
 
-def _drop_scene(cur: sqlite3.Cursor, tenant_id: str, env: str, scene_id: str) -> int:
-    """Delete one scene (packet, report, links, the episodic edges that join it) and take it out
-    of the source_scenes of every node, rule and edge that names it; returns how many records
-    were rewritten."""
+def _episodes_of(cur: sqlite3.Cursor, tenant_id: str, kind: str, target: str) -> dict[str, Record]:
+    """id -> record of the episodes a forget takes, oldest first."""
+    if kind == "episode":
+        row = cur.execute(sql.EPISODE_DATA, (tenant_id, target)).fetchone()
+        return {} if row is None else {target: loads(row[0])}
+    statement = sql.AGENT_EPISODE_ROWS if kind == "agent" else sql.SESSION_EPISODE_ROWS
+    return {eid: loads(d) for eid, d in cur.execute(statement, (tenant_id, target)).fetchall()}
+
+
+def _delete_episode(cur: sqlite3.Cursor, tenant_id: str, episode_id: str, record: Record, counts: dict[str, int],
+                    envs: set[str]) -> None:
+    """One episode of a forget: the episode, its feedback, canvas actions, session place, its
+    agent once idle, its scenes (``_drop_scene``), for a round its line in other scenes' history,
+    and the kept answers of idempotent writes that name it; adds to ``counts`` and to ``envs``
+    (the environments whose counts changed)."""
+    counts["episodes"] += cur.execute(sql.DELETE_EPISODE, (tenant_id, episode_id)).rowcount
+    counts["feedback"] += cur.execute(sql.DELETE_FEEDBACK_OF_EPISODE, (tenant_id, episode_id)).rowcount
+    counts["canvas_audits"] += cur.execute(sql.DELETE_AUDITS_OF_EPISODE, (tenant_id, episode_id)).rowcount
+    link = cur.execute(sql.SESSION_NEXT_OF, (tenant_id, episode_id)).fetchone()
+    if link is not None:
+        cur.execute(sql.SESSION_SKIP, (link[0], tenant_id, episode_id))
+        cur.execute(sql.DELETE_SESSION_LINK, (tenant_id, episode_id))
+    if cur.execute(sql.AGENT_HAS_EPISODE, (tenant_id, record["agent_id"])).fetchone() is None:
+        cur.execute(sql.DELETE_AGENT, (tenant_id, record["agent_id"]))
+    for (data,) in cur.execute(sql.SCENES_OF_EPISODE, (tenant_id, episode_id)).fetchall():
+        scene = loads(data)
+        counts["scenes"] += 1
+        counts["world_records_updated"] += _drop_scene(cur, tenant_id, scene)
+        envs.add(scene["env_name"])
+    if record.get("task_type") == derived.ROUND_TASK_TYPE:
+        counts["scenes_rederived"] += embedded_derived.scenes_without_round(cur, tenant_id, episode_id)
+    # the first answers to idempotent writes that name it (they may quote its words)
+    cur.execute(sql.DELETE_IDEMPOTENCY_NAMING, (tenant_id, episode_id))
+
+
+def _drop_scene(cur: sqlite3.Cursor, tenant_id: str, scene: Record) -> int:
+    """Delete one scene (packet, report, links, the episodic edges that join it), take it out of
+    the sources of every node, rule and edge that names it, with the evidence that came only from
+    it (``kg.derived.strip_scene``), and clear the environment's last trigger reason when it is the
+    scene's; returns how many records were rewritten."""
+    env, scene_id = scene["env_name"], scene["id"]
+    words = derived.scene_text(scene)
     cur.execute(sql.DELETE_SCENE, (tenant_id, scene_id))
     cur.execute(sql.DELETE_SCENE_REPORT, (tenant_id, scene_id))
     cur.execute(sql.DELETE_EDGES_OF_SCENE, (tenant_id, env, scene_id, scene_id))
@@ -155,15 +196,22 @@ def _drop_scene(cur: sqlite3.Cursor, tenant_id: str, env: str, scene_id: str) ->
         table = "world_nodes" if kind == "node" else "world_rules"
         got = cur.execute(sql.record_in_env(table), (tenant_id, env, rid)).fetchone()
         if got is not None:
-            rec = strip_scene(loads(got[0]), scene_id)
+            rec = derived.strip_scene(loads(got[0]), scene_id, words)
             cur.execute(sql.update_record_in_env(table), (dumps(rec), tenant_id, env, rid))
             changed += 1
     # edges keep their sources only in the record (no link table): the env's edges naming it
     for eid, d in cur.execute(sql.EDGES_NAMING, (tenant_id, env, scene_id)).fetchall():
         rec = loads(d)
         if scene_id in (rec.get("source_scenes") or []):
-            cur.execute(sql.update_record_in_env("world_edges"), (dumps(strip_scene(rec, scene_id)), tenant_id, env, eid))
+            cur.execute(sql.update_record_in_env("world_edges"),
+                        (dumps(derived.strip_scene(rec, scene_id, words)), tenant_id, env, eid))
             changed += 1
+    meta = cur.execute(sql.GET_META, (tenant_id, env)).fetchone()
+    if meta is not None:
+        before = loads(meta[0])
+        after = derived.meta_without_scene(before, scene)
+        if after is not before:
+            cur.execute(sql.UPDATE_META, (dumps(after), tenant_id, env))
     return changed
 
 

@@ -1,6 +1,8 @@
 """The memory lifecycle of the Neo4j store: browsing (episodes by a keyset cursor, agents,
-environments) and forgetting (an episode, an environment, a tenant), each forget ONE managed
-write transaction, with a ``(:ForgetAudit)`` node as its audit row. The statements are in
+environments) and forgetting (an episode, an agent's or a session's episodes, an environment, a
+tenant), each forget ONE managed write transaction, with a ``(:ForgetAudit)`` node as its audit
+row; a forget of episodes derives again, in that transaction, what live records showed of them
+(``neo4j.derived``). The statements are in
 ``worldgraph.kg.neo4j.lifecycle_queries`` (through ``q``).
 
 Neo4j has no secure delete: a deleted record's bytes stay in the store files until Neo4j reuses
@@ -10,8 +12,10 @@ from __future__ import annotations
 
 from neo4j import ManagedTransaction
 
+from worldgraph.kg import derived
 from worldgraph.kg.codec import dumps, loads
-from worldgraph.kg.lifecycle import EpisodeFilter, iso_of, strip_scene
+from worldgraph.kg.lifecycle import EpisodeFilter, Forgotten, iso_of, with_ids
+from worldgraph.kg.neo4j import derived as neo4j_derived
 from worldgraph.kg.neo4j import queries as q
 from worldgraph.kg.neo4j.connection import Neo4jConnection
 from worldgraph.kg.neo4j.rows import episode_of_row
@@ -49,26 +53,29 @@ class Neo4jLifecycle:
         return {r["env"]: loads(r["record"]) if r["record"] is not None else None for r in rows}
 
     # ---------------------------------------------------------------- forget
-    def forget_episode(self, tenant_id: str, episode_id: str, audit: Record) -> Record | None:
+    def forget_episodes(self, tenant_id: str, kind: str, target: str, audit: Record) -> Forgotten | None:
+        """As the embedded store's (``SqliteLifecycle.forget_episodes``): one managed transaction."""
         self._ensure_lifecycle_schema()
 
-        def work(tx: ManagedTransaction) -> Record | None:
-            row = tx.run(q.EPISODE_EXISTS, tenant_id=tenant_id, id=episode_id).single()
-            if row is None:
+        def work(tx: ManagedTransaction) -> Forgotten | None:
+            forgotten = {r["id"]: loads(r["record"]) for r in tx.run(q.EPISODES_TO_FORGET[kind], tenant_id=tenant_id,
+                                                                       target=target)}
+            if not forgotten:
                 return None
-            tx.run(q.RELINK, tenant_id=tenant_id, id=episode_id).consume()
-            scenes = [(r["id"], r["env"]) for r in tx.run(q.EPISODE_SCENES, tenant_id=tenant_id, id=episode_id)]
-            changed = sum(_drop_scene(tx, tenant_id, env, sid) for sid, env in scenes)
-            deleted = tx.run(q.DELETE_EPISODE, tenant_id=tenant_id, id=episode_id).single()
-            tx.run(q.DELETE_IDLE_AGENT, tenant_id=tenant_id, agent=row["agent"]).consume()
-            for env in {env for _, env in scenes}:
+            quoting = neo4j_derived.quoting_turns(tx, tenant_id, forgotten)
+            counts = dict.fromkeys(("episodes", "feedback", "canvas_audits", "scenes", "world_records_updated",
+                                    "scenes_rederived"), 0)
+            envs: set[str] = set()
+            for eid, record in forgotten.items():
+                _delete_episode(tx, tenant_id, eid, record, counts, envs)
+            for env in envs:
                 _recount(tx, tenant_id, env)
-            # the first answers to idempotent writes that name it (they may quote its words)
-            tx.run(q.DELETE_IDEMPOTENCY_NAMING, tenant_id=tenant_id, ref=episode_id).consume()
-            _create_audit(tx, audit)
-            return {"episodes": 1, "feedback": int(deleted["feedback"]) if deleted else 0,
-                    "canvas_audits": int(deleted["audits"]) if deleted else 0, "scenes": len(scenes),
-                    "world_records_updated": changed}
+            rederived = neo4j_derived.rederive_turns(tx, tenant_id, quoting)
+            counts["turn_contexts_rederived"] = len(rederived)
+            canvases = {str(r["canvas_id"]) for r in forgotten.values() if r.get("canvas_id")}
+            counts["canvases_rederived"], counts["canvases"] = neo4j_derived.rederive_canvases(tx, tenant_id, canvases)
+            _create_audit(tx, with_ids(audit, kind, list(forgotten), rederived))
+            return Forgotten(counts, list(forgotten), rederived)
         return self.db.write(work)
 
     def forget_environment(self, tenant_id: str, env_name: str, audit: Record) -> Record | None:
@@ -122,20 +129,53 @@ class Neo4jLifecycle:
                          "(docs/forget.md)"}
 
 
-def _drop_scene(tx: ManagedTransaction, tenant_id: str, env: str, scene_id: str) -> int:
-    """Take ``scene_id`` out of the sources of the records learned from it, then delete the scene."""
+def _delete_episode(tx: ManagedTransaction, tenant_id: str, episode_id: str, record: Record, counts: dict[str, int],
+                    envs: set[str]) -> None:
+    """One episode of a forget: its neighbours linked to each other, its scenes (``_drop_scene``),
+    the episode with its feedback and canvas actions, its agent once idle, for a round its line in
+    other scenes' history, and the kept answers of idempotent writes that name it; adds to
+    ``counts`` and to ``envs`` (environments recounted)."""
+    tx.run(q.RELINK, tenant_id=tenant_id, id=episode_id).consume()
+    for r in list(tx.run(q.EPISODE_SCENES, tenant_id=tenant_id, id=episode_id)):
+        scene = loads(r["record"])
+        counts["scenes"] += 1
+        counts["world_records_updated"] += _drop_scene(tx, tenant_id, scene)
+        envs.add(scene["env_name"])
+    deleted = tx.run(q.DELETE_EPISODE, tenant_id=tenant_id, id=episode_id).single()
+    counts["episodes"] += 1
+    counts["feedback"] += int(deleted["feedback"]) if deleted else 0
+    counts["canvas_audits"] += int(deleted["audits"]) if deleted else 0
+    tx.run(q.DELETE_IDLE_AGENT, tenant_id=tenant_id, agent=record["agent_id"]).consume()
+    if record.get("task_type") == derived.ROUND_TASK_TYPE:
+        counts["scenes_rederived"] += neo4j_derived.scenes_without_round(tx, tenant_id, episode_id)
+    # the first answers to idempotent writes that name it (they may quote its words)
+    tx.run(q.DELETE_IDEMPOTENCY_NAMING, tenant_id=tenant_id, ref=episode_id).consume()
+
+
+def _drop_scene(tx: ManagedTransaction, tenant_id: str, scene: Record) -> int:
+    """Take the scene out of the sources of the records learned from it, with the evidence that
+    came only from it (``kg.derived.strip_scene``), clear the environment's last trigger reason
+    when it is the scene's, then delete the scene."""
+    env, scene_id = scene["env_name"], scene["id"]
+    words = derived.scene_text(scene)
     nodes: list[Record] = []
     rels: list[Record] = []
     for r in tx.run(q.SCENE_SOURCED, tenant_id=tenant_id, scene_id=scene_id, prefix=q.env_prefix(tenant_id, env)):
         rec = loads(r["record"])
         if scene_id not in (rec.get("source_scenes") or []):
             continue  # the id text occurs elsewhere in the record
-        row = {"eid": r["eid"], "record": dumps(strip_scene(rec, scene_id))}
+        row = {"eid": r["eid"], "record": dumps(derived.strip_scene(rec, scene_id, words))}
         (nodes if r["kind"] == "node" else rels).append(row)
     if nodes:
         tx.run(q.SET_NODE_RECORDS, rows=nodes).consume()
     if rels:
         tx.run(q.SET_REL_RECORDS, rows=rels).consume()
+    meta = tx.run(q.RECOUNT, tenant_id=tenant_id, env_name=env, prefix=q.env_prefix(tenant_id, env)).single()
+    if meta is not None:
+        before = loads(meta["record"])
+        after = derived.meta_without_scene(before, scene)
+        if after is not before:
+            tx.run(q.SET_META_RECORD, tenant_id=tenant_id, env_name=env, record=dumps(after)).consume()
     tx.run(q.DELETE_SCENE, tenant_id=tenant_id, scene_id=scene_id).consume()
     return len(nodes) + len(rels)
 

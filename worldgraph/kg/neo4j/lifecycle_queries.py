@@ -1,6 +1,7 @@
 """Cypher of the Neo4j store's memory lifecycle (``worldgraph.kg.neo4j.lifecycle``): its schema,
-browsing (episodes by a keyset cursor, agents, environments), forgetting (an episode, an
-environment, a tenant) and the ``(:ForgetAudit)`` rows. ``worldgraph.kg.neo4j.queries``
+browsing (episodes by a keyset cursor, agents, environments), forgetting (an episode, an agent's
+or a session's episodes with what they derive, an environment, a tenant) and the
+``(:ForgetAudit)`` rows. ``worldgraph.kg.neo4j.queries``
 re-exports every statement."""
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ LIFECYCLE_SCHEMA: tuple[str, ...] = (
     "CREATE INDEX wg_episode_tenant_ts IF NOT EXISTS FOR (n:Episode) ON (n.tenant_id, n.ts)",
     "CREATE CONSTRAINT wg_forget_audit_id IF NOT EXISTS FOR (n:ForgetAudit) REQUIRE n.id IS UNIQUE",
     "CREATE INDEX wg_forget_audit_purged IF NOT EXISTS FOR (n:ForgetAudit) ON (n.purged_at)",
+    # the episodes on a canvas (a forget derives the canvas record from the live ones: kg.derived)
+    "CREATE INDEX wg_episode_canvas IF NOT EXISTS FOR (n:Episode) ON (n.tenant_id, n.canvas_id)",
 )
 
 # ---------------------------------------------------------------------------------- browse
@@ -58,8 +61,39 @@ RETURN a.id AS id, a.agent_role AS role, n, last ORDER BY a.id"""
 ENVIRONMENT_METAS = ("MATCH (m:Environment) WHERE m.tenant_id = $tenant_id AND m.env_name IS NOT NULL "
                      "RETURN m.env_name AS env, m.record AS record ORDER BY env")
 
-# ---------------------------------------------------------------------------------- forget an episode
-EPISODE_EXISTS = "MATCH (e:Episode {tenant_id: $tenant_id, id: $id}) RETURN e.agent_id AS agent"
+# ---------------------------------------------------------------------------------- forget episodes
+# The episodes one forget takes (id, record), oldest first: one by id, an agent's, a session's.
+EPISODES_TO_FORGET: dict[str, str] = {
+    "episode": "MATCH (e:Episode {tenant_id: $tenant_id, id: $target}) RETURN e.id AS id, e.record AS record",
+    "agent": ("MATCH (e:Episode {tenant_id: $tenant_id, agent_id: $target}) "
+              "RETURN e.id AS id, e.record AS record ORDER BY e.ts, e.id"),
+    "session": ("MATCH (e:Episode {tenant_id: $tenant_id, session_id: $target}) "
+                "RETURN e.id AS id, e.record AS record ORDER BY e.ts, e.id"),
+}
+
+# The turns of a session whose context may quote one of $ids: they name it, or they were recorded
+# before context_from existed (kg.derived.quotes decides, by their text).
+SESSION_QUOTING = """
+MATCH (e:Episode {tenant_id: $tenant_id, session_id: $session_id})
+WHERE any(id IN $ids WHERE e.record CONTAINS id)
+   OR (e.task_type = 'conversation' AND NOT e.record CONTAINS '"context_from"')
+RETURN e.record AS record
+"""
+# the episode now before one in its session (NEXT stays inside a tenant)
+SESSION_PREVIOUS = "MATCH (p:Episode)-[:NEXT]->(e:Episode {tenant_id: $tenant_id, id: $id}) RETURN p.record AS record"
+# a record whose derived text was derived again: its index row is written again
+REWRITE_EPISODE = """
+MATCH (e:Episode {tenant_id: $tenant_id, id: $id})
+SET e.record = $record, e.index_status = 'pending', e.index_error = null
+"""
+# the live episodes on a canvas, newest first; the canvas derived from them, or deleted
+CANVAS_EPISODES = ("MATCH (e:Episode {tenant_id: $tenant_id, canvas_id: $canvas_id}) "
+                   "RETURN e.record AS record ORDER BY e.ts DESC, e.id DESC")
+SET_CANVAS = "MATCH (c:Canvas {tenant_id: $tenant_id, id: $id}) SET c.name = $name, c.record = $record"
+DELETE_CANVAS = "MATCH (c:Canvas {tenant_id: $tenant_id, id: $id}) DETACH DELETE c"
+# the scenes whose record may name an episode (a round their history excerpt quotes)
+SCENES_NAMING = "MATCH (s:Scene {tenant_id: $tenant_id}) WHERE s.record CONTAINS $id RETURN s.record AS record"
+SET_SCENE_RECORD = "MATCH (s:Scene {tenant_id: $tenant_id, id: $id}) SET s.record = $record"
 
 # The neighbours of the forgotten episode are linked to each other (NEXT) before it goes.
 RELINK = """
@@ -69,7 +103,7 @@ OPTIONAL MATCH (e)-[:NEXT]->(n:Episode)
 FOREACH (_ IN CASE WHEN p IS NOT NULL AND n IS NOT NULL THEN [1] ELSE [] END | MERGE (p)-[:NEXT]->(n))
 """
 
-EPISODE_SCENES = "MATCH (s:Scene {tenant_id: $tenant_id, episode_id: $id}) RETURN s.id AS id, s.env_name AS env"
+EPISODE_SCENES = "MATCH (s:Scene {tenant_id: $tenant_id, episode_id: $id}) RETURN s.record AS record"
 
 # The world records that name a scene among their sources: nodes and rules by PRODUCED, edges by
 # their record (an edge keeps its sources only there), each seek on the env's key prefix.

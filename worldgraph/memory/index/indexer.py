@@ -78,6 +78,22 @@ class EpisodeIndexer:
             return False
         return self.mark(tenant_id, ids, "indexed")
 
+    def index_ids(self, tenant_id: str, episode_ids: list[str]) -> bool:
+        """Write the index rows of these stored episodes again (a forget derived their text anew);
+        True if every one was written and marked "indexed". Never raises: one that fails stays
+        pending or failed, and retry_indexing writes it later."""
+        episodes = list(self.store.get_episodes(tenant_id, episode_ids).values())
+        if not episodes:
+            return True
+        try:
+            vectors = self.embed([self.text(e) for e in episodes])
+        except Exception as exc:  # noqa: BLE001 - an embedder outage: left for retry_indexing
+            log.warning("re-indexing %d episodes failed: %s", len(episodes), exc)
+            self.mark(tenant_id, [e["id"] for e in episodes], "failed", f"embedding failed: {exc}")
+            self.on_failure()
+            return False
+        return self.index_rows(tenant_id, episodes, vectors)
+
     def retry(self, progress: Progress | None = None) -> int:
         """Index every episode whose indexing is pending or failed; returns how many were indexed."""
         done = 0

@@ -16,7 +16,10 @@ that asserted them. ``now`` (the merge time) only stamps ``created_at`` / ``upda
 
 Evidence. Confidence is the noisy-OR of the old and new confidence for evidence from a scene not
 yet among the record's source scenes (independent), else their max; evidence is deduplicated,
-the last ``EVIDENCE_KEEP`` pieces kept, all of them counted.
+the last ``EVIDENCE_KEEP`` pieces kept, all of them counted. ``evidence_scenes`` (aligned with
+``evidence``) names the scenes each piece came from (``[]``: a delta merged without a scene;
+``null``: merged before pieces named their scenes), so that forgetting a scene drops the evidence
+that came only from it (``kg.derived.strip_scene``).
 
 The report. A record created by this merge is only "created"; one closed and reopened within the
 same merge (a relayout, then a broken cycle) is neither closed nor reopened.
@@ -137,16 +140,30 @@ def new_record(state: MergeState, rid: str, confidence: float, timeline: bool = 
 # ---------------------------------------------------------------- shared steps
 def add_evidence(state: MergeState, rec: Any, evidence: list[str], confidence: float, new: bool = False) -> None:
     """Confidence: noisy-OR for evidence from a scene not yet among the record's source scenes
-    (independent), else max; evidence deduplicated, the last 20 kept, all counted."""
+    (independent), else max; evidence deduplicated, the last 20 kept (with the scenes each came
+    from), all counted."""
     scenes = rec.setdefault("source_scenes", [])
     if not new:
         a, b = float(rec.get("confidence", 0.0)), confidence
         independent = state.scene_id is not None and state.scene_id not in scenes
         rec["confidence"] = round(1 - (1 - a) * (1 - b) if independent else max(a, b), 6)
     kept = list(rec.get("evidence", []))
-    kept += [e for e in dict.fromkeys(evidence) if e not in kept]
+    sources = rec.get("evidence_scenes")
+    if not isinstance(sources, list) or len(sources) != len(kept):
+        sources = [None] * len(kept)  # merged before evidence named its scenes: unknown
+    else:
+        sources = [list(s) if isinstance(s, list) else None for s in sources]
+    for text in dict.fromkeys(evidence):
+        if text in kept:
+            known = sources[kept.index(text)]
+            if state.scene_id is not None and known is not None and state.scene_id not in known:
+                known.append(state.scene_id)
+        else:
+            kept.append(text)
+            sources.append([state.scene_id] if state.scene_id is not None else [])
     rec["evidence"] = kept[-EVIDENCE_KEEP:]
-    rec["evidence_count"] = int(rec.get("evidence_count", len(rec.get("evidence", [])))) + len(evidence)
+    rec["evidence_scenes"] = sources[-EVIDENCE_KEEP:]
+    rec["evidence_count"] = int(rec.get("evidence_count", len(rec["evidence"]))) + len(evidence)
     if state.scene_id is not None and state.scene_id not in scenes:
         scenes.append(state.scene_id)
     if "seen" not in rec:  # records on the timeline get last_seen from their events

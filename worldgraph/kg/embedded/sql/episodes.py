@@ -13,6 +13,30 @@ INSERT_EPISODE = "INSERT INTO episodes(tenant_id, id, agent_id, ts, index_status
 EPISODE_EXISTS = "SELECT 1 FROM episodes WHERE tenant_id = ? AND id = ?"
 EPISODE_AGENT = "SELECT agent_id FROM episodes WHERE tenant_id = ? AND id = ?"
 DELETE_EPISODE = "DELETE FROM episodes WHERE tenant_id = ? AND id = ?"
+EPISODE_DATA = "SELECT data FROM episodes WHERE tenant_id = ? AND id = ?"
+# a record whose derived text was derived again (kg.derived): its index row is written again
+REWRITE_EPISODE = ("UPDATE episodes SET data = ?, index_status = 'pending', index_error = NULL "
+                   "WHERE tenant_id = ? AND id = ?")
+# the episodes one forget takes: an agent's, a session's (id, record), oldest first
+AGENT_EPISODE_ROWS = "SELECT id, data FROM episodes WHERE tenant_id = ? AND agent_id = ? ORDER BY ts, id"
+SESSION_EPISODE_ROWS = ("SELECT e.id, e.data FROM session_links s CROSS JOIN episodes e ON e.tenant_id = s.tenant_id "
+                        "AND e.id = s.episode_id WHERE s.tenant_id = ? AND s.session_id = ? ORDER BY s.ts, s.seq")
+
+
+def session_quoting(n: int) -> str:
+    """The turns of a session whose context may quote one of n episodes: they name it, or (recorded
+    before context_from) hold its quote; kg.derived.quotes decides. One pass over the session.
+    Parameters: tenant, session, the n ids, the n quotes."""
+    marks = placeholders(n)
+    return ("SELECT e.data FROM session_links s CROSS JOIN episodes e ON e.tenant_id = s.tenant_id "
+            "AND e.id = s.episode_id WHERE s.tenant_id = ? AND s.session_id = ? "
+            f"AND (json_extract(e.data, '$.context_from') IN ({marks}) "
+            f"OR json_extract(e.data, '$.input_summary') IN ({marks}))")
+
+
+# the live episodes on a canvas, newest first (the partial index episodes_canvas)
+CANVAS_EPISODES = ("SELECT data FROM episodes WHERE tenant_id = ? AND json_extract(data, '$.canvas_id') = ? "
+                   "ORDER BY ts DESC, id DESC")
 AGENT_HAS_EPISODE = "SELECT 1 FROM episodes WHERE tenant_id = ? AND agent_id = ? LIMIT 1"
 # a range on the (tenant_id, id) primary key; ids are ASCII, so prefix + U+FFFF bounds them
 EPISODE_IDS_WITH_PREFIX = "SELECT id FROM episodes WHERE tenant_id = ? AND id >= ? AND id < ? ORDER BY id LIMIT ?"
@@ -103,6 +127,7 @@ SESSION_EPISODE_BEFORE = ("SELECT episode_id FROM session_links WHERE tenant_id 
 SESSION_NEXT_OF = "SELECT next_id FROM session_links WHERE tenant_id = ? AND episode_id = ?"
 # the previous episode of a forgotten one points past it
 SESSION_SKIP = "UPDATE session_links SET next_id = ? WHERE tenant_id = ? AND next_id = ?"
+SESSION_PREVIOUS = "SELECT episode_id FROM session_links WHERE tenant_id = ? AND next_id = ?"
 DELETE_SESSION_LINK = "DELETE FROM session_links WHERE tenant_id = ? AND episode_id = ?"
 
 
@@ -138,6 +163,7 @@ def feedback_stats(n: int, by_category: bool) -> str:
 UPSERT_CANVAS = ("INSERT INTO canvases(tenant_id, id, data) VALUES (?,?,?) "
                  "ON CONFLICT(tenant_id, id) DO UPDATE SET data = excluded.data")
 GET_CANVAS = "SELECT data FROM canvases WHERE tenant_id = ? AND id = ?"
+DELETE_CANVAS = "DELETE FROM canvases WHERE tenant_id = ? AND id = ?"
 INSERT_CANVAS_AUDIT = ("INSERT INTO canvas_audits(tenant_id, id, episode_id, canvas_id, timestamp, data) "
                        "VALUES (?,?,?,?,?,?)")
 CANVAS_AUDITS = "SELECT data FROM canvas_audits WHERE tenant_id = ? AND episode_id = ? ORDER BY timestamp, id"

@@ -103,7 +103,9 @@ GET_SCENE = "SELECT data FROM scenes WHERE tenant_id = ? AND id = ?"
 CLAIMABLE_SCENE = "SELECT data FROM scenes WHERE tenant_id = ? AND id = ? AND status IN ('pending', 'failed')"
 SET_SCENE_RUNNING = "UPDATE scenes SET status = 'running', data = ? WHERE tenant_id = ? AND id = ?"
 SCENES_OF_EPISODE = "SELECT data FROM scenes WHERE tenant_id = ? AND episode_id = ? ORDER BY created_at, id"
-SCENE_IDS_OF_EPISODE = "SELECT id, env_name FROM scenes WHERE tenant_id = ? AND episode_id = ?"
+# the scenes whose record may name an episode (a round their history excerpt quotes: kg.derived)
+SCENES_NAMING = "SELECT env_name, data FROM scenes WHERE tenant_id = ? AND instr(data, ?) > 0"
+UPDATE_SCENE_DATA = "UPDATE scenes SET data = ? WHERE tenant_id = ? AND id = ?"
 DELETE_SCENE = "DELETE FROM scenes WHERE tenant_id = ? AND id = ?"
 ENVS_WITH_SCENES = "SELECT DISTINCT env_name FROM scenes WHERE tenant_id = ?"
 
