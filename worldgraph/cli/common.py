@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,19 @@ def open_wm(args: argparse.Namespace, *, create: bool = False, **kw: Any) -> Any
     if getattr(args, "read_only", False):
         kw["read_only"] = True
     return WorldModel.open(args.data, graph=args.graph, **kw)
+
+
+def os_user() -> str:
+    """Who runs the command, as an audit row records it (a forget's ``forgotten_by``): the login
+    of the process's user id in the system's user database (not $USER, which the caller sets),
+    else ``uid N``."""
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError, AttributeError):  # no pwd (Windows), or a uid with no name (a container)
+        getuid = getattr(os, "getuid", None)
+        return f"uid {getuid()}" if getuid is not None else "unknown user"
 
 
 def check_data_dir(data: str, create: bool) -> None:

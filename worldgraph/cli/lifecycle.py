@@ -1,5 +1,6 @@
-"""Browse and forget: ``worldgraph episodes list|show``, ``worldgraph forget episode|env|tenant``
-and ``worldgraph purge``. (``worldgraph episodes AGENT_ID``, an agent's newest episodes, is kept.)"""
+"""Browse and forget: ``worldgraph episodes list|show``, ``worldgraph forget
+episode|agent|session|env|tenant`` and ``worldgraph purge``. A forget's audit row names the OS user
+who ran it. (``worldgraph episodes AGENT_ID``, an agent's newest episodes, is kept.)"""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from worldgraph.cli.common import open_wm
+from worldgraph.cli.common import open_wm, os_user
 from worldgraph.cli.console import emit, progress_bar, short, table
 from worldgraph.errors import InvalidInputError
 
@@ -28,21 +29,30 @@ def add_lifecycle_commands(sub: Any, add: Add) -> None:
     sp.add_argument("--until", default=None, help="list: ISO date/time, exclusive")
     sp.add_argument("--cursor", default=None, help="list: the next_cursor a previous page printed")
 
-    group = sub.add_parser("forget", help="forget an episode, an environment or a whole tenant, for good",
-                           description="forget an episode, an environment or a whole tenant: gone from every read "
-                                       "path at once; the bytes leave the files with the purge").add_subparsers(
+    group = sub.add_parser("forget", help="forget an episode, an agent's or a session's episodes, an environment "
+                                          "or a whole tenant, for good",
+                           description="forget an episode, an agent's or a session's episodes, an environment or a "
+                                       "whole tenant: gone from every read path at once; the bytes leave the files "
+                                       "with the purge").add_subparsers(
         title="forget commands")
     sp = add("episode", cmd_forget_episode, "forget one episode (its id, or a unique start of it)", parent=group)
     sp.add_argument("episode_id", help="the episode to forget (its id or a unique start of it)")
     sp = add("env", cmd_forget_env, "forget an environment's world graph, scenes and packets", parent=group)
     sp.add_argument("env_name", help="the environment whose world graph, scenes and packets to forget")
+    sp = add("agent", cmd_forget_agent, "forget every episode of one agent (a conversation's speaker, say)",
+             parent=group)
+    sp.add_argument("agent_id", help="the agent whose every episode to forget")
+    sp = add("session", cmd_forget_session, "forget every episode of one session (a chat, a thread, a run)",
+             parent=group)
+    sp.add_argument("session_id", help="the session whose every episode to forget")
     sp = add("tenant", cmd_forget_tenant, "forget every record of --tenant, its API keys included (needs --yes)",
              parent=group)
     sp.add_argument("--yes", action="store_true", help="yes, forget the whole tenant (cannot be undone)")
     # --yes is taken by every forget (a script may pass it to all of them); only the tenant needs it
-    for p in (group.choices["episode"], group.choices["env"]):
-        p.add_argument("--yes", action="store_true", help="accepted for symmetry with `forget tenant` (not needed)")
-    for p in (group.choices["episode"], group.choices["env"], group.choices["tenant"]):
+    for name, p in group.choices.items():
+        if name != "tenant":
+            p.add_argument("--yes", action="store_true", help="accepted for symmetry with `forget tenant` (not needed)")
+    for p in group.choices.values():
         p.add_argument("--no-purge", dest="no_purge", action="store_true",
                        help="do not purge the files now (the background purge or `worldgraph purge` does it later)")
 
@@ -96,13 +106,25 @@ def _done(args: argparse.Namespace, wm: Any, report: Any) -> None:
 def cmd_forget_episode(args: argparse.Namespace) -> int:
     with open_wm(args) as wm:
         # the id or a unique start of it of at least 8 characters (WorldModel resolves it)
-        _done(args, wm, wm.forget_episode(args.tenant, args.episode_id, "cli"))
+        _done(args, wm, wm.forget_episode(args.tenant, args.episode_id, os_user()))
+    return 0
+
+
+def cmd_forget_agent(args: argparse.Namespace) -> int:
+    with open_wm(args) as wm:
+        _done(args, wm, wm.forget_agent(args.tenant, args.agent_id, os_user()))
+    return 0
+
+
+def cmd_forget_session(args: argparse.Namespace) -> int:
+    with open_wm(args) as wm:
+        _done(args, wm, wm.forget_session(args.tenant, args.session_id, os_user()))
     return 0
 
 
 def cmd_forget_env(args: argparse.Namespace) -> int:
     with open_wm(args) as wm:
-        _done(args, wm, wm.forget_environment(args.tenant, args.env_name, "cli"))
+        _done(args, wm, wm.forget_environment(args.tenant, args.env_name, os_user()))
     return 0
 
 
@@ -111,7 +133,7 @@ def cmd_forget_tenant(args: argparse.Namespace) -> int:
         raise InvalidInputError("--yes", f"forgetting tenant {args.tenant!r} removes every record of it, API keys "
                                 "included, and cannot be undone: add --yes")
     with open_wm(args) as wm:
-        _done(args, wm, wm.forget_tenant(args.tenant, "cli"))
+        _done(args, wm, wm.forget_tenant(args.tenant, os_user()))
     return 0
 
 

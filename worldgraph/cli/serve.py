@@ -264,14 +264,14 @@ def _serve_then_close(server: Any, wm: Any, sockets: list[Any] | None = None,
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from worldgraph.cli.common import open_wm
+    from worldgraph.cli.common import open_wm, os_user
     from worldgraph.names import check_tenant
     from worldgraph.server.mcp_server import build_mcp
 
     tenant = check_tenant(args.mcp_tenant or args.tenant, "--tenant")
     wm = open_wm(args, create=True)
     try:
-        build_mcp(lambda: wm, tenant=tenant).run("stdio")
+        build_mcp(lambda: wm, tenant=tenant, actor=os_user()).run("stdio")
     finally:
         wm.close()
     return 0

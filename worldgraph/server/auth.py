@@ -16,6 +16,7 @@ from worldgraph.server.scopes import rest_scope
 
 TENANT_STATE = "worldgraph_tenant"  # where BearerTenant leaves the tenant in scope["state"]
 SCOPES_STATE = "worldgraph_scopes"  # and the key's scopes (worldgraph.server.keys.SCOPES)
+ACTOR_STATE = "worldgraph_actor"  # and who the key says is acting (key_actor)
 NO_KEY = ("send the header Authorization: Bearer <key>; create a key with "
           "`worldgraph keys create --tenant T`")
 BAD_KEY = "the API key is unknown or revoked; create a new one with `worldgraph keys create --tenant T`"
@@ -40,10 +41,10 @@ def key_record(keys: ApiKeys, token: str | None) -> dict[str, Any]:
     return record
 
 
-def authenticate_key(keys: ApiKeys, token: str | None) -> tuple[str, frozenset[str]]:
-    """(tenant, scopes) of ``token``, or a 401 ApiError."""
-    record = key_record(keys, token)
-    return str(record["tenant_id"]), frozenset(record["scopes"])
+def key_actor(record: dict[str, Any]) -> str:
+    """Who acts with a key, as an audit row records it (a forget's ``forgotten_by``): the key's
+    name, or ``key <id>`` for an unnamed key (the id ``worldgraph keys list`` shows)."""
+    return str(record.get("name") or f"key {record['id']}")
 
 
 def needed_scope(method: str, template: str) -> str:
@@ -66,13 +67,15 @@ def require_tenant(request: Request,
     """FastAPI dependency (sync: the key lookup is a store read, so it runs in the threadpool): the
     key's tenant, after checking that the key has the scope the request needs (403 otherwise).
     The key's name is left in ``request.state.key_name`` (None for an unnamed key): what a write
-    records as its author when the body names none."""
+    records as its author when the body names none; ``request.state.actor`` is who the audit of a
+    forget names (``key_actor``)."""
     record = key_record(request.app.state.keys, credentials.credentials if credentials else None)
     route = request.scope.get("route")
     need = needed_scope(request.method, getattr(route, "path", request.url.path))
     if need not in record["scopes"]:
         raise forbidden(need)
     request.state.key_name = record.get("name") or None
+    request.state.actor = key_actor(record)
     return str(record["tenant_id"])
 
 
@@ -89,12 +92,13 @@ class BearerTenant:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         token = _bearer_token(scope)
         try:
-            tenant, scopes = await anyio.to_thread.run_sync(authenticate_key, scope["app"].state.keys, token)
+            record = await anyio.to_thread.run_sync(key_record, scope["app"].state.keys, token)
         except ApiError as err:
             await err.response()(scope, receive, send)
             return
-        scope.setdefault("state", {})[TENANT_STATE] = tenant
-        scope["state"][SCOPES_STATE] = scopes
+        scope.setdefault("state", {})[TENANT_STATE] = str(record["tenant_id"])
+        scope["state"][SCOPES_STATE] = frozenset(record["scopes"])
+        scope["state"][ACTOR_STATE] = key_actor(record)
         await self.app(scope, receive, send)
 
 
@@ -123,3 +127,13 @@ def scope_scopes(request: Any) -> frozenset[str] | None:
     state = scope.get("state")
     found = state.get(SCOPES_STATE) if isinstance(state, dict) else None
     return found if isinstance(found, frozenset) else None
+
+
+def scope_actor(request: Any) -> str | None:
+    """Who BearerTenant says acts in a request (``key_actor``; None outside an HTTP request)."""
+    scope = getattr(request, "scope", None)
+    if not isinstance(scope, dict):
+        return None
+    state = scope.get("state")
+    found = state.get(ACTOR_STATE) if isinstance(state, dict) else None
+    return found if isinstance(found, str) else None

@@ -1,6 +1,7 @@
 """The REST routes of the memory lifecycle: browse (episodes by cursor, one episode, agents,
-environments, stats) and forget (an episode, an environment, the key's own tenant). Every DELETE
-needs a key with the ``forget`` scope (``auth.require_tenant``); another tenant's ids are 404."""
+environments, stats) and forget (an episode, an agent's or a session's episodes, an environment,
+the key's own tenant). Every DELETE needs a key with the ``forget`` scope (``auth.require_tenant``);
+another tenant's ids are 404; the audit row of a forget names the key (``auth.key_actor``)."""
 
 from __future__ import annotations
 
@@ -73,12 +74,12 @@ class EnvsOut(BaseModel):
 
 
 class ForgetReportOut(BaseModel):
-    kind: str = Field(description="episode | environment | tenant")
+    kind: str = Field(description="episode | agent | session | environment | tenant")
     tenant_id: str
     target_id: str
     audit_id: str = Field(description="The audit row: who forgot which id and when, never the content")
     forgotten_at: str
-    forgotten_by: str | None
+    forgotten_by: str | None = Field(description="Who forgot: the API key's name (`key <id>` for an unnamed key)")
     removed: dict[str, int] = Field(description="Records removed (or rewritten), per kind")
     purge_due_by: str | None = Field(description="The background purge removes the bytes from the files by then")
 
@@ -121,8 +122,29 @@ async def get_episode(episode_id: str, tenant: Tenant, wm: WM) -> dict[str, Any]
                description="Gone from every read path at once, with its feedback, session links, index rows and "
                            "(for a round) its scene packet; the bytes leave the files with the background purge. "
                            "`episode_id` is the full id or a unique start of it of at least 8 characters.")
-async def forget_episode(episode_id: str, tenant: Tenant, wm: WM) -> dict[str, Any]:
-    report = await in_thread(wm.forget_episode, tenant, episode_id, "api")
+async def forget_episode(episode_id: str, request: Request, tenant: Tenant, wm: WM) -> dict[str, Any]:
+    report = await in_thread(wm.forget_episode, tenant, episode_id, request.state.actor)
+    return report.to_dict()
+
+
+@router.delete("/agents/{agent_id:path}", response_model=ForgetReportOut, tags=["forget"],
+               responses={**NOT_FOUND_RESPONSES, **_FORBIDDEN},
+               summary="Forget every episode of an agent (needs the forget scope)",
+               description="Every episode of the agent (a conversation's speaker, say), as DELETE /v1/episodes/{id} "
+                           "forgets one; what live records showed of them (the turns that quoted them, a canvas) "
+                           "is derived again.")
+async def forget_agent(agent_id: str, request: Request, tenant: Tenant, wm: WM) -> dict[str, Any]:
+    report = await in_thread(wm.forget_agent, tenant, agent_id, request.state.actor)
+    return report.to_dict()
+
+
+@router.delete("/sessions/{session_id:path}", response_model=ForgetReportOut, tags=["forget"],
+               responses={**NOT_FOUND_RESPONSES, **_FORBIDDEN},
+               summary="Forget every episode of a session (needs the forget scope)",
+               description="Every episode of the session (a chat, a thread, a run), as DELETE /v1/episodes/{id} "
+                           "forgets one.")
+async def forget_session(session_id: str, request: Request, tenant: Tenant, wm: WM) -> dict[str, Any]:
+    report = await in_thread(wm.forget_session, tenant, session_id, request.state.actor)
     return report.to_dict()
 
 
@@ -138,18 +160,19 @@ async def list_environments(tenant: Tenant, wm: WM) -> dict[str, Any]:
 
 @router.delete("/envs/{env}", response_model=ForgetReportOut, tags=["forget"], responses={**NOT_FOUND_RESPONSES, **_FORBIDDEN},
                summary="Forget an environment's world graph, scenes and packets (needs the forget scope)")
-async def forget_environment(env: str, tenant: Tenant, wm: WM) -> dict[str, Any]:
-    report = await in_thread(wm.forget_environment, tenant, env, "api")
+async def forget_environment(env: str, request: Request, tenant: Tenant, wm: WM) -> dict[str, Any]:
+    report = await in_thread(wm.forget_environment, tenant, env, request.state.actor)
     return report.to_dict()
 
 
 @router.delete("/tenant", response_model=ForgetReportOut, tags=["forget"], responses=_FORBIDDEN,
                summary="Forget every record of the key's own tenant, its API keys included (needs the forget scope)")
-async def forget_tenant(body: Annotated[TenantConfirm, Body()], tenant: Tenant, wm: WM) -> dict[str, Any]:
+async def forget_tenant(body: Annotated[TenantConfirm, Body()], request: Request, tenant: Tenant,
+                        wm: WM) -> dict[str, Any]:
     if body.confirm != tenant:
         raise ApiError(422, "invalid_input", "confirm must be this key's tenant id, spelled out; nothing was "
                        "forgotten", "confirm")
-    report = await in_thread(wm.forget_tenant, tenant, "api")
+    report = await in_thread(wm.forget_tenant, tenant, request.state.actor)
     return report.to_dict()
 
 

@@ -22,7 +22,7 @@ from mcp_types import ToolAnnotations
 from pydantic import Field, ValidationError
 
 from worldgraph import __version__
-from worldgraph.server.auth import forbidden, scope_scopes, scope_tenant
+from worldgraph.server.auth import forbidden, scope_actor, scope_scopes, scope_tenant
 from worldgraph.server.errors import ApiError, describe, validation_error
 from worldgraph.server.models import (
     DEFAULT_MIN_SIMILARITY,
@@ -56,6 +56,7 @@ what is known about an environment, compactly (filter it with name, node_type or
 
 READ = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
 WRITE = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False)
+DESTRUCTIVE = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False, openWorldHint=False)
 
 # Internal columns of a stored episode that are no use to a model; "id" repeats "episode_id".
 _NOT_FOR_MODELS = frozenset({"id", "tenant_id", "ts"})
@@ -110,11 +111,17 @@ class _Server(MCPServer):
             raise _BodyError(tool_error_body(exc)) from exc
 
 
-def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) -> MCPServer:
+def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None, actor: str | None = None) -> MCPServer:
     """The MCP server over ``world_model()``. ``tenant``: the fixed tenant of a stdio server;
-    None for HTTP, where each request's key names it."""
+    None for HTTP, where each request's key names it. ``actor``: who a stdio server's forgets name
+    in their audit (the OS user who started it); over HTTP the key names who acts."""
     server: MCPServer = _Server("worldgraph", title="worldgraph memory and world model",
                                   instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+
+    def actor_of(ctx: Context) -> str | None:
+        """Who the audit of a forget names: the request's key (``auth.key_actor``), or the stdio actor."""
+        request = ctx.request_context.request if ctx.request_context is not None else None
+        return (scope_actor(request) if request is not None else None) or actor
 
     def call(ctx: Context, tool: str, fn: Callable[[WorldModel, str], T]) -> T:
         """Run ``fn`` for the caller's tenant, as the tool ``tool``. Over HTTP the key must have the
@@ -247,8 +254,7 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
                     lambda wm, t: wm.list_episodes(t, agent_id, session_id, since, until, limit, cursor))
         return page.to_dict("episodes")
 
-    @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False,
-                                             openWorldHint=False))
+    @server.tool(annotations=DESTRUCTIVE)
     def forget_episode(
         episode_id: Annotated[str, Field(description="The run to forget, for good.")],
         ctx: Context,
@@ -256,7 +262,28 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None) 
         """Forget a recorded run for good: it, its ratings and (for a round) its scene packet leave every
         read path now and the files soon after. Only when a human asks to erase it. Needs a key with the
         'forget' scope. Returns what was removed."""
-        return call(ctx, "forget_episode", lambda wm, t: wm.forget_episode(t, episode_id, "mcp").to_dict())
+        return call(ctx, "forget_episode", lambda wm, t: wm.forget_episode(t, episode_id, actor_of(ctx)).to_dict())
+
+    @server.tool(annotations=DESTRUCTIVE)
+    def forget_agent(
+        agent_id: Annotated[str, Field(description="The agent (or conversation speaker) whose every run to forget.")],
+        ctx: Context,
+    ) -> dict[str, Any]:
+        """Forget every recorded run of one agent for good (a person who asks to be erased is often one
+        speaker of the conversations): they leave every read path now and the files soon after; turns that
+        quoted them are derived again. Only when a human asks. Needs the 'forget' scope. Returns what was
+        removed."""
+        return call(ctx, "forget_agent", lambda wm, t: wm.forget_agent(t, agent_id, actor_of(ctx)).to_dict())
+
+    @server.tool(annotations=DESTRUCTIVE)
+    def forget_session(
+        session_id: Annotated[str, Field(description="The session (chat, thread or run) whose every run to forget.")],
+        ctx: Context,
+    ) -> dict[str, Any]:
+        """Forget every recorded run of one session (a chat, a thread) for good: they leave every read path
+        now and the files soon after. Only when a human asks. Needs the 'forget' scope. Returns what was
+        removed."""
+        return call(ctx, "forget_session", lambda wm, t: wm.forget_session(t, session_id, actor_of(ctx)).to_dict())
 
     @server.tool(annotations=WRITE)
     def observe_round(env_name: EnvName, round: Annotated[AgentRound, Field(description="The round.")],  # noqa: A002

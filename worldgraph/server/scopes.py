@@ -55,6 +55,8 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("cypher", "read", ("POST", "/v1/cypher"), "cypher"),
     # forgetting
     Operation("forget_episode", "forget", ("DELETE", "/v1/episodes/{episode_id}"), "forget_episode"),
+    Operation("forget_agent", "forget", ("DELETE", "/v1/agents/{agent_id:path}"), "forget_agent"),
+    Operation("forget_session", "forget", ("DELETE", "/v1/sessions/{session_id:path}"), "forget_session"),
     Operation("forget_environment", "forget", ("DELETE", "/v1/envs/{env}"), None),
     Operation("forget_tenant", "forget", ("DELETE", "/v1/tenant"), None),
 )

@@ -114,6 +114,8 @@ export const ROUTES = {
   "GET /v1/episodes": "listEpisodes",
   "GET /v1/episodes/{episode_id}": "getEpisode",
   "DELETE /v1/episodes/{episode_id}": "forgetEpisode",
+  "DELETE /v1/agents/{agent_id}": "forgetAgent",
+  "DELETE /v1/sessions/{session_id}": "forgetSession",
   "GET /v1/agents": "agents",
   "GET /v1/envs": "envs",
   "DELETE /v1/envs/{env}": "forgetEnv",
@@ -237,6 +239,16 @@ export class Worldgraph {
   /** Forget an episode for good (the key needs the `forget` scope). */
   async forgetEpisode(episodeId: string): Promise<ForgetReport> {
     return unwrap(await this.api.DELETE("/v1/episodes/{episode_id}", { params: { path: { episode_id: episodeId } } }));
+  }
+
+  /** Forget every episode of an agent, a conversation's speaker say (the `forget` scope). */
+  async forgetAgent(agentId: string): Promise<ForgetReport> {
+    return unwrap(await this.api.DELETE("/v1/agents/{agent_id}", { params: { path: { agent_id: agentId } } }));
+  }
+
+  /** Forget every episode of a session: a chat, a thread, a run (the `forget` scope). */
+  async forgetSession(sessionId: string): Promise<ForgetReport> {
+    return unwrap(await this.api.DELETE("/v1/sessions/{session_id}", { params: { path: { session_id: sessionId } } }));
   }
 
   /** The tenant's agents: id, role, episode count, last seen. */

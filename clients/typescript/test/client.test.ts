@@ -141,6 +141,23 @@ test("a retry with the same idempotency key returns the first answer", async () 
     (e: unknown) => e instanceof WorldgraphError && e.status === 422 && e.field === "idempotency_key");
 });
 
+test("forgets by person: an agent, a session", async () => {
+  const forgetter = new Worldgraph({ baseUrl, apiKey: worldgraph("keys", "create", "--tenant", "ts-client", "--name",
+    "ts-privacy", "--scope", "read,write,forget").key });
+  const ids = await forgetter.recordConversation("chat/2", [
+    { speaker: "cy", text: "hello" }, { speaker: "dee", text: "hi" }, { speaker: "cy", text: "bye" }]);
+  const agent = await forgetter.forgetAgent("dee");
+  assert.equal(agent.kind, "agent");
+  assert.equal(agent.removed.episodes, 1);
+  assert.equal(agent.removed.turn_contexts_rederived, 1);
+  assert.equal(agent.forgotten_by, "ts-privacy");
+  assert.equal((await forgetter.getEpisode(ids[2])).input_summary, "cy: hello");
+  const session = await forgetter.forgetSession("chat/2");
+  assert.equal(session.removed.episodes, 2);
+  await assert.rejects(forgetter.forgetSession("chat/2"),
+    (e: unknown) => e instanceof WorldgraphError && e.status === 404);
+});
+
 test("every route of the OpenAPI document has a method", () => {
   const doc = JSON.parse(readFileSync(resolve(repo, "clients", "typescript", "openapi.json"), "utf8"));
   const operations = Object.entries(doc.paths as Record<string, Record<string, unknown>>)
