@@ -1,15 +1,21 @@
 """Private files: a data folder holds every tenant's records and the API key hashes, so only its
-owner may read it -- the rule PostgreSQL applies to its data directory.
+owner may read it -- the rule PostgreSQL applies to its data directory. Every file and folder
+worldgraph writes under it is 0600 / 0700.
 
-- a data folder (and a local LanceDB folder) is created mode 0700, the SQLite file 0600 (SQLite
-  gives its ``-wal`` and ``-shm`` the database file's mode);
-- an existing folder that group or others can enter is tightened on a writable open: the folder
-  and every folder in it to 0700, every file in it to drop its group and other bits (so 0644
-  becomes 0600), with a warning in the log naming the old mode. A read-only open changes nothing
-  and only warns.
+- worldgraph's own entry points (the ``worldgraph`` command: serve, worker, every other command;
+  the children it starts: index maintenance, Cypher builds) set the umask to 077 first
+  (``private_umask``), so everything they and the libraries they drive (SQLite, LanceDB,
+  LadybugDB) create is private from the start;
+- as a library inside a host application the umask is the host's, and worldgraph does not change
+  it (the host's own files are not its business): a data folder (and a local LanceDB folder) is
+  created mode 0700, the SQLite file 0600 (SQLite gives its ``-wal`` and ``-shm`` the database
+  file's mode), and what LanceDB writes is made private after each write (``PrivateTree``);
+- an existing folder in which group or others can reach anything (the folder itself, or a file
+  an older worldgraph let LanceDB write 0644) is tightened on a writable open: every folder in it
+  to 0700, every file to drop its group and other bits (so 0644 becomes 0600), with a warning in
+  the log naming the old mode. A read-only open changes nothing and only warns.
 
-Files LanceDB writes later get the process's umask, inside the 0700 folder that no other user can
-enter. On Windows (no POSIX modes) this does nothing.
+On Windows (no POSIX modes) this does nothing.
 """
 
 from __future__ import annotations
@@ -17,9 +23,11 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import threading
 from pathlib import Path
 
-__all__ = ["PRIVATE_DIR", "PRIVATE_FILE", "create_private_file", "private_dir"]
+__all__ = ["PRIVATE_DIR", "PRIVATE_FILE", "PrivateTree", "create_private_file", "private_dir", "private_umask",
+           "umask_is_private"]
 
 log = logging.getLogger("worldgraph")
 
@@ -47,35 +55,115 @@ def private_dir(path: str | Path, read_only: bool = False) -> None:
             return
     if not _POSIX or not path.is_dir():
         return
-    mode = stat.S_IMODE(path.stat().st_mode)
-    if not mode & 0o077:
+    top = stat.S_IMODE(path.stat().st_mode)
+    loose = _loose_entries(path)
+    if not loose:
         return
+    mode = top if top & 0o077 else stat.S_IMODE(os.lstat(loose[0]).st_mode)
+    what = f"{path} (mode {top:04o})" if top & 0o077 else f"{len(loose)} files or folders in {path} (such as mode {mode:04o})"
     if read_only:
-        log.warning("%s (mode %04o) can be read by other users of this machine; open it writable once to "
-                    "tighten it to 0700, or run: chmod -R go-rwx %s", path, mode, path)
+        log.warning("%s can be read by other users of this machine; open it writable once to tighten it to 0700, "
+                    "or run: chmod -R go-rwx %s", what, path)
         return
     try:
-        _tighten(path)
+        _tighten(path, loose)
     except OSError as exc:  # not the owner, or a file that vanished mid-walk
-        log.warning("%s (mode %04o) can be read by other users of this machine and could not be tightened "
-                    "(%s); run: chmod -R go-rwx %s", path, mode, exc, path)
+        log.warning("%s can be read by other users of this machine and could not be tightened (%s); run: "
+                    "chmod -R go-rwx %s", what, exc, path)
         return
-    log.warning("%s was mode %04o, readable by other users of this machine: tightened to 0700 (its files to "
-                "0600)", path, mode)
+    if top & 0o077:
+        log.warning("%s was mode %04o, readable by other users of this machine: tightened to 0700 (its files to "
+                    "0600)", path, top)
+    else:
+        log.warning("%s were readable by other users of this machine: tightened to 0700 (files to 0600)", what)
 
 
-def _tighten(root: Path) -> None:
-    os.chmod(root, PRIVATE_DIR)
+def _loose_entries(root: Path) -> list[str]:
+    """``root`` and the folders and regular files under it that group or others can reach."""
+    out = [str(root)] if stat.S_IMODE(os.lstat(root).st_mode) & 0o077 else []
     for folder, dirs, files in os.walk(root):
-        for name in dirs:
+        for name in (*dirs, *files):
             p = os.path.join(folder, name)
-            if not os.path.islink(p):
-                os.chmod(p, PRIVATE_DIR)
-        for name in files:
-            p = os.path.join(folder, name)
-            st = os.lstat(p)
-            if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) & 0o077:
-                os.chmod(p, stat.S_IMODE(st.st_mode) & 0o700)
+            try:
+                st = os.lstat(p)
+            except FileNotFoundError:  # vanished mid-walk (a LanceDB cleanup)
+                continue
+            if (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)) and stat.S_IMODE(st.st_mode) & 0o077:
+                out.append(p)
+    return out
+
+
+def _tighten(root: Path, entries: list[str]) -> None:
+    for p in entries:
+        st = os.lstat(p)
+        os.chmod(p, PRIVATE_DIR if stat.S_ISDIR(st.st_mode) else stat.S_IMODE(st.st_mode) & 0o700)
+
+
+def private_umask() -> None:
+    """Make everything this process creates from now on private (umask 077): worldgraph's own
+    entry points call it first (the ``worldgraph`` command, the children it starts). Never called
+    by the library itself: a host application's umask is the host's."""
+    if _POSIX:
+        os.umask(0o077)
+
+
+def umask_is_private() -> bool:
+    """Whether the process's umask already takes group and other bits away (read from
+    /proc/self/status, which does not change it; False when it cannot be read)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8) & 0o077 == 0o077
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+class PrivateTree:
+    """Keeps what a library writes under ``root`` (LanceDB's tables) private when the process's
+    umask does not: ``sweep()`` takes group and other bits from every folder and file under it
+    not seen private before (a listing of the tree, a stat of each new entry only: an entry is
+    known by its path and inode, so a file replaced under the same name is checked again), so a
+    write costs a directory listing. Nothing to do when the umask is private (``umask_is_private``)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = str(root)
+        self._seen: set[tuple[str, int]] = set()
+        self._lock = threading.Lock()
+
+    def sweep(self) -> int:
+        """Tighten the new entries; returns how many were changed."""
+        if not _POSIX or umask_is_private() or not os.path.isdir(self.root):
+            return 0
+        with self._lock:
+            changed = 0
+            present: set[tuple[str, int]] = set()
+            stack = [self.root]
+            while stack:
+                folder = stack.pop()
+                try:
+                    entries = list(os.scandir(folder))
+                except FileNotFoundError:  # dropped meanwhile
+                    continue
+                for entry in entries:
+                    try:
+                        key = (entry.path, entry.inode())
+                        is_dir = entry.is_dir(follow_symlinks=False)
+                        if is_dir:
+                            stack.append(entry.path)
+                        present.add(key)
+                        if key in self._seen or not (is_dir or entry.is_file(follow_symlinks=False)):
+                            continue
+                        mode = stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode)
+                        if mode & 0o077:
+                            os.chmod(entry.path, PRIVATE_DIR if is_dir else mode & 0o700)
+                            changed += 1
+                    except FileNotFoundError:  # deleted meanwhile (a cleanup of old versions)
+                        continue
+                    self._seen.add(key)
+            self._seen &= present
+            return changed
 
 
 def create_private_file(path: str | Path) -> None:

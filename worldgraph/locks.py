@@ -23,7 +23,8 @@ def file_lock(path: str | Path, timeout: float | None = None, poll_interval: flo
     kept short because the episode index takes this lock around every write."""
     lock_path = Path(path)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(lock_path), timeout=-1 if timeout is None else timeout, thread_local=False)
+    # mode 0600: a lock file is the owner's like every file of the data folder (worldgraph.filemodes)
+    lock = FileLock(str(lock_path), timeout=-1 if timeout is None else timeout, mode=0o600, thread_local=False)
     try:
         lock.acquire(poll_interval=poll_interval)
     except Timeout as exc:

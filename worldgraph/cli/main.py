@@ -25,6 +25,7 @@ from worldgraph.cli.memory import add_memory_commands
 from worldgraph.cli.world import add_world_commands
 from worldgraph.config import cli_defaults
 from worldgraph.errors import WorldGraphError, classify
+from worldgraph.filemodes import private_umask
 
 Handler = Callable[[argparse.Namespace], int]
 # Loggers of libraries whose warnings are noise for a person at the terminal (shown with -v).
@@ -52,6 +53,9 @@ def global_defaults() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # worldgraph's own entry point: every file it (serve, worker, any command) and the children it
+    # starts create is private (worldgraph.filemodes)
+    private_umask()
     parser = build_parser()
     Parser.json_errors = "--json" in (sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)

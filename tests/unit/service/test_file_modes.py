@@ -83,3 +83,76 @@ def test_a_read_only_open_changes_no_mode_and_warns(tmp_path: Path, caplog: pyte
     assert {name: after[name] for name in before} == before
     assert any("can be read by other users" in r.getMessage() and "chmod -R go-rwx" in r.getMessage()
                for r in caplog.records)
+
+
+def _loose(root: Path) -> dict[str, str]:
+    return {name: oct(m) for name, m in _modes(root).items() if m & 0o077}
+
+
+def test_a_library_under_a_loose_umask_keeps_every_file_private_and_the_umask_alone(tmp_path: Path) -> None:
+    old = os.umask(0o022)  # a host application's usual umask
+    try:
+        data = tmp_path / "data"
+        with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
+            ids = wm.record_experiences("t1", [{**RUN, "task_description": f"vault {i}"} for i in range(20)])
+            wm.index.ensure_indexes(vector=False)  # the full-text and scalar indexes' files
+            wm.forget_episode("t1", ids[0])
+            wm.purge()  # compaction, indexes rebuilt, old versions deleted
+            wm.index.optimize()
+            wm.index.wait_for_maintenance()
+        assert _loose(data) == {}, "LanceDB's files too: made private after each write"
+        assert any("_versions" in name for name in _modes(data)), "the index's files were checked"
+        host = tmp_path / "host-file.txt"  # the host's own files keep the host's umask
+        host.write_text("mine")
+        assert stat.S_IMODE(host.stat().st_mode) == 0o644
+        assert os.umask(0o022) == 0o022, "the library left the process's umask as it was"
+    finally:
+        os.umask(old)
+
+
+def test_inner_files_an_older_worldgraph_left_readable_are_tightened(tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    data = tmp_path / "data"
+    _fill(data)
+    lance = [p for p in (data / "lancedb").rglob("*")]
+    for p in lance:  # the folder itself is 0700, LanceDB's files as an older worldgraph left them
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    assert stat.S_IMODE(data.stat().st_mode) == 0o700 and _loose(data)
+    with caplog.at_level(logging.WARNING, logger="worldgraph"):
+        WorldModel.open(data, embedder=HashingEmbedder(64)).close()
+    assert _loose(data) == {}
+    assert any("readable by other users" in r.getMessage() and str(data) in r.getMessage() for r in caplog.records)
+
+
+def test_the_worldgraph_command_makes_everything_private_whatever_the_umask(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(RUN))
+    env = {"PATH": os.environ.get("PATH", ""), "WORLDGRAPH_EMBEDDING_PROVIDER": "hashing",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    for args in (["record", str(run)], ["keys", "create", "--tenant", "default"],
+                 ["cypher", "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN count(e) AS n"]):
+        # started under the usual umask 022 (a shell's), as a user would start it
+        proc = subprocess.run(["/bin/sh", "-c", 'umask 022 && exec "$@"', "sh", sys.executable, "-m", "worldgraph.cli",
+                               "--data", str(data), *args, "--json"],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    assert _loose(data) == {}
+
+
+def test_the_entry_points_set_a_private_umask(tmp_path: Path) -> None:
+    from worldgraph.cli.main import main
+
+    old = os.umask(0o022)
+    try:
+        main(["--data", str(tmp_path / "d"), "stats", "--json"])
+        assert os.umask(0o022) == 0o077, "the worldgraph command runs under umask 077"
+    finally:
+        os.umask(old)
+    for module in ("worldgraph/memory/index/episode_index.py", "worldgraph/kg/embedded/cypher/build.py"):
+        source = (Path(__file__).resolve().parents[3] / module).read_text()
+        assert "private_umask()" in source, f"{module}: a child's entry point sets the umask"

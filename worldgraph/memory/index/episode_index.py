@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import InvalidInputError, ReadOnlyError
-from worldgraph.filemodes import private_dir
+from worldgraph.filemodes import PrivateTree, private_dir, private_umask
 from worldgraph.memory.embeddings import same_fallback_label
 from worldgraph.memory.index import objectstore
 from worldgraph.memory.index.maintenance import run_maintenance_tasks
@@ -125,6 +125,7 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         self._maint_pending: set[tuple[str, str]] = set()  # (task, table name)
         self.maintenance_runs: list[dict[str, Any]] = []  # background runs: tasks, ok, seconds
         self._small = SmallTables(dimensions)
+        self._private = PrivateTree(self.path) if self._is_local and not read_only else None
         with objectstore.object_store_errors(self.path, "opening the index"):
             if self._is_local:
                 self._open(rebuild)
@@ -231,6 +232,7 @@ def _maintain_main(argv: list[str]) -> int:
         print("usage: python -m worldgraph.memory.index.episode_index maintain PATH DIMS EMBEDDER CONFIG_JSON TASKS_JSON",
               file=sys.stderr)
         return 2
+    private_umask()  # a worldgraph child: what it writes is private (worldgraph.filemodes)
     _, path, dims, name, cfg_json, tasks_json = argv
     config = WorldGraphConfig.model_validate_json(cfg_json)
     idx = EpisodeIndex(path, int(dims), name, config)

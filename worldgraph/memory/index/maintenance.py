@@ -46,6 +46,17 @@ class IndexMaintenance(IndexTables):
 
     def _after_write(self, part: TenantTable, n_rows: int) -> None:
         """Cheap bookkeeping after a write; expensive work runs in the background, rarely."""
+        try:
+            self._after_write_steps(part, n_rows)
+        finally:
+            self.keep_private()
+
+    def keep_private(self) -> None:
+        """What LanceDB wrote, made private when the process's umask does not (worldgraph.filemodes)."""
+        if self._private is not None:
+            self._private.sweep()
+
+    def _after_write_steps(self, part: TenantTable, n_rows: int) -> None:
         part.writes += 1
         part.rows_since_optimize += n_rows
         part.rows_added += n_rows
@@ -194,6 +205,7 @@ class IndexMaintenance(IndexTables):
                 self._optimize_part(part, full=True)
         if created:
             log.info("episode index %s: created %s", part.name, ", ".join(created))
+        self.keep_private()
         return created
 
     def _upgrade_kinds(self, part: TenantTable) -> list[str]:
@@ -317,6 +329,7 @@ class IndexMaintenance(IndexTables):
                     log.info("cleanup of old index versions failed: %s", exc)
             table.checkout_latest()
             self._indexes(part, refresh=True)
+        self.keep_private()
 
     def has_vector_index(self, tenant_id: str | None = None) -> bool:
         """Whether ``tenant_id``'s table has its ANN index (no tenant: whether any table has one)."""

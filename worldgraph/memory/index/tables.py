@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import ReadOnlyError
+from worldgraph.filemodes import PrivateTree, create_private_file
 from worldgraph.locks import file_lock
 from worldgraph.memory.index import objectstore
 from worldgraph.memory.index.schema import (
@@ -95,6 +96,7 @@ class IndexTables:
     _parts_lock: threading.Lock
     _parts: dict[str, TenantTable]
     _small: SmallTables  # small tables searched in process (index_small.py)
+    _private: PrivateTree | None  # makes what LanceDB writes private (a local, writable index)
 
     @property
     def meta_path(self) -> Path:
@@ -125,6 +127,7 @@ class IndexTables:
                                   self.config.object_store_timeout_seconds)
             return
         tmp = self.meta_path.with_name(f".{META_FILE}.{os.getpid()}.{threading.get_ident()}.tmp")
+        create_private_file(tmp)
         tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         os.replace(tmp, self.meta_path)
 

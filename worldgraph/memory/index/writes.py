@@ -274,6 +274,7 @@ class IndexWrites(IndexMaintenance):
                 self._small.drop(part.name)
             if progress:
                 progress(done, total)
+        self.keep_private()
         return {"index_rows_deleted": len(ids), "index_tables_dropped": dropped, "index_tables_rewritten": rewritten}
 
     def clear(self) -> None:

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from worldgraph.config import child_environment
+from worldgraph.filemodes import private_umask
 from worldgraph.kg.embedded.cypher.model import Gens, Nodes, Rels
 
 CHILD_MIN_EPISODES = 20_000
@@ -49,6 +50,7 @@ def main(argv: list[str]) -> None:
     from worldgraph.kg.embedded.cypher.load import load_tenant, load_world_part, read_world_rows
     from worldgraph.kg.embedded.cypher.projection import Projection
 
+    private_umask()  # a worldgraph child: the projection it writes is private (worldgraph.filemodes)
     sqlite_path, tenant_id, path, *scope = argv
     db = SqliteConnection(sqlite_path, read_only=True, cache_mb=64, wal_autocheckpoint_pages=1000)
     try:
