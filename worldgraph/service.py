@@ -18,6 +18,7 @@ from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import ReadOnlyError
 from worldgraph.export.environment import export_environment, import_environment
 from worldgraph.facade import environments, idempotency, ids, reading
+from worldgraph.facade.generations import PurgeWatch, releaser
 from worldgraph.facade.lifecycle import Lifecycle
 from worldgraph.facade.opening import close_store, open_parts
 from worldgraph.facade.recording import Recorder
@@ -55,8 +56,12 @@ class WorldModel:
         # the recording path (facade/recording.py): the indexer, the background re-indexing, the group commit
         self.recorder = Recorder(store, index, embedder, config, lambda: self.retry_indexing())
         self.indexer = self.recorder.indexer
+        # every process lets go of what a purge removed, within a second (facade/generations.py)
+        self.purges = PurgeWatch(store, releaser(store, index, self.world.history))
+        self.purges.start()
         # forgetting and purging (facade/lifecycle.py), with the background purge
-        self.lifecycle = Lifecycle(store, index, config, self.world.history, self.indexer.index_ids)
+        self.lifecycle = Lifecycle(store, index, config, self.world.history, self.indexer.index_ids,
+                                   self.purges.check)
         self.idempotent = idempotency.Idempotency(store, config)
 
     # ------------------------------------------------------------------ lifecycle
@@ -99,6 +104,7 @@ class WorldModel:
         deadline = None if timeout is None else time.monotonic() + timeout
         self.recorder.retrier.stop()
         self.lifecycle.purger.stop()
+        self.purges.stop()
         self.world.shutdown(timeout)
         close_store(self.store, deadline)
 
@@ -239,6 +245,7 @@ class WorldModel:
         """
         check_tenant(tenant_id)
         reading.check_recall(self.config, query, agent_role, options)
+        self.purges.check()  # a purge by another process: its handles go first (facade/generations.py)
         return recall(self.store, self.index, self.embedder, self.config, tenant_id, agent_role, query, limit, options)
 
     def get_agent_episodes(self, tenant_id: str, agent_id: str, limit: int = 30) -> list[Episode]:
@@ -451,4 +458,5 @@ class WorldModel:
         check_tenant(tenant_id)
         check_query_text(query, self.config)
         check_params(params, self.config)
+        self.purges.check()  # a purge by another process: its projections go first (facade/generations.py)
         return self.store.cypher(tenant_id, query, params)

@@ -34,15 +34,18 @@ log = logging.getLogger("worldgraph")
 class Lifecycle:
     """Forgets and purges records of ``store`` and ``index``; ``history``: the world updater's
     rolling history of rounds, which forgotten rounds, environments and tenants leave too;
-    ``reindex(tenant, ids)``: writes stored episodes' index rows again (False: left pending)."""
+    ``reindex(tenant, ids)``: writes stored episodes' index rows again (False: left pending);
+    ``purged()``: called after a purge bumped the purged tenants' generations (this process lets
+    go of them at once: facade/generations.py)."""
 
     def __init__(self, store: GraphStore, index: EpisodeIndex, config: WorldGraphConfig, history: RoundHistory,
-                 reindex: Callable[[str, list[str]], bool]) -> None:
+                 reindex: Callable[[str, list[str]], bool], purged: Callable[[], object] = lambda: None) -> None:
         self.store = store
         self.index = index
         self.config = config
         self.history = history
         self.reindex = reindex
+        self.purged = purged
         self.purge_lock = threading.Lock()
         self.purger = Purger(self.purge, config.purge_after_seconds)
 
@@ -160,7 +163,11 @@ class Lifecycle:
             stats.update(self.index.purge(stale, sorted(rewrite), drop, progress))
             stats.update(self.store.purge_files())
             if pending:
+                # after the files are gone (a process that reopened one meanwhile sees the generation
+                # move after), before the forgets are marked purged (a failure here: purged again)
+                self.store.bump_purge_generations(sorted({a["tenant_id"] for a in pending}))
                 self.store.mark_purged([a["id"] for a in pending], now_iso())
+                self.purged()
             return stats
 
     def _forget_report(self, kind: str, audit: dict[str, Any], removed: dict[str, Any]) -> ForgetReport:

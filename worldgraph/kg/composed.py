@@ -64,6 +64,12 @@ class Lifecycle(Protocol):
 
     def purge_files(self) -> Record: ...
 
+    def purge_total(self) -> int: ...
+
+    def purge_generations(self) -> dict[str, int]: ...
+
+    def bump_purge_generations(self, tenants: list[str]) -> None: ...
+
 
 class Idempotency(Protocol):
     """The idempotency-key methods of ``GraphStore`` (see there), without their ``_idempotent``."""
@@ -231,3 +237,12 @@ class ComposedStore(GraphStore):
 
     def purge_files(self) -> Record:
         return self.lifecycle.purge_files()
+
+    def purge_total(self) -> int:
+        return self.lifecycle.purge_total()
+
+    def purge_generations(self) -> dict[str, int]:
+        return self.lifecycle.purge_generations()
+
+    def bump_purge_generations(self, tenants: list[str]) -> None:
+        self.lifecycle.bump_purge_generations(tenants)

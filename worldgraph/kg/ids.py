@@ -38,6 +38,11 @@ def normalise_name(s: str) -> str:
     return _normalise_name(s) if type(s) is str else _normalise_name.__wrapped__(s)
 
 
+def clear_name_cache() -> None:
+    """Forget the names normalised so far (a purge's memo caches of words: facade/generations.py)."""
+    _normalise_name.cache_clear()
+
+
 @lru_cache(maxsize=1 << 16)
 def _normalise_name(s: str) -> str:
     text = unicodedata.normalize("NFKC", str(s)).casefold()

@@ -307,6 +307,23 @@ class GraphStore(EpisodeStore, WorldStore):
         """Remove what the store can of deleted records' bytes from its files; says what it did."""
         raise self._no_lifecycle()
 
+    # Purge generations: a purge bumps the purged tenants' counts in the store, which every process
+    # sharing it reads (facade/generations.py) to let go of the handles and caches it holds of them.
+    def purge_total(self) -> int:
+        """How many tenant purges the store has counted in all (0: none, or no lifecycle)."""
+        return 0
+
+    def purge_generations(self) -> dict[str, int]:
+        """Tenant -> how many purges removed its forgotten bytes."""
+        return {}
+
+    def bump_purge_generations(self, tenants: list[str]) -> None:
+        """Count one more purge of each of ``tenants`` (and of the total), in one transaction."""
+
+    def release_tenant(self, tenant_id: str) -> None:
+        """Let go of what this process holds of the tenant's data besides the store itself (the
+        embedded store's Cypher projections): a purge deleted files it may read from."""
+
     def _no_lifecycle(self) -> Exception:
         return NotSupportedError(f"the {self.name!r} store cannot list or forget; use the embedded or Neo4j store")
 

@@ -174,10 +174,12 @@ class RoundHistory:
                     rounds.extend(kept)
         return removed
 
-    def episode_ids(self, tenant_id: str, env_name: str) -> list[str]:
-        """The episodes of the rounds kept for one environment (rounds recorded without one left out)."""
+    def episode_ids(self, tenant_id: str, env_name: str | None = None) -> list[str]:
+        """The episodes of the rounds kept for one environment of a tenant (every one of its
+        environments without ``env_name``; rounds recorded without one left out)."""
         with self._lock:
-            return [eid for eid, _ in self._rounds.get((tenant_id, env_name), ()) if eid is not None]
+            return [eid for key, rounds in self._rounds.items() if key[0] == tenant_id and env_name in (None, key[1])
+                    for eid, _ in rounds if eid is not None]
 
     def rounds(self, tenant_id: str, env_name: str) -> list[AgentRound]:
         with self._lock:

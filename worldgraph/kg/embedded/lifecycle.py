@@ -127,6 +127,25 @@ class SqliteLifecycle:
             for chunk in chunks(list(audit_ids)):
                 cur.execute(sql.mark_purged(len(chunk)), [at, *chunk])
 
+    def purge_total(self) -> int:
+        try:
+            rows = self.db.query(sql.PURGE_GEN_TOTAL)
+        except sqlite3.OperationalError:  # a read-only open of a file written before purge_gens
+            return 0
+        return int(rows[0][0]) if rows else 0
+
+    def purge_generations(self) -> dict[str, int]:
+        try:
+            return {t: int(g) for t, g in self.db.query(sql.PURGE_GENS)}
+        except sqlite3.OperationalError:
+            return {}
+
+    def bump_purge_generations(self, tenants: list[str]) -> None:
+        if not tenants:
+            return
+        with self.db.transaction() as cur:
+            cur.executemany(sql.BUMP_PURGE_GEN, [(t,) for t in ["", *sorted(set(tenants))]])
+
     def purge_files(self, timeout: float = 30.0) -> Record:
         """Remove the bytes of deleted rows from the files: deleted content is already zeroed in the
         database pages (secure_delete); a TRUNCATE checkpoint copies the WAL into the database and

@@ -130,6 +130,12 @@ class EmbeddedGraphStore(ComposedStore):
             self.cypher_runner.forget(tenant_id)
         return self.lifecycle.purge_files()
 
+    def release_tenant(self, tenant_id: str) -> None:
+        """Let go of the tenant's Cypher projections, in this process and in its query children (a
+        purge deleted the saved files they may be open on); the next query opens or builds a
+        current one."""
+        self.cypher_runner.release(tenant_id)
+
     def close(self) -> None:
         self.cypher_runner.close()
         self.db.close()

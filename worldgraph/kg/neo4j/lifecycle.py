@@ -124,6 +124,18 @@ class Neo4jLifecycle:
     def mark_purged(self, audit_ids: list[str], at: str) -> None:
         self.db.write(lambda tx: tx.run(q.MARK_PURGED, ids=list(audit_ids), at=at).consume())
 
+    def purge_total(self) -> int:
+        rows = self.db.rows(q.PURGE_GEN_TOTAL)
+        return int(rows[0]["gen"]) if rows and rows[0]["gen"] is not None else 0
+
+    def purge_generations(self) -> dict[str, int]:
+        return {r["tenant"]: int(r["gen"]) for r in self.db.rows(q.PURGE_GENS)}
+
+    def bump_purge_generations(self, tenants: list[str]) -> None:
+        if tenants:
+            self._ensure_lifecycle_schema()
+            self.db.write(lambda tx: tx.run(q.BUMP_PURGE_GENS, tenants=["", *sorted(set(tenants))]).consume())
+
     def purge_files(self) -> Record:
         return {"neo4j": "deleted records stay in the Neo4j store files until their space is reused "
                          "(docs/forget.md)"}

@@ -19,6 +19,8 @@ LIFECYCLE_SCHEMA: tuple[str, ...] = (
     "CREATE INDEX wg_episode_tenant_ts IF NOT EXISTS FOR (n:Episode) ON (n.tenant_id, n.ts)",
     "CREATE CONSTRAINT wg_forget_audit_id IF NOT EXISTS FOR (n:ForgetAudit) REQUIRE n.id IS UNIQUE",
     "CREATE INDEX wg_forget_audit_purged IF NOT EXISTS FOR (n:ForgetAudit) ON (n.purged_at)",
+    # purge generations, by tenant ('' the total): facade/generations.py
+    "CREATE CONSTRAINT wg_purge_gen IF NOT EXISTS FOR (n:PurgeGeneration) REQUIRE n.tenant_id IS UNIQUE",
     # the episodes on a canvas (a forget derives the canvas record from the live ones: kg.derived)
     "CREATE INDEX wg_episode_canvas IF NOT EXISTS FOR (n:Episode) ON (n.tenant_id, n.canvas_id)",
 )
@@ -193,3 +195,12 @@ def forget_log(unpurged: bool) -> str:
 
 
 MARK_PURGED = "UNWIND $ids AS id MATCH (x:ForgetAudit {id: id}) SET x.purged_at = $at"
+
+# ---------------------------------------------------------------------------------- purge generations
+PURGE_GEN_TOTAL = "MATCH (g:PurgeGeneration {tenant_id: ''}) RETURN g.gen AS gen"
+PURGE_GENS = "MATCH (g:PurgeGeneration) WHERE g.tenant_id <> '' RETURN g.tenant_id AS tenant, g.gen AS gen"
+BUMP_PURGE_GENS = """
+UNWIND $tenants AS tenant
+MERGE (g:PurgeGeneration {tenant_id: tenant})
+SET g.gen = coalesce(g.gen, 0) + 1
+"""

@@ -16,6 +16,11 @@ from worldgraph.memory.embedders.base import check_texts, l2_normalise
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
 
 
+def clear_feature_cache() -> None:
+    """Forget the words hashed so far (a purge's memo caches of words)."""
+    _bucket.cache_clear()
+
+
 @lru_cache(maxsize=1 << 17)
 def _bucket(feature: str, dimensions: int) -> tuple[int, float]:
     digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()

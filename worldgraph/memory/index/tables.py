@@ -190,6 +190,15 @@ class IndexTables:
         part = self._part(tenant_id)
         return part.table if part is not None else None
 
+    def release(self, tenant_id: str) -> None:
+        """Let go of ``tenant_id``'s table in this process: its handle, its pylance dataset (and
+        what LanceDB caches with them) and its in-process copy (``small``): a purge, here or in
+        another process, deleted files they read from. The next use opens it again."""
+        name = table_name(tenant_id)
+        with self._parts_lock:
+            self._parts.pop(name, None)
+        self._small.drop(name)
+
     def tenant_tables(self) -> list[str]:
         """Names of the per-tenant tables that exist (see ``table_name``)."""
         return sorted(n for n in self._table_names() if is_tenant_table(n))

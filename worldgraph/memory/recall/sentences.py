@@ -62,6 +62,12 @@ class SentenceCache:
         self._lock = threading.Lock()
         self.embedded = 0  # sentences embedded so far (tests and benchmarks read it)
 
+    def drop(self, tenant_id: str) -> None:
+        """Forget the tenant's sentence vectors (its forgotten memories' among them)."""
+        with self._lock:
+            for key in [k for k in self._items if k[0] == tenant_id]:
+                del self._items[key]
+
     def vectors(self, embedder: Embedder, tenant_id: str, texts: Sequence[str]) -> np.ndarray:
         """One row per text: cached, or embedded now (all the missing ones in one call)."""
         name = str(getattr(embedder, "name", None) or type(embedder).__name__)

@@ -177,6 +177,11 @@ def _tokens(text: str) -> frozenset[str]:
     return frozenset(_TOKEN.findall(normalise_name(text))) - _ARTICLES
 
 
+def clear_token_cache() -> None:
+    """Forget the rule texts cut into tokens so far (a purge's memo caches of words)."""
+    _cached_tokens.cache_clear()
+
+
 @lru_cache(maxsize=1 << 16)
 def _cached_tokens(text: str) -> frozenset[str]:
     return frozenset(_TOKEN.findall(normalise_name(text))) - _ARTICLES

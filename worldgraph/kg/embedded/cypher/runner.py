@@ -165,8 +165,14 @@ class CypherRunner:
     def forget(self, tenant_id: str) -> None:
         """Everything of the tenant's projections goes (a purge): the kept one, the saved files, and
         every query child holding one, busy or not (``ChildPool.close``)."""
-        self.projections.drop(tenant_id)
         self.saved.remove(tenant_id)
+        self.release(tenant_id)
+
+    def release(self, tenant_id: str) -> None:
+        """Let go of the tenant's projections in this process (another process purged it and deleted
+        the files they may be open on: facade/generations.py): the kept one closed, every query
+        child holding one killed, busy or not (its caller runs the query again on a current one)."""
+        self.projections.drop(tenant_id)
         if self._children is not None:
             self._children.close(tenant_id=tenant_id)
 

@@ -78,6 +78,10 @@ CREATE TABLE IF NOT EXISTS forget_log (
   id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, kind TEXT NOT NULL, target_id TEXT NOT NULL,
   forgotten_by TEXT, forgotten_at TEXT NOT NULL, purged_at TEXT, data TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS forget_log_unpurged ON forget_log (purged_at);
+-- Purge generations: a purge bumps the purged tenants' counts (and the total, tenant '') so
+-- that every process holding their projections, index handles or caches lets go of them
+-- (facade/generations.py).
+CREATE TABLE IF NOT EXISTS purge_gens (tenant_id TEXT PRIMARY KEY, gen INTEGER NOT NULL);
 -- the episodes on a canvas (a forget derives the canvas record from the live ones: kg.derived);
 -- partial: an episode without a canvas costs the index nothing
 CREATE INDEX IF NOT EXISTS episodes_canvas ON episodes (tenant_id, json_extract(data, '$.canvas_id'))

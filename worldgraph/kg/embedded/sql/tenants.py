@@ -45,3 +45,10 @@ def forget_log(tenant: bool, unpurged: bool) -> str:
 
 def mark_purged(n: int) -> str:
     return f"UPDATE forget_log SET purged_at = ? WHERE id IN ({placeholders(n)})"
+
+# ==================================================================== purge_gens
+# the total first (one row, tenant ''): unchanged, nothing was purged since it was last read
+PURGE_GEN_TOTAL = "SELECT gen FROM purge_gens WHERE tenant_id = ''"
+PURGE_GENS = "SELECT tenant_id, gen FROM purge_gens WHERE tenant_id != ''"
+BUMP_PURGE_GEN = ("INSERT INTO purge_gens(tenant_id, gen) VALUES (?, 1) "
+                  "ON CONFLICT(tenant_id) DO UPDATE SET gen = gen + 1")
