@@ -22,6 +22,7 @@ from worldgraph.facade.generations import PurgeWatch, releaser
 from worldgraph.facade.lifecycle import Lifecycle
 from worldgraph.facade.opening import close_store, open_parts
 from worldgraph.facade.recording import Recorder
+from worldgraph.facade.upgrade import derive_legacy_copies
 from worldgraph.kg.cypher_limits import check_params, check_query_text
 from worldgraph.kg.records import MergeReport, SceneRecord
 from worldgraph.kg.store import GraphStore
@@ -84,6 +85,9 @@ class WorldModel:
         wm = cls(parts.path, parts.store, parts.index, parts.embedder, parts.config, parts.read_only_reason)
         if parts.read_only_reason is not None:
             return wm
+        # a store written before forgets derived text again: its copies of forgotten records are
+        # derived again once (facade/upgrade.py); their turns are re-indexed next, the bytes purged
+        derive_legacy_copies(wm.store)
         if rebuild_index:
             wm.reindex(progress=progress)
         else:

@@ -139,7 +139,8 @@ class Lifecycle:
                 if a["kind"] in EPISODE_SCOPES:
                     ids = [a["target_id"]] if a["kind"] == "episode" else list(a.get("episode_ids") or [])
                     by_tenant.setdefault(a["tenant_id"], []).extend(ids)
-                    rederived.setdefault(a["tenant_id"], []).extend(a.get("rederived") or [])
+                if a.get("rederived"):  # a forget of episodes, or the upgrade (facade/upgrade.py)
+                    rederived.setdefault(a["tenant_id"], []).extend(a["rederived"])
             stale: list[str] = []
             for tenant, ids in by_tenant.items():  # an id recorded again after its forget keeps its row
                 alive = self.store.get_episodes(tenant, ids)
@@ -151,7 +152,7 @@ class Lifecycle:
                            if e.get("index_status") != "indexed"]
                 if waiting and not self.reindex(tenant, waiting):
                     stale.extend(waiting)
-            drop, rewrite = [], set(by_tenant)
+            drop, rewrite = [], set(by_tenant) | set(rederived)
             for tenant in {a["tenant_id"] for a in pending if a["kind"] == "tenant"}:
                 if self.store.stats(tenant)["episodes"] == 0:
                     drop.append(tenant)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from worldgraph.kg.lifecycle import EpisodeFilter, Forgotten
+from worldgraph.kg.lifecycle import DerivedRecords, EpisodeFilter, Forgotten
 from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
 from worldgraph.kg.store import EpisodeStore, GraphStore, Record, WorldStore
 
@@ -65,6 +65,14 @@ class Lifecycle(Protocol):
     def purge_files(self) -> Record: ...
 
     def purge_total(self) -> int: ...
+
+    def derived_text_upgraded(self) -> bool: ...
+
+    def mark_derived_text_upgraded(self) -> None: ...
+
+    def canvas_ids(self, tenant_id: str) -> list[str]: ...
+
+    def write_derived(self, tenant_id: str, derived_records: DerivedRecords, audit: Record) -> None: ...
 
     def purge_generations(self) -> dict[str, int]: ...
 
@@ -240,6 +248,18 @@ class ComposedStore(GraphStore):
 
     def purge_total(self) -> int:
         return self.lifecycle.purge_total()
+
+    def derived_text_upgraded(self) -> bool:
+        return self.lifecycle.derived_text_upgraded()
+
+    def mark_derived_text_upgraded(self) -> None:
+        self.lifecycle.mark_derived_text_upgraded()
+
+    def canvas_ids(self, tenant_id: str) -> list[str]:
+        return self.lifecycle.canvas_ids(tenant_id)
+
+    def write_derived(self, tenant_id: str, derived_records: DerivedRecords, audit: Record) -> None:
+        self.lifecycle.write_derived(tenant_id, derived_records, audit)
 
     def purge_generations(self) -> dict[str, int]:
         return self.lifecycle.purge_generations()

@@ -22,6 +22,20 @@ class EpisodeFilter:
     until: float | None = None
 
 
+@dataclass
+class DerivedRecords:
+    """Records whose derived text an upgrade derived again (``kg.derived``; facade/upgrade.py):
+    episodes (re-indexed after), canvases by id (None: delete it), metas by environment, scenes."""
+
+    episodes: list[Record] = field(default_factory=list)
+    canvases: dict[str, Record | None] = field(default_factory=dict)
+    metas: dict[str, Record] = field(default_factory=dict)
+    scenes: list[Record] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.episodes or self.canvases or self.metas or self.scenes)
+
+
 def iso_of(ts: float | None) -> str | None:
     """Unix seconds as the ISO-8601 UTC text episodes carry."""
     return None if ts is None else datetime.fromtimestamp(float(ts), tz=timezone.utc).isoformat()

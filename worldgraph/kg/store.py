@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from worldgraph.errors import NotSupportedError
-from worldgraph.kg.lifecycle import EpisodeFilter, Forgotten
+from worldgraph.kg.lifecycle import DerivedRecords, EpisodeFilter, Forgotten
 from worldgraph.kg.records import GraphView, MergePlan, MetaRecord, SceneRecord
 
 Record = dict[str, Any]
@@ -305,6 +305,24 @@ class GraphStore(EpisodeStore, WorldStore):
 
     def purge_files(self) -> Record:
         """Remove what the store can of deleted records' bytes from its files; says what it did."""
+        raise self._no_lifecycle()
+
+    # The derived-text upgrade (facade/upgrade.py): a store written before derived text was
+    # derived again is read once, and the copies it kept of forgotten records are derived again.
+    def derived_text_upgraded(self) -> bool:
+        """Whether the store went through the derived-text upgrade (or was made after it)."""
+        return True
+
+    def mark_derived_text_upgraded(self) -> None:
+        """Remember that it did."""
+
+    def canvas_ids(self, tenant_id: str) -> list[str]:
+        """The ids of the tenant's canvas records."""
+        raise self._no_lifecycle()
+
+    def write_derived(self, tenant_id: str, derived_records: DerivedRecords, audit: Record) -> None:
+        """Write the records whose derived text was derived again (episodes marked pending for
+        re-indexing, canvases rewritten or deleted, metas, scenes) and ``audit``, in one transaction."""
         raise self._no_lifecycle()
 
     # Purge generations: a purge bumps the purged tenants' counts in the store, which every process

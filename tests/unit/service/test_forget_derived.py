@@ -227,3 +227,37 @@ def test_a_round_forgotten_by_another_process_leaves_this_ones_history(tmp_path:
             other.forget_episode(tenant, eid)
         packet = wm.observe_round(tenant, "Cellar", _flagged(2, word(), "y"))
         assert packet is not None and secret not in packet["recent_history_excerpt"]
+
+
+def _forget_the_old_way(wm: WorldModel, tenant: str, episode_id: str, copies: list[str]) -> None:
+    """Forget ``episode_id`` as a worldgraph before derived text did: the records of ``copies``
+    keep what they showed of it (written back as they were), and the upgrade is not done yet."""
+    from worldgraph.kg.lifecycle import DerivedRecords
+
+    before = wm.store.get_episodes(tenant, copies)
+    wm.forget_episode(tenant, episode_id)
+    legacy = [{k: v for k, v in e.items() if k != "context_from"} for e in before.values()]
+    wm.store.write_derived(tenant, DerivedRecords(episodes=legacy), {
+        "id": str(uuid.uuid4()), "tenant_id": tenant, "kind": "test", "target_id": "", "forgotten_by": None,
+        "forgotten_at": "2026-01-01T00:00:00+00:00"})
+    if wm.store.name == "neo4j":
+        wm.store.db.write(lambda tx: tx.run("MATCH (s:WorldgraphSchema {name: 'worldgraph'}) "
+                                            "REMOVE s.derived_text").consume())
+    else:
+        with wm.store.db.transaction() as cur:
+            cur.execute("DELETE FROM schema_info WHERE key = 'derived_text'")
+
+
+def test_the_upgrade_derives_again_what_an_older_forget_left(wm: WorldModel, tenant: str) -> None:
+    from worldgraph.facade.upgrade import derive_legacy_copies
+
+    first, middle, last = word(), word(), word()
+    ids = chat(wm, tenant, "chat", [first, middle, last], ["Alice", "Bob", "Alice"])
+    _forget_the_old_way(wm, tenant, ids[1], [ids[2]])
+    assert wm.get_episode(tenant, ids[2])["input_summary"] == f"Bob: said {middle}"
+    assert not wm.store.derived_text_upgraded()
+    counts = derive_legacy_copies(wm.store)
+    assert counts["episodes"] == 1 and wm.store.derived_text_upgraded()
+    assert wm.get_episode(tenant, ids[2])["input_summary"] == f"Alice: said {first}"
+    assert wm.retry_indexing() == 1 and bm25_ids(wm, tenant, middle) == []
+    assert derive_legacy_copies(wm.store) == {}, "once"

@@ -1,5 +1,7 @@
 """A data folder written by an earlier main opens and serves every read path (the fixture and how it
-was made: tests/fixtures/make_data_9eed448.py). Changes to what is stored extend these checks."""
+was made: tests/fixtures/make_data_9eed448.py), and the copies it kept of what it forgot are
+derived again (tests/fixtures/make_data_9eed448_forgotten.py). Changes to what is stored extend
+these checks."""
 
 from __future__ import annotations
 
@@ -13,11 +15,15 @@ from worldgraph import WorldModel
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
-def unpack(tmp_path: Path, name: str = "data_9eed448") -> Path:
+def unpack(tmp_path: Path, name: str = "data_9eed448", folder: str = "prev-main-data") -> Path:
     """The fixture's data folder, unpacked into ``tmp_path`` (never written in place)."""
     with tarfile.open(FIXTURES / f"{name}.tar.gz") as tar:
         tar.extractall(tmp_path, filter="data")
-    return tmp_path / "prev-main-data"
+    return tmp_path / folder
+
+
+def files_holding(root: Path, word: str) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and word.encode() in p.read_bytes())
 
 
 @pytest.fixture
@@ -112,3 +118,35 @@ def test_folder_of_9eed448_takes_idempotent_writes_and_quick_stats(old_data: Pat
         full = wm.stats("acme")
     quick = store_only.stats(old_data, "embedded", "acme")
     assert quick is None or quick["indexed"] == full["indexed"] == full["episodes"]
+
+
+def test_copies_of_what_9eed448_forgot_are_derived_again_on_upgrade(tmp_path: Path) -> None:
+    """data_9eed448_forgotten: 9eed448 forgot and purged a turn, a canvas's only episode and a
+    flagged round, leaving copies (make_data_9eed448_forgotten.py). The first open derives them
+    again; after the purge it schedules, the words are in no file, and what was kept is still there."""
+    data = unpack(tmp_path, "data_9eed448_forgotten", "prev-main-forgotten")
+    assert files_holding(data, "MARKERMIDDLE"), "the fixture holds the copies"
+    with WorldModel.open(data) as wm:
+        turns = wm.list_episodes("acme", session_id="chat-1").items
+        assert [t["agent_id"] for t in turns] == ["Alice", "Alice"]
+        last = next(t for t in turns if "MARKERLAST" in t["task_description"])
+        assert last["input_summary"] == "Alice: I adopted a cat named MARKERFIRST last week."
+        assert last["index_status"] == "indexed", "its index row was written again"
+        assert wm.store.get_canvas("acme", "canvas-9") is None, "the canvas went with its only episode"
+        assert wm.cypher("acme", "MATCH (c:Canvas) RETURN c") == []
+        graph = wm.world_graph("acme", "cellar")
+        assert graph["meta"]["last_trigger_reason"] is None
+        assert {n["name"] for n in graph["nodes"]} == {"crate", "bottle"}, "what was learned stays"
+        (scene,) = graph["scenes"]
+        assert "MARKERROUNDONE" not in scene["recent_history_excerpt"]
+        assert [a["kind"] for a in wm.store.forget_log("acme")][-1] == "rederive"
+        wm.purge()
+        for word in ("MARKERMIDDLE", "MARKERCANVASACTION", "MARKERROUNDONE", "MARKERREASON"):
+            assert files_holding(data, word) == [], word
+        for word in ("MARKERKEPT", "MARKERFIRST", "MARKERLAST"):
+            assert files_holding(data, word), word
+        hits = wm.recall_experiences("acme", None, "what colour is the cat", limit=5, options={"min_similarity": 0.0})
+        assert all("MARKERMIDDLE" not in (h["input_summary"] or "") for h in hits)
+        assert [e.task_description for e in wm.list_episodes("other").items] == ["other tenant row"]
+    with WorldModel.open(data) as wm:  # once: the second open finds nothing to do
+        assert [a["kind"] for a in wm.store.forget_log("acme")].count("rederive") == 1

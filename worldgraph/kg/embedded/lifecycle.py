@@ -22,7 +22,7 @@ from worldgraph.kg.embedded.connection import SqliteConnection
 from worldgraph.kg.embedded.episodes import episode_of_row
 from worldgraph.kg.embedded.sql import chunks
 from worldgraph.kg.embedded.world import env_counts
-from worldgraph.kg.lifecycle import EpisodeFilter, Forgotten, iso_of, with_ids
+from worldgraph.kg.lifecycle import DerivedRecords, EpisodeFilter, Forgotten, iso_of, with_ids
 from worldgraph.kg.store import Record
 
 __all__ = ["SqliteLifecycle"]
@@ -126,6 +126,38 @@ class SqliteLifecycle:
         with self.db.transaction() as cur:
             for chunk in chunks(list(audit_ids)):
                 cur.execute(sql.mark_purged(len(chunk)), [at, *chunk])
+
+    # ---------------------------------------------------------------- the derived-text upgrade
+    def derived_text_upgraded(self) -> bool:
+        try:
+            return bool(self.db.query(sql.DERIVED_TEXT_READ))
+        except sqlite3.OperationalError:  # a read-only open of a file with no schema_info yet
+            return False
+
+    def mark_derived_text_upgraded(self) -> None:
+        with self.db.transaction() as cur:
+            cur.execute(sql.DERIVED_TEXT_WRITE)
+
+    def canvas_ids(self, tenant_id: str) -> list[str]:
+        return [r[0] for r in self.db.query(sql.CANVAS_IDS, (tenant_id,))]
+
+    def write_derived(self, tenant_id: str, derived_records: DerivedRecords, audit: Record) -> None:
+        """Write records whose derived text was derived again (episodes marked for re-indexing,
+        canvases rewritten or deleted, metas, scenes) and ``audit``, in one transaction."""
+        with self.db.transaction() as cur:
+            for ep in derived_records.episodes:
+                record = {k: v for k, v in ep.items() if k not in ("index_status", "index_error")}
+                cur.execute(sql.REWRITE_EPISODE, (dumps(record), tenant_id, ep["id"]))
+            for cid, canvas in derived_records.canvases.items():
+                if canvas is None:
+                    cur.execute(sql.DELETE_CANVAS, (tenant_id, cid))
+                else:
+                    cur.execute(sql.UPSERT_CANVAS, (tenant_id, cid, dumps(canvas)))
+            for env, meta in derived_records.metas.items():
+                cur.execute(sql.UPDATE_META, (dumps(meta), tenant_id, env))
+            for scene in derived_records.scenes:
+                cur.execute(sql.UPDATE_SCENE_DATA, (dumps(scene), tenant_id, scene["id"]))
+            _audit(cur, audit)
 
     def purge_total(self) -> int:
         try:

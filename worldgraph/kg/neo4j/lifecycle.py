@@ -14,7 +14,7 @@ from neo4j import ManagedTransaction
 
 from worldgraph.kg import derived
 from worldgraph.kg.codec import dumps, loads
-from worldgraph.kg.lifecycle import EpisodeFilter, Forgotten, iso_of, with_ids
+from worldgraph.kg.lifecycle import DerivedRecords, EpisodeFilter, Forgotten, iso_of, with_ids
 from worldgraph.kg.neo4j import derived as neo4j_derived
 from worldgraph.kg.neo4j import queries as q
 from worldgraph.kg.neo4j.connection import Neo4jConnection
@@ -123,6 +123,38 @@ class Neo4jLifecycle:
 
     def mark_purged(self, audit_ids: list[str], at: str) -> None:
         self.db.write(lambda tx: tx.run(q.MARK_PURGED, ids=list(audit_ids), at=at).consume())
+
+    # ---------------------------------------------------------------- the derived-text upgrade
+    def derived_text_upgraded(self) -> bool:
+        rows = self.db.rows(q.DERIVED_TEXT_READ)
+        return bool(rows and rows[0]["done"])
+
+    def mark_derived_text_upgraded(self) -> None:
+        self.db.write(lambda tx: tx.run(q.DERIVED_TEXT_WRITE).consume())
+
+    def canvas_ids(self, tenant_id: str) -> list[str]:
+        return [r["id"] for r in self.db.rows(q.CANVAS_IDS, tenant_id=tenant_id)]
+
+    def write_derived(self, tenant_id: str, derived_records: DerivedRecords, audit: Record) -> None:
+        """As the embedded store's: one managed transaction."""
+        self._ensure_lifecycle_schema()
+
+        def work(tx: ManagedTransaction) -> None:
+            for ep in derived_records.episodes:
+                record = {k: v for k, v in ep.items() if k not in ("index_status", "index_error")}
+                tx.run(q.REWRITE_EPISODE, tenant_id=tenant_id, id=ep["id"], record=dumps(record)).consume()
+            for cid, canvas in derived_records.canvases.items():
+                if canvas is None:
+                    tx.run(q.DELETE_CANVAS, tenant_id=tenant_id, id=cid).consume()
+                else:
+                    tx.run(q.SET_CANVAS, tenant_id=tenant_id, id=cid, name=canvas.get("name") or "",
+                           record=dumps(canvas)).consume()
+            for env, meta in derived_records.metas.items():
+                tx.run(q.SET_META_RECORD, tenant_id=tenant_id, env_name=env, record=dumps(meta)).consume()
+            for scene in derived_records.scenes:
+                tx.run(q.SET_SCENE_RECORD, tenant_id=tenant_id, id=scene["id"], record=dumps(scene)).consume()
+            _create_audit(tx, audit)
+        self.db.write(work)
 
     def purge_total(self) -> int:
         rows = self.db.rows(q.PURGE_GEN_TOTAL)

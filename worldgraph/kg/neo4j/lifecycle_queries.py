@@ -204,3 +204,8 @@ UNWIND $tenants AS tenant
 MERGE (g:PurgeGeneration {tenant_id: tenant})
 SET g.gen = coalesce(g.gen, 0) + 1
 """
+
+# ---------------------------------------------------------------------------------- the derived-text upgrade
+DERIVED_TEXT_READ = "MATCH (s:WorldgraphSchema {name: 'worldgraph'}) RETURN s.derived_text AS done"
+DERIVED_TEXT_WRITE = "MERGE (s:WorldgraphSchema {name: 'worldgraph'}) SET s.derived_text = true"
+CANVAS_IDS = "MATCH (c:Canvas {tenant_id: $tenant_id}) WHERE c.id IS NOT NULL RETURN c.id AS id ORDER BY id"

@@ -164,6 +164,7 @@ UPSERT_CANVAS = ("INSERT INTO canvases(tenant_id, id, data) VALUES (?,?,?) "
                  "ON CONFLICT(tenant_id, id) DO UPDATE SET data = excluded.data")
 GET_CANVAS = "SELECT data FROM canvases WHERE tenant_id = ? AND id = ?"
 DELETE_CANVAS = "DELETE FROM canvases WHERE tenant_id = ? AND id = ?"
+CANVAS_IDS = "SELECT id FROM canvases WHERE tenant_id = ? ORDER BY id"
 INSERT_CANVAS_AUDIT = ("INSERT INTO canvas_audits(tenant_id, id, episode_id, canvas_id, timestamp, data) "
                        "VALUES (?,?,?,?,?,?)")
 CANVAS_AUDITS = "SELECT data FROM canvas_audits WHERE tenant_id = ? AND episode_id = ? ORDER BY timestamp, id"

@@ -120,3 +120,6 @@ CHECKPOINT_TRUNCATE = "PRAGMA wal_checkpoint(TRUNCATE)"
 # ==================================================================== schema_info
 SCHEMA_VERSION_READ = "SELECT value FROM schema_info WHERE key = 'schema_version'"
 SCHEMA_VERSION_WRITE = "INSERT OR REPLACE INTO schema_info(key, value) VALUES ('schema_version', ?)"
+# the upgrade that derived again the copies an older worldgraph left of forgotten records (facade/upgrade.py)
+DERIVED_TEXT_READ = "SELECT value FROM schema_info WHERE key = 'derived_text'"
+DERIVED_TEXT_WRITE = "INSERT OR REPLACE INTO schema_info(key, value) VALUES ('derived_text', '1')"
