@@ -10,6 +10,8 @@ Where it applies, and the rule each function here states:
   When the quoted turn is forgotten, the turn quotes the turn now before it in its session, or
   nothing (``rederive_turn``), and its index row is written again. A turn recorded before
   ``context_from`` existed is matched by its text (``quotes``).
+- **An agent's role.** The agent record shows the role of its episode last recorded: forgetting
+  that episode gives it the role of its newest live episode (``agent_of``); its last one deletes it.
 - **A canvas.** The canvas record is the canvas as the newest live episode that carried it saw it
   (``canvas_of``): forgetting that episode derives it from the next one, and forgetting the last
   episode that carried it deletes it.
@@ -30,7 +32,7 @@ from typing import Any
 
 Record = dict[str, Any]
 
-__all__ = ["INPUT_SUMMARY_MAX", "ROUND_TASK_TYPE", "TURN_TASK_TYPE", "canvas_of", "meta_without_scene", "quoted",
+__all__ = ["INPUT_SUMMARY_MAX", "ROUND_TASK_TYPE", "TURN_TASK_TYPE", "agent_of", "canvas_of", "meta_without_scene", "quoted",
            "quotes", "rederive_turn", "scene_text", "scene_without_round", "strip_scene", "summarize", "turn_context"]
 
 INPUT_SUMMARY_MAX = 500
@@ -81,6 +83,18 @@ def rederive_turn(turn: Record, previous: Record | None) -> Record:
     out.update(turn_context(previous))
     out["index_status"], out["index_error"] = "pending", None
     return out
+
+
+# ---------------------------------------------------------------------------------- agents
+def agent_of(tenant_id: str, current: Record, forgotten: Record, newest: Record) -> Record | None:
+    """The agent record after ``forgotten`` (an episode of it) is forgotten, ``newest`` being its
+    newest live episode: its role as ``newest`` gives it when the role it shows is the forgotten
+    episode's (the role is copied from the episode last recorded); None: leave it as it is."""
+    role = forgotten.get("agent_role") or ""
+    if (current.get("agent_role") or "") != role or (newest.get("agent_role") or "") == role:
+        return None
+    return {"id": current.get("id") or newest["agent_id"], "tenant_id": tenant_id,
+            "agent_role": newest.get("agent_role") or ""}
 
 
 # ---------------------------------------------------------------------------------- canvases

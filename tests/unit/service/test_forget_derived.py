@@ -261,3 +261,17 @@ def test_the_upgrade_derives_again_what_an_older_forget_left(wm: WorldModel, ten
     assert wm.get_episode(tenant, ids[2])["input_summary"] == f"Alice: said {first}"
     assert wm.retry_indexing() == 1 and bm25_ids(wm, tenant, middle) == []
     assert derive_legacy_copies(wm.store) == {}, "once"
+
+
+def test_an_agent_shows_no_forgotten_episodes_role(wm: WorldModel, tenant: str) -> None:
+    role = word()
+    base = {"agent_id": "a", "task_type": "t", "outcome": "success"}
+    wm.record_experience(tenant, {**base, "agent_role": "Cook", "task_description": "one",
+                                  "timestamp": "2026-01-01T10:00:00Z"})
+    last = wm.record_experience(tenant, {**base, "agent_role": role, "task_description": "two",
+                                         "timestamp": "2026-01-01T11:00:00Z"})
+    assert [a["agent_role"] for a in wm.list_agents(tenant)] == [role]
+    wm.forget_episode(tenant, last)
+    assert [a["agent_role"] for a in wm.list_agents(tenant)] == ["Cook"]
+    rows = wm.cypher(tenant, "MATCH (a:Agent {tenant_id: $tenant_id}) RETURN a.agent_role AS role, a.record AS r")
+    assert rows and role not in str(rows)

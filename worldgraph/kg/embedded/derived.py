@@ -13,7 +13,7 @@ from worldgraph.kg.embedded import sql
 from worldgraph.kg.embedded.sql import chunks
 from worldgraph.kg.store import Record
 
-__all__ = ["quoting_turns", "rederive_canvases", "rederive_turns", "scenes_without_round"]
+__all__ = ["quoting_turns", "rederive_agent", "rederive_canvases", "rederive_turns", "scenes_without_round"]
 
 
 def quoting_turns(cur: sqlite3.Cursor, tenant_id: str, forgotten: dict[str, Record]) -> dict[str, Record]:
@@ -50,6 +50,21 @@ def rederive_turns(cur: sqlite3.Cursor, tenant_id: str, turns: dict[str, Record]
             record.pop(key, None)
         cur.execute(sql.REWRITE_EPISODE, (dumps(record), tenant_id, turn["id"]))
     return list(turns)
+
+
+def rederive_agent(cur: sqlite3.Cursor, tenant_id: str, forgotten: Record) -> bool:
+    """After an episode of an agent with others is deleted: the agent record's role derived again
+    (``kg.derived.agent_of``); True if it was rewritten."""
+    agent = forgotten["agent_id"]
+    got = cur.execute(sql.AGENT_DATA, (tenant_id, agent)).fetchone()
+    newest = cur.execute(sql.AGENT_NEWEST_EPISODE, (tenant_id, agent)).fetchone()
+    if got is None or newest is None:
+        return False
+    record = derived.agent_of(tenant_id, loads(got[0]), forgotten, loads(newest[0]))
+    if record is None:
+        return False
+    cur.execute(sql.UPSERT_AGENT, (tenant_id, agent, dumps(record)))
+    return True
 
 
 def rederive_canvases(cur: sqlite3.Cursor, tenant_id: str, canvas_ids: set[str]) -> tuple[int, int]:

@@ -219,6 +219,8 @@ def _delete_episode(cur: sqlite3.Cursor, tenant_id: str, episode_id: str, record
         cur.execute(sql.DELETE_SESSION_LINK, (tenant_id, episode_id))
     if cur.execute(sql.AGENT_HAS_EPISODE, (tenant_id, record["agent_id"])).fetchone() is None:
         cur.execute(sql.DELETE_AGENT, (tenant_id, record["agent_id"]))
+    else:
+        embedded_derived.rederive_agent(cur, tenant_id, record)
     for (data,) in cur.execute(sql.SCENES_OF_EPISODE, (tenant_id, episode_id)).fetchall():
         scene = loads(data)
         counts["scenes"] += 1

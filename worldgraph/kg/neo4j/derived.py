@@ -13,7 +13,7 @@ from worldgraph.kg.neo4j import queries as q
 from worldgraph.kg.neo4j.rows import chunks
 from worldgraph.kg.store import Record
 
-__all__ = ["quoting_turns", "rederive_canvases", "rederive_turns", "scenes_without_round"]
+__all__ = ["quoting_turns", "rederive_agent", "rederive_canvases", "rederive_turns", "scenes_without_round"]
 
 
 def quoting_turns(tx: ManagedTransaction, tenant_id: str, forgotten: dict[str, Record]) -> dict[str, Record]:
@@ -44,6 +44,21 @@ def rederive_turns(tx: ManagedTransaction, tenant_id: str, turns: dict[str, Reco
             record.pop(key, None)
         tx.run(q.REWRITE_EPISODE, tenant_id=tenant_id, id=turn["id"], record=dumps(record)).consume()
     return list(turns)
+
+
+def rederive_agent(tx: ManagedTransaction, tenant_id: str, forgotten: Record) -> bool:
+    """After an episode of an agent is deleted: the agent record's role derived again
+    (``kg.derived.agent_of``) when the agent has other episodes; True if it was rewritten."""
+    row = tx.run(q.AGENT_AND_NEWEST, tenant_id=tenant_id, agent=forgotten["agent_id"]).single()
+    if row is None or row["newest"] is None:
+        return False
+    current = loads(row["record"]) if row["record"] else {"agent_role": row["role"]}
+    record = derived.agent_of(tenant_id, current, forgotten, loads(row["newest"]))
+    if record is None:
+        return False
+    tx.run(q.SET_AGENT, tenant_id=tenant_id, agent=forgotten["agent_id"], role=record["agent_role"],
+           record=dumps(record)).consume()
+    return True
 
 
 def rederive_canvases(tx: ManagedTransaction, tenant_id: str, canvas_ids: set[str]) -> tuple[int, int]:

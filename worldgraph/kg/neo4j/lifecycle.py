@@ -190,6 +190,9 @@ def _delete_episode(tx: ManagedTransaction, tenant_id: str, episode_id: str, rec
     counts["feedback"] += int(deleted["feedback"]) if deleted else 0
     counts["canvas_audits"] += int(deleted["audits"]) if deleted else 0
     tx.run(q.DELETE_IDLE_AGENT, tenant_id=tenant_id, agent=record["agent_id"]).consume()
+    neo4j_derived.rederive_agent(tx, tenant_id, record)
+    if record.get("session_id"):
+        tx.run(q.DELETE_IDLE_SESSION, tenant_id=tenant_id, session_id=record["session_id"]).consume()
     if record.get("task_type") == derived.ROUND_TASK_TYPE:
         counts["scenes_rederived"] += neo4j_derived.scenes_without_round(tx, tenant_id, episode_id)
     # the first answers to idempotent writes that name it (they may quote its words)

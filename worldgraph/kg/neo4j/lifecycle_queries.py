@@ -144,6 +144,22 @@ DETACH DELETE e
 RETURN feedback, audits
 """
 
+# an agent with other episodes: its record, and its newest live episode (kg.derived.agent_of)
+AGENT_AND_NEWEST = """
+MATCH (a:Agent {tenant_id: $tenant_id, id: $agent})
+CALL (a) {
+  MATCH (e:Episode {tenant_id: $tenant_id, agent_id: $agent}) RETURN e.record AS newest ORDER BY e.ts DESC LIMIT 1
+}
+RETURN a.record AS record, a.agent_role AS role, newest
+"""
+SET_AGENT = "MATCH (a:Agent {tenant_id: $tenant_id, id: $agent}) SET a.agent_role = $role, a.record = $record"
+# a session's node once its last episode is gone (it names the session)
+DELETE_IDLE_SESSION = """
+MATCH (s:Session {tenant_id: $tenant_id, id: $session_id})
+WHERE NOT EXISTS { MATCH (e:Episode {tenant_id: $tenant_id, session_id: $session_id}) }
+DETACH DELETE s
+"""
+
 DELETE_IDLE_AGENT = """
 MATCH (a:Agent {tenant_id: $tenant_id, id: $agent})
 WHERE NOT EXISTS { MATCH (e:Episode {tenant_id: $tenant_id, agent_id: $agent}) }

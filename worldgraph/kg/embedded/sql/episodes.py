@@ -111,6 +111,9 @@ UPSERT_AGENT = ("INSERT INTO agents(tenant_id, id, data) VALUES (?,?,?) "
                 "ON CONFLICT(tenant_id, id) DO UPDATE SET data = excluded.data")
 AGENT_IDS = "SELECT id FROM agents WHERE tenant_id = ? ORDER BY id LIMIT ?"
 DELETE_AGENT = "DELETE FROM agents WHERE tenant_id = ? AND id = ?"
+AGENT_DATA = "SELECT data FROM agents WHERE tenant_id = ? AND id = ?"
+AGENT_NEWEST_EPISODE = ("SELECT data FROM episodes INDEXED BY episodes_agent WHERE tenant_id = ? AND agent_id = ? "
+                        "ORDER BY ts DESC LIMIT 1")
 LIST_AGENTS = ("SELECT a.id, a.data, COUNT(e.id), MAX(e.ts) FROM agents a JOIN episodes e "
                "ON e.tenant_id = a.tenant_id AND e.agent_id = a.id WHERE a.tenant_id = ? GROUP BY a.id ORDER BY a.id")
 
