@@ -26,6 +26,7 @@ from typing import Any
 from worldgraph.clock import now_iso
 from worldgraph.kg import derived
 from worldgraph.kg.lifecycle import DerivedRecords, audit_record
+from worldgraph.kg.sessions import by_session
 from worldgraph.kg.store import GraphStore
 
 __all__ = ["derive_legacy_copies", "legacy_copies"]
@@ -90,12 +91,8 @@ def legacy_copies(store: GraphStore, tenant_id: str) -> DerivedRecords:
 def _turns(store: GraphStore, tenant_id: str, episodes: dict[str, Record]) -> list[Record]:
     """The turns recorded before ``context_from`` whose input summary quotes no live episode of
     their session: derived again from the episode now before them."""
-    sessions: dict[str, list[Record]] = {}
-    for e in episodes.values():
-        if e.get("session_id"):
-            sessions.setdefault(str(e["session_id"]), []).append(e)
     out = []
-    for members in sessions.values():
+    for members in by_session(episodes.values()).values():
         legacy = [e for e in members if e.get("task_type") == derived.TURN_TASK_TYPE and "context_from" not in e
                   and e.get("input_summary") and _QUOTE.match(str(e["input_summary"]))]
         if not legacy:

@@ -43,6 +43,9 @@ def iso_of(ts: float | None) -> str | None:
 
 # What a forget of episodes names: one episode by id, every episode of an agent, or of a session.
 EPISODE_SCOPES: tuple[str, ...] = ("episode", "agent", "session")
+# What a forget of episodes counts, as its ForgetReport's ``removed`` (the index rows are the facade's).
+FORGET_COUNTS: tuple[str, ...] = ("episodes", "feedback", "canvas_audits", "scenes", "world_records_updated",
+                                  "scenes_rederived", "turn_contexts_rederived", "canvases_rederived", "canvases")
 
 
 @dataclass

@@ -6,31 +6,14 @@ forgetting by person (an agent, a session) keeps the same guarantees."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.unit.service.test_forget import graph_kw, tenant, wm  # noqa: F401 - fixtures: both stores
 from worldgraph import InvalidInputError, NotFoundError, WorldModel
 from worldgraph.memory.embeddings import HashingEmbedder
-
-
-@pytest.fixture(params=["embedded", pytest.param("neo4j", marks=pytest.mark.neo4j)])
-def wm(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[WorldModel]:
-    kw: dict[str, Any] = {}
-    if request.param == "neo4j":
-        server = request.getfixturevalue("neo4j_server")
-        kw = {"graph": "neo4j", "neo4j_uri": server["uri"], "neo4j_user": server["user"],
-              "neo4j_password": server["password"]}
-    model = WorldModel.open(tmp_path / "data", embedder=HashingEmbedder(64), **kw)
-    yield model
-    model.close()
-
-
-@pytest.fixture
-def tenant() -> str:
-    return f"t-{uuid.uuid4().hex[:10]}"
 
 
 def word() -> str:

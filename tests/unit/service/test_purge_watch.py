@@ -11,19 +11,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from tests.unit.service.test_forget import graph_kw  # noqa: F401 - the fixture: both stores
 from worldgraph import WorldModel
 from worldgraph.memory.embeddings import HashingEmbedder
-
-
-@pytest.fixture(params=["embedded", pytest.param("neo4j", marks=pytest.mark.neo4j)])
-def graph_kw(request: pytest.FixtureRequest) -> dict[str, Any]:
-    if request.param == "neo4j":
-        server = request.getfixturevalue("neo4j_server")
-        return {"graph": "neo4j", "neo4j_uri": server["uri"], "neo4j_user": server["user"],
-                "neo4j_password": server["password"]}
-    return {}
 
 
 def test_another_process_lets_go_within_a_second(tmp_path: Path, graph_kw: dict[str, Any]) -> None:

@@ -22,7 +22,7 @@ from worldgraph.kg.embedded.connection import SqliteConnection
 from worldgraph.kg.embedded.episodes import episode_of_row
 from worldgraph.kg.embedded.sql import chunks
 from worldgraph.kg.embedded.world import env_counts
-from worldgraph.kg.lifecycle import DerivedRecords, EpisodeFilter, Forgotten, iso_of, with_ids
+from worldgraph.kg.lifecycle import FORGET_COUNTS, DerivedRecords, EpisodeFilter, Forgotten, iso_of, with_ids
 from worldgraph.kg.store import Record
 
 __all__ = ["SqliteLifecycle"]
@@ -66,8 +66,7 @@ class SqliteLifecycle:
             if not forgotten:
                 return None
             quoting = embedded_derived.quoting_turns(cur, tenant_id, forgotten)
-            counts = dict.fromkeys(("episodes", "feedback", "canvas_audits", "scenes", "world_records_updated",
-                                    "scenes_rederived"), 0)
+            counts = dict.fromkeys(FORGET_COUNTS, 0)
             envs: set[str] = set()
             for eid, record in forgotten.items():
                 _delete_episode(cur, tenant_id, eid, record, counts, envs)

@@ -11,6 +11,7 @@ from worldgraph.kg import derived
 from worldgraph.kg.codec import dumps, loads
 from worldgraph.kg.neo4j import queries as q
 from worldgraph.kg.neo4j.rows import chunks
+from worldgraph.kg.sessions import by_session
 from worldgraph.kg.store import Record
 
 __all__ = ["quoting_turns", "rederive_agent", "rederive_canvases", "rederive_turns", "scenes_without_round"]
@@ -19,12 +20,8 @@ __all__ = ["quoting_turns", "rederive_agent", "rederive_canvases", "rederive_tur
 def quoting_turns(tx: ManagedTransaction, tenant_id: str, forgotten: dict[str, Record]) -> dict[str, Record]:
     """The live turns whose context quotes one of ``forgotten`` (id -> record), by id; call it
     before the forgotten episodes are deleted. One read per session (and per chunk of ids)."""
-    by_session: dict[str, list[Record]] = {}
-    for source in forgotten.values():
-        if source.get("session_id"):
-            by_session.setdefault(str(source["session_id"]), []).append(source)
     out: dict[str, Record] = {}
-    for session, sources in by_session.items():
+    for session, sources in by_session(forgotten.values()).items():
         for chunk in chunks(sources, 400):
             rows = tx.run(q.SESSION_QUOTING, tenant_id=tenant_id, session_id=session, ids=[s["id"] for s in chunk])
             for r in rows:

@@ -14,7 +14,7 @@ from neo4j import ManagedTransaction
 
 from worldgraph.kg import derived
 from worldgraph.kg.codec import dumps, loads
-from worldgraph.kg.lifecycle import DerivedRecords, EpisodeFilter, Forgotten, iso_of, with_ids
+from worldgraph.kg.lifecycle import FORGET_COUNTS, DerivedRecords, EpisodeFilter, Forgotten, iso_of, with_ids
 from worldgraph.kg.neo4j import derived as neo4j_derived
 from worldgraph.kg.neo4j import queries as q
 from worldgraph.kg.neo4j.connection import Neo4jConnection
@@ -63,8 +63,7 @@ class Neo4jLifecycle:
             if not forgotten:
                 return None
             quoting = neo4j_derived.quoting_turns(tx, tenant_id, forgotten)
-            counts = dict.fromkeys(("episodes", "feedback", "canvas_audits", "scenes", "world_records_updated",
-                                    "scenes_rederived"), 0)
+            counts = dict.fromkeys(FORGET_COUNTS, 0)
             envs: set[str] = set()
             for eid, record in forgotten.items():
                 _delete_episode(tx, tenant_id, eid, record, counts, envs)
