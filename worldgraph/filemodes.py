@@ -24,6 +24,7 @@ import logging
 import os
 import stat
 import threading
+import time
 from pathlib import Path
 
 __all__ = ["PRIVATE_DIR", "PRIVATE_FILE", "PrivateTree", "create_private_file", "private_dir", "private_umask",
@@ -124,19 +125,56 @@ class PrivateTree:
     """Keeps what a library writes under ``root`` (LanceDB's tables) private when the process's
     umask does not: ``sweep()`` takes group and other bits from every folder and file under it
     not seen private before (a listing of the tree, a stat of each new entry only: an entry is
-    known by its path and inode, so a file replaced under the same name is checked again), so a
-    write costs a directory listing. Nothing to do when the umask is private (``umask_is_private``)."""
+    known by its path and inode, so a file replaced under the same name is checked again).
+    Nothing to do when the umask is private (``umask_is_private``).
 
-    def __init__(self, root: str | Path) -> None:
+    A listing of a large table costs milliseconds, so after a write it runs at most once per
+    ``interval`` seconds: a write within that time of the last sweep schedules one at its end
+    (a timer), so a new file is private at most ``interval`` seconds after it was written, inside
+    the 0700 folder that no other user can enter meanwhile. ``sweep(force=True)`` (after a purge,
+    on close) runs at once."""
+
+    def __init__(self, root: str | Path, interval: float = 1.0) -> None:
         self.root = str(root)
+        self.interval = interval
         self._seen: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
+        self._last = float("-inf")
+        self._timer: threading.Timer | None = None
 
-    def sweep(self) -> int:
-        """Tighten the new entries; returns how many were changed."""
+    def sweep(self, force: bool = False) -> int:
+        """Tighten the new entries (now, or by the end of the interval); returns how many were changed."""
         if not _POSIX or umask_is_private() or not os.path.isdir(self.root):
             return 0
+        wait = self._last + self.interval - time.monotonic()
+        if not force and wait > 0:
+            with self._lock:
+                if self._timer is None:
+                    self._timer = threading.Timer(wait, self._trailing)
+                    self._timer.daemon = True
+                    self._timer.start()
+            return 0
+        return self._sweep()
+
+    def _trailing(self) -> None:
         with self._lock:
+            self._timer = None
+        try:
+            self._sweep()
+        except OSError as exc:  # pragma: no cover - the folder went (a dropped index)
+            log.debug("could not make %s private: %s", self.root, exc)
+
+    def close(self) -> None:
+        """Cancel a scheduled sweep and sweep now."""
+        with self._lock:
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        self.sweep(force=True)
+
+    def _sweep(self) -> int:
+        with self._lock:
+            self._last = time.monotonic()
             changed = 0
             present: set[tuple[str, int]] = set()
             stack = [self.root]

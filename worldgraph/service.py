@@ -110,6 +110,7 @@ class WorldModel:
         self.lifecycle.purger.stop()
         self.purges.stop()
         self.world.shutdown(timeout)
+        self.index.keep_private(now=True)  # what LanceDB wrote last, private before the process goes
         close_store(self.store, deadline)
 
     def __enter__(self) -> WorldModel:

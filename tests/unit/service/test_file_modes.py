@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,10 @@ def test_a_library_under_a_loose_umask_keeps_every_file_private_and_the_umask_al
         with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
             ids = wm.record_experiences("t1", [{**RUN, "task_description": f"vault {i}"} for i in range(20)])
             wm.index.ensure_indexes(vector=False)  # the full-text and scalar indexes' files
+            for i in range(3):  # writes in a row: made private within a second of the last one
+                wm.record_experience("t1", {**RUN, "task_description": f"later {i}"})
+            time.sleep(1.5)
+            assert _loose(data) == {}, "within a second of a write, without a purge or a close"
             wm.forget_episode("t1", ids[0])
             wm.purge()  # compaction, indexes rebuilt, old versions deleted
             wm.index.optimize()

@@ -209,9 +209,12 @@ class EpisodeIndex(IndexWrites, IndexSearch):
 
 
     def close(self, wait: bool = True) -> None:
-        """Wait for background maintenance (LanceDB itself is embedded: nothing to release)."""
+        """Wait for background maintenance (LanceDB itself is embedded: nothing to release), and
+        make what it wrote private now (worldgraph.filemodes)."""
         if wait:
             self.wait_for_maintenance()
+        if self._private is not None:
+            self._private.close()
 
     def __enter__(self) -> EpisodeIndex:
         return self

@@ -51,10 +51,11 @@ class IndexMaintenance(IndexTables):
         finally:
             self.keep_private()
 
-    def keep_private(self) -> None:
-        """What LanceDB wrote, made private when the process's umask does not (worldgraph.filemodes)."""
+    def keep_private(self, now: bool = False) -> None:
+        """What LanceDB wrote, made private when the process's umask does not (worldgraph.filemodes):
+        within a second, or ``now``."""
         if self._private is not None:
-            self._private.sweep()
+            self._private.sweep(force=now)
 
     def _after_write_steps(self, part: TenantTable, n_rows: int) -> None:
         part.writes += 1

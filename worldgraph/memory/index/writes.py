@@ -274,7 +274,7 @@ class IndexWrites(IndexMaintenance):
                 self._small.drop(part.name)
             if progress:
                 progress(done, total)
-        self.keep_private()
+        self.keep_private(now=True)
         return {"index_rows_deleted": len(ids), "index_tables_dropped": dropped, "index_tables_rewritten": rewritten}
 
     def clear(self) -> None:
