@@ -24,7 +24,7 @@ from worldgraph.server.mcp_server import build_mcp
 from worldgraph.server.scopes import OPERATIONS, rest_scope, tool_scope
 
 # what a call needs to get past its argument checks (a route's path parameters, a tool's arguments)
-PATH_VALUES = {"episode_id": "nope", "agent_id": "nobody", "env": "Kitchen"}
+PATH_VALUES = {"episode_id": "nope", "agent_id": "nobody", "env": "Kitchen", "session_id": "no/chat"}
 BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/v1/experiences"): EXPERIENCE, ("POST", "/v1/conversations"): {"session_id": "s", "turns": [
         {"speaker": "a", "text": "hi"}]}, ("POST", "/v1/recall"): {"query": "reconcile"},
@@ -37,7 +37,8 @@ TOOL_ARGS: dict[str, dict[str, Any]] = {
     "submit_feedback": {"episode_id": "nope", "score": 0.5}, "get_agent_episodes": {"agent_id": "nobody"},
     "readiness": {"agent_id": "nobody"}, "record_conversation": {"session_id": "s", "turns": [
         {"speaker": "a", "text": "hi"}]}, "get_episode": {"episode_id": "nope"}, "list_episodes": {},
-    "forget_episode": {"episode_id": "nope"}, "observe_round": {"env_name": "Kitchen", "round": ROUND},
+    "forget_episode": {"episode_id": "nope"}, "forget_agent": {"agent_id": "nobody"},
+    "forget_session": {"session_id": "no-chat"}, "observe_round": {"env_name": "Kitchen", "round": ROUND},
     "apply_delta": {"env_name": "Kitchen", "delta": DELTA}, "world_graph": {"env_name": "Kitchen"},
     "cypher": {"query": "MATCH (r:Rule) RETURN r.id LIMIT 1"},
 }
@@ -76,7 +77,7 @@ def test_rest_matrix(tmp_path: Path) -> None:
                 if op.rest is None:
                     continue
                 method, template = op.rest
-                path = re.sub(r"\{(\w+)\}", lambda m: PATH_VALUES[m.group(1)], template)
+                path = re.sub(r"\{(\w+)(?::path)?\}", lambda m: PATH_VALUES[m.group(1)], template)
                 for scope, key in keys.items():
                     body = BODIES.get(op.rest)
                     r = client.request(method, path, headers={"Authorization": f"Bearer {key}"},
