@@ -40,9 +40,20 @@ _LINE = re.compile(r"^\[round (-?\d+)\] \| action: (.*?)(?: \| |$)")
 
 def derive_legacy_copies(store: GraphStore) -> dict[str, int]:
     """Run the upgrade once (a writable store that has not yet); returns how many records of each
-    kind it derived again."""
+    kind it derived again. A failure (a store that went away meanwhile) is logged and leaves the
+    upgrade to the next open: the store opens all the same (each tenant's writes are one
+    transaction, and doing a tenant twice derives nothing new)."""
     if store.read_only or store.derived_text_upgraded():
         return {}
+    try:
+        return _derive(store)
+    except Exception as exc:  # noqa: BLE001 - the store serves on; the next open upgrades
+        log.warning("upgrade: the copies of forgotten records were not all derived again (%s); the next open "
+                    "goes on with it", exc)
+        return {}
+
+
+def _derive(store: GraphStore) -> dict[str, int]:
     counts = {"episodes": 0, "canvases": 0, "metas": 0, "scenes": 0}
     tenants = sorted({a["tenant_id"] for a in store.forget_log() if a["kind"] in ("episode", "agent", "session")})
     for tenant in tenants:

@@ -246,6 +246,28 @@ def test_the_upgrade_derives_again_what_an_older_forget_left(wm: WorldModel, ten
     assert derive_legacy_copies(wm.store) == {}, "once"
 
 
+def test_an_upgrade_that_fails_is_left_to_the_next_open(wm: WorldModel, tenant: str,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    from worldgraph.facade.upgrade import derive_legacy_copies
+
+    first, middle, last = word(), word(), word()
+    ids = chat(wm, tenant, "chat", [first, middle, last], ["Alice", "Bob", "Alice"])
+    _forget_the_old_way(wm, tenant, ids[1], [ids[2]])
+
+    def full_disk(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(wm.store, "write_derived", full_disk)
+        assert derive_legacy_copies(wm.store) == {}
+    assert "not all derived again" in caplog.text and "No space left" in caplog.text
+    assert not wm.store.derived_text_upgraded(), "the next open upgrades"
+    assert wm.get_episode(tenant, ids[2])["input_summary"] == f"Bob: said {middle}"
+    assert derive_legacy_copies(wm.store)["episodes"] == 1 and wm.store.derived_text_upgraded()
+    assert wm.get_episode(tenant, ids[2])["input_summary"] == f"Alice: said {first}"
+
+
 def test_an_agent_shows_no_forgotten_episodes_role(wm: WorldModel, tenant: str) -> None:
     role = word()
     base = {"agent_id": "a", "task_type": "t", "outcome": "success"}
