@@ -15,8 +15,8 @@ last forget the folder is opened again by a new process and looked at once more.
 **Adding a copy of the user's words is one function.** A feature that stores user words somewhere
 new adds what it needs here, next to what is there:
 
-- a new input (a new kind of write, say stored idempotent answers of retried writes): a function
-  decorated ``@records(name, case, ...)`` that writes it with ``e.mark(case, field)`` words in
+- a new input (a new kind of write, as ``idempotent_answers`` added the kept answers of retried
+  writes): a function decorated ``@records(name, case, ...)`` that writes it with ``e.mark(case, field)`` words in
   every field and says, with ``e.forget(case, key, how)``, what forgets it (see ``experience``);
 - a new field of an existing input (metadata on episodes): one more ``"field": m("field")`` line
   in that input's function;
@@ -215,6 +215,20 @@ def sceneless_delta(e: Erasure, case: str) -> None:
         e.forget(case, OTHER_ENV, lambda wm: wm.forget_environment(t, OTHER_ENV))
 
 
+@records("the kept answers of idempotent writes", "episode", "agent", "session", "tenant")
+def idempotent_answers(e: Erasure, case: str) -> None:
+    def m(where: str) -> str:
+        return e.mark(case, f"idempotent.{where}")
+    t = e.tenant_of(case)
+    eid = e.wm.record_experience(t, {"agent_id": e.agent_of(case), "task_type": "retried",
+                                     "task_description": m("task_description"), "outcome": "success",
+                                     "session_id": e.session_of(case), "timestamp": "2026-01-15T10:00:00Z"},
+                                 idempotency_key=f"record-{case}")
+    # the kept answer of a feedback quotes its notes: it goes with the episode it names
+    e.wm.submit_feedback(t, eid, 0.5, notes=m("feedback.notes"), idempotency_key=f"rate-{case}")
+    e.forget_as_recorded(case, eid)
+
+
 @records("an API key's name", "tenant")
 def api_key(e: Erasure, case: str) -> None:
     from worldgraph.server.keys import ApiKeys
@@ -302,6 +316,17 @@ def read_paths(look: Look) -> Iterator[tuple[str, str]]:
             out = wm.export(t, env, look.scratch / f"export-{uuid.uuid4().hex[:6]}")
             for p in out.iterdir():
                 yield f"{t} export {env}/{p.name}", p.read_text(encoding="utf-8")
+
+
+@place("the kept answers of idempotent writes, in the store (on Neo4j outside the data folder)")
+def idempotent_records(look: Look) -> Iterator[tuple[str, str]]:
+    store = look.wm.store
+    if store.name == "neo4j":
+        rows = store.db.read(lambda tx: [dict(r["k"]) for r in tx.run(
+            "MATCH (k:IdempotencyKey) WHERE k.tenant_id IN $tenants RETURN k", tenants=list(look.tenants))])
+    else:
+        rows = store.db.query("SELECT tenant_id, key, answer, refs FROM idempotency")
+    yield "idempotency", json.dumps(rows, default=str)
 
 
 @place("a running server: its REST reads and the files it and its children hold open")
