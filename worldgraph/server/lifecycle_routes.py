@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool as in_thread
 from worldgraph.server.auth import Tenant
 from worldgraph.server.errors import ApiError
 from worldgraph.server.models import ErrorResponse
-from worldgraph.server.results import EpisodeOut
+from worldgraph.server.results import EpisodeOut, ForgetReportOut
 from worldgraph.server.routes import EPISODE_ID_RESPONSES, ERROR_RESPONSES, NOT_FOUND_RESPONSES, WM
 
 _FORBIDDEN: dict[int | str, dict[str, Any]] = {
@@ -73,17 +73,6 @@ class EnvsOut(BaseModel):
     envs: list[EnvOut]
 
 
-class ForgetReportOut(BaseModel):
-    kind: str = Field(description="episode | agent | session | environment | tenant")
-    tenant_id: str
-    target_id: str
-    audit_id: str = Field(description="The audit row: who forgot which id and when, never the content")
-    forgotten_at: str
-    forgotten_by: str | None = Field(description="Who forgot: the API key's name (`key <id>` for an unnamed key)")
-    removed: dict[str, int] = Field(description="Records removed (or rewritten), per kind")
-    purge_due_by: str | None = Field(description="The background purge removes the bytes from the files by then")
-
-
 class TenantConfirm(BaseModel):
     model_config = ConfigDict(extra="forbid")
     confirm: str = Field(description="The key's own tenant id, spelled out: forgetting a tenant cannot be undone")
@@ -117,7 +106,9 @@ async def get_episode(episode_id: str, tenant: Tenant, wm: WM) -> dict[str, Any]
     return dict(await in_thread(wm.get_episode, tenant, episode_id))
 
 
+# a forget reports only the kinds of record it touched (response_model_exclude_unset)
 @router.delete("/episodes/{episode_id}", response_model=ForgetReportOut, tags=["forget"],
+               response_model_exclude_unset=True,
                responses={**EPISODE_ID_RESPONSES, **_FORBIDDEN}, summary="Forget an episode (needs the forget scope)",
                description="Gone from every read path at once, with its feedback, session links, index rows and "
                            "(for a round) its scene packet; the bytes leave the files with the background purge. "
@@ -128,6 +119,7 @@ async def forget_episode(episode_id: str, request: Request, tenant: Tenant, wm: 
 
 
 @router.delete("/agents/{agent_id:path}", response_model=ForgetReportOut, tags=["forget"],
+               response_model_exclude_unset=True,
                responses={**NOT_FOUND_RESPONSES, **_FORBIDDEN},
                summary="Forget every episode of an agent (needs the forget scope)",
                description="Every episode of the agent (a conversation's speaker, say), as DELETE /v1/episodes/{id} "
@@ -139,6 +131,7 @@ async def forget_agent(agent_id: str, request: Request, tenant: Tenant, wm: WM) 
 
 
 @router.delete("/sessions/{session_id:path}", response_model=ForgetReportOut, tags=["forget"],
+               response_model_exclude_unset=True,
                responses={**NOT_FOUND_RESPONSES, **_FORBIDDEN},
                summary="Forget every episode of a session (needs the forget scope)",
                description="Every episode of the session (a chat, a thread, a run), as DELETE /v1/episodes/{id} "
@@ -158,14 +151,18 @@ async def list_environments(tenant: Tenant, wm: WM) -> dict[str, Any]:
     return {"envs": await in_thread(wm.list_environments, tenant)}
 
 
-@router.delete("/envs/{env}", response_model=ForgetReportOut, tags=["forget"], responses={**NOT_FOUND_RESPONSES, **_FORBIDDEN},
+@router.delete("/envs/{env}", response_model=ForgetReportOut, tags=["forget"],
+               response_model_exclude_unset=True,
+               responses={**NOT_FOUND_RESPONSES, **_FORBIDDEN},
                summary="Forget an environment's world graph, scenes and packets (needs the forget scope)")
 async def forget_environment(env: str, request: Request, tenant: Tenant, wm: WM) -> dict[str, Any]:
     report = await in_thread(wm.forget_environment, tenant, env, request.state.actor)
     return report.to_dict()
 
 
-@router.delete("/tenant", response_model=ForgetReportOut, tags=["forget"], responses=_FORBIDDEN,
+@router.delete("/tenant", response_model=ForgetReportOut, tags=["forget"],
+               response_model_exclude_unset=True,
+               responses=_FORBIDDEN,
                summary="Forget every record of the key's own tenant, its API keys included (needs the forget scope)")
 async def forget_tenant(body: Annotated[TenantConfirm, Body()], request: Request, tenant: Tenant,
                         wm: WM) -> dict[str, Any]:

@@ -142,6 +142,8 @@ class EpisodeOut(_Result):
     task_type: str
     task_description: str
     input_summary: str = ""
+    context_from: str | None = Field(None, description="A conversation turn: the episode its input_summary quotes "
+                                                       "(the turn before it; derived again when that is forgotten).")
     approach_taken: str | None = None
     actions_taken: list[str] = Field(default_factory=list)
     outcome: Literal["success", "failure"]
@@ -206,6 +208,8 @@ class ScenePacket(_Result):
     admissible_commands: list[str] = Field(default_factory=list)
     latest_response: str = ""
     recent_history_excerpt: str = ""
+    history_episode_ids: list[str] | None = Field(None, description="The rounds the history excerpt quotes, "
+                                                                    "a line each (a forgotten one's line goes).")
 
 
 LLM_CONFIGURED_DOC = ("Whether the server has an LLM to extract graph updates with (OPENAI_API_KEY or "
@@ -269,3 +273,42 @@ class WorldGraphOut(_Result):
     rules: list[dict[str, Any]] = Field(description="id, condition, outcome, linked_node_ids, confidence.")
     scenes: list[dict[str, Any]] = Field(description="The scene packets of the environment with their status.")
     meta: dict[str, Any] | None = Field(description="graph_version, updated_at, counts; null for a new environment.")
+
+
+_COUNT = "How many of them it removed (or rewrote); only the kinds this forget touches are present."
+
+
+class ForgetCountsOut(_Result):
+    """What a forget removed or rewrote, per kind (docs/forget.md). An episode, agent or session
+    forget counts episodes to canvases and index_rows; an environment's, its graph and scenes; a
+    tenant's, everything of the tenant."""
+
+    episodes: int | None = Field(None, description=_COUNT)
+    feedback: int | None = Field(None, description=_COUNT)
+    canvas_audits: int | None = Field(None, description="Canvas actions. " + _COUNT)
+    scenes: int | None = Field(None, description="Scene packets. " + _COUNT)
+    world_records_updated: int | None = Field(None, description="World records that lost a forgotten scene "
+                                                                "from their sources (and its evidence).")
+    scenes_rederived: int | None = Field(None, description="Scenes whose history excerpt lost a forgotten round.")
+    turn_contexts_rederived: int | None = Field(None, description="Turns that quoted a forgotten turn, "
+                                                                  "derived again (and re-indexed).")
+    canvases_rederived: int | None = Field(None, description="Canvas records derived again from a live episode.")
+    canvases: int | None = Field(None, description="Canvas records deleted. " + _COUNT)
+    index_rows: int | None = Field(None, description="Index rows deleted now (else by the next purge).")
+    nodes: int | None = Field(None, description=_COUNT)
+    edges: int | None = Field(None, description=_COUNT)
+    rules: int | None = Field(None, description=_COUNT)
+    scene_reports: int | None = Field(None, description="Merge reports (embedded store). " + _COUNT)
+    agents: int | None = Field(None, description=_COUNT)
+    api_keys: int | None = Field(None, description=_COUNT)
+
+
+class ForgetReportOut(_Result):
+    kind: Literal["episode", "agent", "session", "environment", "tenant"]
+    tenant_id: str
+    target_id: str = Field(description="The id named: episode id, agent id, session id, environment name, tenant")
+    audit_id: str = Field(description="The audit row: who forgot which id and when, never the content")
+    forgotten_at: str
+    forgotten_by: str | None = Field(description="Who forgot: the API key's name (`key <id>` for an unnamed key)")
+    removed: ForgetCountsOut = Field(description="Records removed (or rewritten), per kind")
+    purge_due_by: str | None = Field(description="The background purge removes the bytes from the files by then")

@@ -70,3 +70,19 @@ def test_episodes_feedback_readiness_packets_reports_stats(wm: WorldModel) -> No
     assert undeclared(imported, results.ImportResult) == set()
     assert undeclared(wm.stats("t"), StatsOut) == set()
     assert undeclared(wm.world_graph("t", "Cottage"), results.WorldGraphOut) == set()
+
+
+def test_forget_reports_of_every_kind(wm: WorldModel) -> None:
+    """Every kind of forget (in a tenant of its own, the others' tests keep theirs)."""
+    turns = [{"speaker": "bob", "text": "one"}, {"speaker": "amy", "text": "two"}, {"speaker": "bob", "text": "three"}]
+    ids = wm.record_conversation("f", "chat", turns)
+    wm.record_conversation("f", "other", turns)
+    wm.apply_delta("f", "Attic", {"entities": [{"name": "box", "type": "item"}], "states": [], "edges": [],
+                                  "rules": []})
+    reports = [wm.forget_episode("f", ids[0]), wm.forget_agent("f", "amy"), wm.forget_session("f", "other"),
+               wm.forget_environment("f", "Attic"), wm.forget_tenant("f")]
+    for report in reports:
+        out = report.to_dict()
+        assert undeclared(out, results.ForgetReportOut) == set(), out["kind"]
+        assert undeclared(out["removed"], results.ForgetCountsOut) == set(), out["kind"]
+        results.ForgetReportOut.model_validate(out)  # the kind is one the type names
