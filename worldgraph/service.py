@@ -85,8 +85,7 @@ class WorldModel:
         wm = cls(parts.path, parts.store, parts.index, parts.embedder, parts.config, parts.read_only_reason)
         if parts.read_only_reason is not None:
             return wm
-        # a store written before forgets derived text again: its copies of forgotten records are
-        # derived again once (facade/upgrade.py); their turns are re-indexed next, the bytes purged
+        # copies of forgotten records an older store kept are derived again, once (facade/upgrade.py)
         derive_legacy_copies(wm.store)
         if rebuild_index:
             wm.reindex(progress=progress)
@@ -299,16 +298,13 @@ class WorldModel:
 
     def forget_episode(self, tenant_id: str, episode_id: str, forgotten_by: str | None = None) -> ForgetReport:
         """Forget one episode (its id, or a unique start of it of at least 8 characters): from this
-        call on it is on no read path (recall, get, list, agent
-        episodes, readiness, neighbourhoods, Cypher, export). Its feedback, canvas actions, session
-        place (its neighbours are linked to each other), index rows and, for a round, its scene
-        packet go with it; world facts learned from that scene stay, without the scene among their
-        sources and without the evidence that came only from it. What other records showed of it
-        is derived again in the same transaction (docs/forget.md): the turn that quoted it quotes
-        the turn now before it, a canvas it carried is the canvas as the newest live episode saw
-        it (or goes with its last episode), scenes that quoted the round lose that line. One store
-        transaction; an audit row keeps who forgot which id and when. The bytes leave the files
-        with ``purge()`` (in the background within ``purge_after_seconds``)."""
+        call on it is on no read path (recall, get, list, agent episodes, readiness, neighbourhoods,
+        Cypher, export). Its feedback, canvas actions, session place, index rows and, for a round,
+        its scene packet go with it; world facts learned from that scene stay, without the scene or
+        the evidence only it gave. What other records showed of it (a turn quoting it, a canvas it
+        carried) is derived again in the same store transaction (docs/forget.md); an audit row keeps
+        who forgot which id and when. The bytes leave the files with ``purge()`` (in the background
+        within ``purge_after_seconds``)."""
         check_tenant(tenant_id)
         self._writable("forget_episode")
         return ids.by_id_or_prefix(self.store, tenant_id, episode_id,
@@ -316,17 +312,15 @@ class WorldModel:
                                    ids.MIN_DELETE_PREFIX)
 
     def forget_agent(self, tenant_id: str, agent_id: str, forgotten_by: str | None = None) -> ForgetReport:
-        """Forget every episode of one agent (a person erased from a tenant is often one speaker of
-        its conversations), with what ``forget_episode`` takes and derives again for each, in one
-        store transaction; NotFoundError when the tenant has no episode of that agent."""
+        """Forget every episode of one agent (often the person asking to be erased) as
+        ``forget_episode`` does each, in one store transaction; NotFoundError if it has none."""
         check_tenant(tenant_id)
         self._writable("forget_agent")
         return self.lifecycle.forget_agent(tenant_id, agent_id, forgotten_by)
 
     def forget_session(self, tenant_id: str, session_id: str, forgotten_by: str | None = None) -> ForgetReport:
-        """Forget every episode of one session (a chat, a thread, a run), with what
-        ``forget_episode`` takes and derives again for each, in one store transaction;
-        NotFoundError when the tenant has no episode in that session."""
+        """Forget every episode of one session (a chat, a thread, a run) as ``forget_episode`` does
+        each, in one store transaction; NotFoundError if it has none."""
         check_tenant(tenant_id)
         self._writable("forget_session")
         return self.lifecycle.forget_session(tenant_id, session_id, forgotten_by)
