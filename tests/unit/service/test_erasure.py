@@ -406,6 +406,7 @@ def store(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # every place looked at 8 times (the S3 bucket and Neo4j too): minutes on a loaded host
 def test_every_copy_of_the_words_goes_with_every_forget(tmp_path: Path, store: dict[str, Any],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from worldgraph.kg.embedded.cypher import opener
