@@ -121,11 +121,14 @@ def feedback_codec() -> Codec:
 
 
 def packet_codec(env_name: str) -> Codec:
-    """A scene packet (or None for an unflagged round): named by its episode and environment."""
-    return (lambda packet: (dict(packet) if packet is not None else None,
-                            [f"env:{env_name}", *([str(packet["episode_id"])] if packet and packet.get("episode_id")
-                                                  else [])]),
-            lambda kept: kept)
+    """A scene packet (or None for an unflagged round): named by its environment, its episode and
+    the rounds its history excerpt quotes (forgetting one of them takes the answer that quotes it)."""
+    def refs(packet: Any) -> list[str]:
+        if not packet:
+            return [f"env:{env_name}"]
+        quoted = [str(e) for e in packet.get("history_episode_ids") or [] if e]
+        return [f"env:{env_name}", *([str(packet["episode_id"])] if packet.get("episode_id") else []), *quoted]
+    return (lambda packet: (dict(packet) if packet is not None else None, refs(packet)), lambda kept: kept)
 
 
 def report_codec(env_name: str) -> Codec:

@@ -193,9 +193,10 @@ def rounds(e: Erasure, case: str) -> None:
     first = e.wm.observe_round(t, env, _round(e, case, 1, kept.get(case, {})))
     assert first is not None
     e.wm.apply_delta(t, env, _delta(e, names, case), scene=first)
-    # a later round, kept (by the episode case): its scene quotes the first round in its history
+    # a later round, kept (by the episode case): its scene quotes the first round in its history,
+    # and so does the kept answer of its idempotency key
     later = e.wm.observe_round(t, env, _round(e, "kept" if case == "episode" else case, 2,
-                                              kept.get(case, {})))
+                                              kept.get(case, {})), idempotency_key=f"later-round-{case}")
     assert later is not None
     if case == "episode":
         e.forget(case, first["episode_id"], lambda wm: wm.forget_episode(t, first["episode_id"]))
