@@ -26,7 +26,7 @@ from worldgraph.memory.embeddings import HashingEmbedder
 pytestmark = pytest.mark.slow
 
 TOOLS = {"record_experience", "recall_experiences", "submit_feedback", "get_agent_episodes", "observe_round",
-          "get_episode", "list_episodes", "forget_episode",
+          "get_episode", "list_episodes", "forget_episode", "forget_agent", "forget_session",
          "apply_delta", "world_graph", "cypher", "readiness", "record_conversation"}
 EXPERIENCE = {"agent_id": "fin-1", "agent_role": "Finance", "task_type": "reconciliation",
               "task_description": "Reconcile SKU-123 inventory discrepancy", "outcome": "success",
