@@ -50,6 +50,10 @@ _EXPORTS = {
     "RecallOptions": "worldgraph.memory.models",
     "RecallResult": "worldgraph.memory.recall.pipeline",
     "WorldModel": "worldgraph.service",
+    "Citation": "worldgraph.world.search.models",
+    "Neighbour": "worldgraph.world.search.models",
+    "WorldContext": "worldgraph.world.search.models",
+    "WorldHit": "worldgraph.world.search.models",
 }
 
 if TYPE_CHECKING:
@@ -87,6 +91,7 @@ if TYPE_CHECKING:
     )
     from worldgraph.memory.recall.pipeline import RecallResult
     from worldgraph.service import WorldModel
+    from worldgraph.world.search.models import Citation, Neighbour, WorldContext, WorldHit
 
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
@@ -99,6 +104,7 @@ __all__ = [
     "CanvasAction",
     "CanvasAudit",
     "CanvasContext",
+    "Citation",
     "CypherQueryError",
     "DateRange",
     "DeltaValidationError",
@@ -111,6 +117,7 @@ __all__ = [
     "InvalidInputError",
     "MergeReport",
     "MetacognitiveInsights",
+    "Neighbour",
     "NotFoundError",
     "Page",
     "PartialWriteError",
@@ -123,8 +130,10 @@ __all__ = [
     "StorageError",
     "StoreUnavailableError",
     "TenantScopeError",
+    "WorldContext",
     "WorldGraphConfig",
     "WorldGraphError",
+    "WorldHit",
     "WorldModel",
     "__version__",
 ]

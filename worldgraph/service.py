@@ -23,6 +23,7 @@ from worldgraph.facade.lifecycle import Lifecycle
 from worldgraph.facade.opening import close_store, open_parts
 from worldgraph.facade.recording import Recorder
 from worldgraph.facade.upgrade import derive_legacy_copies
+from worldgraph.facade.world_search import WorldSearch
 from worldgraph.kg.cypher_limits import check_params, check_query_text
 from worldgraph.kg.records import MergeReport, SceneRecord
 from worldgraph.kg.store import GraphStore
@@ -36,6 +37,7 @@ from worldgraph.memory.lifecycle import ForgetReport, Page
 from worldgraph.memory.models import AgentExperience, CanvasContext, RecallOptions
 from worldgraph.memory.recall.pipeline import RecallResult, recall
 from worldgraph.names import check_tenant
+from worldgraph.world.search.models import WorldContext, WorldHit
 from worldgraph.world.updater import WorldUpdater
 
 
@@ -57,12 +59,14 @@ class WorldModel:
         # the recording path (facade/recording.py): the indexer, the background re-indexing, the group commit
         self.recorder = Recorder(store, index, embedder, config, lambda: self.retry_indexing())
         self.indexer = self.recorder.indexer
+        # search_world and context (facade/world_search.py): the world index, written after each merge
+        self.world_search = WorldSearch(store, index, embedder, config, self.world)
         # every process lets go of what a purge removed, within a second (facade/generations.py)
-        self.purges = PurgeWatch(store, releaser(store, index, self.world.history))
+        self.purges = PurgeWatch(store, releaser(store, index, self.world.history, self.world_search.release))
         self.purges.start()
         # forgetting and purging (facade/lifecycle.py), with the background purge
         self.lifecycle = Lifecycle(store, index, config, self.world.history, self.indexer.index_ids,
-                                   self.purges.check)
+                                   self.purges.check, self.world_search)
         self.idempotent = idempotency.Idempotency(store, config)
 
     # ------------------------------------------------------------------ lifecycle
@@ -110,6 +114,7 @@ class WorldModel:
         self.purges.stop()
         self.world.shutdown(timeout)
         self.index.keep_private(now=True)  # what LanceDB wrote last, private before the process goes
+        self.world_search.close(None if deadline is None else max(0.0, deadline - time.monotonic()))
         close_store(self.store, deadline)
 
     def __enter__(self) -> WorldModel:
@@ -202,9 +207,12 @@ class WorldModel:
 
     def reindex(self, tenant_id: str | None = None, progress: Progress | None = None, batch_size: int = 1000) -> int:
         """Rewrite the LanceDB rows of every episode (all tenants, or one) from the graph store;
-        safe to kill at any moment (see ``EpisodeIndexer.reindex``)."""
+        safe to kill at any moment (see ``EpisodeIndexer.reindex``); then the world index's rows
+        of every environment. Returns the episodes indexed."""
         self._writable("reindex")
-        return self.recorder.reindex(tenant_id, progress, batch_size)
+        done = self.recorder.reindex(tenant_id, progress, batch_size)
+        self.world_search.rebuild(tenant_id)
+        return done
 
     # ------------------------------------------------------------------ feedback
     def submit_feedback(self, tenant_id: str, episode_id: str, score: float, notes: str | None = None,
@@ -404,8 +412,12 @@ class WorldModel:
                                    *idempotency.report_codec(env_name))
 
     def wait_for_updates(self, timeout: float | None = None) -> bool:
-        """Block until the background queue is empty; False if ``timeout`` ran out first."""
-        return self.world.wait(timeout)
+        """Block until the background world updates are merged and their records searchable
+        (``search_world``); False if ``timeout`` ran out first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self.world.wait(timeout):
+            return False
+        return self.world_search.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def retry_updates(self, tenant_id: str | None = None, env_name: str | None = None,
                       stale_after: float | None = 600.0) -> list[MergeReport]:
@@ -429,7 +441,32 @@ class WorldModel:
         """Load a snapshot (replaces that environment's graph): the folder ``export`` returned, or
         the ``out_dir`` given to it (``env_name`` picks one when it holds several)."""
         self._writable("import_snapshot")
-        return import_environment(self.store, tenant_id, Path(path), env_name, progress)
+        loaded = import_environment(self.store, tenant_id, Path(path), env_name, progress)
+        self.world_search.replaced(tenant_id, str(loaded["env_name"]))
+        return loaded
+
+    def search_world(self, tenant_id: str, query: str, env_name: str | None = None, k: int = 10,
+                     as_of: Any = None) -> list[WorldHit]:
+        """Hybrid search (vector + BM25, fused as recall is) over the world's entities, states, facts
+        (every edge as a sentence) and rules, current facts first (docs/architecture.md, "World
+        search"): ``wm.search_world("acme", "where is the brass key?", env_name="kitchen", k=5)``.
+        ``env_name``: one environment (None: every one of the tenant's); ``k``: 1 to 100; ``as_of``:
+        a past moment (datetime or ISO-8601) whose valid records rank first. Each ``WorldHit`` says
+        whether it is current or closed (read from the store now), its confidence, evidence, source
+        scenes and at most 10 current facts around it. InvalidInputError names a bad argument,
+        NotFoundError an environment the tenant does not have."""
+        check_tenant(tenant_id)
+        return self.world_search.search(tenant_id, query, env_name, k, as_of)
+
+    def context(self, tenant_id: str, query: str, agent_role: str | None = None, env_name: str | None = None,
+                max_tokens: int = 1500) -> WorldContext:
+        """One prompt-ready block: the relevant current facts and rules first, then the most relevant
+        past episodes (of ``agent_role``) in compact form, within ``max_tokens`` (the embedder's
+        tokenizer), every line citing its record's id: ``prompt = f"{wm.context('acme', q)}\\n{q}"``.
+        ``str(ctx)`` is ``ctx.text``; ``ctx.citations`` the records cited, whole ids."""
+        check_tenant(tenant_id)
+        reading.check_recall(self.config, query, agent_role, None)
+        return self.world_search.context(tenant_id, query, agent_role, env_name, max_tokens, self.index)
 
     def cypher(self, tenant_id: str, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Read-only, tenant-scoped Cypher on either store: ``$tenant_id`` is bound for you. The

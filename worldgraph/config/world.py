@@ -28,3 +28,17 @@ class WorldSettings(BaseModel):
     # A packet being extracted is leased to its worker, which renews the lease every third of this;
     # another worker takes a packet whose lease ran out (its worker died), never a live one's.
     worker_lease_seconds: float = Field(30.0, ge=1)
+    # World search (search_world, context): how many candidates the vector and the BM25 search
+    # each give; how much of the relevance of the things a fact links (its ends, a state's entity,
+    # a rule's nodes) a fact gains when the query names them; what a record that is not valid
+    # at the asked moment (now, or as_of) loses, so that current facts rank above closed ones
+    world_search_pool: int = Field(60, ge=1, le=1000)
+    world_search_link_weight: float = Field(0.3, ge=0.0, le=1.0)
+    world_search_closed_penalty: float = Field(0.3, ge=0.0, le=2.0)
+    # ... and what a row saying what came after an action loses when its record no longer holds
+    world_search_history_penalty: float = Field(0.1, ge=0.0, le=2.0)
+    # ... and what a row gains when the query names its action word for word
+    world_search_action_weight: float = Field(0.2, ge=0.0, le=1.0)
+    # context(): the share of the token budget the world's facts and rules take before the
+    # episodes (whatever the episodes leave goes to more facts)
+    context_world_share: float = Field(0.6, ge=0.0, le=1.0)

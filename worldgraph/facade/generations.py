@@ -87,15 +87,18 @@ class PurgeWatch:
             thread.join(timeout)
 
 
-def releaser(store: GraphStore, index: EpisodeIndex, history: RoundHistory) -> Callable[[str], None]:
+def releaser(store: GraphStore, index: EpisodeIndex, history: RoundHistory,
+             world: Callable[[str], None] = lambda tenant_id: None) -> Callable[[str], None]:
     """What a process lets go of when a tenant is purged: the store's handles of it (the embedded
-    store's Cypher projection), its index table (handle, dataset, in-process copy), its sentence
-    vectors, the rounds of its history whose episodes are gone, and the memo caches that hold
-    words (names normalised, rule texts tokenised, words hashed: every tenant's, refilled on use)."""
+    store's Cypher projection), its index table (handle, dataset, in-process copy), its world
+    index's (``world``), its sentence vectors, the rounds of its history whose episodes are gone,
+    and the memo caches that hold words (names normalised, rule texts tokenised, words hashed:
+    every tenant's, refilled on use)."""
 
     def release(tenant_id: str) -> None:
         store.release_tenant(tenant_id)
         index.release(tenant_id)
+        world(tenant_id)
         SENTENCES.drop(tenant_id)
         kept = history.episode_ids(tenant_id)
         if kept:

@@ -18,6 +18,7 @@ from typing import Any
 from worldgraph.clock import now_iso
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import InvalidInputError, NotFoundError, NotSupportedError
+from worldgraph.facade.world_search import WorldSearch
 from worldgraph.kg.lifecycle import EPISODE_SCOPES, audit_record
 from worldgraph.kg.store import GraphStore
 from worldgraph.limits import check_text
@@ -39,8 +40,10 @@ class Lifecycle:
     go of them at once: facade/generations.py)."""
 
     def __init__(self, store: GraphStore, index: EpisodeIndex, config: WorldGraphConfig, history: RoundHistory,
-                 reindex: Callable[[str, list[str]], bool], purged: Callable[[], object] = lambda: None) -> None:
+                 reindex: Callable[[str, list[str]], bool], purged: Callable[[], object] = lambda: None,
+                 world: WorldSearch | None = None) -> None:
         self.store = store
+        self.world = world
         self.index = index
         self.config = config
         self.history = history
@@ -93,6 +96,12 @@ class Lifecycle:
             raise missing()
         removed = dict(done.counts)
         self.history.forget_episodes(tenant_id, done.episode_ids)
+        if self.world is not None and removed.get("scenes"):
+            try:  # the world rows that quoted a forgotten scene (the action a fact came after) say it no more
+                self.world.resync(tenant_id, None)
+            except Exception as exc:  # noqa: BLE001 - the store forgot it; purge() syncs those rows
+                log.warning("forgot %s %s, but the world rows of its scenes stay until the next purge (%s)",
+                            kind, target, exc)
         try:  # recall already drops hits the store no longer holds; purge() deletes rows left here
             self.index.delete([*done.episode_ids, *done.rederived])
             removed["index_rows"] = len(done.episode_ids)
@@ -115,6 +124,11 @@ class Lifecycle:
             raise NotFoundError("environment", env, f"tenant {tenant_id!r} has no such environment; " + known_names(
                 known, "environments", "nothing to forget"), field="env_name")
         self.history.drop(tenant_id, env)
+        if self.world is not None:
+            try:
+                self.world.forget_environment(tenant_id, env)
+            except Exception as exc:  # noqa: BLE001 - the store forgot it; purge() deletes the rows
+                log.warning("forgot environment %s, but its world index rows stay until the next purge (%s)", env, exc)
         return self._forget_report("environment", audit, removed)
 
     def forget_tenant(self, tenant_id: str, forgotten_by: str | None = None) -> ForgetReport:
@@ -125,6 +139,8 @@ class Lifecycle:
         self.history.drop(tenant_id)
         try:
             self.index.delete_tenant(tenant_id)
+            if self.world is not None:
+                self.world.forget_tenant(tenant_id)
         except Exception as exc:  # noqa: BLE001 - the store forgot it; purge() drops the table
             log.warning("forgot tenant %s, but its index rows stay until the next purge (%s)", tenant_id, exc)
         return self._forget_report("tenant", audit, removed)
@@ -162,6 +178,11 @@ class Lifecycle:
                     rewrite.add(tenant)
             stats: dict[str, Any] = {"forgets_purged": len(pending)}
             stats.update(self.index.purge(stale, sorted(rewrite), drop, progress))
+            if self.world is not None:
+                # every tenant that forgot something: the world rows of what the store no longer
+                # holds deleted, then the files rewritten (a forgotten tenant's table dropped)
+                touched = sorted({a["tenant_id"] for a in pending} - set(drop))
+                stats.update(self.world.purge(touched, drop))
             stats.update(self.store.purge_files())
             if pending:
                 # after the files are gone (a process that reopened one meanwhile sees the generation

@@ -76,6 +76,9 @@ class WorldUpdater:
         self._warned_no_llm = False
         self.auto_update = True  # hand flagged packets to the background worker
         self.leases = LeaseKeeper(store, config.worker_lease_seconds)
+        # called after every merge that changed the graph, with its plan and the new graph
+        # version (the service indexes the plan's records for search_world)
+        self.on_merged: Callable[[MergePlan, int | None], None] | None = None
 
     # ------------------------------------------------------------------ helpers
     check_env = staticmethod(check_env)  # the one rule (worldgraph.names); kept as a method for callers
@@ -313,15 +316,20 @@ class WorldUpdater:
         ids, names = referenced(tenant_id, env, delta)
         made: list[MergeReport] = []
 
+        plans: list[MergePlan] = []
+
         def planner(view: Any) -> MergePlan:
             plan, report = plan_merge(view, delta, scene, now_iso(), app_name=cfg.app_name)
             plan.report = report.to_dict()
             made[:] = [report]
+            plans[:] = [plan]
             return plan
 
         meta = self.store.merge(tenant_id, env, ids, names, planner, fence=fence)
         report = made[-1]
         report.graph_version = (meta or {}).get("graph_version")
+        if self.on_merged is not None and plans and plans[-1].meta is not None:
+            self.on_merged(plans[-1], report.graph_version)
         return report
 
     def _claim(self, scene: SceneRecord, wait: bool = True) -> tuple[SceneRecord, str] | MergeReport:

@@ -319,6 +319,18 @@ def read_paths(look: Look) -> Iterator[tuple[str, str]]:
                 yield f"{t} export {env}/{p.name}", p.read_text(encoding="utf-8")
 
 
+@place("world search and context: every hit of every environment, and the block")
+def world_search(look: Look) -> Iterator[tuple[str, str]]:
+    wm = look.wm
+    query = " ".join(sorted(look.markers))[:4000]  # within max_query_bytes
+    for t in look.tenants:
+        hits = wm.search_world(t, query, k=100)
+        yield f"{t} search_world", json.dumps([h.model_dump() for h in hits], default=str)
+        for h in hits:
+            yield f"{t} search_world {h.id} neighbourhood", json.dumps([n.model_dump() for n in h.neighbourhood])
+        yield f"{t} context", str(wm.context(t, query, max_tokens=100_000))
+
+
 @place("the kept answers of idempotent writes, in the store (on Neo4j outside the data folder)")
 def idempotent_records(look: Look) -> Iterator[tuple[str, str]]:
     store = look.wm.store

@@ -11,21 +11,22 @@ import worldgraph
 from worldgraph import AsyncWorldModel, WorldModel
 
 EXPORTED = {
-    "AgentExperience", "AsyncWorldModel", "CanvasAction", "CanvasAudit", "CanvasContext",
+    "AgentExperience", "AsyncWorldModel", "CanvasAction", "CanvasAudit", "CanvasContext", "Citation",
     "CypherQueryError", "DateRange", "DeltaValidationError", "EmbeddingDimensionError", "Episode",
     "EpisodeFeedback", "ExtractionError", "FeedbackResult", "ForgetReport", "InvalidInputError",
-    "MergeReport", "MetacognitiveInsights", "NotFoundError", "Page", "PartialWriteError",
+    "MergeReport", "MetacognitiveInsights", "Neighbour", "NotFoundError", "Page", "PartialWriteError",
     "ReadOnlyError", "ReadOnlyQueryError", "ReasoningChain", "RecallOptions", "RecallResult",
-    "SceneRecord", "StorageError", "StoreUnavailableError", "TenantScopeError", "WorldGraphConfig",
-    "WorldGraphError", "WorldModel", "__version__",
+    "SceneRecord", "StorageError", "StoreUnavailableError", "TenantScopeError", "WorldContext", "WorldGraphConfig",
+    "WorldGraphError", "WorldHit", "WorldModel", "__version__",
 }
 
 FACADE = {
-    "apply_delta", "close", "cypher", "export", "forget_agent", "forget_environment", "forget_episode", "forget_session",
+    "apply_delta", "close", "context", "cypher", "export", "forget_agent", "forget_environment", "forget_episode",
+    "forget_session",
     "forget_tenant", "get_agent_episodes", "get_episode", "import_snapshot", "list_agents",
     "list_environments", "list_episodes", "observe_round", "open", "purge", "readiness",
     "recall_experiences", "record_conversation", "record_conversations", "record_experience",
-    "record_experiences", "reindex", "retry_indexing", "retry_updates", "stats", "submit_feedback",
+    "record_experiences", "reindex", "retry_indexing", "retry_updates", "search_world", "stats", "submit_feedback",
     "update_world", "wait_for_updates", "world_graph",
 }
 

@@ -150,3 +150,21 @@ def test_copies_of_what_9eed448_forgot_are_derived_again_on_upgrade(tmp_path: Pa
         assert [e.task_description for e in wm.list_episodes("other").items] == ["other tenant row"]
     with WorldModel.open(data) as wm:  # once: the second open finds nothing to do
         assert [a["kind"] for a in wm.store.forget_log("acme")].count("rederive") == 1
+def test_a_9eed448_folder_gets_its_world_index_on_the_first_search(old_data: Path) -> None:
+    """The world index (added after 9eed448) is built from the store on the first search of an
+    environment (its marker is missing); the episode index and the world keep every row, and a
+    reindex builds it again the same."""
+    with WorldModel.open(old_data) as wm:
+        assert wm.world_search.index.tenant_tables() == []
+        before = wm.world_graph("acme", "kitchen")
+        hits = wm.search_world("acme", "where is the brass key?", env_name="kitchen")
+        assert hits and "brass key" in hits[0].text
+        assert {h.id for h in hits} <= {r["id"] for part in ("nodes", "edges", "rules") for r in before[part]}
+        rows = wm.world_search.index.count("acme")
+        assert rows >= len(before["nodes"])
+        assert wm.world_graph("acme", "kitchen") == before
+        assert wm.index.count("acme") == 15
+        assert "brass key" in wm.context("acme", "brass key", env_name="kitchen").text
+        wm.reindex("acme")
+        assert wm.world_search.index.count("acme") == rows
+        assert wm.index.count("acme") == 15

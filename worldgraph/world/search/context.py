@@ -1,0 +1,208 @@
+"""``context``: one prompt-ready block of what the agent knows that matters for a query.
+
+The block is lines of plain text, each citing the record it says (its id's first characters,
+made longer where two cited ids share them; ``WorldContext.citations`` has the whole ids):
+
+    World model (current facts and rules, what actions did):
+    [3f2a9c1d] the brass key is in the kitchen table
+    [9d1e22b0] if the door is locked, then going outside fails
+    Past episodes (most relevant first):
+    [e7c04a5b] 2026-12-05 explorer-1 (explorer): kitchen round 4: open chest -> success
+
+First the world's current facts, states, entities and rules, and what came after the actions the
+query is about ("doing 'take key' moved the key from the table to the player", history that stays
+true), in ``search_world``'s order (every
+environment of the tenant, or ``env_name``'s), up to ``context_world_share`` of the budget; then
+the most relevant past episodes (``recall_experiences`` with ``agent_role``) in compact form, one
+line each (at most ``EPISODE_TOKENS``); then more world lines if the episodes left room. The
+budget is counted in tokens of the embedder's own tokenizer (BERT's uncased WordPiece, the
+vocabulary the local MiniLM models use, shipped with worldgraph), one more per line for its
+newline, so ``tokens`` never passes ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from worldgraph.errors import InvalidInputError
+from worldgraph.memory.embedders.base import embed_query, embedder_name
+from worldgraph.memory.embedders.catalog import BERT_UNCASED_VOCAB
+from worldgraph.world.search.models import Citation, WorldContext, WorldHit
+
+MAX_TOKENS = 100_000
+EPISODE_TOKENS = 80  # at most this many tokens of one episode's line
+WORLD_HEADER = "World model (current facts and rules, what actions did):"
+EPISODE_HEADER = "Past episodes (most relevant first):"
+ID_CHARS = 8  # characters of an id a line cites (more where two cited ids share them)
+
+_TOKENIZER: Any = None
+_TOKENIZER_LOCK = threading.Lock()
+
+
+def tokenizer() -> Any:
+    """BERT's uncased WordPiece over the vocabulary worldgraph ships (no truncation, no special tokens)."""
+    global _TOKENIZER
+    with _TOKENIZER_LOCK:
+        if _TOKENIZER is None:
+            from tokenizers import BertWordPieceTokenizer
+
+            _TOKENIZER = BertWordPieceTokenizer(str(BERT_UNCASED_VOCAB), lowercase=True, strip_accents=None,
+                                                clean_text=True, handle_chinese_chars=True)
+            _TOKENIZER.no_truncation()
+        return _TOKENIZER
+
+
+def count_tokens(lines: list[str]) -> list[int]:
+    """Tokens of each line (without the newline): the lines encoded as one text, each token
+    counted for the line its characters are in (a newline splits words, so no token spans two
+    lines). One call and one thread: ``encode_batch`` spreads a batch over a thread pool whose
+    threads, on a loaded machine, cost more than they save."""
+    if not lines:
+        return []
+    starts, at = [], 0
+    for line in lines:
+        starts.append(at)
+        at += len(line) + 1
+    counts = [0] * len(lines)
+    for start, _ in tokenizer().encode("\n".join(lines), add_special_tokens=False).offsets:
+        counts[bisect.bisect_right(starts, start) - 1] += 1
+    return counts
+
+
+class OnceEmbedder:
+    """An embedder that embeds each query text once (``context`` searches the world and recalls
+    episodes with the same query); anything else goes to the embedder it wraps."""
+
+    def __init__(self, embedder: Any) -> None:
+        self.inner = embedder
+        self.dimensions = int(embedder.dimensions)
+        self.name = embedder_name(embedder)  # the wrapped one's: caches keyed by it stay shared
+        self._queries: dict[tuple[str, ...], Any] = {}
+
+    def embed(self, texts: list[str]) -> Any:
+        return self.inner.embed(texts)
+
+    def embed_query(self, texts: list[str]) -> Any:
+        key = tuple(texts)
+        if key not in self._queries:
+            self._queries[key] = embed_query(self.inner, list(texts))
+        return self._queries[key]
+
+
+def check_budget(max_tokens: Any) -> int:
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_TOKENS:
+        raise InvalidInputError("max_tokens", f"must be an integer from 1 to {MAX_TOKENS}", max_tokens)
+    return max_tokens
+
+
+def short_ids(ids: list[str]) -> dict[str, str]:
+    """Each id's first ``ID_CHARS`` characters, longer where two of ``ids`` share them."""
+    out: dict[str, str] = {}
+    n = ID_CHARS
+    pending = list(dict.fromkeys(ids))
+    while pending:
+        starts: dict[str, list[str]] = {}
+        for i in pending:
+            starts.setdefault(i[:n], []).append(i)
+        pending = []
+        for start, group in starts.items():
+            if len(group) == 1 or n >= max(len(g) for g in group):
+                for g in group:
+                    out[g] = g if len(group) > 1 else start
+            else:
+                pending.extend(group)
+        n += 4
+    return out
+
+
+def episode_line(ep: Any) -> str:
+    """An episode in one line: date, agent, task, approach, outcome, learnings."""
+    get = ep.get if hasattr(ep, "get") else lambda k, d=None: getattr(ep, k, d)
+    when = str(get("timestamp") or "")[:10]
+    who = str(get("agent_id") or "")
+    role = get("agent_role")
+    parts = [f"{when} {who}{f' ({role})' if role else ''}:".strip(), str(get("task_description") or "")]
+    approach = get("approach_taken")
+    if approach and str(approach) not in parts[1]:
+        parts.append(f"| approach: {approach}")
+    outcome = str(get("outcome") or "")
+    error = get("error_message")
+    parts.append(f"-> {outcome}{f' ({error})' if error else ''}")
+    learnings = get("learnings") or []
+    if learnings:
+        parts.append("| learned: " + "; ".join(str(x) for x in learnings))
+    return " ".join(" ".join(p.split()) for p in parts if p)
+
+
+def fit(lines: list[str], budget: int) -> list[str]:
+    """Each line cut at a word so that it takes at most ``budget`` tokens (' ...' marks a cut; one
+    pass of the tokenizer over all of them, the cut placed by the tokens' character offsets)."""
+    out = []
+    for line in lines:
+        enc = tokenizer().encode(line, add_special_tokens=False)
+        if len(enc.ids) <= budget:
+            out.append(line)
+            continue
+        end = enc.offsets[max(budget - 2, 0)][1]  # room for the ellipsis
+        cut = line[:end].rsplit(" ", 1)[0] if " " in line[:end] else line[:end]
+        out.append(cut + " ...")
+    return out
+
+
+def build_context(hits: list[tuple[WorldHit, bool]], episodes: list[Any], max_tokens: int,
+                  world_share: float) -> WorldContext:
+    """The block of the world's hits (in rank order those that hold now, and those that say what
+    came after an action: true of that moment) and the recalled episodes."""
+    world = [h for h, history in hits if h.current or history]
+    eps = [e for e in episodes if (e.get("episode_id") if hasattr(e, "get") else None)]
+    short = short_ids([h.id for h in world] + [str(e["episode_id"]) for e in eps])
+    w_lines = [f"[{short[h.id]}] {h.text}" for h in world]
+    e_lines = [f"[{short[str(e['episode_id'])]}] {line}"
+               for e, line in zip(eps, fit([episode_line(e) for e in eps], EPISODE_TOKENS))]
+    costs = count_tokens([WORLD_HEADER, EPISODE_HEADER, *w_lines, *e_lines])
+    header, w_cost, e_cost = costs[:2], costs[2:2 + len(w_lines)], costs[2 + len(w_lines):]
+    used = 0
+    taken_w: list[int] = []
+    taken_e: list[int] = []
+
+    def take(cost: list[int], taken: list[int], start: int, head: int, limit: int) -> int:
+        nonlocal used
+        i = start
+        while i < len(cost):
+            extra = cost[i] + 1 + (head + 1 if not taken else 0)
+            if used + extra > limit:
+                break
+            used += extra
+            taken.append(i)
+            i += 1
+        return i
+
+    nxt = take(w_cost, taken_w, 0, header[0], int(max_tokens * world_share))
+    take(e_cost, taken_e, 0, header[1], max_tokens)
+    take(w_cost, taken_w, nxt, header[0], max_tokens)
+    lines: list[str] = []
+    citations: list[Citation] = []
+    if taken_w:
+        lines.append(WORLD_HEADER)
+        lines += [w_lines[i] for i in taken_w]
+        citations += [Citation(id=world[i].id, kind=world[i].kind) for i in taken_w]
+    if taken_e:
+        lines.append(EPISODE_HEADER)
+        lines += [e_lines[i] for i in taken_e]
+        citations += [Citation(id=str(eps[i]["episode_id"]), kind="episode") for i in taken_e]
+    text = "\n".join(lines)
+    return WorldContext(text=text, citations=citations, tokens=used)
+
+
+def context(search: Callable[[int], list[tuple[WorldHit, bool]]], recall: Callable[[int], list[Any]],
+            max_tokens: Any, world_share: float) -> WorldContext:
+    """``WorldModel.context`` once its arguments are checked: ``search(k)`` the world's hits,
+    ``recall(limit)`` the episodes."""
+    budget = check_budget(max_tokens)
+    # enough candidates to fill the budget: a world line is ~12 tokens, an episode's up to 80
+    hits = search(min(100, max(10, budget // 12)))
+    episodes = recall(min(50, max(3, budget // 60)))
+    return build_context(hits, episodes, budget, world_share)
