@@ -2,8 +2,9 @@
 
 Every merge that changed the graph hands its plan (the records it touched) to ``merged``; a
 background thread writes the sentences of those records to the world index (embedding only the
-sentences that are new or changed: closing a fact changes the store, not its sentence), so new
-facts are searchable once ``wait`` returns (``WorldModel.wait_for_updates``). An imported
+sentences that are new or changed: closing a fact changes the store, not its sentence), once
+merges pause (``QUIET_SECONDS``), so new facts are searchable once ``wait`` returns
+(``WorldModel.wait_for_updates``). An imported
 snapshot replaces an environment whole: ``replaced`` queues a full sync of it.
 
 Each environment's marker row holds the graph version its rows are of. A batch of merges moves
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +37,11 @@ from worldgraph.world.search.texts import Row, edge_rows, node_row, previous_con
 log = logging.getLogger("worldgraph.world")
 
 EMBED_BATCH = 256
+# A batch is written once merges pause for QUIET_SECONDS, or its first merge is MAX_DELAY_SECONDS
+# old, or someone waits for it (wait_for_updates): a burst of merges is not slowed by the writer
+# (embedding and writing compete for the same cores) and its records are written in one batch.
+QUIET_SECONDS = 0.25
+MAX_DELAY_SECONDS = 2.0
 NODES_KEPT = 200_000  # nodes of one environment kept by name (more: forgotten, read again)
 Held = dict[str, tuple[str, tuple[str, ...]]]  # id -> (sentence, links) as the index holds them
 
@@ -63,6 +70,9 @@ class WorldIndexer:
         self._sync = threading.RLock()  # one writer of the index's rows at a time (this process)
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self._last = 0.0  # when work was last queued (time.monotonic)
+        self._since = 0.0  # when the queue last became non-empty
+        self._waiting = 0  # callers of wait()
         self.errors = 0
         self._scenes: dict[tuple[str, str], tuple[str, str]] = {}  # (tenant, scene id) -> (created_at, action)
         # what this process knows without reading: the nodes of each environment (their names, for
@@ -77,6 +87,7 @@ class WorldIndexer:
         if self.index.read_only or not (plan.nodes or plan.edges or plan.rules):
             return
         with self._cond:
+            self._queued()
             p = self._pending.setdefault((plan.tenant_id, plan.env_name), Pending())
             p.node_ids.update(str(n["id"]) for n in plan.nodes)
             known = self._nodes.setdefault((plan.tenant_id, plan.env_name), {})
@@ -103,6 +114,7 @@ class WorldIndexer:
         if self.index.read_only:
             return
         with self._cond:
+            self._queued()
             self._pending.setdefault((tenant_id, env_name), Pending()).full = True
             self._start()
             self._cond.notify_all()
@@ -127,6 +139,12 @@ class WorldIndexer:
             for key in [k for k in self._held if k[0] == tenant_id and env_name in (None, k[1])]:
                 del self._held[key]
 
+    def _queued(self) -> None:
+        """Note the time work is queued (the lock held)."""
+        self._last = time.monotonic()
+        if not self._pending:
+            self._since = self._last
+
     def _start(self) -> None:
         if self._thread is None or not self._thread.is_alive():
             self._stopped = False
@@ -136,7 +154,12 @@ class WorldIndexer:
     def wait(self, timeout: float | None = None) -> bool:
         """Block until every queued batch is written; False if ``timeout`` ran out first."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._pending and self._busy == 0, timeout)
+            self._waiting += 1
+            self._cond.notify_all()  # the writer stops waiting for a pause
+            try:
+                return self._cond.wait_for(lambda: not self._pending and self._busy == 0, timeout)
+            finally:
+                self._waiting -= 1
 
     def lock(self) -> threading.RLock:
         """The lock every writer of the index's rows in this process holds (a forget takes it so
@@ -158,8 +181,15 @@ class WorldIndexer:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: bool(self._pending) or self._stopped)
-                if self._stopped and not self._pending:
-                    return
+                while self._pending and not self._stopped and not self._waiting:
+                    due = min(self._last + QUIET_SECONDS, self._since + MAX_DELAY_SECONDS) - time.monotonic()
+                    if due <= 0:
+                        break
+                    self._cond.wait(due)
+                if not self._pending:  # a forget took it meanwhile
+                    if self._stopped:
+                        return
+                    continue
                 key = next(iter(self._pending))
                 work = self._pending.pop(key)
                 self._busy += 1
