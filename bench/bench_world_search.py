@@ -11,8 +11,10 @@ open / closed state, 7,000 things in them; every thing and container in its plac
 containment) with ``apply_delta`` in deltas of 500 items, 40 rules, waits for the world index,
 and records 10,000 episodes: the default local embedder (what an agent gets), embedded store.
 ``search`` asks 60 questions (where is X, what is in C, is C open, what happens if ...) of
-``search_world`` (``k=10``) and ``context()`` (1,500 tokens, the world's environment), after
-three warm-up questions; the query embedding is in every call.
+``search_world`` (``k=10``) and ``context()`` (1,500 tokens, the world's environment), and of
+``recall_experiences`` (for scale, in the same run), after three warm-up questions; the query
+embedding is in every call. Wall time p50 / p95 and the process's CPU time p50 (all its
+threads: it moves less with the machine's load).
 
 ``merge`` measures ``apply_delta`` of a 20-item delta (10 new things and their containment in a
 1,000-node world) in a fresh data folder per round, alternating this code and ``--main``'s in
@@ -123,14 +125,16 @@ def build(data: Path, episodes: int) -> None:
 def timed(fn: Any, qs: list[str]) -> dict[str, float]:
     for q in qs[:3]:
         fn(q)
-    times = []
+    times, cpu = [], []
     for q in qs:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn(q)
         times.append((time.perf_counter() - t) * 1000)
+        cpu.append((time.process_time() - c) * 1000)
     times.sort()
+    # CPU time (every thread of the process) moves less with the machine's load than wall time
     return {"p50_ms": round(statistics.median(times), 2), "p95_ms": round(times[int(len(times) * 0.95) - 1], 2),
-            "n": len(times)}
+            "cpu_p50_ms": round(statistics.median(cpu), 2), "n": len(times)}
 
 
 def search(data: Path) -> dict[str, Any]:
@@ -146,7 +150,7 @@ def search(data: Path) -> dict[str, Any]:
     return out
 
 
-def merge_child(data: Path, merges: int) -> list[float]:
+def merge_child(data: Path, merges: int) -> tuple[list[float], list[float]]:
     """In a child process (this code or main's): a 1,000-node world, then ``merges`` 20-item deltas."""
     from worldgraph import WorldModel
 
@@ -154,21 +158,23 @@ def merge_child(data: Path, merges: int) -> list[float]:
         for d in world_deltas(rooms=20, containers=180, things=620, seed=5):
             wm.apply_delta(TENANT, ENV, d)
         wm.wait_for_updates()
-        times = []
+        times, cpu = [], []
         for m in range(merges):
             delta = {"entities": [{"name": f"pebble {m} {j}", "type": "item"} for j in range(10)], "states": [],
                      "edges": [{"relation": "containment", "src_ref": f"room {(m + j) % 20}", "dst_ref": f"pebble {m} {j}"}
                                for j in range(10)], "rules": []}
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             wm.apply_delta(TENANT, ENV, delta)
             times.append((time.perf_counter() - t) * 1000)
+            cpu.append((time.process_time() - c) * 1000)
         wm.wait_for_updates()
-    return times
+    return times, cpu
 
 
 def merge(main: Path, rounds: int, merges: int) -> dict[str, Any]:
     code = {"branch": ROOT, "main": main}
     p50s: dict[str, list[float]] = {"branch": [], "main": []}
+    cpus: dict[str, list[float]] = {"branch": [], "main": []}
     for r in range(rounds):
         for name in (("branch", "main") if r % 2 == 0 else ("main", "branch")):
             tmp = Path(tempfile.mkdtemp(prefix=f"wsb-merge-{name}-"))
@@ -177,14 +183,20 @@ def merge(main: Path, rounds: int, merges: int) -> dict[str, Any]:
                 res = subprocess.run([sys.executable, str(Path(__file__).resolve()), "merge-child", "--data", str(tmp / "d"),
                                       "--merges", str(merges)], env=env, cwd=str(code[name]), capture_output=True,
                                      text=True, check=True)
-                times = json.loads(res.stdout.strip().splitlines()[-1])
+                times, cpu = json.loads(res.stdout.strip().splitlines()[-1])
                 p50s[name].append(statistics.median(times))
-                print(f"round {r} {name}: p50 {p50s[name][-1]:.1f} ms", file=sys.stderr)
+                cpus[name].append(statistics.median(cpu))
+                print(f"round {r} {name}: p50 {p50s[name][-1]:.1f} ms, cpu p50 {cpus[name][-1]:.1f} ms", file=sys.stderr)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-    out: dict[str, Any] = {k: {"round_p50_ms": [round(x, 2) for x in v], "median_ms": round(statistics.median(v), 2)}
-                           for k, v in p50s.items()}
+    out: dict[str, Any] = {k: {"round_p50_ms": [round(x, 2) for x in v], "median_ms": round(statistics.median(v), 2),
+                               "round_cpu_p50_ms": [round(x, 2) for x in cpus[k]],
+                               "cpu_median_ms": round(statistics.median(cpus[k]), 2)} for k, v in p50s.items()}
     out["ratio"] = round(out["branch"]["median_ms"] / out["main"]["median_ms"], 3)
+    out["cpu_ratio"] = round(out["branch"]["cpu_median_ms"] / out["main"]["cpu_median_ms"], 3)
+    # rounds run in pairs next to each other: the ratio within each pair, then their geometric mean
+    pairs = [b / m for b, m in zip(p50s["branch"], p50s["main"])]
+    out["paired_ratio_geomean"] = round(statistics.geometric_mean(pairs), 3)
     out["load"] = os.getloadavg()
     return out
 

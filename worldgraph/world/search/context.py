@@ -202,7 +202,8 @@ def context(search: Callable[[int], list[tuple[WorldHit, bool]]], recall: Callab
     """``WorldModel.context`` once its arguments are checked: ``search(k)`` the world's hits,
     ``recall(limit)`` the episodes."""
     budget = check_budget(max_tokens)
-    # enough candidates to fill the budget: a world line is ~12 tokens, an episode's up to 80
-    hits = search(min(100, max(10, budget // 12)))
-    episodes = recall(min(50, max(3, budget // 60)))
+    # enough to fill the budget, and no more (each hit is read from the store): a world line is
+    # ~14 tokens, an episode's ~40 (at most EPISODE_TOKENS)
+    hits = search(min(100, max(10, int(budget * world_share / 14) + 5)))
+    episodes = recall(min(50, max(3, int(budget * (1 - world_share) / 40) + 2)))
     return build_context(hits, episodes, budget, world_share)

@@ -113,7 +113,7 @@ def search_world(store: GraphStore, index: WorldIndex, embedder: Embedder, cfg: 
     # The store is read for the best candidates by their score before the penalty (which only
     # lowers a score): more when a candidate left out could still pass the k-th hit.
     order = sorted(cands.values(), key=lambda c: (-c.score, c.row))
-    m = max(3 * k, 24)
+    m = k + 24
     while True:
         views = read_store(store, tenant_id, snap, order[:m])
         ranked = score(snap, order[:m], views, at, cfg)
