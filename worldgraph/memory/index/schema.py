@@ -141,15 +141,17 @@ def require_tenant_id(tenant_id: Any) -> str:
     return tenant_id
 
 
-def table_name(tenant_id: str) -> str:
-    """The LanceDB table that holds ``tenant_id``'s episodes (a pure function of the id)."""
+def table_name(tenant_id: str, prefixes: tuple[str, str, str] = TABLE_PREFIXES) -> str:
+    """The LanceDB table that holds ``tenant_id``'s episodes (a pure function of the id); another
+    index names its tables the same way with its own three ``prefixes`` (plain, hex, sha256)."""
     require_tenant_id(tenant_id)
+    plain, hexed, hashed = prefixes
     if _PLAIN_TENANT.fullmatch(tenant_id):
-        return "ep-" + tenant_id
+        return plain + tenant_id
     raw = tenant_id.encode("utf-8")
     if len(raw) <= 100:
-        return "eph-" + raw.hex()
-    return "eps-" + hashlib.sha256(raw).hexdigest()
+        return hexed + raw.hex()
+    return hashed + hashlib.sha256(raw).hexdigest()
 
 
 def is_tenant_table(name: str) -> bool:

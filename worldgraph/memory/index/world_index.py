@@ -24,10 +24,8 @@ rewrites the fragments holding deleted rows and deletes every older version's fi
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
-import re
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -44,27 +42,20 @@ from worldgraph.errors import EmbeddingDimensionError, InvalidInputError, ReadOn
 from worldgraph.filemodes import private_dir
 from worldgraph.locks import file_lock
 from worldgraph.memory.index import objectstore
-from worldgraph.memory.index.schema import PK_METADATA, VECTOR_VALUE_TYPE, require_tenant_id, sql_literal
+from worldgraph.memory.index.schema import PK_METADATA, VECTOR_VALUE_TYPE, sql_literal, table_name
 from worldgraph.memory.index.small import K1, B, terms
 
 log = logging.getLogger(__name__)
 
 TABLE_PREFIXES = ("wf-", "wfh-", "wfs-")
-_PLAIN_TENANT = re.compile(r"[a-z0-9][a-z0-9_.-]{0,127}")
 KINDS = ("entity", "state", "fact", "rule")
 MARKER = "marker"  # the kind of an environment's marker row (the graph version its rows are of)
 
 
 def world_table_name(tenant_id: str) -> str:
-    """The table that holds ``tenant_id``'s world rows (a pure function of the id, as the episode
-    index's ``table_name``, with this index's prefixes)."""
-    require_tenant_id(tenant_id)
-    if _PLAIN_TENANT.fullmatch(tenant_id):
-        return "wf-" + tenant_id
-    raw = tenant_id.encode("utf-8")
-    if len(raw) <= 100:
-        return "wfh-" + raw.hex()
-    return "wfs-" + hashlib.sha256(raw).hexdigest()
+    """The table that holds ``tenant_id``'s world rows (named as the episode index's, with this
+    index's prefixes)."""
+    return table_name(tenant_id, TABLE_PREFIXES)
 
 
 def is_world_table(name: str) -> bool:
