@@ -125,7 +125,7 @@ def test_three_workers_merge_every_packet_exactly_once_into_the_in_order_graph(g
     stats = [_stats(p) for p in procs]
     merged = [sid for s in stats for sid in s["merged"]]
     all_ids = ids["house"] + ids["garden"]
-    assert sorted(merged) == sorted(all_ids), "every packet merged, none twice"
+    assert sorted(merged) == sorted(all_ids), f"every packet merged, none twice: {stats}"
     assert not any(s["lost"] or s["failed"] or s["deferred"] for s in stats)
     assert sum(1 for s in stats if s["merged"]) >= 2, "the work was shared between processes"
     assert all(w.asked[r] == 2 for r in range(rounds)), "one extraction per packet (2 envs per round)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -160,6 +161,42 @@ def test_schema_is_created_once_and_versioned(store: Neo4jGraphStore, neo4j_serv
         tenant_indexes = {tuple(r["labelsOrTypes"]) for r in session.run(
             "SHOW INDEXES YIELD labelsOrTypes, properties WHERE properties = ['tenant_id'] RETURN labelsOrTypes")}
     assert {(label,) for label in q.TENANT_LABELS} <= tenant_indexes
+
+
+@pytest.mark.neo4j
+def test_processes_creating_the_fact_schema_at_once_all_write(neo4j_server: dict[str, str]) -> None:
+    """Several processes' first world writes on a database without the FACT key (N update workers
+    started together): their CREATE CONSTRAINTs deadlock and Neo4j aborts all but one. Each write
+    must still succeed (a failed one left its scene packet failed, never merged)."""
+    def fresh() -> Neo4jGraphStore:
+        return Neo4jGraphStore(neo4j_server["uri"], neo4j_server["user"], neo4j_server["password"])
+
+    for _ in range(3):
+        stores = [fresh() for _ in range(6)]
+        tenants = [f"t-{uuid.uuid4().hex[:12]}" for _ in stores]
+        with stores[0].db.driver.session(database=stores[0].database) as session:
+            session.run("DROP CONSTRAINT wg_fact_ukey IF EXISTS").consume()
+        start, errors = threading.Barrier(len(stores)), []
+
+        def write(store: Neo4jGraphStore, tenant: str) -> None:
+            start.wait()
+            try:
+                store.apply_plan(first_plan(tenant))
+            except Exception as exc:  # noqa: BLE001 - collected for the assertion
+                errors.append(exc)
+        threads = [threading.Thread(target=write, args=pair) for pair in zip(stores, tenants)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        try:
+            assert errors == []
+            assert all(len(s.world_graph(t, ENV)["nodes"]) == 5 for s, t in zip(stores, tenants))
+            with stores[0].db.driver.session(database=stores[0].database) as session:
+                assert "wg_fact_ukey" in {r["name"] for r in session.run("SHOW CONSTRAINTS YIELD name")}
+        finally:
+            for s in stores:
+                s.close()
 
 
 @pytest.mark.neo4j

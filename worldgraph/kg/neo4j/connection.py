@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from neo4j import READ_ACCESS, Driver
+from neo4j import READ_ACCESS, Driver, ManagedTransaction
 from neo4j import Record as Row
 from neo4j.exceptions import Neo4jError, ServiceUnavailable, SessionExpired, TransientError
 
@@ -51,14 +51,17 @@ class Neo4jConnection:
             raise StoreUnavailableError(unreachable(self.uri, exc)) from exc
 
     def create_schema(self, statements: Iterable[str], await_query: str) -> None:
-        """Run schema statements (each in its own auto-commit transaction: schema commands cannot
+        """Run schema statements (each in its own managed transaction: schema commands cannot
         share a write's), tolerating what another process created meanwhile, then wait (up to
-        120 s) for the indexes to come online (``await_query``)."""
+        120 s) for the indexes to come online (``await_query``). Processes that create the same
+        constraint at once deadlock on its type's lock and Neo4j aborts all but one
+        (``DeadlockDetected``, a transient error): the driver retries the aborted ones, which then
+        find it made."""
         try:
             with self.driver.session(database=self.database) as session:
                 for stmt in statements:
                     try:
-                        session.run(stmt).consume()
+                        session.execute_write(_run_schema, stmt)
                     except Neo4jError as exc:  # another process created it meanwhile
                         if "AlreadyExists" not in (exc.code or ""):
                             raise
@@ -84,6 +87,10 @@ class Neo4jConnection:
     def episodes(self, query: str, **params: Any) -> list[Record]:
         """Run one read query returning q.EPISODE_COLUMNS; the episode records, state put back."""
         return [episode_of_row(r) for r in self.rows(query, **params)]
+
+
+def _run_schema(tx: ManagedTransaction, statement: str) -> None:
+    tx.run(statement).consume()
 
 
 def unreachable(uri: str, exc: BaseException) -> str:
