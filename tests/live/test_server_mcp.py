@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 TOOLS = {"record_experience", "recall_experiences", "submit_feedback", "get_agent_episodes", "observe_round",
           "get_episode", "list_episodes", "forget_episode", "forget_agent", "forget_session",
-         "apply_delta", "world_graph", "cypher", "readiness", "record_conversation"}
+         "apply_delta", "world_graph", "cypher", "readiness", "record_conversation", "context", "search_world"}
 EXPERIENCE = {"agent_id": "fin-1", "agent_role": "Finance", "task_type": "reconciliation",
               "task_description": "Reconcile SKU-123 inventory discrepancy", "outcome": "success",
               "learnings": ["count twice"]}

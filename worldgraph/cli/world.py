@@ -1,4 +1,5 @@
-"""World-graph commands: run, delta apply, world show / retry, export, view, import, cypher."""
+"""World-graph commands: run, delta apply, world show / retry, export, view, import, cypher,
+search-world and context."""
 
 from __future__ import annotations
 
@@ -47,6 +48,22 @@ def add_world_commands(sub: Any, add: Add) -> None:
     sp = add("import", cmd_import, "load a snapshot written by export (replaces that environment's graph)")
     sp.add_argument("dir", help="the folder given to `export --out`, or the snapshot folder itself")
     sp.add_argument("--env", default=None, help="which environment, when DIR holds several snapshots")
+
+    sp = add("context", cmd_context, "one prompt-ready block of what the agent knows for QUERY: current facts and "
+             "rules first, then past episodes, every line citing its id")
+    sp.add_argument("query", help="what the agent is about to do, or asks, in words")
+    sp.add_argument("--role", default=None, help="only past episodes of this agent role (e.g. Finance)")
+    sp.add_argument("--env", default=None, help="only this environment's facts and rules (default every one)")
+    sp.add_argument("--max-tokens", dest="max_tokens", type=int, default=1500,
+                    help="the block's budget in tokens (default 1500)")
+
+    sp = add("search-world", cmd_search_world, "search the world model by meaning: entities, states, facts and "
+             "rules, each current or closed, with the facts around it")
+    sp.add_argument("query", help="what to look for, in words (e.g. 'where is the brass key?')")
+    sp.add_argument("--env", default=None, help="only this environment (default every one)")
+    sp.add_argument("-k", "--limit", dest="k", type=int, default=10, help="how many records at most (default 10)")
+    sp.add_argument("--as-of", dest="as_of", default=None,
+                    help="a past moment (ISO 8601, e.g. 2026-12-05T08:00:00Z): what held then ranks first")
 
     sp = add("cypher", cmd_cypher, "read-only, tenant-scoped Cypher (either store); $tenant_id is bound")
     sp.add_argument("query", help="the Cypher query ($tenant_id is bound to --tenant)")
@@ -175,4 +192,20 @@ def cmd_cypher(args: argparse.Namespace) -> int:
               headers)
 
     emit(args, rows, text)
+    return 0
+
+
+def cmd_context(args: argparse.Namespace) -> int:
+    with open_wm(args) as wm:
+        ctx = wm.context(args.tenant, args.query, args.role, args.env, args.max_tokens)
+    emit(args, ctx.model_dump(), lambda: print(ctx.text))
+    return 0
+
+
+def cmd_search_world(args: argparse.Namespace) -> int:
+    from worldgraph.server.hits_text import hits_text
+
+    with open_wm(args) as wm:
+        hits = wm.search_world(args.tenant, args.query, args.env, args.k, args.as_of)
+    emit(args, [h.model_dump() for h in hits], lambda: print(hits_text(hits, args.query)))
     return 0

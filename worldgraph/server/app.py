@@ -77,9 +77,9 @@ def create_app(wm: WorldModel | None, *, max_request_bytes: int | None = None, t
     app.include_router(health_router)
     app.add_api_route("/metrics", metrics_endpoint, methods=["GET"], response_class=PlainTextResponse,
                       tags=["service"], summary="Prometheus metrics (no key needed)",
-                      description="Requests and latencies by route template and status, record and recall "
-                                  "timings, scene packets pending and episodes awaiting indexing, in the "
-                                  "Prometheus text format. Carries no tenant and no data.")
+                      description="Requests and latencies by route template and status, record, recall, "
+                                  "search_world and context timings, scene packets pending and episodes awaiting "
+                                  "indexing, in the Prometheus text format. Carries no tenant and no data.")
     app.include_router(router)
     app.include_router(lifecycle_router)
     app.router.routes.append(Route("/mcp", BearerTenant(mcp.session_manager.handle_request),

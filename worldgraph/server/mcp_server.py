@@ -46,8 +46,10 @@ IdemKey = Annotated[str | None, Field(description="Optional: send the same key w
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 INSTRUCTIONS = """worldgraph is your long-term memory and your model of the environments you act in.
-Before a task, call recall_experiences with what you are about to do: it returns past runs like it,
-best first, with what was learned. After a task, call record_experience with what you did and how it
+Before a task or a decision, call context first with what you are about to do: one short block of
+what you know that matters (current facts and rules of the world, then past runs like it), each
+line citing an id. search_world finds more facts and rules by meaning; recall_experiences more past
+runs, with what was learned. After a task, call record_experience with what you did and how it
 went; when a human rates a run, call submit_feedback. In an environment (a game, a website, a tool),
 call observe_round after each round; end your response with the lines 'FLAG_CURIOSITY: yes' and
 'CURIOSITY_REASON: <why>' when the round taught you something about how the world works, and the
@@ -357,6 +359,55 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None, 
 
         return call(ctx, "world_graph", run)
 
+    @server.tool(annotations=READ, structured_output=False)
+    def context(
+        query: Annotated[str, Field(min_length=1, description="What you are about to do, or the question you "
+                                                              "face, in plain words.")],
+        ctx: Context,
+        agent_role: Annotated[str | None, Field(description="Only past runs of this role (e.g. Finance); null for "
+                                                            "all.")] = None,
+        env_name: Annotated[str | None, Field(description="Only this environment's facts and rules; null for "
+                                                          "every environment.")] = None,
+        max_tokens: Annotated[int, Field(ge=1, le=100_000, description="The block's size at most, in "
+                                                                       "tokens.")] = 1500,
+    ) -> str:
+        """Call this first, before a task or a decision: what you know that matters for it, as one
+        block ready to read. The current facts and rules of your world model come first (where
+        things are now, what actions do, if-then rules), then the past runs most like this one; every
+        line starts with the [start of its record's id] (get_episode takes an episode's). Use
+        search_world for more facts, recall_experiences for more past runs."""
+        return call(ctx, "context",
+                    lambda wm, t: wm.context(t, query, agent_role, env_name, max_tokens).text)
+
+    @server.tool(annotations=READ, structured_output=False)
+    def search_world(
+        query: Annotated[str, Field(min_length=1, description="What to look for, in words: where is the brass "
+                                                              "key? what opens the chest? who works at acme?")],
+        ctx: Context,
+        env_name: Annotated[str | None, Field(description="Only this environment; null for every "
+                                                          "environment.")] = None,
+        k: Annotated[int, Field(ge=1, le=100, description="How many records at most, best first.")] = 10,
+        as_of: Annotated[str | None, Field(description="A past moment (ISO 8601): what held then ranks "
+                                                       "first. Null: now.")] = None,
+        format: Annotated[Literal["text", "json"], Field(description="text: one line per record with its first "
+                                                                     "evidence and 3 facts around it; json: every "
+                                                                     "field (all evidence, 10 facts around "
+                                                                     "each).")] = "text",  # noqa: A002
+    ) -> str:
+        """Search your world model by meaning: entities, states, facts (every relation as a sentence, e.g.
+        "the brass key is in the kitchen table") and if-then rules. Each record says whether it holds
+        now or when it stopped (current ones rank first unless as_of asks for the past), its
+        confidence and evidence, and the current facts around it."""
+        from worldgraph.server.hits_text import hits_text
+
+        def run(wm: WorldModel, t: str) -> str:
+            hits = wm.search_world(t, query, env_name, k, as_of)
+            if format == "json":
+                return json.dumps({"hits": [h.model_dump() for h in hits]}, ensure_ascii=False, separators=(",", ":"))
+            return hits_text(hits, query)
+
+        return call(ctx, "search_world", run)
+
     @server.tool(annotations=READ)
     def cypher(
         query: Annotated[str, Field(description="Read-only Cypher that filters every MATCH on $tenant_id, e.g. "
@@ -368,8 +419,8 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None, 
     ) -> dict[str, Any]:
         """Explore the graph with read-only Cypher (either store). Labels: Episode, Agent, Feedback,
         Canvas, Scene, WorldNode (Entity / State), Rule; relationships CONTAINS, TRANSITION {action},
-        EPISODIC, CONCERNS, PRODUCED, PERFORMED_BY, RATES, and on Neo4j FACT {predicate, single_valued}
-        (facts of any kind). Returns {"rows"}."""
+        EPISODIC, FACT {predicate, single_valued} (facts of any kind), CONCERNS, PRODUCED, PERFORMED_BY,
+        RATES. Returns {"rows"}."""
         return {"rows": call(ctx, "cypher", lambda wm, t: wm.cypher(t, query, params))}
 
     return server

@@ -7,8 +7,8 @@ Metrics (one registry per app, so two apps in one process do not mix their count
   ``worldgraph_http_request_duration_seconds{method, route, status}``: ``route`` is the route's
   template (``/v1/episodes/{episode_id}/feedback``), never the raw path, so ids do not explode
   the label set; a path no route matched is ``unmatched``.
-- ``worldgraph_operation_duration_seconds{operation}``: the facade calls themselves, ``record``
-  and ``recall`` (without HTTP parsing and auth).
+- ``worldgraph_operation_duration_seconds{operation}``: the facade calls themselves, ``record``,
+  ``recall``, ``search_world`` and ``context`` (without HTTP parsing and auth).
 - ``worldgraph_scene_packets_pending`` and ``worldgraph_episodes_unindexed`` (gauges read from
   the store at scrape time, all tenants; the episode count stops at ``UNINDEXED_CAP``).
 - ``worldgraph_cypher_children_killed_total`` (embedded query children killed at their
@@ -70,7 +70,7 @@ class Metrics:
         self.latency = Histogram("worldgraph_http_request_duration_seconds", "HTTP request latency",
                                  ["method", "route", "status"], buckets=_LATENCY_BUCKETS, registry=self.registry)
         self.operations = Histogram("worldgraph_operation_duration_seconds",
-                                    "Time in the facade's record and recall calls", ["operation"],
+                                    "Time in the facade's record, recall, search_world and context calls", ["operation"],
                                     buckets=_LATENCY_BUCKETS, registry=self.registry)
         if wm is not None:
             self.registry.register(_StoreGauges(wm))

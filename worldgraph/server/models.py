@@ -219,6 +219,26 @@ class CypherRequest(BaseModel):
     params: dict[str, Any] | None = Field(None, description="More query parameters (tenant_id is not allowed).")
 
 
+class WorldSearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(min_length=1, description="What to look for, in words (e.g. where is the brass key?).")
+    env_name: str | None = Field(None, description="One environment; null for every environment of the tenant.")
+    k: int = Field(10, ge=1, le=100, description="How many hits at most, best first.")
+    as_of: str | None = Field(None, description="A past moment (ISO 8601, e.g. 2026-12-05T08:00:00Z): the "
+                                                "records valid then rank first. Null: now.")
+
+
+class ContextRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(min_length=1, description="What the agent is about to do or asks, in words.")
+    agent_role: str | None = Field(None, description="Only past episodes of agents with this role (e.g. Finance); "
+                                                     "null for every role.")
+    env_name: str | None = Field(None, description="Facts and rules of this environment only; null for every "
+                                                   "environment of the tenant.")
+    max_tokens: int = Field(1500, ge=1, le=100_000, description="The block's budget in tokens (the embedder's "
+                                                                 "WordPiece tokenizer).")
+
+
 GraphDelta = Annotated[dict[str, Any], Field(
     description="A graph delta: {entities, states, edges, rules}, each an array of objects (see "
                 "worldgraph/prompts/graph_delta.schema.json). A delta that is not an object with those four "

@@ -312,3 +312,51 @@ class ForgetReportOut(_Result):
     forgotten_by: str | None = Field(description="Who forgot: the API key's name (`key <id>` for an unnamed key)")
     removed: ForgetCountsOut = Field(description="Records removed (or rewritten), per kind")
     purge_due_by: str | None = Field(description="The background purge removes the bytes from the files by then")
+
+
+class NeighbourOut(_Result):
+    """A current fact one hop around a hit: its id and its sentence."""
+
+    id: str
+    text: str
+
+
+class WorldHitOut(_Result):
+    """One record of a world graph that search_world found."""
+
+    kind: Literal["entity", "state", "fact", "rule"] = Field(description="entity, state, fact (an edge, as a "
+                                                                         "sentence) or rule.")
+    id: str = Field(description="The record's id (a fact's is its edge id): look it up in the environment's graph.")
+    env_name: str
+    text: str = Field(description="The record as a sentence, e.g. 'the brass key is in the kitchen table'.")
+    current: bool = Field(description="Whether it holds now, read from the store when the search ran (a fact a "
+                                      "merge closed is not current from that moment).")
+    valid_from: str | None = Field(description="Since when it holds.")
+    valid_to: str | None = Field(description="When it stopped holding; null while current.")
+    confidence: float = Field(description="0 to 1.")
+    evidence: list[str] = Field(description="The text it was learned from.")
+    source_scenes: list[str] = Field(description="The scenes (rounds) it was learned in.")
+    neighbourhood: list[NeighbourOut] = Field(description="At most 10 current facts one hop around it.")
+    score: float = Field(description="What the hits are ranked by (current ones first unless as_of asks for the "
+                                     "past).")
+
+
+class WorldSearchResponse(BaseModel):
+    hits: list[WorldHitOut] = Field(description="Best first, at most k.")
+
+
+class CitationOut(_Result):
+    """A record the context block cites (its lines cite the id's start)."""
+
+    id: str = Field(description="The whole id.")
+    kind: str = Field(description="episode, entity, state, fact or rule.")
+
+
+class ContextOut(_Result):
+    """One prompt-ready block: the relevant current facts and rules first, then the most relevant
+    past episodes, within max_tokens; every line cites its record's id."""
+
+    text: str = Field(description="The block, ready to put in a prompt.")
+    citations: list[CitationOut] = Field(description="The records the lines cite, whole ids.")
+    tokens: int = Field(description="The block's size in tokens (the embedder's WordPiece tokenizer); at most "
+                                    "max_tokens.")

@@ -28,6 +28,7 @@ from worldgraph.server.auth import Tenant
 from worldgraph.server.metrics import metrics_of
 from worldgraph.server.models import (
     AgentRound,
+    ContextRequest,
     ConversationRequest,
     CypherRequest,
     CypherResponse,
@@ -40,8 +41,10 @@ from worldgraph.server.models import (
     RecallRequest,
     Snapshot,
     SnapshotOut,
+    WorldSearchRequest,
 )
 from worldgraph.server.results import (
+    ContextOut,
     EpisodeIds,
     EpisodesResponse,
     FeedbackOut,
@@ -52,6 +55,7 @@ from worldgraph.server.results import (
     RetryResponse,
     RoundResponse,
     WorldGraphOut,
+    WorldSearchResponse,
 )
 from worldgraph.service import WorldModel
 from worldgraph.world.pending import waiting_reason
@@ -316,6 +320,29 @@ async def view(env: str, tenant: Tenant, wm: WM) -> HTMLResponse:
 
     page = await in_thread(lambda: render_view(wm.world_graph(tenant, env), env))
     return HTMLResponse(page, headers={"Content-Security-Policy": with_frame_ancestors(view_csp())})
+
+
+@router.post("/world/search", response_model=WorldSearchResponse, tags=["world"], responses=NOT_FOUND_RESPONSES,
+             summary="Search the world model: facts, rules, states and entities by meaning",
+             description="Hybrid search (vector + BM25) over the tenant's world graphs (or `env_name`'s): "
+                         "entities, states, facts (every edge as a sentence) and rules. Each hit says whether it "
+                         "holds now (read from the store at query time), its confidence, evidence, source scenes "
+                         "and at most 10 current facts around it. Current records rank above closed ones unless "
+                         "`as_of` asks for a past moment. 404 when `env_name` is not one of the tenant's.")
+async def search_world(body: WorldSearchRequest, tenant: Tenant, wm: WM, request: Request) -> dict[str, Any]:
+    with metrics_of(request).timed("search_world"):
+        hits = await in_thread(wm.search_world, tenant, body.query, body.env_name, body.k, body.as_of)
+    return {"hits": hits}
+
+
+@router.post("/context", response_model=ContextOut, tags=["world"], responses=NOT_FOUND_RESPONSES,
+             summary="One prompt-ready block: what the agent knows that matters for a query",
+             description="The relevant current facts and rules of the world model first, then the most relevant "
+                         "past episodes (of `agent_role`) in compact form, cut to `max_tokens`; every line cites "
+                         "its record's id (its start; `citations` has the whole ids and kinds).")
+async def context(body: ContextRequest, tenant: Tenant, wm: WM, request: Request) -> Any:
+    with metrics_of(request).timed("context"):
+        return await in_thread(wm.context, tenant, body.query, body.agent_role, body.env_name, body.max_tokens)
 
 
 @router.post("/cypher", response_model=CypherResponse, tags=["world"],

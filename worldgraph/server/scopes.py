@@ -53,6 +53,8 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("import_snapshot", "write", ("PUT", "/v1/envs/{env}/snapshot"), None),
     Operation("list_environments", "read", ("GET", "/v1/envs"), None),
     Operation("cypher", "read", ("POST", "/v1/cypher"), "cypher"),
+    Operation("search_world", "read", ("POST", "/v1/world/search"), "search_world"),
+    Operation("context", "read", ("POST", "/v1/context"), "context"),
     # forgetting
     Operation("forget_episode", "forget", ("DELETE", "/v1/episodes/{episode_id}"), "forget_episode"),
     Operation("forget_agent", "forget", ("DELETE", "/v1/agents/{agent_id:path}"), "forget_agent"),

@@ -9,6 +9,7 @@
  *   const [id] = await wg.record({ agent_id: "a1", task_type: "t", task_description: "...", outcome: "success" });
  *   await wg.feedback(id, 0.8);
  *   const results = await wg.recall("what I am about to do", { agentRole: "Finance" });
+ *   const ctx = await wg.context("what I am about to do", { envName: "kitchen" });  // ctx.text: for the prompt
  */
 import createClient, { type Client } from "openapi-fetch";
 import type { components, paths } from "./schema.js";
@@ -39,6 +40,8 @@ export type EpisodePage = Schemas["EpisodePage"];
 export type ForgetReport = Schemas["ForgetReportOut"];
 export type AgentSummary = Schemas["AgentOut"];
 export type EnvSummary = Schemas["EnvOut"];
+export type WorldHit = Schemas["WorldHitOut"];
+export type WorldContext = Schemas["ContextOut"];
 
 export interface WorldgraphOptions {
   /** e.g. http://127.0.0.1:8765 */
@@ -111,6 +114,8 @@ export const ROUTES = {
   "PUT /v1/envs/{env}/snapshot": "importSnapshot",
   "GET /v1/envs/{env}/view": "view",
   "POST /v1/cypher": "cypher",
+  "POST /v1/world/search": "searchWorld",
+  "POST /v1/context": "context",
   "GET /v1/episodes": "listEpisodes",
   "GET /v1/episodes/{episode_id}": "getEpisode",
   "DELETE /v1/episodes/{episode_id}": "forgetEpisode",
@@ -221,6 +226,23 @@ export class Worldgraph {
   /** Read-only, tenant-scoped Cypher (either store: the same rows on both). */
   async cypher(query: string, params?: Record<string, unknown>): Promise<Record<string, unknown>[]> {
     return unwrap(await this.api.POST("/v1/cypher", { body: { query, params: params ?? null } })).rows;
+  }
+
+  /** The world model's entities, states, facts (each edge as a sentence) and rules like `query`, best
+   * first: each says whether it holds now (`current`, read at query time) or when it stopped
+   * (`valid_to`), with its confidence, evidence and the current facts around it. `asOf` (ISO 8601)
+   * ranks what held then first; `envName` keeps one environment. */
+  async searchWorld(query: string, opts: { envName?: string; k?: number; asOf?: string } = {}): Promise<WorldHit[]> {
+    const body = { query, env_name: opts.envName ?? null, k: opts.k ?? 10, as_of: opts.asOf ?? null };
+    return unwrap(await this.api.POST("/v1/world/search", { body })).hits;
+  }
+
+  /** One prompt-ready block for `query`: current facts and rules first, then past runs (of `agentRole`),
+   * within `maxTokens` (default 1500); every line cites its record's id, `citations` has the whole ids. */
+  async context(query: string, opts: { agentRole?: string; envName?: string; maxTokens?: number } = {}): Promise<WorldContext> {
+    const body = { query, agent_role: opts.agentRole ?? null, env_name: opts.envName ?? null,
+                   max_tokens: opts.maxTokens ?? 1500 };
+    return unwrap(await this.api.POST("/v1/context", { body }));
   }
 
   /** A page of episodes, newest first; pass the page's `next_cursor` as `cursor` for the next one. */

@@ -119,6 +119,40 @@ test("the world graph", async () => {
   assert.equal((await wg.health()).status, "ok");
 });
 
+test("the agent asks its world model: searchWorld and context", async () => {
+  const wg = new Worldgraph({ baseUrl, apiKey: key });
+  const people = [{ ref: "a", name: "alice", type: "person" }, { ref: "c", name: "acme corp", type: "company" },
+                  { ref: "b", name: "beta labs", type: "company" }];
+  const fact = (dst: string) => ({ relation: "fact", predicate: "works_at", single_valued: true, src_ref: "a",
+                                   dst_ref: dst, evidence: `alice works at ${dst}` });
+  await wg.applyDelta("Office", { entities: people, states: [], edges: [fact("c")], rules: [
+    { condition: "a badge is lost", outcome: "the door stays shut", linked_refs: ["a"] }] });
+  await wg.applyDelta("Office", { entities: people, states: [], edges: [fact("b")], rules: [] });
+  // new records are indexed in the background: searchable a moment after the merge
+  let hits = await wg.searchWorld("where does alice work?", { envName: "Office", k: 5 });
+  for (const deadline = Date.now() + 60_000; !hits.some((h) => h.kind === "fact" && h.current) && Date.now() < deadline;) {
+    await new Promise((r) => setTimeout(r, 200));
+    hits = await wg.searchWorld("where does alice work?", { envName: "Office", k: 5 });
+  }
+  const facts = hits.filter((h) => h.kind === "fact");
+  assert.ok(facts.length >= 1, JSON.stringify(hits));
+  assert.equal(facts[0].current, true);        // beta labs now; acme corp closed by it, ranked below
+  assert.match(facts[0].text, /beta labs/);
+  assert.equal(facts[0].env_name, "Office");
+  for (const h of facts.filter((f) => !f.current)) assert.notEqual(h.valid_to, null);
+
+  const ctx = await wg.context("where does alice work?", { envName: "Office", maxTokens: 200 });
+  assert.ok(ctx.tokens > 0 && ctx.tokens <= 200, String(ctx.tokens));
+  assert.match(ctx.text, /beta labs/);
+  assert.ok(ctx.citations.some((c) => c.id === facts[0].id && c.kind === "fact"));
+  for (const c of ctx.citations) assert.ok(ctx.text.includes(`[${c.id.slice(0, 8)}`), c.id);
+
+  await assert.rejects(wg.searchWorld("anything", { k: 0 }),
+    (e: unknown) => e instanceof WorldgraphError && e.status === 422 && e.field === "k");
+  await assert.rejects(wg.context("anything", { envName: "Attic" }),
+    (e: unknown) => e instanceof WorldgraphError && e.status === 404 && e.field === "env_name");
+});
+
 test("conversations", async () => {
   const wg = new Worldgraph({ baseUrl, apiKey: key });
   const ids = await wg.recordConversation("chat-1", [

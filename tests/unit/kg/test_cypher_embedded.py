@@ -49,6 +49,16 @@ def copy_tenant(src: GraphStore, dst: GraphStore, src_tenant: str, dst_tenant: s
         dst.replace_world(dst_tenant, env, graph)
 
 
+FACTS = [
+    {"relation": "fact", "predicate": "unlocks", "src_ref": "brass key", "dst_ref": "front door",
+     "evidence": "The brass key fits the front door.", "confidence": 0.9},
+    {"relation": "fact", "predicate": "stored_in", "src_ref": "bolt cutters", "dst_ref": "workbench",
+     "single_valued": True},
+    {"relation": "fact", "predicate": "stored_in", "src_ref": "bolt cutters", "dst_ref": "sofa", "single_valued": True},
+    {"relation": "fact", "predicate": "adjacent_to", "src_ref": "kitchen", "dst_ref": "hallway"},
+]
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[WorldModel, str]]:
     """An embedded store with the demo's world (replayed) plus every other kind of record."""
@@ -56,6 +66,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[WorldModel
     tenant = f"src-{uuid.uuid4().hex[:8]}"
     replay_log(wm, tenant, ENV, ROOT / "examples" / "text_adventure.jsonl", use_shipped_deltas=True)
     _seed(wm, tenant, "mark", n=2)
+    # facts of any kind (one FACT type, the predicate a property): one current, one closed by a
+    # single-valued successor, one between rooms
+    for edges in (FACTS[:2], FACTS[2:]):
+        report = wm.apply_delta(tenant, ENV, {"entities": [], "states": [], "rules": [], "edges": edges})
+        assert report.ok and report.dropped == [], report.to_dict()
     for i in range(3):  # a session: NEXT chains
         wm.record_experience(tenant, {"agent_id": "sess-agent", "agent_role": "Finance", "task_type": "recon",
                                       "task_description": f"session step {i}", "outcome": "success",
@@ -109,6 +124,20 @@ CONTRACT: list[tuple[str, dict[str, Any], bool]] = [
     (f"MATCH (n:WorldNode {W}) WHERE n.valid_to IS NOT NULL RETURN n.name, n.kind", {}, False),
     (f"MATCH ()-[c:CONTAINS]->(x:WorldNode {W}) RETURN x.name AS thing, count(c) AS moves, "
      "sum(CASE WHEN c.valid_to IS NULL THEN 1 ELSE 0 END) AS current ORDER BY moves DESC, thing", {}, True),
+    # facts of any kind: one type, FACT, with the predicate a property (Neo4j may plan a rare
+    # type as a scan across tenants, which it refuses: USING INDEX pins the start, and the embedded
+    # store takes the same text)
+    (f"MATCH (a:Entity {T})-[f:FACT {{predicate: 'stored_in'}}]->(b:Entity {T}) USING INDEX a:Entity(tenant_id) "
+     "RETURN a.name AS thing, b.name AS place, f.valid_to IS NULL AS now, f.single_valued AS one", {}, False),
+    (f"MATCH (a:Entity {W})-[f:FACT]->(b:Entity {T}) USING INDEX a:Entity(tenant_id) WHERE f.valid_to IS NULL "
+     "RETURN a.name AS subject, f.predicate AS predicate, b.name AS object ORDER BY subject, predicate, object",
+     {}, True),
+    (f"MATCH (a:Entity {T})-[f:FACT]->(b:Entity {T}) USING INDEX a:Entity(tenant_id) "
+     "RETURN f.predicate AS predicate, count(*) AS n, type(f) AS rel ORDER BY predicate", {}, True),
+    (f"MATCH (a:Entity {T})-[f:FACT]-(b:Entity {T}) USING INDEX a:Entity(tenant_id) WHERE a.name = 'front door' "
+     "RETURN b.name AS other, f.predicate AS p", {}, False),
+    (f"MATCH (a:Entity {T})-[f:FACT]->(b:Entity {T}) USING INDEX a:Entity(tenant_id) WHERE f.predicate = 'unlocks' "
+     "RETURN f", {}, False),
     # scenes a fact came from
     (f"MATCH (n:WorldNode {{tenant_id: $tenant_id, env_name: $env, name: 'brass key'}})-[:EPISODIC]->(s:Scene {T})"
      f"-[:FROM_EPISODE]->(e:Episode {T}) "
@@ -638,5 +667,33 @@ def test_a_saved_projection_behind_in_its_world_is_reopened_with_the_rows_of_a_f
         assert_as_built_fresh(wm, incremental)
         assert wm.cypher("t1", "MATCH (r:Rule {tenant_id: $tenant_id, condition: 'if the coin shines'})"
                                "-[:CONCERNS]->(n) RETURN n.name AS n") == [{"n": "copper coin"}]
+    finally:
+        wm.close()
+
+
+def test_neo4j_planner_hints_are_taken_out_not_obeyed() -> None:
+    """USING INDEX / SCAN / JOIN ON choose how Neo4j finds rows, never which: the embedded store
+    runs the same text without them; inside a string or a comment they are text."""
+    from worldgraph.kg.embedded.cypher.text import without_hints
+
+    assert without_hints("MATCH (a:Entity {tenant_id: $tenant_id})-[f:FACT]->(b) USING INDEX a:Entity(tenant_id) "
+                         "WHERE f.valid_to IS NULL RETURN a") == \
+        "MATCH (a:Entity {tenant_id: $tenant_id})-[f:FACT]->(b)   WHERE f.valid_to IS NULL RETURN a"
+    assert without_hints("MATCH (a:Entity), (b:Rule) using index seek a:Entity(tenant_id, name) USING SCAN b:Rule "
+                         "USING JOIN ON a, b RETURN a") == "MATCH (a:Entity), (b:Rule)       RETURN a"
+    kept = "MATCH (a) WHERE a.name = 'USING SCAN a:Entity' RETURN a.using // USING INDEX a:Entity(x)"
+    assert without_hints(kept) == kept
+
+
+def test_a_hint_does_not_smuggle_a_clause_past_the_guard(tmp_path: Path) -> None:
+    wm = WorldModel.open(tmp_path, embedder=HashingEmbedder(64))
+    try:
+        for query in ("MATCH (a:Entity) USING INDEX a:Entity(tenant_id) SET a.name = 'x' RETURN a",
+                      "MATCH (a:Entity) USING SCAN a:Entity CALL show_tables() RETURN a",
+                      "MATCH (a:Entity) USING INDEX a:Entity(tenant_id) DELETE a"):
+            with pytest.raises(ReadOnlyQueryError):
+                wm.cypher("t1", query)
+        assert wm.cypher("t1", "MATCH (a:Entity {tenant_id: $tenant_id}) USING INDEX a:Entity(tenant_id) "
+                               "RETURN count(a) AS n") == [{"n": 0}]
     finally:
         wm.close()

@@ -251,6 +251,15 @@ def test_a_world_delta_after_a_reopen_is_applied_row_by_row(data: Path, monkeypa
         assert wm.cypher("t1", nodes) == [{"name": "bottle"}, {"name": "crate"}]
         assert wm.cypher("t1", "MATCH (:Entity {tenant_id: $tenant_id, name: 'crate'})-[:CONTAINS]->(b) "
                                "RETURN b.name AS b") == [{"b": "bottle"}]
+        # facts too: a new one inserted, then closed in place by its single-valued successor
+        facts = ("MATCH (a:Entity {tenant_id: $tenant_id})-[f:FACT {predicate: 'leans_on'}]->(b) "
+                 "USING INDEX a:Entity(tenant_id) RETURN b.name AS place, f.valid_to IS NULL AS now ORDER BY place")
+        for on in ("crate", "wall"):
+            delta = {"entities": [{"ref": "w", "name": "wall", "type": "wall"}], "states": [], "rules": [],
+                     "edges": [{"relation": "fact", "predicate": "leans_on", "single_valued": True,
+                                "src_ref": "bottle", "dst_ref": on}]}
+            assert wm.apply_delta("t1", "Env", delta).ok
+        assert wm.cypher("t1", facts) == [{"place": "crate", "now": False}, {"place": "wall", "now": True}]
 
 
 def test_a_restored_sqlite_file_never_matches_a_projection_of_another_history(tmp_path: Path) -> None:

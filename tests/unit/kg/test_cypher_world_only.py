@@ -20,6 +20,7 @@ from worldgraph.memory.embeddings import HashingEmbedder
     ("MATCH (r:Rule {tenant_id: $tenant_id}) RETURN r.condition, count(r) AS n", True),
     ("MATCH (a:Entity)-[:CONTAINS*1..3]->(x) RETURN count(x)", True),  # x: an end of a world relationship
     ("MATCH (a)<-[:CONTAINS]-(b:Entity) RETURN a", True),
+    ("MATCH (a)-[f:FACT {predicate: 'works_at'}]->(b) RETURN a.name, b.name", True),  # facts are world edges
     ("MATCH ()-[c:CONTAINS]->(x:WorldNode) RETURN count(c)", True),
     ("MATCH (x:Entity) RETURN size([(x)-[:CONTAINS]->(y) | y]) AS n", True),
     ("MATCH (n:Entity) WHERE EXISTS { MATCH (n)-[:CONTAINS]->(m) } RETURN n", True),

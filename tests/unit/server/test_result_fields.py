@@ -86,3 +86,17 @@ def test_forget_reports_of_every_kind(wm: WorldModel) -> None:
         assert undeclared(out, results.ForgetReportOut) == set(), out["kind"]
         assert undeclared(out["removed"], results.ForgetCountsOut) == set(), out["kind"]
         results.ForgetReportOut.model_validate(out)  # the kind is one the type names
+
+
+def test_world_hits_and_context(wm: WorldModel) -> None:
+    assert wm.wait_for_updates(120)
+    hits = [h.model_dump() for h in wm.search_world("t", "where is the brass key", k=30)]
+    assert hits and any(h["neighbourhood"] for h in hits)
+    for h in hits:
+        assert undeclared(h, results.WorldHitOut) == set(), h
+        for n in h["neighbourhood"]:
+            assert undeclared(n, results.NeighbourOut) == set()
+    ctx = wm.context("t", "where is the brass key").model_dump()
+    assert ctx["citations"] and undeclared(ctx, results.ContextOut) == set()
+    for c in ctx["citations"]:
+        assert undeclared(c, results.CitationOut) == set()

@@ -31,6 +31,7 @@ BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/v1/episodes/{episode_id}/feedback"): {"score": 0.5}, ("POST", "/v1/envs/{env}/rounds"): ROUND,
     ("POST", "/v1/envs/{env}/deltas"): DELTA, ("POST", "/v1/cypher"): {"query": "MATCH (r:Rule) RETURN r.id LIMIT 1"},
     ("PUT", "/v1/envs/{env}/snapshot"): {}, ("DELETE", "/v1/tenant"): {"confirm": "other"},
+    ("POST", "/v1/world/search"): {"query": "where is the key"}, ("POST", "/v1/context"): {"query": "open the door"},
 }
 TOOL_ARGS: dict[str, dict[str, Any]] = {
     "record_experience": {"experience": EXPERIENCE}, "recall_experiences": {"query": "reconcile"},
@@ -41,6 +42,7 @@ TOOL_ARGS: dict[str, dict[str, Any]] = {
     "forget_session": {"session_id": "no-chat"}, "observe_round": {"env_name": "Kitchen", "round": ROUND},
     "apply_delta": {"env_name": "Kitchen", "delta": DELTA}, "world_graph": {"env_name": "Kitchen"},
     "cypher": {"query": "MATCH (r:Rule) RETURN r.id LIMIT 1"},
+    "search_world": {"query": "where is the key"}, "context": {"query": "open the door"},
 }
 
 

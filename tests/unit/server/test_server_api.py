@@ -232,7 +232,7 @@ def test_every_v1_route_needs_a_valid_key(client: TestClient, wm: WorldModel) ->
     keys.revoke(record["id"])
     paths = client.get("/openapi.json").json()["paths"]
     routes = [(method.upper(), path) for path, ops in paths.items() if path.startswith("/v1") for method in ops]
-    assert len(routes) == 24  # every /v1 route of the OpenAPI document
+    assert len(routes) == 26  # every /v1 route of the OpenAPI document
     for method, path in routes:
         url = path.format(episode_id="e1", agent_id="a1", env="Kitchen", session_id="s1")
         for headers in ({}, {"Authorization": f"Bearer {revoked}"}, {"Authorization": "Bearer wg_nope"},

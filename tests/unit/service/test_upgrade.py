@@ -168,3 +168,28 @@ def test_a_9eed448_folder_gets_its_world_index_on_the_first_search(old_data: Pat
         wm.reindex("acme")
         assert wm.world_search.index.count("acme") == rows
         assert wm.index.count("acme") == 15
+
+
+def test_a_saved_projection_of_4624220_learns_the_facts(tmp_path: Path) -> None:
+    """A saved on-disk projection written by the main whose embedded Cypher did not project facts
+    (``make_data_4624220_facts_saved.py``: two facts merged, then the projection saved without a
+    FACT table): its format is older, so it is built anew, and FACT queries answer what the store
+    holds, as on Neo4j; a fact merged later is found too."""
+    data = unpack(tmp_path, "data_4624220_facts_saved")
+    folder = data / "worldgraph.db-cypher"
+    old = {p.name for p in folder.iterdir()}
+    query = ("MATCH (a:Entity {tenant_id: $tenant_id})-[f:FACT]->(b:Entity {tenant_id: $tenant_id}) "
+             "USING INDEX a:Entity(tenant_id) WHERE f.valid_to IS NULL "
+             "RETURN a.name AS subject, f.predicate AS predicate, b.name AS object, f.single_valued AS one "
+             "ORDER BY subject, predicate")
+    with WorldModel.open(data) as wm:
+        assert wm.cypher("acme", query) == [
+            {"subject": "brass key", "predicate": "unlocks", "object": "front door", "one": False},
+            {"subject": "kitchen table", "predicate": "located_near", "object": "front door", "one": True}]
+        assert wm.cypher("acme", "MATCH (e:Episode) RETURN count(e) AS n")[0]["n"] == 15
+        report = wm.apply_delta("acme", "kitchen", {"entities": [], "states": [], "rules": [], "edges": [
+            {"relation": "fact", "predicate": "located_near", "single_valued": True, "src_ref": "kitchen table",
+             "dst_ref": "brass key"}]})
+        assert report.ok and len(report.closed["edges"]) == 1
+        assert [r["object"] for r in wm.cypher("acme", query)] == ["front door", "brass key"]
+    assert old and not [n for n in old if (folder / n).exists()]  # the old database and its name are gone

@@ -91,8 +91,13 @@ def drops(obj, **kw) -> list[tuple[str, int, str]]:
 def test_every_non_object_item_is_dropped_on_its_own_with_its_reason():
     parsed = parse_delta(empty(edges=[{}, {"relation": "episodic", "src_ref": "a", "dst_ref": "scene"}, "src -> dst"],
                                rules=[[1], None]))
-    assert [(d.kind, d.index, d.reason) for d in parsed.dropped()] == [
-        ("edge", 0, "relation: missing (required); src_ref: missing (required); dst_ref: missing (required)"),
+    dropped = [(d.kind, d.index, d.reason) for d in parsed.dropped()]
+    # an edge without a relation is told the relations there are, relation: fact among them
+    assert dropped[0][2].startswith("relation: missing (required); src_ref: missing (required); dst_ref: missing "
+                                    "(required). The relations allowed: containment (parent -> child")
+    assert 'relation: fact with a snake_case predicate: {"relation": "fact", "predicate": "located_near"' in dropped[0][2]
+    assert dropped == [
+        ("edge", 0, dropped[0][2]),
         ("edge", 2, "must be an object, got string"),
         ("rule", 0, "must be an object, got array"),
         ("rule", 1, "must be an object, got null"),

@@ -208,7 +208,11 @@ def parse_item(key: str, raw: dict[str, Any]) -> tuple[Any, str | None]:
     try:
         return ITEM_MODELS[key].model_validate(raw), None
     except ValidationError as exc:
-        return None, "; ".join(_describe(e) for e in exc.errors()[:5])
+        reason = "; ".join(_describe(e) for e in exc.errors()[:5])
+        if key == "edges" and not isinstance(relation, str):  # missing, null, a number: the same teaching
+            p = normalise_predicate(raw["predicate"]) if isinstance(raw.get("predicate"), str) else ""
+            reason += f". The relations {ALLOWED_RELATIONS}. {_AS_FACT.format(example=p if is_predicate(p) else 'located_near')}"
+        return None, reason
 
 
 def unknown_relation(relation: str) -> str:
@@ -216,11 +220,15 @@ def unknown_relation(relation: str) -> str:
     ``relation: fact`` with the relation as its predicate when it makes one."""
     p = normalise_predicate(relation)
     example = p if is_predicate(p) else "located_near"
-    return (f"unknown relation {relation!r}; allowed: containment (parent -> child: one thing inside or on "
-            "another), transition (state -> state, with an action), episodic (node -> scene), fact (any other "
-            "kind of fact between two entities). Write another kind as relation: fact with a snake_case "
-            f'predicate: {{"relation": "fact", "predicate": "{example}", "src_ref": ..., "dst_ref": ...}}, '
-            'adding "single_valued": true when the subject has one such fact at a time')
+    return f"unknown relation {relation!r}; {ALLOWED_RELATIONS}. {_AS_FACT.format(example=example)}"
+
+
+ALLOWED_RELATIONS = ("allowed: containment (parent -> child: one thing inside or on another), transition (state -> "
+                     "state, with an action), episodic (node -> scene), fact (any other kind of fact between two "
+                     "entities)")
+_AS_FACT = ('Write another kind as relation: fact with a snake_case predicate: {{"relation": "fact", "predicate": '
+            '"{example}", "src_ref": ..., "dst_ref": ...}}, adding "single_valued": true when the subject has one '
+            'such fact at a time')
 
 
 def clamp_confidence(v: Any) -> float:

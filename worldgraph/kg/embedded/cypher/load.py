@@ -283,7 +283,8 @@ class _World:
 
     def edge(self, rels: Rels, env: str, data: str) -> None:
         e = loads(data)
-        rtype = q.EDGE_TYPES.get(e.get("relation", ""))
+        relation = e.get("relation", "")
+        rtype = q.WORLD_EDGE_TYPES.get(relation)
         if rtype is None:
             return
 
@@ -295,7 +296,7 @@ class _World:
         if src is None or dst is None:
             return
         props = {"key": q.world_key(self.tenant_id, env, e["id"]), "tenant_id": self.tenant_id, "env_name": env,
-                 "id": e["id"], **props_of(e, q.EDGE_PROPS), "record": data}
+                 "id": e["id"], **props_of(e, q.edge_props(relation)), "record": data}
         link(rels, rtype, src[0], src[1], dst[0], dst[1], props)
 
 

@@ -33,10 +33,20 @@ REL_TABLES: dict[str, list[tuple[str, str]]] = {
     "DURING": [("CanvasAudit", "Episode")], "RATES": [("Feedback", "Episode")],
     "FROM_EPISODE": [("Scene", "Episode")], "IN_ENV": [("Scene", "Environment")], "NEXT": [("Episode", "Episode")],
     "TRANSITION": [(a, b) for a in WORLD for b in WORLD], "CONTAINS": [(a, b) for a in WORLD for b in WORLD],
+    # facts of any kind: one type whatever the predicate (a property), as on Neo4j
+    q.FACT_TYPE: [(a, b) for a in WORLD for b in WORLD],
     "EPISODIC": [(a, b) for a in _ENDS for b in _ENDS],
     "CONCERNS": [("Rule", w) for w in WORLD], "PRODUCED": [("Scene", t) for t in (*WORLD, "Rule")],
 }
 EDGE_REL_PROPS = ("key", "tenant_id", "env_name", "id", *q.EDGE_PROPS, "record")
+# the relationship types of world edges (relation -> type: q.WORLD_EDGE_TYPES) and the properties
+# each holds: those of every edge, and a fact's predicate and single_valued (q.FACT_PROPS)
+EDGE_REL_TYPES = frozenset(q.WORLD_EDGE_TYPES.values())
+FACT_REL_PROPS = (*EDGE_REL_PROPS[:-1], *(p for p in q.FACT_PROPS if p not in q.EDGE_PROPS), "record")
+# Column types are read from the data (``projection._array``); a column whose values are all null
+# when its table is made takes the type declared here (else STRING), so a tenant's first fact
+# fits a table made before it had one (single_valued is a boolean) and is inserted row by row.
+REL_KINDS: dict[str, dict[str, str]] = {q.FACT_TYPE: {"predicate": "STRING", "single_valued": "BOOLEAN"}}
 # the labels a query may name; WorldNode is the union of Entity and State (every world node has both)
 LABELS = frozenset(NODE_TABLES) | {"WorldNode"}
 
@@ -64,7 +74,8 @@ Nodes = dict[str, Columns]  # label -> its rows, column by column
 Rels = dict[str, dict[tuple[str, str], Columns]]  # type -> (from label, to label) -> "from", "to" (pks) + properties
 # The two parts of a projection, each rebuilt on its own: a world delta rebuilds only the world part.
 WORLD_NODE_TABLES = ("Scene", "Environment", "Entity", "State", "Rule")
-WORLD_REL_TABLES = ("FROM_EPISODE", "IN_ENV", "TRANSITION", "CONTAINS", "EPISODIC", "CONCERNS", "PRODUCED")
+WORLD_REL_TABLES = ("FROM_EPISODE", "IN_ENV", "TRANSITION", "CONTAINS", "EPISODIC", q.FACT_TYPE, "CONCERNS",
+                    "PRODUCED")
 # the SQLite tables each part is read from (embedded.py: a write to one marks that part stale)
 EPISODE_SOURCES = ("episodes", "agents", "canvases", "canvas_audits", "feedback", "session_links")
 WORLD_SOURCES = ("world_nodes", "world_edges", "world_rules", "scene_links", "scenes", "scene_reports", "env_meta")
@@ -81,7 +92,9 @@ def node_names(label: str) -> list[str]:
 
 
 def rel_names(rtype: str) -> list[str]:
-    return ["from", "to", *(EDGE_REL_PROPS if rtype in q.EDGE_TYPES.values() else ())]
+    if rtype == q.FACT_TYPE:
+        return ["from", "to", *FACT_REL_PROPS]
+    return ["from", "to", *(EDGE_REL_PROPS if rtype in EDGE_REL_TYPES else ())]
 
 
 def empty_nodes(labels: Iterable[str]) -> Nodes:

@@ -15,8 +15,10 @@ from worldgraph.filemodes import PRIVATE_FILE
 from worldgraph.kg.embedded.cypher.child import reader_lock, writer_lock
 from worldgraph.kg.embedded.cypher.load import WorldPart, WorldRows
 from worldgraph.kg.embedded.cypher.model import (
+    EDGE_REL_TYPES,
     ENGINE,
     NODE_TABLES,
+    REL_KINDS,
     REL_TABLES,
     WORLD_NODE_TABLES,
     WORLD_REL_TABLES,
@@ -28,7 +30,6 @@ from worldgraph.kg.embedded.cypher.model import (
     rel_names,
 )
 from worldgraph.kg.embedded.cypher.saved import claim, release
-from worldgraph.kg.neo4j import schema as q
 
 # A table (or a relationship table's pair of ends) of at most this many rows is filled with one
 # UNWIND ... CREATE instead of COPY: COPY sets up buffers for a whole node group whatever the rows
@@ -247,7 +248,7 @@ class Projection:
                 raw["world_nodes"][(env, nid)] = data
         for env, rid, data in rows("MATCH (r:Rule) RETURN r.env_name, r.id, r.record"):
             raw["world_rules"][(env, rid)] = data
-        for rtype in sorted(set(q.EDGE_TYPES.values())):
+        for rtype in sorted(EDGE_REL_TYPES):
             for env, eid, data in rows(f"MATCH ()-[e:{rtype}]->() RETURN e.env_name, e.id, e.record"):
                 raw["world_edges"][(env, eid)] = data
         episodes = {eid for (eid,) in rows("MATCH (e:Episode) RETURN e.id")} if "Episode" in self.kinds else set()
@@ -298,7 +299,9 @@ class Projection:
                 continue
             names = rel_names(rtype)[2:]
             joined: dict[str, list[Any]] = {n: [v for c in by_pair.values() for v in c.get(n, [])] for n in names}
-            kinds = {n: _array(n, values)[1] for n, values in joined.items()}
+            # a column with no value yet takes its declared type, so the first values to come fit it
+            kinds = {n: _array(n, values, None if any(v is not None for v in values) else
+                               REL_KINDS.get(rtype, {}).get(n))[1] for n, values in joined.items()}
             self.kinds[rtype] = kinds
             ddl = "".join(f", {n} {kind}" for n, kind in kinds.items())
             self.conn.execute(f"CREATE REL TABLE {rtype}("

@@ -6,8 +6,9 @@ it, and what a crash or a closed child means for the caller.
   process on a read-only projection, behind the text guard, but the operating system does not
   confine them; ``serve`` then refuses Cypher from API keys unless the operator sets
   ``cypher_allow_unsandboxed`` (``docs/cypher.md``).
-- **The text guard** (``cypher_guard.check_text``, ``text.check_text``) refuses first, then the
-  query is translated (``text.translate``). The test switch ``guard_off`` (honoured only in
+- **The text guard** (``cypher_guard.check_text``, ``text.check_text``) refuses first (Neo4j's
+  planner hints taken out before: ``text.without_hints``), then the query is translated
+  (``text.translate``). The test switch ``guard_off`` (honoured only in
   "landlock" mode) skips both: the query reaches the engine as written, so tests prove the
   sandbox alone holds.
 - **Deadline.** Counted from the call; the time a projection takes to be built or refreshed, and
@@ -99,6 +100,7 @@ class CypherRunner:
         if unguarded:
             translated = query
         else:
+            query = text.without_hints(query)  # Neo4j's planner hints: the same text runs on both stores
             guard.check_text(query)
             query = query.rstrip().removesuffix(";")  # (the guard allows one, last)
             translated = text.translate(query)

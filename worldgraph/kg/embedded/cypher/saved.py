@@ -53,8 +53,10 @@ log = logging.getLogger("worldgraph")
 
 # Bump when what a projection holds changes (labels, columns, how rows are read): saved ones are
 # rebuilt. 2: projections are written by this code alone (query children open them read-only); a
-# file saved by format 1 may hold what a query wrote into it, so none is trusted.
-FORMAT = 2
+# file saved by format 1 may hold what a query wrote into it, so none is trusted. 3: facts of any
+# kind are projected (a FACT relationship table, world edges of relation "fact"); a format 2 file
+# has no such table, so it is rebuilt.
+FORMAT = 3
 SUFFIX = ".lbug"
 # A database lives alone in a folder of its own, ``<key>-<build id>/projection.lbug`` (and its log
 # ``projection.lbug.wal``): a query child may read that folder, which holds the tenant's projection

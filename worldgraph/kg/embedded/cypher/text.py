@@ -194,6 +194,24 @@ def _label_tables(labels: list[str]) -> list[str]:
     return sorted(tables or ())
 
 
+_HINT_NAME = rf"(?:{NAME}|`[^`]*`)"
+# Neo4j's planner hints: USING INDEX [SEEK] v:Label(prop, ...), USING SCAN v:Label, USING JOIN ON v, ...
+_HINT_RE = re.compile(rf"(?<![.$\w`])USING\s+(?:INDEX\s+(?:SEEK\s+)?{_HINT_NAME}\s*:\s*{_HINT_NAME}\s*"
+                      rf"\(\s*{_HINT_NAME}(?:\s*,\s*{_HINT_NAME})*\s*\)|SCAN\s+{_HINT_NAME}\s*:\s*{_HINT_NAME}|"
+                      rf"JOIN\s+ON\s+{_HINT_NAME}(?:\s*,\s*{_HINT_NAME})*)(?![\w`])", re.I)
+
+
+def without_hints(query: str) -> str:
+    """The query without Neo4j's planner hints (``USING INDEX a:Entity(tenant_id)``, ``USING SCAN``,
+    ``USING JOIN ON``): they choose how Neo4j finds the rows, never which rows, and the projection
+    holds one tenant, so the same text runs on both stores. A hint inside a string or a comment
+    stays (it is found on the blanked text)."""
+    hints = list(_HINT_RE.finditer(blank(query)))
+    for m in reversed(hints):
+        query = query[:m.start()] + " " + query[m.end():]
+    return query
+
+
 def translate(query: str) -> str:
     """The query in LadybugDB's dialect (module docstring); CypherQueryError for what cannot be."""
     code = blank(query)

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 __all__ = ["update_world"]
 
+EDGE_TYPES = tuple(q.WORLD_EDGE_TYPES.values())  # the world edges' relationship tables
+
 
 def update_world(proj: Projection, raw: WorldRows, read_edges: Callable[[str, list[str]], list[tuple[str, str]]]) -> bool:
     """Bring the world part to ``raw`` (the world rows read now) by reloading only the rows
@@ -76,7 +78,7 @@ def update_world(proj: Projection, raw: WorldRows, read_edges: Callable[[str, li
     for env, eid in edges:
         if (env, eid) in old["world_edges"]:
             e = loads(old["world_edges"][(env, eid)])
-            rtype = q.EDGE_TYPES.get(e.get("relation", ""))
+            rtype = q.WORLD_EDGE_TYPES.get(e.get("relation", ""))
             src = world.index.get((env, e.get("src_id")))
             if src is None and rtype == "EPISODIC" and e.get("src_id") in world.scenes:
                 src = ("Scene", e["src_id"])
@@ -101,8 +103,7 @@ def update_world(proj: Projection, raw: WorldRows, read_edges: Callable[[str, li
             for label, keys in gone.items():
                 proj.delete_nodes(label, keys)
             nodes = empty_nodes(("Scene", "Entity", "State", "Rule"))
-            rels = empty_rels(("IN_ENV", "FROM_EPISODE", "PRODUCED", "CONCERNS", "TRANSITION", "CONTAINS",
-                                "EPISODIC"))
+            rels = empty_rels(("IN_ENV", "FROM_EPISODE", "PRODUCED", "CONCERNS", *EDGE_TYPES))
             for sid in scenes:
                 if sid in raw["scenes"]:
                     world.scene(nodes, rels, raw["scenes"][sid], raw["scene_reports"].get(sid), proj.episodes)
@@ -122,7 +123,7 @@ def update_world(proj: Projection, raw: WorldRows, read_edges: Callable[[str, li
                     proj.insert_rels(rtype, pair, columns)
             # in place: their links are as they were (the rows the loader makes for them are dropped)
             nodes = empty_nodes(("Entity", "State", "Rule"))
-            rels = empty_rels(("TRANSITION", "CONTAINS", "EPISODIC"))
+            rels = empty_rels(EDGE_TYPES)
             unused = empty_rels(("PRODUCED", "CONCERNS"))
             for k in same["world_nodes"]:
                 world.node(nodes, unused, k[0], raw["world_nodes"][k])
