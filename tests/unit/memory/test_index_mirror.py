@@ -1,0 +1,153 @@
+"""mirror.py: a big table is searched through its in-process mirror (filter columns and int8 codes),
+with the results of an exact filtered search, and every search sees the table's newest version:
+rows another writer appended, deleted (a forget) or compacted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from worldgraph.config import WorldGraphConfig
+from worldgraph.memory.index.episode_index import EpisodeIndex
+from worldgraph.memory.index.mirror import quantize
+
+D = 48
+DAY = 86400.0
+NOW = 1_800_000_000.0
+ROLES = ["Finance", "Ops", "Sales"]
+
+
+def config() -> WorldGraphConfig:
+    # mirrored from the first row; an ANN index from 1,000 rows; exact below 300 passing rows
+    return WorldGraphConfig(mirror_min_rows=1, mirror_exact_rows=300, ann_index_min_rows=1_000,
+                            ann_partition_rows=256, index_version_retention_seconds=0)
+
+
+def make_rows(start: int, n: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    centres = np.random.default_rng(0).standard_normal((12, D)).astype(np.float32)
+    rows = []
+    for i in range(start, start + n):
+        vec = centres[i % 12] + 0.6 * rng.standard_normal(D).astype(np.float32)
+        rows.append({"episode_id": f"e{i}", "tenant_id": "A", "agent_role": ROLES[i % 3], "agent_id": f"a{i % 11}",
+                     "canvas_id": f"c{i % 40}" if i % 2 else None, "timestamp": NOW - (i % 90) * DAY - i,
+                     "text": f"run {i} ledger", "vector": vec, "success": bool(i % 4)})
+    return rows
+
+
+def passes(row: dict, where: dict | None) -> bool:
+    w = where or {}
+    if w.get("agent_role") and row["agent_role"] != w["agent_role"]:
+        return False
+    if w.get("agent_id") and row["agent_id"] != w["agent_id"]:
+        return False
+    if w.get("canvas_ids") and row["canvas_id"] not in w["canvas_ids"]:
+        return False
+    if w.get("start") is not None and row["timestamp"] < w["start"]:
+        return False
+    if w.get("end") is not None and row["timestamp"] > w["end"]:
+        return False
+    return not (w.get("success_only") and not row["success"])
+
+
+def exact(rows: list[dict], q: np.ndarray, k: int, where: dict | None) -> list[str]:
+    kept = [r for r in rows if passes(r, where)]
+    if not kept:
+        return []
+    m = np.stack([r["vector"] for r in kept])
+    sims = m @ q / (np.linalg.norm(m, axis=1) * np.linalg.norm(q))
+    return [kept[i]["episode_id"] for i in np.argsort(-sims)[:k]]
+
+
+WHERES = [None, {"agent_role": "Ops"}, {"agent_id": "a3"}, {"canvas_ids": ["c5", "c7"]},
+          {"start": NOW - 30 * DAY, "end": NOW}, {"agent_role": "Sales", "start": NOW - 10 * DAY},
+          {"success_only": True}, {"canvas_ids": ["c1"], "success_only": True}]
+
+
+@pytest.fixture()
+def loaded(tmp_path):
+    idx = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    rows = make_rows(0, 3_000, 1)
+    for start in range(0, len(rows), 500):
+        idx.upsert(rows[start:start + 500])
+    idx.ensure_indexes()
+    idx._small.max_rows = 0  # never the small-table copy: these tests are about the mirror
+    yield idx, rows
+    idx.close()
+
+
+def test_codes_keep_the_cosine():
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((200, 384)).astype(np.float32), rng.standard_normal((200, 384)).astype(np.float32)
+    b = a + 0.5 * b
+    want = np.einsum("ij,ij->i", a, b) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    ca, cb = quantize(a).astype(np.float32), quantize(b).astype(np.float32)
+    got = np.einsum("ij,ij->i", ca, cb) / (np.linalg.norm(ca, axis=1) * np.linalg.norm(cb, axis=1))
+    assert np.abs(got - want).max() < 2e-3
+
+
+@pytest.mark.parametrize("where", WHERES)
+def test_filtered_search_matches_exact(loaded, where):
+    idx, rows = loaded
+    assert idx.has_vector_index("A")
+    rng = np.random.default_rng(9)
+    recalls = []
+    for _ in range(8):
+        q = rng.standard_normal(D).astype(np.float32)
+        want = exact(rows, q, 10, where)
+        hits = idx.vector_search("A", q, k=10, where=where, columns=["episode_id", "agent_role", "timestamp"])
+        assert all(passes({**r, **h}, where) for h, r in zip(hits, [next(x for x in rows if x["episode_id"] == h[
+            "episode_id"]) for h in hits]))
+        assert [h["similarity"] for h in hits] == sorted((h["similarity"] for h in hits), reverse=True)
+        for h in hits:  # the cosine of the stored vector, within the codes' precision
+            v = next(r["vector"] for r in rows if r["episode_id"] == h["episode_id"])
+            assert abs(h["similarity"] - float(v @ q / np.linalg.norm(v) / np.linalg.norm(q))) < 3e-3
+            assert h["vector"].shape == (D,)
+        recalls.append(len(set(want) & {h["episode_id"] for h in hits}) / max(len(want), 1))
+    assert np.mean(recalls) >= 0.95
+    assert idx._mirrors.get("ep-A", idx._part("A").latest_dataset()).live == 3_000
+
+
+def test_text_search_takes_rows_from_the_mirror(loaded):
+    idx, rows = loaded
+    hits = idx.text_search("A", "ledger", k=5, where={"agent_role": "Ops"}, columns=["episode_id", "timestamp"])
+    assert len(hits) == 5
+    by_id = {r["episode_id"]: r for r in rows}
+    for h in hits:
+        assert by_id[h["episode_id"]]["agent_role"] == "Ops"
+        assert h["timestamp"] == pytest.approx(by_id[h["episode_id"]]["timestamp"])
+        v = by_id[h["episode_id"]]["vector"]
+        assert float(h["vector"] @ v / np.linalg.norm(v)) > 0.998  # the unit vector of its code
+
+
+def test_another_writer_appends_deletes_and_compacts(loaded, tmp_path):
+    """A second index object on the same folder (another process's view: its own tables and
+    mirror) writes; the first one's next search sees each change."""
+    idx, rows = loaded
+    other = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    q = np.asarray(rows[10]["vector"], np.float32)
+    assert idx.vector_search("A", q, k=1)[0]["episode_id"] == "e10"
+    mirror = idx._mirrors.get("ep-A", idx._part("A").latest_dataset())
+    read_before = mirror.counts["read_rows"]
+    # appended elsewhere: a near copy of e10 under a new id is found
+    new = make_rows(3_000, 200, 2)
+    new[0]["vector"] = q * 1.0001
+    other.upsert(new)
+    assert idx.vector_search("A", q, k=2, columns=["episode_id"])[0]["episode_id"] in {"e10", "e3000"}
+    assert {h["episode_id"] for h in idx.vector_search("A", q, k=2)} == {"e10", "e3000"}
+    # forgotten elsewhere: gone from the next search, filtered or not
+    other.delete(["e10", "e3000"])
+    for where in (None, {"agent_role": rows[10]["agent_role"]}, {"agent_id": rows[10]["agent_id"]}):
+        assert not {h["episode_id"] for h in idx.vector_search("A", q, k=20, where=where)} & {"e10", "e3000"}
+    assert not {h["episode_id"] for h in idx.text_search("A", "ledger run 10", k=50)} & {"e10", "e3000"}
+    # compacted elsewhere (the rows move to new fragments): found by id, not read again
+    other.optimize()
+    mirror = idx._mirrors.get("ep-A", idx._part("A").latest_dataset())
+    moved = mirror.counts["moved_rows"]
+    rows_read = mirror.counts["read_rows"] - read_before
+    assert moved > 0 and rows_read <= 200
+    q2 = np.asarray(rows[20]["vector"], np.float32)
+    assert idx.vector_search("A", q2, k=1)[0]["episode_id"] == "e20"
+    assert mirror.live == 3_198
+    assert idx.count("A") == 3_198
+    other.close()

@@ -1,0 +1,370 @@
+"""The in-process index in front of a big table: its filter columns and int8 codes of its vectors,
+row by row, so a filtered search is decided and mostly run without LanceDB.
+
+What a search of a big table cost in LanceDB (1M rows, bench/README.md "Filtered recall and ten
+million episodes"): a prefilter's mask, the IVF search probing until k rows pass (a narrow
+filter's nearest rows are spread over every partition), and reading the hits' rows (~25 us a
+row). A ``Mirror`` holds, for every row of one version of the table, what a filter reads (hashes of
+``agent_role``, ``agent_id`` and ``canvas_id``, ``timestamp``, ``success``) and an int8 code of
+its vector (each row scaled by its largest component: a cosine between codes is within ~1e-3 of
+the float one), and where the row is in LanceDB (its row address). A filter becomes a numpy mask
+over the mirror's rows; a narrow one is searched exactly over the codes of the rows that pass, a
+wide one through the graph index (``graph.py``) or LanceDB's ANN index, its hits checked against
+the mask. Only the final hits are read from LanceDB (``_take_rows`` by row address), so every
+score is still the exact cosine of the stored vectors.
+
+The generation check. A mirror belongs to one version of the table. ``IndexTables.latest_dataset``
+moves to the newest version before every search (this or another process's commits), and
+``refresh`` brings the mirror to it by comparing fragments (a fragment's data files are unique
+per write, see ``small.fragment_files``): a new fragment's rows are read and appended; a fragment
+whose deletion file changed has its live rows read again (a forget is seen by the next search of
+every process); a fragment that is gone takes its rows with it, unless a new fragment holds the
+same episode ids with the same filter columns (a compaction moves rows without changing them:
+only their ids, addresses and filter columns are read, not their vectors). A table dropped and
+made again (a rebuild) starts a new mirror. The mirror holds no text: episode ids, hashes of
+the filter values and codes of vectors, all derived from the table, dropped with it on purge.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from worldgraph.memory.index.schema import as_timestamp
+
+FILTER_COLUMNS = ("episode_id", "agent_role", "agent_id", "canvas_id", "timestamp", "success")
+OFFSET_MASK = np.int64(0xFFFFFFFF)  # a row address: fragment id << 32 | row offset in the fragment
+READ_BATCH = 65_536  # rows read at a time while a fragment is mirrored
+SMALL_SET = 16  # a value set this small is compared value by value (np.isin sorts)
+
+
+def value_hashes(values: pa.Array) -> np.ndarray:
+    """A 64-bit hash (blake2b) of each string of ``values``; missing values and "" hash to 0.
+    Each distinct value is hashed once (a column holds a few hundred distinct values)."""
+    encoded = pc.dictionary_encode(values.cast(pa.string()) if values.type != pa.string() else values)
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.combine_chunks()
+    hashed = np.array([hash_value(v) for v in encoded.dictionary.to_pylist()] + [0], dtype=np.uint64)
+    idx = encoded.indices.to_numpy(zero_copy_only=False)
+    idx = np.where(np.isnan(idx.astype(np.float64)), len(hashed) - 1, idx).astype(np.int64) \
+        if encoded.indices.null_count else idx.astype(np.int64)
+    out: np.ndarray = hashed[idx]
+    return out
+
+
+def hash_value(value: str | None) -> int:
+    """The 64-bit hash of one filter value (0 for a missing value)."""
+    if not value:
+        return 0
+    return int.from_bytes(hashlib.blake2b(value.encode("utf-8"), digest_size=8).digest(), "little") or 1
+
+
+def quantize(vectors: np.ndarray) -> np.ndarray:
+    """int8 codes of float vectors, each row scaled by its largest component (cosine is scale-free)."""
+    v = np.asarray(vectors, dtype=np.float32)
+    top = np.abs(v).max(axis=1, keepdims=True)
+    top[top == 0] = 1.0
+    codes: np.ndarray = np.rint(v * (127.0 / top)).astype(np.int8)
+    return codes
+
+
+def one_of(column: np.ndarray, values: list[int]) -> np.ndarray:
+    """Whether each entry of ``column`` is one of ``values``."""
+    if len(values) > SMALL_SET:
+        return np.isin(column, np.array(values, np.uint64))
+    out = np.zeros(len(column), bool)
+    for v in set(values):
+        out |= column == np.uint64(v)
+    return out
+
+
+class Columns:
+    """Growable columns of mirror rows (amortised doubling)."""
+
+    def __init__(self, dimensions: int) -> None:
+        self.n = 0
+        self.dimensions = dimensions
+        self.codes = np.zeros((0, dimensions), np.int8)
+        self.role = np.zeros(0, np.uint64)
+        self.agent = np.zeros(0, np.uint64)
+        self.canvas = np.zeros(0, np.uint64)
+        self.ts = np.zeros(0, np.float64)
+        self.ok = np.zeros(0, bool)
+        self.addr = np.zeros(0, np.int64)  # the row's address in the mirror's version (-1: gone)
+        self.norms = np.zeros(0, np.float32)  # |code|
+        self.ids: list[pa.Array] = []  # episode ids, in chunks
+        self.id_starts: list[int] = []
+
+    def _grow(self, need: int) -> None:
+        cap = len(self.ts)
+        if need <= cap:
+            return
+        new = max(need, cap * 2, 1024)
+        for name in ("role", "agent", "canvas", "ts", "ok", "addr", "norms"):
+            old = getattr(self, name)
+            arr = np.zeros(new, old.dtype)
+            arr[:self.n] = old[:self.n]
+            setattr(self, name, arr)
+        codes = np.zeros((new, self.dimensions), np.int8)
+        codes[:self.n] = self.codes[:self.n]
+        self.codes = codes
+
+    def append(self, tbl: pa.Table, codes: np.ndarray, addrs: np.ndarray) -> np.ndarray:
+        """Append rows (filter columns of ``tbl``, their codes and addresses); returns their mirror rows."""
+        m = tbl.num_rows
+        start = self.n
+        self._grow(start + m)
+        end = start + m
+        self.role[start:end] = value_hashes(tbl.column("agent_role"))
+        self.agent[start:end] = value_hashes(tbl.column("agent_id"))
+        self.canvas[start:end] = value_hashes(tbl.column("canvas_id"))
+        self.ts[start:end] = tbl.column("timestamp").to_numpy(zero_copy_only=False)
+        self.ok[start:end] = tbl.column("success").fill_null(False).to_numpy(zero_copy_only=False)
+        self.addr[start:end] = addrs
+        self.codes[start:end] = codes
+        self.norms[start:end] = np.sqrt(np.einsum("ij,ij->i", codes.astype(np.float32), codes.astype(np.float32)))
+        self.ids.append(tbl.column("episode_id").combine_chunks())
+        self.id_starts.append(start)
+        self.n = end
+        return np.arange(start, end, dtype=np.int64)
+
+    def episode_ids(self, rows: np.ndarray) -> list[str]:
+        """The episode ids of mirror ``rows``."""
+        starts = np.asarray(self.id_starts)
+        chunk = np.searchsorted(starts, rows, side="right") - 1
+        return [self.ids[c][int(r) - self.id_starts[c]].as_py() for c, r in zip(chunk.tolist(), rows.tolist())]
+
+    def same_filters(self, rows: np.ndarray, tbl: pa.Table) -> np.ndarray:
+        """Whether mirror ``rows`` have the filter columns of the rows of ``tbl`` (one each)."""
+        same: np.ndarray = ((self.role[rows] == value_hashes(tbl.column("agent_role")))
+                & (self.agent[rows] == value_hashes(tbl.column("agent_id")))
+                & (self.canvas[rows] == value_hashes(tbl.column("canvas_id")))
+                & (self.ts[rows] == tbl.column("timestamp").to_numpy(zero_copy_only=False))
+                & (self.ok[rows] == tbl.column("success").fill_null(False).to_numpy(zero_copy_only=False)))
+        return same
+
+
+class Fragment:
+    """One fragment of the mirror's version: its files, and the mirror row of each of its rows."""
+
+    __slots__ = ("files", "deletion", "by_offset")
+
+    def __init__(self, files: tuple[str, ...], deletion: str | None, by_offset: np.ndarray) -> None:
+        self.files = files
+        self.deletion = deletion
+        self.by_offset = by_offset  # row offset in the fragment -> mirror row (-1: deleted)
+
+    @property
+    def rows(self) -> np.ndarray:
+        """The mirror rows of the fragment's live rows."""
+        return self.by_offset[self.by_offset >= 0]
+
+
+def fragment_key(frag: Any) -> tuple[tuple[str, ...], str | None]:
+    deleted = frag.deletion_file()
+    return tuple(d.path for d in frag.data_files()), None if deleted is None else str(deleted)
+
+
+class Mirror:
+    """The filter columns and vector codes of one table, at one version (see the module docstring)."""
+
+    def __init__(self, dimensions: int) -> None:
+        self.cols = Columns(dimensions)
+        self.frags: dict[int, Fragment] = {}
+        self.version: int | None = None
+        self.alive = np.zeros(0, bool)
+        self.live = 0
+        self.counts = {"read_rows": 0, "moved_rows": 0, "refreshes": 0}
+
+    # -- the generation check -----------------------------------------------------------------
+
+    def refresh(self, ds: Any) -> None:
+        """Bring the mirror to ``ds``'s version (see the module docstring)."""
+        if ds.version == self.version:
+            return
+        cols = self.cols
+        current = {f.fragment_id: f for f in ds.get_fragments()}
+        keys = {fid: fragment_key(f) for fid, f in current.items()}
+        gone: list[int] = []
+        for fid, held in self.frags.items():
+            key = keys.get(fid)
+            if key is None or key[0] != held.files:
+                gone.append(fid)
+        new = [fid for fid in current if fid not in self.frags or fid in gone]
+        freed = np.concatenate([self.frags[f].rows for f in gone]) if gone else np.zeros(0, np.int64)
+        for fid in gone:
+            del self.frags[fid]
+        moved: dict[str, int] = {}
+        if len(freed):
+            moved = dict(zip(cols.episode_ids(freed), freed.tolist()))
+        for fid in new:
+            frag = current[fid]
+            files, deletion = keys[fid]
+            self.frags[fid] = Fragment(files, deletion, self._read(ds, frag, moved))
+        for fid, held in self.frags.items():
+            files, deletion = keys[fid]
+            if fid not in new and deletion != held.deletion:  # a delete (a forget) in that fragment
+                held.by_offset = self._live_rows(ds, current[fid], held)
+                held.deletion = deletion
+        alive = np.zeros(cols.n, bool)
+        for held in self.frags.values():
+            alive[held.rows] = True
+        cols.addr[:cols.n][~alive] = -1
+        self.alive = alive
+        self.live = int(alive.sum())
+        self.version = ds.version
+        self.counts["refreshes"] += 1
+
+    def _read(self, ds: Any, frag: Any, moved: dict[str, int]) -> np.ndarray:
+        """Offset -> mirror row of a new fragment: its live rows moved from a fragment that is gone
+        (same id and filter columns), else appended (their vectors read, a batch at a time)."""
+        by_offset = np.full(int(frag.metadata.physical_rows), -1, np.int64)
+        columns = list(FILTER_COLUMNS) if moved else [*FILTER_COLUMNS, "vector"]  # vectors: of new rows only
+        for batch in ds.scanner(columns=columns, fragments=[frag], with_row_address=True,
+                                batch_size=READ_BATCH).to_batches():
+            tbl = pa.Table.from_batches([batch])
+            addrs = tbl.column("_rowaddr").to_numpy().astype(np.int64)
+            by_offset[addrs & OFFSET_MASK] = self._read_rows(ds, tbl, addrs, moved)
+        return by_offset
+
+    def _read_rows(self, ds: Any, tbl: pa.Table, addrs: np.ndarray, moved: dict[str, int]) -> np.ndarray:
+        cols = self.cols
+        out = np.full(tbl.num_rows, -1, np.int64)
+        if moved and tbl.num_rows:
+            ids = tbl.column("episode_id").to_pylist()
+            cand = np.array([moved.get(e, -1) for e in ids], np.int64)
+            known = cand >= 0
+            if known.any():
+                ok = np.zeros(len(cand), bool)
+                ok[known] = cols.same_filters(cand[known], tbl.filter(pa.array(known)))
+                out[ok] = cand[ok]
+                cols.addr[cand[ok]] = addrs[ok]
+                self.counts["moved_rows"] += int(ok.sum())
+        fresh = np.flatnonzero(out < 0)
+        if len(fresh):
+            sub = tbl if len(fresh) == tbl.num_rows else tbl.take(pa.array(fresh))
+            vec_tbl = sub if "vector" in tbl.column_names else ds._take_rows(addrs[fresh].tolist(), columns=["vector"])
+            vectors = vec_tbl.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            codes = quantize(vectors.reshape(len(fresh), cols.dimensions))
+            out[fresh] = cols.append(sub, codes, addrs[fresh])
+            self.counts["read_rows"] += len(fresh)
+        return out
+
+    @staticmethod
+    def _live_rows(ds: Any, frag: Any, held: Fragment) -> np.ndarray:
+        """A fragment's offset -> mirror row once some of its rows were deleted (-1 for those)."""
+        live = ds.scanner(columns=[], fragments=[frag], with_row_address=True).to_table()
+        offsets = live.column("_rowaddr").to_numpy().astype(np.int64) & OFFSET_MASK
+        out = np.full(len(held.by_offset), -1, np.int64)
+        out[offsets] = held.by_offset[offsets]
+        return out
+
+    # -- searching --------------------------------------------------------------------------
+
+    def mask(self, where: dict[str, Any] | None) -> np.ndarray:
+        """Live mirror rows passing ``where`` (validated by ``metadata_filter``)."""
+        cols = self.cols
+        n = cols.n
+        keep = self.alive[:n].copy()
+        w = where or {}
+        for key, col in (("agent_role", cols.role), ("agent_id", cols.agent)):
+            if w.get(key) is not None:
+                keep &= col[:n] == np.uint64(hash_value(w[key]))
+        canvas_ids = w.get("canvas_ids")
+        if canvas_ids:
+            wanted = [canvas_ids] if isinstance(canvas_ids, str) else list(canvas_ids)
+            keep &= one_of(cols.canvas[:n], [hash_value(c) for c in wanted])
+        if w.get("start") is not None:
+            keep &= cols.ts[:n] >= as_timestamp(w["start"], "where.start")
+        if w.get("end") is not None:
+            keep &= cols.ts[:n] <= as_timestamp(w["end"], "where.end")
+        if w.get("success_only"):
+            keep &= cols.ok[:n]
+        out: np.ndarray = keep
+        return out
+
+    def nearest(self, q: np.ndarray, k: int, rows: np.ndarray) -> np.ndarray:
+        """The ``k`` of mirror ``rows`` nearest to ``q`` by the cosine of their codes (the query's
+        own int8 code against theirs, SIMD: ~0.5 ms for 15k rows), best first."""
+        import numkong
+
+        if not len(rows):
+            return rows
+        cols = self.cols
+        qc = quantize(np.asarray(q, np.float32).reshape(1, -1))
+        sims = np.empty(len(rows), np.float64)
+        for start in range(0, len(rows), READ_BATCH):  # a block of codes at a time
+            part = rows[start:start + READ_BATCH]
+            dots = np.asarray(numkong.cdist(cols.codes[part], qc, metric="dot")).reshape(-1)
+            sims[start:start + len(part)] = dots / np.maximum(cols.norms[part], 1e-9)
+        if len(rows) > k:
+            top = np.argpartition(-sims, k - 1)[:k]
+            rows, sims = rows[top], sims[top]
+        return rows[np.argsort(-sims, kind="stable")]
+
+    def unit_vectors(self, rows: np.ndarray) -> np.ndarray:
+        """The unit vectors (float32) of mirror ``rows``' codes."""
+        cols = self.cols
+        unit: np.ndarray = cols.codes[rows].astype(np.float32) / np.maximum(cols.norms[rows], 1e-9)[:, None]
+        return unit
+
+    def results(self, rows: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The best ``k`` of mirror ``rows`` by the cosine of the float query with their codes: the
+        rows, their unit vectors (float32, from the codes) and their cosines, best first."""
+        unit = self.unit_vectors(rows)
+        sims = unit @ (np.asarray(q, np.float32) / (float(np.linalg.norm(q)) or 1.0))
+        order = np.argsort(-sims, kind="stable")[:k]
+        return rows[order], unit[order], sims[order]
+
+    def addresses(self, rows: np.ndarray) -> list[int]:
+        return [int(a) for a in self.cols.addr[rows]]
+
+    def rows_of(self, addrs: np.ndarray) -> np.ndarray:
+        """Mirror rows of LanceDB row addresses (-1: not a live row of the mirror's version)."""
+        a = np.asarray(addrs, dtype=np.int64)
+        out = np.full(len(a), -1, np.int64)
+        frag_ids = a >> 32
+        for fid in np.unique(frag_ids).tolist():
+            held = self.frags.get(int(fid))
+            if held is None:
+                continue
+            sel = frag_ids == fid
+            offsets = a[sel] & OFFSET_MASK
+            inside = offsets < len(held.by_offset)
+            found = np.full(len(offsets), -1, np.int64)
+            found[inside] = held.by_offset[offsets[inside]]
+            out[sel] = found
+        return out
+
+
+class Mirrors:
+    """The mirrors of the big tables of one index, by table name; one thread refreshes a table's
+    mirror while the others wait for it."""
+
+    def __init__(self, dimensions: int) -> None:
+        self.dimensions = dimensions
+        self._lock = threading.Lock()
+        self._mirrors: dict[str, Mirror] = {}
+        self._locks: dict[str, threading.Lock] = {}
+
+    def get(self, name: str, ds: Any) -> Mirror:
+        with self._lock:
+            lock = self._locks.setdefault(name, threading.Lock())
+        with lock:
+            mirror = self._mirrors.get(name)
+            if mirror is None or ds.version < (mirror.version or 0):  # new, or the table was made again
+                mirror = self._mirrors[name] = Mirror(self.dimensions)
+            mirror.refresh(ds)
+            return mirror
+
+    def drop(self, name: str | None = None) -> None:
+        with self._lock:
+            if name is None:
+                self._mirrors.clear()
+            else:
+                self._mirrors.pop(name, None)
