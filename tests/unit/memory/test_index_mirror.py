@@ -151,3 +151,59 @@ def test_another_writer_appends_deletes_and_compacts(loaded, tmp_path):
     assert mirror.live == 3_198
     assert idx.count("A") == 3_198
     other.close()
+
+
+def test_saved_mirror_reopens_and_survives_a_killed_save(loaded, tmp_path):
+    """close() saves the mirror; a new index object opens it without reading a vector, brings it
+    to the table's newest version, and a save killed halfway (rows past the manifest's count, files
+    it does not name) changes nothing of what the next process reads."""
+    from worldgraph.memory.index import mirror_files
+
+    idx, rows = loaded
+    q = np.asarray(rows[42]["vector"], np.float32)
+    want = [h["episode_id"] for h in idx.vector_search("A", q, k=10, where={"agent_role": "Ops"})]
+    idx.close()
+    folder = mirror_files.folder_of(idx.path, "eph-41")
+    manifest = (folder / "manifest.json").read_text()
+    assert '"rows": 3000' in manifest
+    # a save killed halfway: bytes past the count in every field file, a stray map and ids file
+    for field in mirror_files.FIELDS:
+        with open(folder / f"{field}.bin", "ab") as fh:
+            fh.write(b"\x07" * 4096)
+    (folder / "map-99-deadbeef.npy").write_bytes(b"partial")
+    (folder / "ids-9999.arrow").write_bytes(b"partial")
+    other = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    other._small.max_rows = 0
+    other.upsert(make_rows(3_000, 100, 7))  # a version the saved mirror has not seen
+    got = [h["episode_id"] for h in other.vector_search("A", q, k=10, where={"agent_role": "Ops"})]
+    mirror = other._mirrors.get("eph-41", other._part("A").latest_dataset())
+    assert mirror.counts["read_rows"] == 100 and mirror.cols.n_base >= 3_000  # only the new rows were read
+    assert set(got) - {f"e{i}" for i in range(3_000, 3_100)} <= set(want)
+    other.close()
+    assert not (folder / "map-99-deadbeef.npy").exists() and not (folder / "ids-9999.arrow").exists()
+    third = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    mirror = third._mirrors.get("eph-41", third._part("A").latest_dataset())
+    assert mirror.counts["read_rows"] == 0 and mirror.live == 3_100
+    # a malformed manifest: the mirror is built again from the table
+    third._mirrors.drop()
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text("{not json")
+    fourth = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    mirror = fourth._mirrors.get("eph-41", fourth._part("A").latest_dataset())
+    assert mirror.counts["read_rows"] == 3_100
+    third.close()
+    fourth.close()
+
+
+def test_purge_deletes_the_saved_mirror(loaded, tmp_path):
+    from worldgraph.memory.index import mirror_files
+
+    idx, rows = loaded
+    idx.vector_search("A", np.asarray(rows[1]["vector"], np.float32), k=5)
+    idx._mirrors.save_all()
+    folder = mirror_files.folder_of(idx.path, "eph-41")
+    assert (folder / "manifest.json").exists()
+    idx.delete(["e1"])
+    idx.purge([], ["A"], [])
+    assert not folder.exists()
+    assert "e1" not in {h["episode_id"] for h in idx.vector_search("A", np.asarray(rows[1]["vector"], np.float32), k=5)}

@@ -28,7 +28,6 @@ the filter values and codes of vectors, all derived from the table, dropped with
 from __future__ import annotations
 
 import hashlib
-import threading
 from typing import Any
 
 import numpy as np
@@ -83,55 +82,93 @@ def one_of(column: np.ndarray, values: list[int]) -> np.ndarray:
     return out
 
 
+# the per-row fields of a mirror, their types and, for codes, the width (the vector size)
+FIELDS: dict[str, Any] = {"codes": np.int8, "role": np.uint64, "agent": np.uint64, "canvas": np.uint64,
+                          "ts": np.float64, "ok": np.bool_, "norms": np.float32}
+
+
 class Columns:
-    """Growable columns of mirror rows (amortised doubling)."""
+    """The mirror's rows, field by field: a saved base (memory-mapped files, mirror_files.py) and an
+    in-memory tail of the rows added since (growable)."""
 
     def __init__(self, dimensions: int) -> None:
-        self.n = 0
         self.dimensions = dimensions
-        self.codes = np.zeros((0, dimensions), np.int8)
-        self.role = np.zeros(0, np.uint64)
-        self.agent = np.zeros(0, np.uint64)
-        self.canvas = np.zeros(0, np.uint64)
-        self.ts = np.zeros(0, np.float64)
-        self.ok = np.zeros(0, bool)
-        self.addr = np.zeros(0, np.int64)  # the row's address in the mirror's version (-1: gone)
-        self.norms = np.zeros(0, np.float32)  # |code|
-        self.ids: list[pa.Array] = []  # episode ids, in chunks
+        self.base: dict[str, np.ndarray] = {f: self._empty(f, 0) for f in FIELDS}
+        self.n_base = 0
+        self.tail: dict[str, np.ndarray] = {f: self._empty(f, 0) for f in FIELDS}
+        self.n_tail = 0
+        self.addr = np.zeros(0, np.int64)  # each row's address in the mirror's version (-1: gone)
+        self.ids: list[pa.Array] = []  # episode ids, in chunks (the base's first, from their files)
         self.id_starts: list[int] = []
+        self.saved_ids = 0  # chunks of ids already in files
+
+    def _empty(self, field: str, n: int) -> np.ndarray:
+        shape = (n, self.dimensions) if field == "codes" else (n,)
+        return np.zeros(shape, FIELDS[field])
+
+    @property
+    def n(self) -> int:
+        return self.n_base + self.n_tail
+
+    def take(self, field: str, rows: np.ndarray) -> np.ndarray:
+        """``field`` of mirror ``rows``."""
+        if not self.n_tail:
+            out: np.ndarray = self.base[field][rows]
+            return out
+        if not self.n_base:
+            out = self.tail[field][rows]
+            return out
+        inside = rows < self.n_base
+        out = np.empty((len(rows), *self.base[field].shape[1:]), FIELDS[field])
+        out[inside] = self.base[field][rows[inside]]
+        out[~inside] = self.tail[field][rows[~inside] - self.n_base]
+        return out
+
+    def segments(self, field: str) -> list[np.ndarray]:
+        """``field`` of every row, as the base's and the tail's arrays (a mask is made segment by segment)."""
+        return [self.base[field][:self.n_base], self.tail[field][:self.n_tail]]
+
+    def set_base(self, base: dict[str, np.ndarray], n: int) -> None:
+        """The saved rows, memory-mapped (the tail must be empty or just saved)."""
+        self.base, self.n_base = base, n
+        self.tail, self.n_tail = {f: self._empty(f, 0) for f in FIELDS}, 0
+        if len(self.addr) < n:
+            addr = np.full(n, -1, np.int64)
+            addr[:len(self.addr)] = self.addr
+            self.addr = addr
 
     def _grow(self, need: int) -> None:
-        cap = len(self.ts)
-        if need <= cap:
-            return
-        new = max(need, cap * 2, 1024)
-        for name in ("role", "agent", "canvas", "ts", "ok", "addr", "norms"):
-            old = getattr(self, name)
-            arr = np.zeros(new, old.dtype)
-            arr[:self.n] = old[:self.n]
-            setattr(self, name, arr)
-        codes = np.zeros((new, self.dimensions), np.int8)
-        codes[:self.n] = self.codes[:self.n]
-        self.codes = codes
+        cap = len(self.tail["ts"])
+        if need > cap:
+            new = max(need, cap * 2, 1024)
+            for field, old in self.tail.items():
+                arr = self._empty(field, new)
+                arr[:self.n_tail] = old[:self.n_tail]
+                self.tail[field] = arr
+        if len(self.addr) < self.n_base + need:
+            addr = np.full(max(self.n_base + need, len(self.addr) * 2), -1, np.int64)
+            addr[:len(self.addr)] = self.addr
+            self.addr = addr
 
     def append(self, tbl: pa.Table, codes: np.ndarray, addrs: np.ndarray) -> np.ndarray:
         """Append rows (filter columns of ``tbl``, their codes and addresses); returns their mirror rows."""
         m = tbl.num_rows
-        start = self.n
-        self._grow(start + m)
-        end = start + m
-        self.role[start:end] = value_hashes(tbl.column("agent_role"))
-        self.agent[start:end] = value_hashes(tbl.column("agent_id"))
-        self.canvas[start:end] = value_hashes(tbl.column("canvas_id"))
-        self.ts[start:end] = tbl.column("timestamp").to_numpy(zero_copy_only=False)
-        self.ok[start:end] = tbl.column("success").fill_null(False).to_numpy(zero_copy_only=False)
-        self.addr[start:end] = addrs
-        self.codes[start:end] = codes
-        self.norms[start:end] = np.sqrt(np.einsum("ij,ij->i", codes.astype(np.float32), codes.astype(np.float32)))
+        self._grow(self.n_tail + m)
+        t, a, b = self.tail, self.n_tail, self.n_tail + m
+        t["role"][a:b] = value_hashes(tbl.column("agent_role"))
+        t["agent"][a:b] = value_hashes(tbl.column("agent_id"))
+        t["canvas"][a:b] = value_hashes(tbl.column("canvas_id"))
+        t["ts"][a:b] = tbl.column("timestamp").to_numpy(zero_copy_only=False)
+        t["ok"][a:b] = tbl.column("success").fill_null(False).to_numpy(zero_copy_only=False)
+        t["codes"][a:b] = codes
+        c = codes.astype(np.float32)
+        t["norms"][a:b] = np.sqrt(np.einsum("ij,ij->i", c, c))
+        first = self.n
+        self.addr[first:first + m] = addrs
         self.ids.append(tbl.column("episode_id").combine_chunks())
-        self.id_starts.append(start)
-        self.n = end
-        return np.arange(start, end, dtype=np.int64)
+        self.id_starts.append(first)
+        self.n_tail = b
+        return np.arange(first, first + m, dtype=np.int64)
 
     def episode_ids(self, rows: np.ndarray) -> list[str]:
         """The episode ids of mirror ``rows``."""
@@ -141,23 +178,25 @@ class Columns:
 
     def same_filters(self, rows: np.ndarray, tbl: pa.Table) -> np.ndarray:
         """Whether mirror ``rows`` have the filter columns of the rows of ``tbl`` (one each)."""
-        same: np.ndarray = ((self.role[rows] == value_hashes(tbl.column("agent_role")))
-                & (self.agent[rows] == value_hashes(tbl.column("agent_id")))
-                & (self.canvas[rows] == value_hashes(tbl.column("canvas_id")))
-                & (self.ts[rows] == tbl.column("timestamp").to_numpy(zero_copy_only=False))
-                & (self.ok[rows] == tbl.column("success").fill_null(False).to_numpy(zero_copy_only=False)))
+        same: np.ndarray = ((self.take("role", rows) == value_hashes(tbl.column("agent_role")))
+                            & (self.take("agent", rows) == value_hashes(tbl.column("agent_id")))
+                            & (self.take("canvas", rows) == value_hashes(tbl.column("canvas_id")))
+                            & (self.take("ts", rows) == tbl.column("timestamp").to_numpy(zero_copy_only=False))
+                            & (self.take("ok", rows)
+                               == tbl.column("success").fill_null(False).to_numpy(zero_copy_only=False)))
         return same
 
 
 class Fragment:
     """One fragment of the mirror's version: its files, and the mirror row of each of its rows."""
 
-    __slots__ = ("files", "deletion", "by_offset")
+    __slots__ = ("files", "deletion", "by_offset", "file")
 
     def __init__(self, files: tuple[str, ...], deletion: str | None, by_offset: np.ndarray) -> None:
         self.files = files
         self.deletion = deletion
         self.by_offset = by_offset  # row offset in the fragment -> mirror row (-1: deleted)
+        self.file: str | None = None  # the file it is saved in (mirror_files.py; None: not saved as it is)
 
     @property
     def rows(self) -> np.ndarray:
@@ -179,6 +218,8 @@ class Mirror:
         self.version: int | None = None
         self.alive = np.zeros(0, bool)
         self.live = 0
+        self.dirty = False  # changed since it was last saved (mirror_files.py)
+        self.saved_at = 0.0  # time.monotonic() of the last save
         self.counts = {"read_rows": 0, "moved_rows": 0, "refreshes": 0}
 
     # -- the generation check -----------------------------------------------------------------
@@ -211,10 +252,12 @@ class Mirror:
             if fid not in new and deletion != held.deletion:  # a delete (a forget) in that fragment
                 held.by_offset = self._live_rows(ds, current[fid], held)
                 held.deletion = deletion
+                held.file = None
         alive = np.zeros(cols.n, bool)
         for held in self.frags.values():
             alive[held.rows] = True
         cols.addr[:cols.n][~alive] = -1
+        self.dirty = True
         self.alive = alive
         self.live = int(alive.sum())
         self.version = ds.version
@@ -269,24 +312,34 @@ class Mirror:
     def mask(self, where: dict[str, Any] | None) -> np.ndarray:
         """Live mirror rows passing ``where`` (validated by ``metadata_filter``)."""
         cols = self.cols
-        n = cols.n
-        keep = self.alive[:n].copy()
         w = where or {}
-        for key, col in (("agent_role", cols.role), ("agent_id", cols.agent)):
+        checks: list[tuple[str, Any]] = []
+        for key, field in (("agent_role", "role"), ("agent_id", "agent")):
             if w.get(key) is not None:
-                keep &= col[:n] == np.uint64(hash_value(w[key]))
+                value = np.uint64(hash_value(w[key]))
+                checks.append((field, lambda col, value=value: col == value))
         canvas_ids = w.get("canvas_ids")
         if canvas_ids:
-            wanted = [canvas_ids] if isinstance(canvas_ids, str) else list(canvas_ids)
-            keep &= one_of(cols.canvas[:n], [hash_value(c) for c in wanted])
+            wanted = [hash_value(c) for c in ([canvas_ids] if isinstance(canvas_ids, str) else list(canvas_ids))]
+            checks.append(("canvas", lambda col: one_of(col, wanted)))
         if w.get("start") is not None:
-            keep &= cols.ts[:n] >= as_timestamp(w["start"], "where.start")
+            start = as_timestamp(w["start"], "where.start")
+            checks.append(("ts", lambda col: col >= start))
         if w.get("end") is not None:
-            keep &= cols.ts[:n] <= as_timestamp(w["end"], "where.end")
+            end = as_timestamp(w["end"], "where.end")
+            checks.append(("ts", lambda col: col <= end))
         if w.get("success_only"):
-            keep &= cols.ok[:n]
-        out: np.ndarray = keep
-        return out
+            checks.append(("ok", lambda col: col))
+        keep: np.ndarray = self.alive[:cols.n].copy()
+        offset = 0
+        for segment in range(2):  # the base, then the tail
+            size = cols.n_base if segment == 0 else cols.n_tail
+            if size:
+                part = keep[offset:offset + size]
+                for field, check in checks:
+                    part &= check(cols.segments(field)[segment])
+            offset += size
+        return keep
 
     def nearest(self, q: np.ndarray, k: int, rows: np.ndarray) -> np.ndarray:
         """The ``k`` of mirror ``rows`` nearest to ``q`` by the cosine of their codes (the query's
@@ -300,8 +353,8 @@ class Mirror:
         sims = np.empty(len(rows), np.float64)
         for start in range(0, len(rows), READ_BATCH):  # a block of codes at a time
             part = rows[start:start + READ_BATCH]
-            dots = np.asarray(numkong.cdist(cols.codes[part], qc, metric="dot")).reshape(-1)
-            sims[start:start + len(part)] = dots / np.maximum(cols.norms[part], 1e-9)
+            dots = np.asarray(numkong.cdist(cols.take("codes", part), qc, metric="dot")).reshape(-1)
+            sims[start:start + len(part)] = dots / np.maximum(cols.take("norms", part), 1e-9)
         if len(rows) > k:
             top = np.argpartition(-sims, k - 1)[:k]
             rows, sims = rows[top], sims[top]
@@ -310,7 +363,8 @@ class Mirror:
     def unit_vectors(self, rows: np.ndarray) -> np.ndarray:
         """The unit vectors (float32) of mirror ``rows``' codes."""
         cols = self.cols
-        unit: np.ndarray = cols.codes[rows].astype(np.float32) / np.maximum(cols.norms[rows], 1e-9)[:, None]
+        unit: np.ndarray = cols.take("codes", rows).astype(np.float32) / np.maximum(cols.take("norms", rows),
+                                                                                     1e-9)[:, None]
         return unit
 
     def results(self, rows: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -340,31 +394,3 @@ class Mirror:
             found[inside] = held.by_offset[offsets[inside]]
             out[sel] = found
         return out
-
-
-class Mirrors:
-    """The mirrors of the big tables of one index, by table name; one thread refreshes a table's
-    mirror while the others wait for it."""
-
-    def __init__(self, dimensions: int) -> None:
-        self.dimensions = dimensions
-        self._lock = threading.Lock()
-        self._mirrors: dict[str, Mirror] = {}
-        self._locks: dict[str, threading.Lock] = {}
-
-    def get(self, name: str, ds: Any) -> Mirror:
-        with self._lock:
-            lock = self._locks.setdefault(name, threading.Lock())
-        with lock:
-            mirror = self._mirrors.get(name)
-            if mirror is None or ds.version < (mirror.version or 0):  # new, or the table was made again
-                mirror = self._mirrors[name] = Mirror(self.dimensions)
-            mirror.refresh(ds)
-            return mirror
-
-    def drop(self, name: str | None = None) -> None:
-        with self._lock:
-            if name is None:
-                self._mirrors.clear()
-            else:
-                self._mirrors.pop(name, None)

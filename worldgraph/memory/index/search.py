@@ -211,7 +211,7 @@ class IndexSearch(IndexTables):
                 tbl = ds._take_rows(mirror.addresses(rows), columns=taken)
                 extra = {c: tbl.column(c).to_pylist() for c in taken}
             if "timestamp" in others:
-                extra["timestamp"] = mirror.cols.ts[rows].tolist()
+                extra["timestamp"] = mirror.cols.take("ts", rows).tolist()
         out = []
         for i, (eid, (name, score)) in enumerate(zip(ids, scores)):
             row: dict[str, Any] = {"episode_id": eid, **{c: v[i] for c, v in extra.items()}, "vector": vectors[i],

@@ -23,7 +23,7 @@ from worldgraph.errors import ReadOnlyError
 from worldgraph.filemodes import PrivateTree, create_private_file
 from worldgraph.locks import file_lock
 from worldgraph.memory.index import objectstore
-from worldgraph.memory.index.mirror import Mirrors
+from worldgraph.memory.index.mirror_files import Mirrors
 from worldgraph.memory.index.schema import (
     COMMIT_RETRIES,
     META_FILE,

@@ -1,0 +1,232 @@
+"""A mirror (mirror.py) saved beside a local index, so a new process opens it instead of reading
+every vector of the table again (1M rows: ~16 s of reading and quantizing under load).
+
+``<index>/_mirror/<table>/`` holds one file per field of the rows (``codes.bin``, ``role.bin``,
+... raw arrays, appended to and memory-mapped: a process's resident memory grows only with the
+pages its searches touch), the episode ids (``ids-<first row>.arrow``, Arrow IPC files), one map
+per fragment from row offset to mirror row (``map-<fragment>-<token>.npy``, written once: a
+fragment that changes gets a new file) and ``manifest.json``, which names the rows, the table
+version and the files of that state. The manifest is written last and replaced atomically, so a
+process killed while saving leaves the previous state whole: rows past the manifest's count are
+ignored (and overwritten by the next save), files it does not name are deleted by the next save.
+Opening checks every field file holds the manifest's rows; anything missing or malformed starts
+an empty mirror (rebuilt from the table: the mirror is derived data). The saved state may be of
+an older version than the table: the opening process brings it up to date like any other
+(``Mirror.refresh``), and saves it again.
+
+One process saves at a time (a lock file, not waited for: a busy lock skips the save); a process
+whose rows on disk are not the ones it loaded (another process saved meanwhile) does not save and
+reopens the saved state at its next search. Purge deletes the folder of every table it rewrites
+(the files hold codes and ids of forgotten rows until then).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from worldgraph.errors import StorageError
+from worldgraph.locks import file_lock
+from worldgraph.memory.index.mirror import FIELDS, Fragment, Mirror
+
+log = logging.getLogger("worldgraph.memory.index.episode_index")
+
+FOLDER = "_mirror"  # beside the tables of a local index
+FORMAT = 1
+SAVE_ROWS = 50_000  # rows added in memory that make a search save the mirror at once
+SAVE_SECONDS = 60.0  # otherwise a changed mirror is saved at most this often (and on close)
+
+
+def folder_of(index_path: str, table: str) -> Path:
+    return Path(index_path) / FOLDER / table
+
+
+def _width(field: str, dimensions: int) -> int:
+    return int(np.dtype(FIELDS[field]).itemsize) * (dimensions if field == "codes" else 1)
+
+
+def _base(folder: Path, rows: int, dimensions: int) -> dict[str, np.ndarray]:
+    """The field files memory-mapped, ``rows`` rows each (read-only)."""
+    out: dict[str, np.ndarray] = {}
+    for field, dtype in FIELDS.items():
+        shape = (rows, dimensions) if field == "codes" else (rows,)
+        if rows == 0:
+            out[field] = np.zeros(shape, dtype)
+            continue
+        path = folder / f"{field}.bin"
+        if path.stat().st_size < rows * _width(field, dimensions):
+            raise ValueError(f"{path} holds fewer than {rows} rows")
+        out[field] = np.memmap(path, dtype=dtype, mode="r", shape=shape)
+    return out
+
+
+def load(folder: Path, dimensions: int) -> Mirror | None:
+    """The saved mirror in ``folder`` (None: none saved, or unusable: logged)."""
+    path = folder / "manifest.json"
+    if not path.exists():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+        if manifest.get("format") != FORMAT or manifest.get("dimensions") != dimensions:
+            raise ValueError(f"format {manifest.get('format')}, {manifest.get('dimensions')}-d vectors")
+        rows = int(manifest["rows"])
+        mirror = Mirror(dimensions)
+        cols = mirror.cols
+        cols.set_base(_base(folder, rows, dimensions), rows)
+        for start, name in manifest["ids"]:
+            with pa.memory_map(str(folder / name)) as source:
+                ids = pa.ipc.open_file(source).read_all().column(0).combine_chunks()
+            cols.ids.append(ids)
+            cols.id_starts.append(int(start))
+        if sum(len(c) for c in cols.ids) != rows:
+            raise ValueError("the id files do not hold every row")
+        cols.saved_ids = len(cols.ids)
+        alive = np.zeros(rows, bool)
+        for fid, (files, deletion, name) in manifest["fragments"].items():
+            by_offset = np.load(folder / name)
+            held = Fragment(tuple(files), deletion, by_offset)
+            held.file = name
+            mirror.frags[int(fid)] = held
+            live = np.flatnonzero(by_offset >= 0)
+            cols.addr[by_offset[live]] = (np.int64(int(fid)) << 32) | live
+            alive[by_offset[live]] = True
+        mirror.alive, mirror.live = alive, int(alive.sum())
+        mirror.version = int(manifest["version"])
+        mirror.saved_at = time.monotonic()
+        return mirror
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
+        log.warning("episode index: the saved mirror in %s is not usable (%s); it is built again", folder, exc)
+        return None
+
+
+def save(mirror: Mirror, folder: Path) -> bool:
+    """Append the mirror's new rows and write its manifest; False when another process saved rows
+    this one does not have (reopen the saved state then) or holds the lock now."""
+    cols = mirror.cols
+    try:
+        with file_lock(folder / ".lock", timeout=0):
+            path = folder / "manifest.json"
+            if _saved_rows(folder) != cols.n_base:  # (an unreadable manifest counts as none)
+                return False
+            d = cols.dimensions
+            for field in FIELDS:
+                with open(folder / f"{field}.bin", "ab") as fh:
+                    fh.truncate(cols.n_base * _width(field, d))  # rows a killed save left past the count
+                    fh.write(np.ascontiguousarray(cols.tail[field][:cols.n_tail]).tobytes())
+            if len(cols.ids) > cols.saved_ids + 1:  # the chunks added since the last save, as one file
+                merged = pa.concat_arrays(cols.ids[cols.saved_ids:])
+                del cols.ids[cols.saved_ids:], cols.id_starts[cols.saved_ids + 1:]
+                cols.ids.append(merged)
+            ids = list(zip(cols.id_starts, [f"ids-{s}.arrow" for s in cols.id_starts]))
+            for (_, name), chunk in list(zip(ids, cols.ids))[cols.saved_ids:]:
+                table = pa.table({"episode_id": chunk})
+                with pa.OSFile(str(folder / name), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                    writer.write_table(table)
+            fragments = {}
+            for fid, held in mirror.frags.items():
+                if held.file is None:
+                    held.file = f"map-{fid}-{uuid.uuid4().hex[:12]}.npy"
+                    np.save(folder / held.file, held.by_offset)
+                fragments[str(fid)] = [list(held.files), held.deletion, held.file]
+            manifest = {"format": FORMAT, "dimensions": d, "rows": cols.n, "version": mirror.version,
+                        "ids": [[s, n] for s, n in ids], "fragments": fragments}
+            tmp = folder / f".manifest.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(manifest))
+            os.replace(tmp, path)
+            named = {n for _, n in ids} | {h.file for h in mirror.frags.values()}
+            for stale in folder.iterdir():
+                if stale.name.startswith(("map-", "ids-", ".manifest.")) and stale.name not in named \
+                        and stale != tmp:
+                    stale.unlink(missing_ok=True)
+            cols.set_base(_base(folder, cols.n, d), cols.n)
+            cols.saved_ids = len(cols.ids)
+    except StorageError:
+        return False
+    mirror.dirty = False
+    mirror.saved_at = time.monotonic()
+    return True
+
+
+def due(mirror: Mirror) -> bool:
+    """Whether a changed mirror is saved now (many new rows, or a while since the last save)."""
+    return mirror.dirty and (mirror.cols.n_tail >= SAVE_ROWS or time.monotonic() - mirror.saved_at >= SAVE_SECONDS)
+
+
+def remove(index_path: str, table: str | None = None) -> None:
+    """Delete the saved mirror of ``table`` (None: of every table)."""
+    shutil.rmtree(Path(index_path) / FOLDER if table is None else folder_of(index_path, table), ignore_errors=True)
+
+
+def entry(mirror: Mirror) -> dict[str, Any]:
+    """What a benchmark reports of a mirror."""
+    return {"rows": mirror.cols.n, "live": mirror.live, "saved_rows": mirror.cols.n_base, **mirror.counts}
+
+
+class Mirrors:
+    """The mirrors of the big tables of one index, by table name, saved beside the tables of
+    ``index_path`` (None: kept in memory only, an object store; not ``writable``: opened from
+    their files but never saved, an index opened read-only). One thread refreshes a table's mirror
+    while the others wait for it."""
+
+    def __init__(self, dimensions: int, index_path: str | None, writable: bool = True) -> None:
+        self.dimensions = dimensions
+        self.index_path = index_path
+        self.writable = writable
+        self._lock = threading.Lock()
+        self._mirrors: dict[str, Mirror] = {}
+        self._locks: dict[str, threading.Lock] = {}
+
+    def get(self, name: str, ds: Any) -> Mirror:
+        """The mirror of table ``name`` at ``ds``'s version (opened from its files, or built, the first time)."""
+        with self._lock:
+            lock = self._locks.setdefault(name, threading.Lock())
+        with lock:
+            mirror = self._mirrors.get(name)
+            folder = folder_of(self.index_path, name) if self.index_path is not None else None
+            if mirror is None:
+                mirror = (load(folder, self.dimensions) if folder is not None else None) or Mirror(self.dimensions)
+                self._mirrors[name] = mirror
+            mirror.refresh(ds)
+            if folder is not None and self.writable and due(mirror):
+                folder.mkdir(parents=True, exist_ok=True)
+                if not save(mirror, folder) and mirror.cols.n_base != _saved_rows(folder):
+                    del self._mirrors[name]  # another process saved: reopen its state next time
+            return mirror
+
+    def save_all(self) -> None:
+        """Save every changed mirror (on close)."""
+        if self.index_path is None or not self.writable:
+            return
+        for name, mirror in list(self._mirrors.items()):
+            with self._locks[name]:
+                if mirror.dirty:
+                    folder = folder_of(self.index_path, name)
+                    folder.mkdir(parents=True, exist_ok=True)
+                    save(mirror, folder)
+
+    def drop(self, name: str | None = None) -> None:
+        """Forget the mirror of ``name`` (None: of every table), in memory and on disk (purge)."""
+        with self._lock:
+            if name is None:
+                self._mirrors.clear()
+            else:
+                self._mirrors.pop(name, None)
+        if self.index_path is not None and self.writable:
+            remove(self.index_path, name)
+
+
+def _saved_rows(folder: Path) -> int:
+    try:
+        return int(json.loads((folder / "manifest.json").read_text())["rows"])
+    except (OSError, ValueError, KeyError):
+        return 0
