@@ -222,6 +222,11 @@ class Mirror:
         self.saved_at = 0.0  # time.monotonic() of the last save
         self.counts = {"read_rows": 0, "moved_rows": 0, "refreshes": 0}
 
+    def stats(self) -> dict[str, Any]:
+        """Rows held, live, saved; rows read from LanceDB and moved by compactions so far."""
+        return {"rows": self.cols.n, "live": self.live, "saved_rows": self.cols.n_base, "version": self.version,
+                **self.counts}
+
     # -- the generation check -----------------------------------------------------------------
 
     def refresh(self, ds: Any) -> None:

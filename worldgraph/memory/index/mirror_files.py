@@ -167,9 +167,6 @@ def remove(index_path: str, table: str | None = None) -> None:
     shutil.rmtree(Path(index_path) / FOLDER if table is None else folder_of(index_path, table), ignore_errors=True)
 
 
-def entry(mirror: Mirror) -> dict[str, Any]:
-    """What a benchmark reports of a mirror."""
-    return {"rows": mirror.cols.n, "live": mirror.live, "saved_rows": mirror.cols.n_base, **mirror.counts}
 
 
 class Mirrors:
@@ -202,6 +199,10 @@ class Mirrors:
                 if not save(mirror, folder) and mirror.cols.n_base != _saved_rows(folder):
                     del self._mirrors[name]  # another process saved: reopen its state next time
             return mirror
+
+    def held(self, name: str) -> Mirror | None:
+        """The mirror of ``name`` this process holds (None: none yet)."""
+        return self._mirrors.get(name)
 
     def save_all(self) -> None:
         """Save every changed mirror (on close)."""

@@ -67,6 +67,12 @@ class IndexSearch(IndexTables):
         pred = "episode_id IN (" + ", ".join(sql_literal(e, "episode_ids") for e in ids) + ")"
         return self._rows(part.table.search().where(pred).limit(len(ids)).to_arrow(), tenant_id)
 
+    def mirror_stats(self, tenant_id: str) -> dict[str, Any] | None:
+        """The mirror of ``tenant_id``'s table as this process holds it (rows, live rows, rows saved,
+        rows read and moved so far; None: not searched through a mirror yet), for benchmarks."""
+        mirror = self._mirrors.held(table_name(tenant_id))
+        return None if mirror is None else mirror.stats()
+
     def in_process(self, tenant_id: str) -> bool:
         """Whether ``tenant_id``'s table was last searched in process (a small table; a lookup, no I/O)."""
         part = self._parts.get(table_name(tenant_id))
