@@ -207,3 +207,28 @@ def test_purge_deletes_the_saved_mirror(loaded, tmp_path):
     idx.purge([], ["A"], [])
     assert not folder.exists()
     assert "e1" not in {h["episode_id"] for h in idx.vector_search("A", np.asarray(rows[1]["vector"], np.float32), k=5)}
+
+
+def test_a_big_unmirrored_table_is_searched_by_lancedb_while_its_mirror_builds(loaded, monkeypatch):
+    """More rows new to the mirror than a search reads itself: the search goes to LanceDB and
+    the mirror is built in the background; warm_mirror waits for it."""
+    from worldgraph.memory.index import mirror_files
+
+    idx, rows = loaded
+    monkeypatch.setattr(mirror_files, "SYNC_ROWS", 100)
+    release = __import__("threading").Event()
+    real = mirror_files.Mirrors._refresh
+
+    def slow(self, name, mirror, ds):
+        release.wait(30)
+        return real(self, name, mirror, ds)
+
+    monkeypatch.setattr(mirror_files.Mirrors, "_refresh", slow)
+    q = np.asarray(rows[7]["vector"], np.float32)
+    hits = idx.vector_search("A", q, k=3, where={"agent_role": rows[7]["agent_role"]})
+    assert hits[0]["episode_id"] == "e7"  # answered by LanceDB: no mirror yet
+    assert idx.mirror_stats("A")["rows"] == 0
+    release.set()
+    assert idx.warm_mirror("A", timeout=60)
+    assert idx.mirror_stats("A")["live"] == 3_000
+    assert idx.vector_search("A", q, k=1)[0]["episode_id"] == "e7"

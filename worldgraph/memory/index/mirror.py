@@ -227,6 +227,18 @@ class Mirror:
         return {"rows": self.cols.n, "live": self.live, "saved_rows": self.cols.n_base, "version": self.version,
                 **self.counts}
 
+    def behind(self, ds: Any) -> int:
+        """Rows of ``ds``'s version the mirror has not seen: the physical rows of its fragments
+        that are new to the mirror (fragment metadata only, no data read)."""
+        if ds.version == self.version:
+            return 0
+        rows = 0
+        for frag in ds.get_fragments():
+            held = self.frags.get(frag.fragment_id)
+            if held is None or held.files != tuple(d.path for d in frag.data_files()):
+                rows += int(frag.metadata.physical_rows)
+        return rows
+
     # -- the generation check -----------------------------------------------------------------
 
     def refresh(self, ds: Any) -> None:

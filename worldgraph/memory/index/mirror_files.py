@@ -45,6 +45,7 @@ FOLDER = "_mirror"  # beside the tables of a local index
 FORMAT = 1
 SAVE_ROWS = 50_000  # rows added in memory that make a search save the mirror at once
 SAVE_SECONDS = 60.0  # otherwise a changed mirror is saved at most this often (and on close)
+SYNC_ROWS = 20_000  # at most this many rows new to a mirror are read in the search that finds them
 
 
 def folder_of(index_path: str, table: str) -> Path:
@@ -182,10 +183,18 @@ class Mirrors:
         self._lock = threading.Lock()
         self._mirrors: dict[str, Mirror] = {}
         self._locks: dict[str, threading.Lock] = {}
+        self._building: set[str] = set()  # tables whose mirror a background thread is bringing up to date
+        self.built = threading.Event()  # set when a background build ends
 
-    def get(self, name: str, ds: Any) -> Mirror:
-        """The mirror of table ``name`` at ``ds``'s version (opened from its files, or built, the first time)."""
+    def get(self, name: str, ds: Any) -> Mirror | None:
+        """The mirror of table ``name`` at ``ds``'s version, or None while it is being built or
+        brought up to date in the background (search LanceDB meanwhile): opened from its files the
+        first time, then refreshed here when at most ``SYNC_ROWS`` rows are new to it (a recorded
+        batch, a forget), in a background thread when more are (a first build, another process's
+        ingest, a compaction)."""
         with self._lock:
+            if name in self._building:
+                return None
             lock = self._locks.setdefault(name, threading.Lock())
         with lock:
             mirror = self._mirrors.get(name)
@@ -193,12 +202,51 @@ class Mirrors:
             if mirror is None:
                 mirror = (load(folder, self.dimensions) if folder is not None else None) or Mirror(self.dimensions)
                 self._mirrors[name] = mirror
-            mirror.refresh(ds)
-            if folder is not None and self.writable and due(mirror):
-                folder.mkdir(parents=True, exist_ok=True)
-                if not save(mirror, folder) and mirror.cols.n_base != _saved_rows(folder):
-                    del self._mirrors[name]  # another process saved: reopen its state next time
+            if mirror.behind(ds) > SYNC_ROWS:
+                with self._lock:
+                    self._building.add(name)
+                threading.Thread(target=self._build, args=(name, ds, lock), daemon=True,
+                                 name="worldgraph-index-mirror").start()
+                return None
+            self._refresh(name, mirror, ds)
             return mirror
+
+    def _refresh(self, name: str, mirror: Mirror, ds: Any) -> None:
+        """``mirror.refresh(ds)``, then a save when one is due (the caller holds the table's lock)."""
+        mirror.refresh(ds)
+        folder = folder_of(self.index_path, name) if self.index_path is not None else None
+        if folder is not None and self.writable and due(mirror):
+            folder.mkdir(parents=True, exist_ok=True)
+            if not save(mirror, folder) and mirror.cols.n_base != _saved_rows(folder):
+                del self._mirrors[name]  # another process saved: reopen its state next time
+
+    def _build(self, name: str, ds: Any, lock: threading.Lock) -> None:
+        try:
+            with lock:
+                mirror = self._mirrors.get(name)
+                if mirror is not None:
+                    self._refresh(name, mirror, ds)
+        except Exception as exc:  # noqa: BLE001 - searches go on through LanceDB; the next one retries
+            log.warning("episode index: building the mirror of %s failed (%s)", name, exc)
+            with self._lock:
+                self._mirrors.pop(name, None)
+        finally:
+            with self._lock:
+                self._building.discard(name)
+            self.built.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until no mirror is being built in the background; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if not self._building:
+                    return True
+                self.built.clear()
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self.built.wait(0.5 if left is None else min(left, 0.5))
 
     def held(self, name: str) -> Mirror | None:
         """The mirror of ``name`` this process holds (None: none yet)."""

@@ -67,6 +67,20 @@ class IndexSearch(IndexTables):
         pred = "episode_id IN (" + ", ".join(sql_literal(e, "episode_ids") for e in ids) + ")"
         return self._rows(part.table.search().where(pred).limit(len(ids)).to_arrow(), tenant_id)
 
+    def warm_mirror(self, tenant_id: str, timeout: float | None = None) -> bool:
+        """Bring ``tenant_id``'s mirror (mirror.py) to the table's newest version now, waiting for
+        a background build if one is needed (a search meanwhile goes to LanceDB); False when the
+        table is not searched through a mirror (too small, or none) or the wait timed out."""
+        part = self._part(tenant_id)
+        if part is None:
+            return False
+        ds = part.latest_dataset()
+        if not self._mirrored(ds):
+            return False
+        if self._mirrors.get(part.name, ds) is not None:
+            return True
+        return self._mirrors.wait(timeout) and self._mirrors.get(part.name, part.latest_dataset()) is not None
+
     def mirror_stats(self, tenant_id: str) -> dict[str, Any] | None:
         """The mirror of ``tenant_id``'s table as this process holds it (rows, live rows, rows saved,
         rows read and moved so far; None: not searched through a mirror yet), for benchmarks."""
@@ -157,8 +171,9 @@ class IndexSearch(IndexTables):
         if small is not None:  # exact cosine in process (index_small.py)
             return small.rows_out(small.nearest(q, k, small.mask(where)), select, "similarity", tenant_id)
         ds = part.latest_dataset()
-        if self._mirrored(ds):  # the in-process index in front of a big table (mirror.py)
-            return self._mirror_search(part, ds, q, k, where, select, tenant_id)
+        mirror = self._mirrors.get(part.name, ds) if self._mirrored(ds) else None
+        if mirror is not None:  # the in-process index in front of a big table (mirror.py)
+            return self._mirror_search(part, ds, mirror, q, k, where, select, tenant_id)
         sample = self._sample(part, ds) if where else None
         check = time_check(where, k, sample)
         if check is not None:  # a wide date range, checked on the hits (plan.py)
@@ -178,13 +193,13 @@ class IndexSearch(IndexTables):
         least = self.config.mirror_min_rows
         return least > 0 and int(ds.count_rows()) >= least
 
-    def _mirror_search(self, part: TenantTable, ds: Any, q: np.ndarray, k: int, where: dict[str, Any] | None,
-                       select: Sequence[str] | None, tenant_id: str) -> list[dict[str, Any]]:
+    def _mirror_search(self, part: TenantTable, ds: Any, mirror: Mirror, q: np.ndarray, k: int,
+                       where: dict[str, Any] | None, select: Sequence[str] | None,
+                       tenant_id: str) -> list[dict[str, Any]]:
         """The top ``k`` through the table's mirror (mirror.py): the rows passing ``where`` found in
         process, a narrow filter's rows searched exactly by their codes, otherwise the ANN index's
         hits checked against the filter; ids, vectors and cosines from the mirror (columns other
         than those read from LanceDB for the ``k`` rows only)."""
-        mirror = self._mirrors.get(part.name, ds)
         keep = mirror.mask(where) if where else None
         passing = mirror.live if keep is None else int(np.count_nonzero(keep))
         if passing == 0:
