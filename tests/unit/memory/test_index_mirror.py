@@ -232,3 +232,47 @@ def test_a_big_unmirrored_table_is_searched_by_lancedb_while_its_mirror_builds(l
     assert idx.warm_mirror("A", timeout=60)
     assert idx.mirror_stats("A")["live"] == 3_000
     assert idx.vector_search("A", q, k=1)[0]["episode_id"] == "e7"
+
+
+def test_graph_over_the_codes_is_extended_saved_and_reopened(loaded, tmp_path, monkeypatch):
+    """The graph (graph.py) is built in the background once a table is searched; rows written
+    after it are searched exactly beside it; a forgotten row is never returned; a new process opens
+    the saved graph of the same mirror."""
+    from worldgraph.memory.index import graph as graphs
+    from worldgraph.memory.index import mirror_files
+
+    monkeypatch.setattr(graphs, "MIN_ROWS", 100)
+    monkeypatch.setattr(graphs, "CHUNK", 700)
+    idx, rows = loaded
+    q = np.asarray(rows[33]["vector"], np.float32)
+    idx.vector_search("A", q, k=5)
+    assert idx.wait_for_maintenance(120)
+    mirror = idx._mirrors.held("eph-41")
+    assert mirror.graph is not None and mirror.graph.covered == 3_000
+    rng = np.random.default_rng(2)
+    for where in (None, {"agent_role": "Ops"}, {"success_only": True}):
+        recalls = []
+        for _ in range(6):
+            v = rng.standard_normal(D).astype(np.float32)
+            want = exact(rows, v, 10, where)
+            got = {h["episode_id"] for h in idx.vector_search("A", v, k=10, where=where)}
+            recalls.append(len(set(want) & got) / 10)
+        assert np.mean(recalls) >= 0.95
+    other = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    new = make_rows(3_000, 50, 3)
+    new[0]["vector"] = q * 1.0001
+    other.upsert(new)
+    hits = [h["episode_id"] for h in idx.vector_search("A", q, k=2)]
+    assert set(hits) == {"e33", "e3000"}  # e3000 is outside the graph yet: found in the tail
+    other.delete(["e33"])
+    assert "e33" not in {h["episode_id"] for h in idx.vector_search("A", q, k=10)}
+    assert idx.wait_for_maintenance(120) and mirror.graph.covered == 3_050
+    idx.close()
+    folder = mirror_files.folder_of(idx.path, "eph-41")
+    assert (folder / "graph.usearch").exists() and (folder / "graph.json").exists()
+    third = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    assert third.vector_search("A", q, k=1)[0]["episode_id"] == "e3000"
+    held = third._mirrors.held("eph-41")
+    assert held.graph is not None and held.graph.covered == 3_050 and held.counts["read_rows"] == 0
+    other.close()
+    third.close()

@@ -28,6 +28,7 @@ the filter values and codes of vectors, all derived from the table, dropped with
 from __future__ import annotations
 
 import hashlib
+import uuid
 from typing import Any
 
 import numpy as np
@@ -218,6 +219,8 @@ class Mirror:
         self.version: int | None = None
         self.alive = np.zeros(0, bool)
         self.live = 0
+        self.uid = uuid.uuid4().hex  # names this mirror's rows: a graph of another mirror's rows is not used
+        self.graph: Any = None  # graph.Graph over the codes of the first rows (None: none yet)
         self.dirty = False  # changed since it was last saved (mirror_files.py)
         self.saved_at = 0.0  # time.monotonic() of the last save
         self.counts = {"read_rows": 0, "moved_rows": 0, "refreshes": 0}

@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from worldgraph.errors import StorageError
 from worldgraph.locks import file_lock
+from worldgraph.memory.index import graph as graphs
 from worldgraph.memory.index.mirror import FIELDS, Fragment, Mirror
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
@@ -103,6 +104,7 @@ def load(folder: Path, dimensions: int) -> Mirror | None:
             alive[by_offset[live]] = True
         mirror.alive, mirror.live = alive, int(alive.sum())
         mirror.version = int(manifest["version"])
+        mirror.uid = str(manifest["uid"])
         mirror.saved_at = time.monotonic()
         return mirror
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
@@ -139,7 +141,7 @@ def save(mirror: Mirror, folder: Path) -> bool:
                     held.file = f"map-{fid}-{uuid.uuid4().hex[:12]}.npy"
                     np.save(folder / held.file, held.by_offset)
                 fragments[str(fid)] = [list(held.files), held.deletion, held.file]
-            manifest = {"format": FORMAT, "dimensions": d, "rows": cols.n, "version": mirror.version,
+            manifest = {"format": FORMAT, "dimensions": d, "rows": cols.n, "version": mirror.version, "uid": mirror.uid,
                         "ids": [[s, n] for s, n in ids], "fragments": fragments}
             tmp = folder / f".manifest.{os.getpid()}.tmp"
             tmp.write_text(json.dumps(manifest))
@@ -184,6 +186,7 @@ class Mirrors:
         self._mirrors: dict[str, Mirror] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._building: set[str] = set()  # tables whose mirror a background thread is bringing up to date
+        self._graphing: set[str] = set()  # tables whose graph a background thread is extending
         self.built = threading.Event()  # set when a background build ends
 
     def get(self, name: str, ds: Any) -> Mirror | None:
@@ -201,6 +204,8 @@ class Mirrors:
             folder = folder_of(self.index_path, name) if self.index_path is not None else None
             if mirror is None:
                 mirror = (load(folder, self.dimensions) if folder is not None else None) or Mirror(self.dimensions)
+                if folder is not None and mirror.cols.n:
+                    mirror.graph = graphs.load_graph(folder, mirror.uid, self.dimensions, mirror.cols.n)
                 self._mirrors[name] = mirror
             if mirror.behind(ds) > SYNC_ROWS:
                 with self._lock:
@@ -209,7 +214,48 @@ class Mirrors:
                                  name="worldgraph-index-mirror").start()
                 return None
             self._refresh(name, mirror, ds)
+            self._extend_graph(name, mirror, lock)
             return mirror
+
+    def _extend_graph(self, name: str, mirror: Mirror, lock: threading.Lock) -> None:
+        """Start adding the rows the mirror's graph does not hold, in the background (graph.py)."""
+        graph = mirror.graph
+        if mirror.cols.n < graphs.MIN_ROWS or (graph is not None and graph.covered >= mirror.cols.n):
+            return
+        with self._lock:
+            if name in self._graphing:
+                return
+            self._graphing.add(name)
+        if graph is None:
+            mirror.graph = graphs.Graph(self.dimensions)
+        threading.Thread(target=self._graph, args=(name, mirror, lock), daemon=True,
+                         name="worldgraph-index-graph").start()
+
+    def _graph(self, name: str, mirror: Mirror, lock: threading.Lock) -> None:
+        graph = mirror.graph
+        folder = folder_of(self.index_path, name) if self.index_path is not None and self.writable else None
+        saved = graph.covered
+        try:
+            while True:
+                with lock:  # only to copy the codes: searches and refreshes go on while they are added
+                    first, n = graph.covered, mirror.cols.n
+                    if first >= n:
+                        break
+                    codes = np.ascontiguousarray(mirror.cols.take("codes", np.arange(first, min(first + graphs.CHUNK, n))))
+                graph.add(first, codes)
+                if folder is not None and graph.covered - saved >= graphs.SAVE_ROWS:
+                    folder.mkdir(parents=True, exist_ok=True)
+                    graph.save(folder, mirror.uid)
+                    saved = graph.covered
+            if folder is not None and graph.covered > saved:
+                folder.mkdir(parents=True, exist_ok=True)
+                graph.save(folder, mirror.uid)
+        except Exception as exc:  # noqa: BLE001 - searches go on without the graph; the next one retries
+            log.warning("episode index: building the graph of %s failed (%s)", name, exc)
+        finally:
+            with self._lock:
+                self._graphing.discard(name)
+            self.built.set()
 
     def _refresh(self, name: str, mirror: Mirror, ds: Any) -> None:
         """``mirror.refresh(ds)``, then a save when one is due (the caller holds the table's lock)."""
@@ -240,7 +286,7 @@ class Mirrors:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
-                if not self._building:
+                if not self._building and not self._graphing:
                     return True
                 self.built.clear()
             left = None if deadline is None else deadline - time.monotonic()

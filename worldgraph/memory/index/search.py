@@ -13,7 +13,8 @@ import pyarrow as pa
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
 from worldgraph.memory.cosine import cosine_to
 from worldgraph.memory.index import objectstore
-from worldgraph.memory.index.mirror import Mirror
+from worldgraph.memory.index.graph import TAIL_ROWS
+from worldgraph.memory.index.mirror import Mirror, quantize
 from worldgraph.memory.index.plan import (
     EXACT_ROWS,
     SAMPLE_COLUMNS,
@@ -207,7 +208,9 @@ class IndexSearch(IndexTables):
         want = 2 * k + RESCORE_MARGIN
         if (keep is not None and passing <= self.config.mirror_exact_rows) or VECTOR_INDEX_NAME not in self._indexes(part):
             rows = mirror.nearest(q, want, np.flatnonzero(keep if keep is not None else mirror.alive))
-        else:
+        elif mirror.graph is not None and mirror.cols.n - mirror.graph.covered <= TAIL_ROWS:
+            rows = self._graph_rows(mirror, q, k + RESCORE_MARGIN, want, keep, passing)
+        else:  # no graph yet: LanceDB's IVF index
             rows = self._ann_rows(part, ds, mirror, q, want, keep, passing)
         rows, vectors, sims = mirror.results(rows, q, k)
         return self._mirror_rows(ds, mirror, rows, vectors, [("similarity", s) for s in sims.tolist()], select,
@@ -244,6 +247,28 @@ class IndexSearch(IndexTables):
             log.error("episode index: table %s holds rows of another tenant", table_name(tenant_id))
             out = [r for r in out if r["tenant_id"] == tenant_id]
         return out
+
+    @staticmethod
+    def _graph_rows(mirror: Mirror, q: np.ndarray, least: int, want: int, keep: np.ndarray | None,
+                    passing: int) -> np.ndarray:
+        """Mirror rows of the best ``want`` by their codes among the graph's hits and the rows it does
+        not hold yet that pass ``keep`` (graph.py): the graph is asked ``least / share x 1.5`` hits
+        (at least ``want``), four times as many if fewer than ``least`` are live and pass, then every
+        row that passes is searched."""
+        graph = mirror.graph
+        passes = mirror.alive if keep is None else keep
+        share = passing / max(mirror.live, 1)
+        fetch = min(MIRROR_MAX_FETCH, max(want, math.ceil(least / share * 1.5)))
+        code = quantize(np.asarray(q, np.float32).reshape(1, -1))[0]
+        for _ in range(2):
+            covered = graph.covered
+            hits = graph.search(code, fetch)
+            rows = np.concatenate([hits[hits < mirror.cols.n], np.arange(covered, mirror.cols.n, dtype=np.int64)])
+            rows = rows[passes[rows]]
+            if len(rows) >= least or len(hits) < fetch:
+                return mirror.nearest(q, want, rows)
+            fetch = min(fetch * 4, graph.covered)
+        return mirror.nearest(q, want, np.flatnonzero(passes))
 
     def _ann_rows(self, part: TenantTable, ds: Any, mirror: Mirror, q: np.ndarray, want: int,
                   keep: np.ndarray | None, passing: int) -> np.ndarray:
