@@ -191,8 +191,16 @@ def test_saved_mirror_reopens_and_survives_a_killed_save(loaded, tmp_path):
     fourth = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
     mirror = fourth._mirrors.get("eph-41", fourth._part("A").latest_dataset())
     assert mirror.counts["read_rows"] == 3_100
-    third.close()
-    fourth.close()
+    # a manifest of another format (valid JSON): its files are replaced by the rebuilt mirror's
+    fourth._mirrors.save_all()
+    (folder / "manifest.json").write_text('{"format": 0, "rows": 3100}')
+    fifth = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    assert fifth._mirrors.get("eph-41", fifth._part("A").latest_dataset()).counts["read_rows"] == 3_100
+    fifth._mirrors.save_all()
+    sixth = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    assert sixth._mirrors.get("eph-41", sixth._part("A").latest_dataset()).counts["read_rows"] == 0
+    for done in (third, fourth, fifth, sixth):
+        done.close()
 
 
 def test_purge_deletes_the_saved_mirror(loaded, tmp_path):

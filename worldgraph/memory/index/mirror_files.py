@@ -203,7 +203,10 @@ class Mirrors:
             mirror = self._mirrors.get(name)
             folder = folder_of(self.index_path, name) if self.index_path is not None else None
             if mirror is None:
-                mirror = (load(folder, self.dimensions) if folder is not None else None) or Mirror(self.dimensions)
+                mirror = load(folder, self.dimensions) if folder is not None else None
+                if mirror is None and folder is not None and self.writable:
+                    remove(self.index_path, name)  # unusable files: the mirror is built again in their place
+                mirror = mirror or Mirror(self.dimensions)
                 if folder is not None and mirror.cols.n:
                     mirror.graph = graphs.load_graph(folder, mirror.uid, self.dimensions, mirror.cols.n)
                 self._mirrors[name] = mirror
