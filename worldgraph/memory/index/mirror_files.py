@@ -205,7 +205,7 @@ class Mirrors:
             if mirror is None:
                 mirror = load(folder, self.dimensions) if folder is not None else None
                 if mirror is None and folder is not None and self.writable:
-                    remove(self.index_path, name)  # unusable files: the mirror is built again in their place
+                    remove(str(self.index_path), name)  # unusable files: the mirror is built again in their place
                 mirror = mirror or Mirror(self.dimensions)
                 if folder is not None and mirror.cols.n:
                     mirror.graph = graphs.load_graph(folder, mirror.uid, self.dimensions, mirror.cols.n)
