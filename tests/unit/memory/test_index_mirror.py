@@ -282,5 +282,11 @@ def test_graph_over_the_codes_is_extended_saved_and_reopened(loaded, tmp_path, m
     assert third.vector_search("A", q, k=1)[0]["episode_id"] == "e3000"
     held = third._mirrors.held("eph-41")
     assert held.graph is not None and held.graph.covered == 3_050 and held.counts["read_rows"] == 0
+    assert held.graph.viewed  # memory-mapped from its file
+    other.upsert(make_rows(4_000, 60, 5))
+    third.vector_search("A", q, k=1)
+    assert third.wait_for_maintenance(120)
+    held = third._mirrors.held("eph-41")
+    assert held.graph.covered == 3_110 and not held.graph.viewed  # a loaded copy took the rows
     other.close()
     third.close()

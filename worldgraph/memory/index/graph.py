@@ -40,9 +40,10 @@ SAVE_ROWS = 200_000  # a graph being built is saved after this many rows (and wh
 class Graph:
     """The HNSW index of one mirror's codes (keys: mirror rows ``[0, covered)``)."""
 
-    def __init__(self, dimensions: int, index: Any = None, covered: int = 0) -> None:
+    def __init__(self, dimensions: int, index: Any = None, covered: int = 0, viewed: bool = False) -> None:
         from usearch.index import Index
 
+        self.viewed = viewed  # memory-mapped from its file: searched, never extended (load it to extend)
         self.dimensions = dimensions
         self.index = index if index is not None else Index(
             ndim=dimensions, metric="cos", dtype="i8", connectivity=CONNECTIVITY, expansion_add=EXPANSION_ADD,
@@ -79,21 +80,23 @@ class Graph:
             os.replace(meta, folder / "graph.json")
 
 
-def load_graph(folder: Path, uid: str, dimensions: int, rows: int) -> Graph | None:
-    """The saved graph of the mirror ``uid`` (None: none, another mirror's, or unreadable)."""
+def load_graph(folder: Path, uid: str, dimensions: int, rows: int, view: bool = True) -> Graph | None:
+    """The saved graph of the mirror ``uid`` (None: none, another mirror's, or unreadable),
+    memory-mapped (``view``: opened in milliseconds, its pages read as searches touch them) or
+    loaded (to be extended)."""
     from usearch.index import Index
 
     try:
         meta = json.loads((folder / "graph.json").read_text())
         if meta.get("mirror") != uid:
             return None
-        index = Index.restore(str(folder / "graph.usearch"))
+        index = Index.restore(str(folder / "graph.usearch"), view=view)
         if index is None or index.ndim != dimensions:
             return None
         covered = min(int(meta["covered"]), rows, int(index.size))
         if int(index.size) != covered:  # a graph file newer than its json (a killed save): start over
             return None
-        return Graph(dimensions, index, covered)
+        return Graph(dimensions, index, covered, viewed=view)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         if not isinstance(exc, FileNotFoundError):
             log.warning("episode index: the saved graph in %s is not usable (%s); it is built again", folder, exc)

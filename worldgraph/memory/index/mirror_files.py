@@ -239,6 +239,11 @@ class Mirrors:
         folder = folder_of(self.index_path, name) if self.index_path is not None and self.writable else None
         saved = graph.covered
         try:
+            if graph.viewed:  # opened memory-mapped: a loaded copy is extended, then takes its place
+                loaded = graphs.load_graph(folder_of(str(self.index_path), name), mirror.uid, self.dimensions,
+                                           mirror.cols.n, view=False)
+                graph = mirror.graph = loaded if loaded is not None else graphs.Graph(self.dimensions)
+                saved = graph.covered
             while True:
                 with lock:  # only to copy the codes: searches and refreshes go on while they are added
                     first, n = graph.covered, mirror.cols.n
