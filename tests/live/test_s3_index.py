@@ -288,3 +288,27 @@ def test_stalled_calls_never_hold_more_than_max_waiting_threads(s3_env: dict[str
     while _workers() > base and time.monotonic() < end:
         time.sleep(0.05)
     assert objectstore.with_deadline(s3_env["uri"], "after", lambda: 42, 1.0) == 42
+
+
+def test_mirror_on_s3_sees_other_writers(s3_env: dict[str, Any]) -> None:
+    """A table on S3 searched through its in-process mirror (memory/index/mirror.py, kept in memory
+    off the local disk) sees another writer's appends, forgets and compaction at its next search."""
+    uri = s3_env["uri"]
+    cfg = WorldGraphConfig(mirror_min_rows=1, mirror_exact_rows=10, ann_index_min_rows=40, ann_partition_rows=16)
+    idx = EpisodeIndex(uri, D, HASH.name, cfg)
+    idx._small.max_rows = 0  # never the small-table copy: the mirror
+    idx.upsert([_row(f"e{i}", f"crater {i} has ice" if i % 2 else f"ridge {i} is steep") for i in range(60)])
+    idx.ensure_indexes()
+    q = HASH.embed(["crater 7 has ice"])[0]
+    assert idx.vector_search("A", q, k=1)[0]["episode_id"] == "e7"
+    assert idx._mirrors.index_path is None  # nothing saved beside an object store
+    other = EpisodeIndex(uri, D, HASH.name, cfg)
+    other.upsert([_row("n1", "crater 7 has ice")])
+    assert {h["episode_id"] for h in idx.vector_search("A", q, k=2)} == {"e7", "n1"}
+    other.delete(["e7", "n1"])
+    assert not {h["episode_id"] for h in idx.vector_search("A", q, k=5, where={"agent_id": "a1"})} & {"e7", "n1"}
+    assert not {h["episode_id"] for h in idx.text_search("A", "crater ice", k=60)} & {"e7", "n1"}
+    other.optimize("A")
+    hits = idx.vector_search("A", HASH.embed(["crater 9 has ice"])[0], k=1)
+    assert hits[0]["episode_id"] == "e9"
+    assert idx._mirrors.get(table_name("A"), idx._part("A").latest_dataset()).live == 59

@@ -150,6 +150,8 @@ def test_copies_of_what_9eed448_forgot_are_derived_again_on_upgrade(tmp_path: Pa
         assert [e.task_description for e in wm.list_episodes("other").items] == ["other tenant row"]
     with WorldModel.open(data) as wm:  # once: the second open finds nothing to do
         assert [a["kind"] for a in wm.store.forget_log("acme")].count("rederive") == 1
+
+
 def test_a_9eed448_folder_gets_its_world_index_on_the_first_search(old_data: Path) -> None:
     """The world index (added after 9eed448) is built from the store on the first search of an
     environment (its marker is missing); the episode index and the world keep every row, and a
@@ -193,3 +195,41 @@ def test_a_saved_projection_of_4624220_learns_the_facts(tmp_path: Path) -> None:
         assert report.ok and len(report.closed["edges"]) == 1
         assert [r["object"] for r in wm.cypher("acme", query)] == ["front door", "brass key"]
     assert old and not [n for n in old if (folder / n).exists()]  # the old database and its name are gone
+
+
+def test_folder_of_9eed448_is_searched_through_a_saved_mirror(old_data: Path) -> None:
+    """9eed448 had no in-process index (memory/index/mirror.py). With its tables counted as big
+    (mirror_min_rows=1), its old table (float32 vectors, BTREE indexes, a forgotten row) is searched
+    through a mirror built from it, with LanceDB's answers; the mirror is saved beside the tables
+    (lancedb/_mirror), and the next process reopens it without reading a vector and sees the rows
+    written and forgotten since."""
+    from worldgraph.config import WorldGraphConfig
+    from worldgraph.memory.index import mirror_files
+
+    query, where = "quarterly sales numbers by region", [None, {"agent_id": "agent-1"}, {"success_only": True}]
+
+    def answers(wm: WorldModel) -> list[list[str]]:
+        wm.index._small.max_rows = 0  # not the in-process copy of small tables: the path under test
+        return [sorted(h["episode_id"] for h in wm.recall_experiences("acme", None, query, limit=20, options=o))
+                for o in where]
+
+    with WorldModel.open(old_data, config=WorldGraphConfig(mirror_min_rows=0)) as wm:
+        want = answers(wm)
+    assert all(want) and want[0] != want[1]
+    with WorldModel.open(old_data, config=WorldGraphConfig(mirror_min_rows=1)) as wm:
+        assert wm.index.mirror_stats("acme") is None
+        assert answers(wm) == want
+        stats = wm.index.mirror_stats("acme")
+        assert stats is not None and stats["live"] == 15 and stats["read_rows"] >= 15
+        new = wm.record_experience("acme", {"agent_id": "agent-1", "task_type": "report", "outcome": "success",
+                                            "task_description": "quarterly sales numbers by region, again"})
+        gone = want[1][0]
+        wm.forget_episode("acme", gone)
+    folder = mirror_files.folder_of(str(old_data / "lancedb"), "ep-acme")
+    assert (folder / "manifest.json").exists()
+    with WorldModel.open(old_data, config=WorldGraphConfig(mirror_min_rows=1)) as wm:
+        got = answers(wm)
+        stats = wm.index.mirror_stats("acme")
+        assert stats is not None and stats["live"] == 15 and stats["saved_rows"] == 15
+        assert stats["read_rows"] == 1  # the saved rows reopened, only the one recorded since read
+        assert new in got[1] and gone not in got[1] and gone not in got[0]

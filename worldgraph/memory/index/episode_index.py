@@ -30,6 +30,7 @@ from worldgraph.filemodes import PrivateTree, private_dir, private_umask
 from worldgraph.memory.embeddings import same_fallback_label
 from worldgraph.memory.index import objectstore
 from worldgraph.memory.index.maintenance import run_maintenance_tasks
+from worldgraph.memory.index.mirror_files import Mirrors
 from worldgraph.memory.index.schema import (  # noqa: F401 - re-exported: the index's public names
     FTS_INDEX_NAME,
     META_FILE,
@@ -126,6 +127,7 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         self.maintenance_runs: list[dict[str, Any]] = []  # background runs: tasks, ok, seconds
         self._small = SmallTables(dimensions)
         self._private = PrivateTree(self.path) if self._is_local and not read_only else None
+        self._mirrors = Mirrors(dimensions, self.path if self._is_local else None, writable=not read_only)
         with objectstore.object_store_errors(self.path, "opening the index"):
             if self._is_local:
                 self._open(rebuild)
@@ -140,6 +142,7 @@ class EpisodeIndex(IndexWrites, IndexSearch):
             for name in names:
                 if is_tenant_table(name) or name == TABLE_NAME:
                     self._db.drop_table(name)
+            self._mirrors.drop()  # the saved mirrors of the dropped tables
             self._write_meta()
             return
         meta = self._read_meta()
@@ -213,6 +216,7 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         make what it wrote private now (worldgraph.filemodes)."""
         if wait:
             self.wait_for_maintenance()
+        self._mirrors.save_all()  # before the sweep below, which makes the saved files private too
         if self._private is not None:
             self._private.close()
 

@@ -146,12 +146,15 @@ class IndexMaintenance(IndexTables):
             raise RuntimeError(f"maintenance process failed ({proc.returncode}): {proc.stderr[-2000:]}")
 
     def wait_for_maintenance(self, timeout: float | None = None) -> bool:
-        """Block until background index building / optimize is done; False on timeout."""
+        """Block until background index building / optimize (and mirror building, mirror.py) is
+        done; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         thread = self._maint_thread
-        if thread is None:
-            return True
-        thread.join(timeout)
-        return not thread.is_alive()
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():
+                return False
+        return self._mirrors.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def ensure_indexes(self, vector: bool = True, tenant_id: str | None = None) -> list[str]:
         """Make the indexes of every tenant's table (or of one) ready, synchronously; returns the names created.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,6 +13,8 @@ import pyarrow as pa
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
 from worldgraph.memory.cosine import cosine_to
 from worldgraph.memory.index import objectstore
+from worldgraph.memory.index.graph import TAIL_ROWS
+from worldgraph.memory.index.mirror import Mirror, quantize
 from worldgraph.memory.index.plan import (
     EXACT_ROWS,
     SAMPLE_COLUMNS,
@@ -38,6 +41,12 @@ from worldgraph.memory.index.tables import IndexTables, TenantTable
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
 
+# 2k + RESCORE_MARGIN hits are ranked by the cosine of int8 codes (the query's and the rows'), then
+# re-ranked by the float query against the rows' codes (mirror.py): the query's rounding no longer
+# swaps near ties at the k-th place.
+RESCORE_MARGIN = 20
+MIRROR_MAX_FETCH = 5_000  # ANN hits asked at most for a filtered search through the mirror
+
 
 class IndexSearch(IndexTables):
     """The read path of ``EpisodeIndex``."""
@@ -58,6 +67,26 @@ class IndexSearch(IndexTables):
             return []
         pred = "episode_id IN (" + ", ".join(sql_literal(e, "episode_ids") for e in ids) + ")"
         return self._rows(part.table.search().where(pred).limit(len(ids)).to_arrow(), tenant_id)
+
+    def warm_mirror(self, tenant_id: str, timeout: float | None = None) -> bool:
+        """Bring ``tenant_id``'s mirror (mirror.py) to the table's newest version now, waiting for
+        a background build if one is needed (a search meanwhile goes to LanceDB); False when the
+        table is not searched through a mirror (too small, or none) or the wait timed out."""
+        part = self._part(tenant_id)
+        if part is None:
+            return False
+        ds = part.latest_dataset()
+        if not self._mirrored(ds):
+            return False
+        if self._mirrors.get(part.name, ds) is not None:
+            return True
+        return self._mirrors.wait(timeout) and self._mirrors.get(part.name, part.latest_dataset()) is not None
+
+    def mirror_stats(self, tenant_id: str) -> dict[str, Any] | None:
+        """The mirror of ``tenant_id``'s table as this process holds it (rows, live rows, rows saved,
+        rows read and moved so far; None: not searched through a mirror yet), for benchmarks."""
+        mirror = self._mirrors.held(table_name(tenant_id))
+        return None if mirror is None else mirror.stats()
 
     def in_process(self, tenant_id: str) -> bool:
         """Whether ``tenant_id``'s table was last searched in process (a small table; a lookup, no I/O)."""
@@ -143,6 +172,9 @@ class IndexSearch(IndexTables):
         if small is not None:  # exact cosine in process (index_small.py)
             return small.rows_out(small.nearest(q, k, small.mask(where)), select, "similarity", tenant_id)
         ds = part.latest_dataset()
+        mirror = self._mirrors.get(part.name, ds) if self._mirrored(ds) else None
+        if mirror is not None:  # the in-process index in front of a big table (mirror.py)
+            return self._mirror_search(part, ds, mirror, q, k, where, select, tenant_id)
         sample = self._sample(part, ds) if where else None
         check = time_check(where, k, sample)
         if check is not None:  # a wide date range, checked on the hits (plan.py)
@@ -156,6 +188,104 @@ class IndexSearch(IndexTables):
         exact = maybe_exact(where, sample) and int(ds.count_rows(pred)) <= EXACT_ROWS
         tbl = self._nearest(part, ds, q, k, pred, select, exact=exact)
         return self._rescored(self._rows(tbl, tenant_id), q, k)
+
+    def _mirrored(self, ds: Any) -> bool:
+        """Whether a table is searched through its mirror (mirror.py): at least mirror_min_rows rows."""
+        least = self.config.mirror_min_rows
+        return least > 0 and int(ds.count_rows()) >= least
+
+    def _mirror_search(self, part: TenantTable, ds: Any, mirror: Mirror, q: np.ndarray, k: int,
+                       where: dict[str, Any] | None, select: Sequence[str] | None,
+                       tenant_id: str) -> list[dict[str, Any]]:
+        """The top ``k`` through the table's mirror (mirror.py): the rows passing ``where`` found in
+        process, a narrow filter's rows searched exactly by their codes, otherwise the ANN index's
+        hits checked against the filter; ids, vectors and cosines from the mirror (columns other
+        than those read from LanceDB for the ``k`` rows only)."""
+        keep = mirror.mask(where) if where else None
+        passing = mirror.live if keep is None else int(np.count_nonzero(keep))
+        if passing == 0:
+            return []
+        want = 2 * k + RESCORE_MARGIN
+        if (keep is not None and passing <= self.config.mirror_exact_rows) or VECTOR_INDEX_NAME not in self._indexes(part):
+            rows = mirror.nearest(q, want, np.flatnonzero(keep if keep is not None else mirror.alive))
+        elif mirror.graph is not None and mirror.cols.n - mirror.graph.covered <= TAIL_ROWS:
+            rows = self._graph_rows(mirror, q, k + RESCORE_MARGIN, want, keep, passing)
+        else:  # no graph yet: LanceDB's IVF index
+            rows = self._ann_rows(part, ds, mirror, q, want, keep, passing)
+        rows, vectors, sims = mirror.results(rows, q, k)
+        return self._mirror_rows(ds, mirror, rows, vectors, [("similarity", s) for s in sims.tolist()], select,
+                                 tenant_id)
+
+    def _mirror_rows(self, ds: Any, mirror: Mirror, rows: np.ndarray, vectors: np.ndarray,
+                     scores: list[tuple[str, float]], select: Sequence[str] | None,
+                     tenant_id: str) -> list[dict[str, Any]]:
+        """Result dicts of mirror ``rows``: episode_id and vector from the mirror, any other column
+        asked for read from LanceDB by row address, and each row's score."""
+        if not len(rows):
+            return []
+        ids = mirror.cols.episode_ids(rows)
+        held = {"episode_id", "vector", "timestamp"}  # what the mirror holds itself
+        others = [c for c in (self.schema.names if select is None else select) if c not in held]
+        if select is None or "timestamp" in select:
+            others.append("timestamp")
+        extra: dict[str, list[Any]] = {}
+        if others:
+            taken = [c for c in others if c != "timestamp"]
+            if taken:
+                tbl = ds._take_rows(mirror.addresses(rows), columns=taken)
+                extra = {c: tbl.column(c).to_pylist() for c in taken}
+            if "timestamp" in others:
+                extra["timestamp"] = mirror.cols.take("ts", rows).tolist()
+        out = []
+        for i, (eid, (name, score)) in enumerate(zip(ids, scores)):
+            row: dict[str, Any] = {"episode_id": eid, **{c: v[i] for c, v in extra.items()}, "vector": vectors[i],
+                                   name: float(score)}
+            if "canvas_action_ids" in row:
+                row["canvas_action_ids"] = row["canvas_action_ids"] or []
+            out.append(row)
+        if "tenant_id" in extra and any(t != tenant_id for t in extra["tenant_id"]):
+            log.error("episode index: table %s holds rows of another tenant", table_name(tenant_id))
+            out = [r for r in out if r["tenant_id"] == tenant_id]
+        return out
+
+    @staticmethod
+    def _graph_rows(mirror: Mirror, q: np.ndarray, least: int, want: int, keep: np.ndarray | None,
+                    passing: int) -> np.ndarray:
+        """Mirror rows of the best ``want`` by their codes among the graph's hits and the rows it does
+        not hold yet that pass ``keep`` (graph.py): the graph is asked ``least / share x 1.5`` hits
+        (at least ``want``), four times as many if fewer than ``least`` are live and pass, then every
+        row that passes is searched."""
+        graph = mirror.graph
+        passes = mirror.alive if keep is None else keep
+        share = passing / max(mirror.live, 1)
+        fetch = min(MIRROR_MAX_FETCH, max(want, math.ceil(least / share * 1.5)))
+        code = quantize(np.asarray(q, np.float32).reshape(1, -1))[0]
+        for _ in range(2):
+            covered = graph.covered
+            hits = graph.search(code, fetch)
+            rows = np.concatenate([hits[hits < mirror.cols.n], np.arange(covered, mirror.cols.n, dtype=np.int64)])
+            rows = rows[passes[rows]]
+            if len(rows) >= least or len(hits) < fetch:
+                return mirror.nearest(q, want, rows)
+            fetch = min(fetch * 4, graph.covered)
+        return mirror.nearest(q, want, np.flatnonzero(passes))
+
+    def _ann_rows(self, part: TenantTable, ds: Any, mirror: Mirror, q: np.ndarray, want: int,
+                  keep: np.ndarray | None, passing: int) -> np.ndarray:
+        """Mirror rows of the best ``want`` by their codes among the ANN index's hits that pass
+        ``keep``: it is asked ``want / share x 1.5`` hits (row addresses only), and once more with
+        the filter pushed in if too few pass."""
+        share = passing / max(mirror.live, 1)
+        fetch = min(MIRROR_MAX_FETCH, max(want, math.ceil(want / share * 1.5)))
+        nearest = {"column": "vector", "q": q, "k": fetch, "metric": "cosine", "minimum_nprobes": self.config.ann_nprobes}
+        hits = ds.to_table(columns=[], with_row_address=True, nearest=nearest, disable_scoring_autoprojection=True)
+        rows = mirror.rows_of(hits.column("_rowaddr").to_numpy())
+        rows = rows[rows >= 0]
+        if keep is not None:
+            rows = rows[keep[rows]]
+            if len(rows) < want and hits.num_rows >= fetch:  # too few passed: every row that passes, exactly
+                rows = np.flatnonzero(keep)
+        return mirror.nearest(q, want, rows)
 
     def _nearest(self, part: TenantTable, ds: Any, q: np.ndarray, k: int, pred: str | None,
                  select: Sequence[str] | None, exact: bool = False) -> pa.Table:
@@ -246,28 +376,42 @@ class IndexSearch(IndexTables):
             return small.rows_out(small.bm25(text, k, small.mask(where)), select, "bm25", tenant_id)
         ds = part.latest_dataset()
         check = time_check(where, k, self._sample(part, ds) if where else None)
+        # a big table's hits take their ids and vectors from its mirror (mirror.py), not LanceDB
+        mirror = self._mirrors.get(part.name, ds) if self._mirrored(ds) else None
         try:
             if check is not None:  # a wide date range, checked on the hits (plan.py)
                 hits = self._matches(ds, text, check.fetch, metadata_filter(split_time(where)[0]),
-                                     self._with_time(select), tenant_id)
+                                     self._with_time(select), tenant_id, mirror)
                 kept = [r for r in hits if check.keeps(r["timestamp"])]
                 if len(kept) >= k or len(hits) < check.fetch:
                     return self._strip_time(kept, select)[:k]
-            return self._matches(ds, text, k, pred, select, tenant_id)
+            return self._matches(ds, text, k, pred, select, tenant_id, mirror)
         except ValueError as exc:
             if "index" in str(exc).lower():
                 return []
             raise
 
     def _matches(self, ds: Any, text: str, k: int, pred: str | None, select: Sequence[str] | None,
-                 tenant_id: str) -> list[dict[str, Any]]:
-        """LanceDB's top ``k`` of ``ds`` by BM25 on ``text``, ``pred`` pushed into the search, best first."""
+                 tenant_id: str, mirror: Mirror | None = None) -> list[dict[str, Any]]:
+        """LanceDB's top ``k`` of ``ds`` by BM25 on ``text``, ``pred`` pushed into the search, best
+        first (with a mirror: row addresses and scores from LanceDB, the rows from the mirror)."""
         from lance.query import MatchQuery
 
         # The dataset directly, as in vector_search (lancedb's query builder adds ~4 ms); a
         # MatchQuery of the text, as lancedb makes of a plain string (no query syntax).
-        tbl = ds.to_table(columns=None if select is None else [*select, "_score"],  # by name: lance warns otherwise
-                          full_text_query=MatchQuery(text, "text"), filter=pred, prefilter=pred is not None, limit=k)
-        results = self._rows(tbl, tenant_id, "_score", "bm25")
+        query = MatchQuery(text, "text")
+        if mirror is not None:
+            tbl = ds.to_table(columns=["_score"], with_row_address=True, full_text_query=query, filter=pred,
+                              prefilter=pred is not None, limit=k)
+            rows = mirror.rows_of(tbl.column("_rowaddr").to_numpy())
+            found = rows >= 0
+            rows = rows[found]
+            scores = np.asarray(tbl.column("_score").to_numpy(zero_copy_only=False))[found]
+            results = self._mirror_rows(ds, mirror, rows, mirror.unit_vectors(rows),
+                                        [("bm25", float(x)) for x in scores], select, tenant_id)
+        else:
+            tbl = ds.to_table(columns=None if select is None else [*select, "_score"],  # by name: lance warns otherwise
+                              full_text_query=query, filter=pred, prefilter=pred is not None, limit=k)
+            results = self._rows(tbl, tenant_id, "_score", "bm25")
         results.sort(key=lambda r: r["bm25"], reverse=True)
         return first_per_episode(results)

@@ -23,6 +23,7 @@ from worldgraph.errors import ReadOnlyError
 from worldgraph.filemodes import PrivateTree, create_private_file
 from worldgraph.locks import file_lock
 from worldgraph.memory.index import objectstore
+from worldgraph.memory.index.mirror_files import Mirrors
 from worldgraph.memory.index.schema import (
     COMMIT_RETRIES,
     META_FILE,
@@ -97,6 +98,7 @@ class IndexTables:
     _parts: dict[str, TenantTable]
     _small: SmallTables  # small tables searched in process (index_small.py)
     _private: PrivateTree | None  # makes what LanceDB writes private (a local, writable index)
+    _mirrors: Mirrors  # the in-process index of big tables (mirror.py)
 
     @property
     def meta_path(self) -> Path:

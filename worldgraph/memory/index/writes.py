@@ -242,6 +242,7 @@ class IndexWrites(IndexMaintenance):
                     dropped += 1
                 self._parts.pop(name, None)
                 self._small.drop(name)
+                self._mirrors.drop(name)
             done += 1
             if progress:
                 progress(done, total)
@@ -272,6 +273,7 @@ class IndexWrites(IndexMaintenance):
                 part.table.checkout_latest()
                 self._indexes(part, refresh=True)
                 self._small.drop(part.name)
+                self._mirrors.drop(part.name)
             if progress:
                 progress(done, total)
         self.keep_private(now=True)

@@ -1,0 +1,292 @@
+"""mirror.py: a big table is searched through its in-process mirror (filter columns and int8 codes),
+with the results of an exact filtered search, and every search sees the table's newest version:
+rows another writer appended, deleted (a forget) or compacted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from worldgraph.config import WorldGraphConfig
+from worldgraph.memory.index.episode_index import EpisodeIndex
+from worldgraph.memory.index.mirror import quantize
+
+D = 48
+DAY = 86400.0
+NOW = 1_800_000_000.0
+ROLES = ["Finance", "Ops", "Sales"]
+
+
+def config() -> WorldGraphConfig:
+    # mirrored from the first row; an ANN index from 1,000 rows; exact below 300 passing rows
+    return WorldGraphConfig(mirror_min_rows=1, mirror_exact_rows=300, ann_index_min_rows=1_000,
+                            ann_partition_rows=256, index_version_retention_seconds=0)
+
+
+def make_rows(start: int, n: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    centres = np.random.default_rng(0).standard_normal((12, D)).astype(np.float32)
+    rows = []
+    for i in range(start, start + n):
+        vec = centres[i % 12] + 0.6 * rng.standard_normal(D).astype(np.float32)
+        rows.append({"episode_id": f"e{i}", "tenant_id": "A", "agent_role": ROLES[i % 3], "agent_id": f"a{i % 11}",
+                     "canvas_id": f"c{i % 40}" if i % 2 else None, "timestamp": NOW - (i % 90) * DAY - i,
+                     "text": f"run {i} ledger", "vector": vec, "success": bool(i % 4)})
+    return rows
+
+
+def passes(row: dict, where: dict | None) -> bool:
+    w = where or {}
+    if w.get("agent_role") and row["agent_role"] != w["agent_role"]:
+        return False
+    if w.get("agent_id") and row["agent_id"] != w["agent_id"]:
+        return False
+    if w.get("canvas_ids") and row["canvas_id"] not in w["canvas_ids"]:
+        return False
+    if w.get("start") is not None and row["timestamp"] < w["start"]:
+        return False
+    if w.get("end") is not None and row["timestamp"] > w["end"]:
+        return False
+    return not (w.get("success_only") and not row["success"])
+
+
+def exact(rows: list[dict], q: np.ndarray, k: int, where: dict | None) -> list[str]:
+    kept = [r for r in rows if passes(r, where)]
+    if not kept:
+        return []
+    m = np.stack([r["vector"] for r in kept])
+    sims = m @ q / (np.linalg.norm(m, axis=1) * np.linalg.norm(q))
+    return [kept[i]["episode_id"] for i in np.argsort(-sims)[:k]]
+
+
+WHERES = [None, {"agent_role": "Ops"}, {"agent_id": "a3"}, {"canvas_ids": ["c5", "c7"]},
+          {"start": NOW - 30 * DAY, "end": NOW}, {"agent_role": "Sales", "start": NOW - 10 * DAY},
+          {"success_only": True}, {"canvas_ids": ["c1"], "success_only": True}]
+
+
+@pytest.fixture()
+def loaded(tmp_path):
+    idx = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    rows = make_rows(0, 3_000, 1)
+    for start in range(0, len(rows), 500):
+        idx.upsert(rows[start:start + 500])
+    idx.ensure_indexes()
+    idx._small.max_rows = 0  # never the small-table copy: these tests are about the mirror
+    yield idx, rows
+    idx.close()
+
+
+def test_codes_keep_the_cosine():
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((200, 384)).astype(np.float32), rng.standard_normal((200, 384)).astype(np.float32)
+    b = a + 0.5 * b
+    want = np.einsum("ij,ij->i", a, b) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    ca, cb = quantize(a).astype(np.float32), quantize(b).astype(np.float32)
+    got = np.einsum("ij,ij->i", ca, cb) / (np.linalg.norm(ca, axis=1) * np.linalg.norm(cb, axis=1))
+    assert np.abs(got - want).max() < 2e-3
+
+
+@pytest.mark.parametrize("where", WHERES)
+def test_filtered_search_matches_exact(loaded, where):
+    idx, rows = loaded
+    assert idx.has_vector_index("A")
+    rng = np.random.default_rng(9)
+    recalls = []
+    for _ in range(8):
+        q = rng.standard_normal(D).astype(np.float32)
+        want = exact(rows, q, 10, where)
+        hits = idx.vector_search("A", q, k=10, where=where, columns=["episode_id", "agent_role", "timestamp"])
+        assert all(passes({**r, **h}, where) for h, r in zip(hits, [next(x for x in rows if x["episode_id"] == h[
+            "episode_id"]) for h in hits]))
+        assert [h["similarity"] for h in hits] == sorted((h["similarity"] for h in hits), reverse=True)
+        for h in hits:  # the cosine of the stored vector, within the codes' precision
+            v = next(r["vector"] for r in rows if r["episode_id"] == h["episode_id"])
+            assert abs(h["similarity"] - float(v @ q / np.linalg.norm(v) / np.linalg.norm(q))) < 3e-3
+            assert h["vector"].shape == (D,)
+        recalls.append(len(set(want) & {h["episode_id"] for h in hits}) / max(len(want), 1))
+    assert np.mean(recalls) >= 0.95
+    assert idx._mirrors.get("ep-A", idx._part("A").latest_dataset()).live == 3_000
+
+
+def test_text_search_takes_rows_from_the_mirror(loaded):
+    idx, rows = loaded
+    hits = idx.text_search("A", "ledger", k=5, where={"agent_role": "Ops"}, columns=["episode_id", "timestamp"])
+    assert len(hits) == 5
+    by_id = {r["episode_id"]: r for r in rows}
+    for h in hits:
+        assert by_id[h["episode_id"]]["agent_role"] == "Ops"
+        assert h["timestamp"] == pytest.approx(by_id[h["episode_id"]]["timestamp"])
+        v = by_id[h["episode_id"]]["vector"]
+        assert float(h["vector"] @ v / np.linalg.norm(v)) > 0.998  # the unit vector of its code
+
+
+def test_another_writer_appends_deletes_and_compacts(loaded, tmp_path):
+    """A second index object on the same folder (another process's view: its own tables and
+    mirror) writes; the first one's next search sees each change."""
+    idx, rows = loaded
+    other = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    q = np.asarray(rows[10]["vector"], np.float32)
+    assert idx.vector_search("A", q, k=1)[0]["episode_id"] == "e10"
+    mirror = idx._mirrors.get("ep-A", idx._part("A").latest_dataset())
+    read_before = mirror.counts["read_rows"]
+    # appended elsewhere: a near copy of e10 under a new id is found
+    new = make_rows(3_000, 200, 2)
+    new[0]["vector"] = q * 1.0001
+    other.upsert(new)
+    assert idx.vector_search("A", q, k=2, columns=["episode_id"])[0]["episode_id"] in {"e10", "e3000"}
+    assert {h["episode_id"] for h in idx.vector_search("A", q, k=2)} == {"e10", "e3000"}
+    # forgotten elsewhere: gone from the next search, filtered or not
+    other.delete(["e10", "e3000"])
+    for where in (None, {"agent_role": rows[10]["agent_role"]}, {"agent_id": rows[10]["agent_id"]}):
+        assert not {h["episode_id"] for h in idx.vector_search("A", q, k=20, where=where)} & {"e10", "e3000"}
+    assert not {h["episode_id"] for h in idx.text_search("A", "ledger run 10", k=50)} & {"e10", "e3000"}
+    # compacted elsewhere (the rows move to new fragments): found by id, not read again
+    other.optimize()
+    mirror = idx._mirrors.get("ep-A", idx._part("A").latest_dataset())
+    moved = mirror.counts["moved_rows"]
+    rows_read = mirror.counts["read_rows"] - read_before
+    assert moved > 0 and rows_read <= 200
+    q2 = np.asarray(rows[20]["vector"], np.float32)
+    assert idx.vector_search("A", q2, k=1)[0]["episode_id"] == "e20"
+    assert mirror.live == 3_198
+    assert idx.count("A") == 3_198
+    other.close()
+
+
+def test_saved_mirror_reopens_and_survives_a_killed_save(loaded, tmp_path):
+    """close() saves the mirror; a new index object opens it without reading a vector, brings it
+    to the table's newest version, and a save killed halfway (rows past the manifest's count, files
+    it does not name) changes nothing of what the next process reads."""
+    from worldgraph.memory.index import mirror_files
+
+    idx, rows = loaded
+    q = np.asarray(rows[42]["vector"], np.float32)
+    want = [h["episode_id"] for h in idx.vector_search("A", q, k=10, where={"agent_role": "Ops"})]
+    idx.close()
+    folder = mirror_files.folder_of(idx.path, "eph-41")
+    manifest = (folder / "manifest.json").read_text()
+    assert '"rows": 3000' in manifest
+    # a save killed halfway: bytes past the count in every field file, a stray map and ids file
+    for field in mirror_files.FIELDS:
+        with open(folder / f"{field}.bin", "ab") as fh:
+            fh.write(b"\x07" * 4096)
+    (folder / "map-99-deadbeef.npy").write_bytes(b"partial")
+    (folder / "ids-9999.arrow").write_bytes(b"partial")
+    other = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    other._small.max_rows = 0
+    other.upsert(make_rows(3_000, 100, 7))  # a version the saved mirror has not seen
+    got = [h["episode_id"] for h in other.vector_search("A", q, k=10, where={"agent_role": "Ops"})]
+    mirror = other._mirrors.get("eph-41", other._part("A").latest_dataset())
+    assert mirror.counts["read_rows"] == 100 and mirror.cols.n_base >= 3_000  # only the new rows were read
+    assert set(got) - {f"e{i}" for i in range(3_000, 3_100)} <= set(want)
+    other.close()
+    assert not (folder / "map-99-deadbeef.npy").exists() and not (folder / "ids-9999.arrow").exists()
+    third = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    mirror = third._mirrors.get("eph-41", third._part("A").latest_dataset())
+    assert mirror.counts["read_rows"] == 0 and mirror.live == 3_100
+    # a malformed manifest: the mirror is built again from the table
+    third._mirrors.drop()
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text("{not json")
+    fourth = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    mirror = fourth._mirrors.get("eph-41", fourth._part("A").latest_dataset())
+    assert mirror.counts["read_rows"] == 3_100
+    # a manifest of another format (valid JSON): its files are replaced by the rebuilt mirror's
+    fourth._mirrors.save_all()
+    (folder / "manifest.json").write_text('{"format": 0, "rows": 3100}')
+    fifth = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    assert fifth._mirrors.get("eph-41", fifth._part("A").latest_dataset()).counts["read_rows"] == 3_100
+    fifth._mirrors.save_all()
+    sixth = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    assert sixth._mirrors.get("eph-41", sixth._part("A").latest_dataset()).counts["read_rows"] == 0
+    for done in (third, fourth, fifth, sixth):
+        done.close()
+
+
+def test_purge_deletes_the_saved_mirror(loaded, tmp_path):
+    from worldgraph.memory.index import mirror_files
+
+    idx, rows = loaded
+    idx.vector_search("A", np.asarray(rows[1]["vector"], np.float32), k=5)
+    idx._mirrors.save_all()
+    folder = mirror_files.folder_of(idx.path, "eph-41")
+    assert (folder / "manifest.json").exists()
+    idx.delete(["e1"])
+    idx.purge([], ["A"], [])
+    assert not folder.exists()
+    assert "e1" not in {h["episode_id"] for h in idx.vector_search("A", np.asarray(rows[1]["vector"], np.float32), k=5)}
+
+
+def test_a_big_unmirrored_table_is_searched_by_lancedb_while_its_mirror_builds(loaded, monkeypatch):
+    """More rows new to the mirror than a search reads itself: the search goes to LanceDB and
+    the mirror is built in the background; warm_mirror waits for it."""
+    from worldgraph.memory.index import mirror_files
+
+    idx, rows = loaded
+    monkeypatch.setattr(mirror_files, "SYNC_ROWS", 100)
+    release = __import__("threading").Event()
+    real = mirror_files.Mirrors._refresh
+
+    def slow(self, name, mirror, ds):
+        release.wait(30)
+        return real(self, name, mirror, ds)
+
+    monkeypatch.setattr(mirror_files.Mirrors, "_refresh", slow)
+    q = np.asarray(rows[7]["vector"], np.float32)
+    hits = idx.vector_search("A", q, k=3, where={"agent_role": rows[7]["agent_role"]})
+    assert hits[0]["episode_id"] == "e7"  # answered by LanceDB: no mirror yet
+    assert idx.mirror_stats("A")["rows"] == 0
+    release.set()
+    assert idx.warm_mirror("A", timeout=60)
+    assert idx.mirror_stats("A")["live"] == 3_000
+    assert idx.vector_search("A", q, k=1)[0]["episode_id"] == "e7"
+
+
+def test_graph_over_the_codes_is_extended_saved_and_reopened(loaded, tmp_path, monkeypatch):
+    """The graph (graph.py) is built in the background once a table is searched; rows written
+    after it are searched exactly beside it; a forgotten row is never returned; a new process opens
+    the saved graph of the same mirror."""
+    from worldgraph.memory.index import graph as graphs
+    from worldgraph.memory.index import mirror_files
+
+    monkeypatch.setattr(graphs, "MIN_ROWS", 100)
+    monkeypatch.setattr(graphs, "CHUNK", 700)
+    idx, rows = loaded
+    q = np.asarray(rows[33]["vector"], np.float32)
+    idx.vector_search("A", q, k=5)
+    assert idx.wait_for_maintenance(120)
+    mirror = idx._mirrors.held("eph-41")
+    assert mirror.graph is not None and mirror.graph.covered == 3_000
+    rng = np.random.default_rng(2)
+    for where in (None, {"agent_role": "Ops"}, {"success_only": True}):
+        recalls = []
+        for _ in range(6):
+            v = rng.standard_normal(D).astype(np.float32)
+            want = exact(rows, v, 10, where)
+            got = {h["episode_id"] for h in idx.vector_search("A", v, k=10, where=where)}
+            recalls.append(len(set(want) & got) / 10)
+        assert np.mean(recalls) >= 0.95
+    other = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    new = make_rows(3_000, 50, 3)
+    new[0]["vector"] = q * 1.0001
+    other.upsert(new)
+    hits = [h["episode_id"] for h in idx.vector_search("A", q, k=2)]
+    assert set(hits) == {"e33", "e3000"}  # e3000 is outside the graph yet: found in the tail
+    other.delete(["e33"])
+    assert "e33" not in {h["episode_id"] for h in idx.vector_search("A", q, k=10)}
+    assert idx.wait_for_maintenance(120) and mirror.graph.covered == 3_050
+    idx.close()
+    folder = mirror_files.folder_of(idx.path, "eph-41")
+    assert (folder / "graph.usearch").exists() and (folder / "graph.json").exists()
+    third = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    assert third.vector_search("A", q, k=1)[0]["episode_id"] == "e3000"
+    held = third._mirrors.held("eph-41")
+    assert held.graph is not None and held.graph.covered == 3_050 and held.counts["read_rows"] == 0
+    assert held.graph.viewed  # memory-mapped from its file
+    other.upsert(make_rows(4_000, 60, 5))
+    third.vector_search("A", q, k=1)
+    assert third.wait_for_maintenance(120)
+    held = third._mirrors.held("eph-41")
+    assert held.graph.covered == 3_110 and not held.graph.viewed  # a loaded copy took the rows
+    other.close()
+    third.close()

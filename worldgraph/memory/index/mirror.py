@@ -1,0 +1,416 @@
+"""The in-process index in front of a big table: its filter columns and int8 codes of its vectors,
+row by row, so a filtered search is decided and mostly run without LanceDB.
+
+What a search of a big table cost in LanceDB (1M rows, bench/README.md "Filtered recall and ten
+million episodes"): a prefilter's mask, the IVF search probing until k rows pass (a narrow
+filter's nearest rows are spread over every partition), and reading the hits' rows (~25 us a
+row). A ``Mirror`` holds, for every row of one version of the table, what a filter reads (hashes of
+``agent_role``, ``agent_id`` and ``canvas_id``, ``timestamp``, ``success``) and an int8 code of
+its vector (each row scaled by its largest component: a cosine between codes is within ~1e-3 of
+the float one), and where the row is in LanceDB (its row address). A filter becomes a numpy mask
+over the mirror's rows; a narrow one is searched exactly over the codes of the rows that pass, a
+wide one through the graph index (``graph.py``) or LanceDB's ANN index, its hits checked against
+the mask. Only the final hits are read from LanceDB (``_take_rows`` by row address), so every
+score is still the exact cosine of the stored vectors.
+
+The generation check. A mirror belongs to one version of the table. ``IndexTables.latest_dataset``
+moves to the newest version before every search (this or another process's commits), and
+``refresh`` brings the mirror to it by comparing fragments (a fragment's data files are unique
+per write, see ``small.fragment_files``): a new fragment's rows are read and appended; a fragment
+whose deletion file changed has its live rows read again (a forget is seen by the next search of
+every process); a fragment that is gone takes its rows with it, unless a new fragment holds the
+same episode ids with the same filter columns (a compaction moves rows without changing them:
+only their ids, addresses and filter columns are read, not their vectors). A table dropped and
+made again (a rebuild) starts a new mirror. The mirror holds no text: episode ids, hashes of
+the filter values and codes of vectors, all derived from the table, dropped with it on purge.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from worldgraph.memory.index.schema import as_timestamp
+
+FILTER_COLUMNS = ("episode_id", "agent_role", "agent_id", "canvas_id", "timestamp", "success")
+OFFSET_MASK = np.int64(0xFFFFFFFF)  # a row address: fragment id << 32 | row offset in the fragment
+READ_BATCH = 65_536  # rows read at a time while a fragment is mirrored
+SMALL_SET = 16  # a value set this small is compared value by value (np.isin sorts)
+
+
+def value_hashes(values: pa.Array) -> np.ndarray:
+    """A 64-bit hash (blake2b) of each string of ``values``; missing values and "" hash to 0.
+    Each distinct value is hashed once (a column holds a few hundred distinct values)."""
+    encoded = pc.dictionary_encode(values.cast(pa.string()) if values.type != pa.string() else values)
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.combine_chunks()
+    hashed = np.array([hash_value(v) for v in encoded.dictionary.to_pylist()] + [0], dtype=np.uint64)
+    idx = encoded.indices.to_numpy(zero_copy_only=False)
+    idx = np.where(np.isnan(idx.astype(np.float64)), len(hashed) - 1, idx).astype(np.int64) \
+        if encoded.indices.null_count else idx.astype(np.int64)
+    out: np.ndarray = hashed[idx]
+    return out
+
+
+def hash_value(value: str | None) -> int:
+    """The 64-bit hash of one filter value (0 for a missing value)."""
+    if not value:
+        return 0
+    return int.from_bytes(hashlib.blake2b(value.encode("utf-8"), digest_size=8).digest(), "little") or 1
+
+
+def quantize(vectors: np.ndarray) -> np.ndarray:
+    """int8 codes of float vectors, each row scaled by its largest component (cosine is scale-free)."""
+    v = np.asarray(vectors, dtype=np.float32)
+    top = np.abs(v).max(axis=1, keepdims=True)
+    top[top == 0] = 1.0
+    codes: np.ndarray = np.rint(v * (127.0 / top)).astype(np.int8)
+    return codes
+
+
+def one_of(column: np.ndarray, values: list[int]) -> np.ndarray:
+    """Whether each entry of ``column`` is one of ``values``."""
+    if len(values) > SMALL_SET:
+        return np.isin(column, np.array(values, np.uint64))
+    out = np.zeros(len(column), bool)
+    for v in set(values):
+        out |= column == np.uint64(v)
+    return out
+
+
+# the per-row fields of a mirror, their types and, for codes, the width (the vector size)
+FIELDS: dict[str, Any] = {"codes": np.int8, "role": np.uint64, "agent": np.uint64, "canvas": np.uint64,
+                          "ts": np.float64, "ok": np.bool_, "norms": np.float32}
+
+
+class Columns:
+    """The mirror's rows, field by field: a saved base (memory-mapped files, mirror_files.py) and an
+    in-memory tail of the rows added since (growable)."""
+
+    def __init__(self, dimensions: int) -> None:
+        self.dimensions = dimensions
+        self.base: dict[str, np.ndarray] = {f: self._empty(f, 0) for f in FIELDS}
+        self.n_base = 0
+        self.tail: dict[str, np.ndarray] = {f: self._empty(f, 0) for f in FIELDS}
+        self.n_tail = 0
+        self.addr = np.zeros(0, np.int64)  # each row's address in the mirror's version (-1: gone)
+        self.ids: list[pa.Array] = []  # episode ids, in chunks (the base's first, from their files)
+        self.id_starts: list[int] = []
+        self.saved_ids = 0  # chunks of ids already in files
+
+    def _empty(self, field: str, n: int) -> np.ndarray:
+        shape = (n, self.dimensions) if field == "codes" else (n,)
+        return np.zeros(shape, FIELDS[field])
+
+    @property
+    def n(self) -> int:
+        return self.n_base + self.n_tail
+
+    def take(self, field: str, rows: np.ndarray) -> np.ndarray:
+        """``field`` of mirror ``rows``."""
+        if not self.n_tail:
+            out: np.ndarray = self.base[field][rows]
+            return out
+        if not self.n_base:
+            out = self.tail[field][rows]
+            return out
+        inside = rows < self.n_base
+        out = np.empty((len(rows), *self.base[field].shape[1:]), FIELDS[field])
+        out[inside] = self.base[field][rows[inside]]
+        out[~inside] = self.tail[field][rows[~inside] - self.n_base]
+        return out
+
+    def segments(self, field: str) -> list[np.ndarray]:
+        """``field`` of every row, as the base's and the tail's arrays (a mask is made segment by segment)."""
+        return [self.base[field][:self.n_base], self.tail[field][:self.n_tail]]
+
+    def set_base(self, base: dict[str, np.ndarray], n: int) -> None:
+        """The saved rows, memory-mapped (the tail must be empty or just saved)."""
+        self.base, self.n_base = base, n
+        self.tail, self.n_tail = {f: self._empty(f, 0) for f in FIELDS}, 0
+        if len(self.addr) < n:
+            addr = np.full(n, -1, np.int64)
+            addr[:len(self.addr)] = self.addr
+            self.addr = addr
+
+    def _grow(self, need: int) -> None:
+        cap = len(self.tail["ts"])
+        if need > cap:
+            new = max(need, cap * 2, 1024)
+            for field, old in self.tail.items():
+                arr = self._empty(field, new)
+                arr[:self.n_tail] = old[:self.n_tail]
+                self.tail[field] = arr
+        if len(self.addr) < self.n_base + need:
+            addr = np.full(max(self.n_base + need, len(self.addr) * 2), -1, np.int64)
+            addr[:len(self.addr)] = self.addr
+            self.addr = addr
+
+    def append(self, tbl: pa.Table, codes: np.ndarray, addrs: np.ndarray) -> np.ndarray:
+        """Append rows (filter columns of ``tbl``, their codes and addresses); returns their mirror rows."""
+        m = tbl.num_rows
+        self._grow(self.n_tail + m)
+        t, a, b = self.tail, self.n_tail, self.n_tail + m
+        t["role"][a:b] = value_hashes(tbl.column("agent_role"))
+        t["agent"][a:b] = value_hashes(tbl.column("agent_id"))
+        t["canvas"][a:b] = value_hashes(tbl.column("canvas_id"))
+        t["ts"][a:b] = tbl.column("timestamp").to_numpy(zero_copy_only=False)
+        t["ok"][a:b] = tbl.column("success").fill_null(False).to_numpy(zero_copy_only=False)
+        t["codes"][a:b] = codes
+        c = codes.astype(np.float32)
+        t["norms"][a:b] = np.sqrt(np.einsum("ij,ij->i", c, c))
+        first = self.n
+        self.addr[first:first + m] = addrs
+        self.ids.append(tbl.column("episode_id").combine_chunks())
+        self.id_starts.append(first)
+        self.n_tail = b
+        return np.arange(first, first + m, dtype=np.int64)
+
+    def episode_ids(self, rows: np.ndarray) -> list[str]:
+        """The episode ids of mirror ``rows``."""
+        starts = np.asarray(self.id_starts)
+        chunk = np.searchsorted(starts, rows, side="right") - 1
+        return [self.ids[c][int(r) - self.id_starts[c]].as_py() for c, r in zip(chunk.tolist(), rows.tolist())]
+
+    def same_filters(self, rows: np.ndarray, tbl: pa.Table) -> np.ndarray:
+        """Whether mirror ``rows`` have the filter columns of the rows of ``tbl`` (one each)."""
+        same: np.ndarray = ((self.take("role", rows) == value_hashes(tbl.column("agent_role")))
+                            & (self.take("agent", rows) == value_hashes(tbl.column("agent_id")))
+                            & (self.take("canvas", rows) == value_hashes(tbl.column("canvas_id")))
+                            & (self.take("ts", rows) == tbl.column("timestamp").to_numpy(zero_copy_only=False))
+                            & (self.take("ok", rows)
+                               == tbl.column("success").fill_null(False).to_numpy(zero_copy_only=False)))
+        return same
+
+
+class Fragment:
+    """One fragment of the mirror's version: its files, and the mirror row of each of its rows."""
+
+    __slots__ = ("files", "deletion", "by_offset", "file")
+
+    def __init__(self, files: tuple[str, ...], deletion: str | None, by_offset: np.ndarray) -> None:
+        self.files = files
+        self.deletion = deletion
+        self.by_offset = by_offset  # row offset in the fragment -> mirror row (-1: deleted)
+        self.file: str | None = None  # the file it is saved in (mirror_files.py; None: not saved as it is)
+
+    @property
+    def rows(self) -> np.ndarray:
+        """The mirror rows of the fragment's live rows."""
+        return self.by_offset[self.by_offset >= 0]
+
+
+def fragment_key(frag: Any) -> tuple[tuple[str, ...], str | None]:
+    deleted = frag.deletion_file()
+    return tuple(d.path for d in frag.data_files()), None if deleted is None else str(deleted)
+
+
+class Mirror:
+    """The filter columns and vector codes of one table, at one version (see the module docstring)."""
+
+    def __init__(self, dimensions: int) -> None:
+        self.cols = Columns(dimensions)
+        self.frags: dict[int, Fragment] = {}
+        self.version: int | None = None
+        self.alive = np.zeros(0, bool)
+        self.live = 0
+        self.uid = uuid.uuid4().hex  # names this mirror's rows: a graph of another mirror's rows is not used
+        self.graph: Any = None  # graph.Graph over the codes of the first rows (None: none yet)
+        self.dirty = False  # changed since it was last saved (mirror_files.py)
+        self.saved_at = 0.0  # time.monotonic() of the last save
+        self.counts = {"read_rows": 0, "moved_rows": 0, "refreshes": 0}
+
+    def stats(self) -> dict[str, Any]:
+        """Rows held, live, saved; rows read from LanceDB and moved by compactions so far."""
+        return {"rows": self.cols.n, "live": self.live, "saved_rows": self.cols.n_base, "version": self.version,
+                **self.counts}
+
+    def behind(self, ds: Any) -> int:
+        """Rows of ``ds``'s version the mirror has not seen: the physical rows of its fragments
+        that are new to the mirror (fragment metadata only, no data read)."""
+        if ds.version == self.version:
+            return 0
+        rows = 0
+        for frag in ds.get_fragments():
+            held = self.frags.get(frag.fragment_id)
+            if held is None or held.files != tuple(d.path for d in frag.data_files()):
+                rows += int(frag.metadata.physical_rows)
+        return rows
+
+    # -- the generation check -----------------------------------------------------------------
+
+    def refresh(self, ds: Any) -> None:
+        """Bring the mirror to ``ds``'s version (see the module docstring)."""
+        if ds.version == self.version:
+            return
+        cols = self.cols
+        current = {f.fragment_id: f for f in ds.get_fragments()}
+        keys = {fid: fragment_key(f) for fid, f in current.items()}
+        gone: list[int] = []
+        for fid, held in self.frags.items():
+            key = keys.get(fid)
+            if key is None or key[0] != held.files:
+                gone.append(fid)
+        new = [fid for fid in current if fid not in self.frags or fid in gone]
+        freed = np.concatenate([self.frags[f].rows for f in gone]) if gone else np.zeros(0, np.int64)
+        for fid in gone:
+            del self.frags[fid]
+        moved: dict[str, int] = {}
+        if len(freed):
+            moved = dict(zip(cols.episode_ids(freed), freed.tolist()))
+        for fid in new:
+            frag = current[fid]
+            files, deletion = keys[fid]
+            self.frags[fid] = Fragment(files, deletion, self._read(ds, frag, moved))
+        for fid, held in self.frags.items():
+            files, deletion = keys[fid]
+            if fid not in new and deletion != held.deletion:  # a delete (a forget) in that fragment
+                held.by_offset = self._live_rows(ds, current[fid], held)
+                held.deletion = deletion
+                held.file = None
+        alive = np.zeros(cols.n, bool)
+        for held in self.frags.values():
+            alive[held.rows] = True
+        cols.addr[:cols.n][~alive] = -1
+        self.dirty = True
+        self.alive = alive
+        self.live = int(alive.sum())
+        self.version = ds.version
+        self.counts["refreshes"] += 1
+
+    def _read(self, ds: Any, frag: Any, moved: dict[str, int]) -> np.ndarray:
+        """Offset -> mirror row of a new fragment: its live rows moved from a fragment that is gone
+        (same id and filter columns), else appended (their vectors read, a batch at a time)."""
+        by_offset = np.full(int(frag.metadata.physical_rows), -1, np.int64)
+        columns = list(FILTER_COLUMNS) if moved else [*FILTER_COLUMNS, "vector"]  # vectors: of new rows only
+        for batch in ds.scanner(columns=columns, fragments=[frag], with_row_address=True,
+                                batch_size=READ_BATCH).to_batches():
+            tbl = pa.Table.from_batches([batch])
+            addrs = tbl.column("_rowaddr").to_numpy().astype(np.int64)
+            by_offset[addrs & OFFSET_MASK] = self._read_rows(ds, tbl, addrs, moved)
+        return by_offset
+
+    def _read_rows(self, ds: Any, tbl: pa.Table, addrs: np.ndarray, moved: dict[str, int]) -> np.ndarray:
+        cols = self.cols
+        out = np.full(tbl.num_rows, -1, np.int64)
+        if moved and tbl.num_rows:
+            ids = tbl.column("episode_id").to_pylist()
+            cand = np.array([moved.get(e, -1) for e in ids], np.int64)
+            known = cand >= 0
+            if known.any():
+                ok = np.zeros(len(cand), bool)
+                ok[known] = cols.same_filters(cand[known], tbl.filter(pa.array(known)))
+                out[ok] = cand[ok]
+                cols.addr[cand[ok]] = addrs[ok]
+                self.counts["moved_rows"] += int(ok.sum())
+        fresh = np.flatnonzero(out < 0)
+        if len(fresh):
+            sub = tbl if len(fresh) == tbl.num_rows else tbl.take(pa.array(fresh))
+            vec_tbl = sub if "vector" in tbl.column_names else ds._take_rows(addrs[fresh].tolist(), columns=["vector"])
+            vectors = vec_tbl.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            codes = quantize(vectors.reshape(len(fresh), cols.dimensions))
+            out[fresh] = cols.append(sub, codes, addrs[fresh])
+            self.counts["read_rows"] += len(fresh)
+        return out
+
+    @staticmethod
+    def _live_rows(ds: Any, frag: Any, held: Fragment) -> np.ndarray:
+        """A fragment's offset -> mirror row once some of its rows were deleted (-1 for those)."""
+        live = ds.scanner(columns=[], fragments=[frag], with_row_address=True).to_table()
+        offsets = live.column("_rowaddr").to_numpy().astype(np.int64) & OFFSET_MASK
+        out = np.full(len(held.by_offset), -1, np.int64)
+        out[offsets] = held.by_offset[offsets]
+        return out
+
+    # -- searching --------------------------------------------------------------------------
+
+    def mask(self, where: dict[str, Any] | None) -> np.ndarray:
+        """Live mirror rows passing ``where`` (validated by ``metadata_filter``)."""
+        cols = self.cols
+        w = where or {}
+        checks: list[tuple[str, Any]] = []
+        for key, field in (("agent_role", "role"), ("agent_id", "agent")):
+            if w.get(key) is not None:
+                value = np.uint64(hash_value(w[key]))
+                checks.append((field, lambda col, value=value: col == value))
+        canvas_ids = w.get("canvas_ids")
+        if canvas_ids:
+            wanted = [hash_value(c) for c in ([canvas_ids] if isinstance(canvas_ids, str) else list(canvas_ids))]
+            checks.append(("canvas", lambda col: one_of(col, wanted)))
+        if w.get("start") is not None:
+            start = as_timestamp(w["start"], "where.start")
+            checks.append(("ts", lambda col: col >= start))
+        if w.get("end") is not None:
+            end = as_timestamp(w["end"], "where.end")
+            checks.append(("ts", lambda col: col <= end))
+        if w.get("success_only"):
+            checks.append(("ok", lambda col: col))
+        keep: np.ndarray = self.alive[:cols.n].copy()
+        offset = 0
+        for segment in range(2):  # the base, then the tail
+            size = cols.n_base if segment == 0 else cols.n_tail
+            if size:
+                part = keep[offset:offset + size]
+                for field, check in checks:
+                    part &= check(cols.segments(field)[segment])
+            offset += size
+        return keep
+
+    def nearest(self, q: np.ndarray, k: int, rows: np.ndarray) -> np.ndarray:
+        """The ``k`` of mirror ``rows`` nearest to ``q`` by the cosine of their codes (the query's
+        own int8 code against theirs, SIMD: ~0.5 ms for 15k rows), best first."""
+        import numkong
+
+        if not len(rows):
+            return rows
+        cols = self.cols
+        qc = quantize(np.asarray(q, np.float32).reshape(1, -1))
+        sims = np.empty(len(rows), np.float64)
+        for start in range(0, len(rows), READ_BATCH):  # a block of codes at a time
+            part = rows[start:start + READ_BATCH]
+            dots = np.asarray(numkong.cdist(cols.take("codes", part), qc, metric="dot")).reshape(-1)
+            sims[start:start + len(part)] = dots / np.maximum(cols.take("norms", part), 1e-9)
+        if len(rows) > k:
+            top = np.argpartition(-sims, k - 1)[:k]
+            rows, sims = rows[top], sims[top]
+        return rows[np.argsort(-sims, kind="stable")]
+
+    def unit_vectors(self, rows: np.ndarray) -> np.ndarray:
+        """The unit vectors (float32) of mirror ``rows``' codes."""
+        cols = self.cols
+        unit: np.ndarray = cols.take("codes", rows).astype(np.float32) / np.maximum(cols.take("norms", rows),
+                                                                                     1e-9)[:, None]
+        return unit
+
+    def results(self, rows: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The best ``k`` of mirror ``rows`` by the cosine of the float query with their codes: the
+        rows, their unit vectors (float32, from the codes) and their cosines, best first."""
+        unit = self.unit_vectors(rows)
+        sims = unit @ (np.asarray(q, np.float32) / (float(np.linalg.norm(q)) or 1.0))
+        order = np.argsort(-sims, kind="stable")[:k]
+        return rows[order], unit[order], sims[order]
+
+    def addresses(self, rows: np.ndarray) -> list[int]:
+        return [int(a) for a in self.cols.addr[rows]]
+
+    def rows_of(self, addrs: np.ndarray) -> np.ndarray:
+        """Mirror rows of LanceDB row addresses (-1: not a live row of the mirror's version)."""
+        a = np.asarray(addrs, dtype=np.int64)
+        out = np.full(len(a), -1, np.int64)
+        frag_ids = a >> 32
+        for fid in np.unique(frag_ids).tolist():
+            held = self.frags.get(int(fid))
+            if held is None:
+                continue
+            sel = frag_ids == fid
+            offsets = a[sel] & OFFSET_MASK
+            inside = offsets < len(held.by_offset)
+            found = np.full(len(offsets), -1, np.int64)
+            found[inside] = held.by_offset[offsets[inside]]
+            out[sel] = found
+        return out

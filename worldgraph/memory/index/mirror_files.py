@@ -1,0 +1,335 @@
+"""A mirror (mirror.py) saved beside a local index, so a new process opens it instead of reading
+every vector of the table again (1M rows: ~16 s of reading and quantizing under load).
+
+``<index>/_mirror/<table>/`` holds one file per field of the rows (``codes.bin``, ``role.bin``,
+... raw arrays, appended to and memory-mapped: a process's resident memory grows only with the
+pages its searches touch), the episode ids (``ids-<first row>.arrow``, Arrow IPC files), one map
+per fragment from row offset to mirror row (``map-<fragment>-<token>.npy``, written once: a
+fragment that changes gets a new file) and ``manifest.json``, which names the rows, the table
+version and the files of that state. The manifest is written last and replaced atomically, so a
+process killed while saving leaves the previous state whole: rows past the manifest's count are
+ignored (and overwritten by the next save), files it does not name are deleted by the next save.
+Opening checks every field file holds the manifest's rows; anything missing or malformed starts
+an empty mirror (rebuilt from the table: the mirror is derived data). The saved state may be of
+an older version than the table: the opening process brings it up to date like any other
+(``Mirror.refresh``), and saves it again.
+
+One process saves at a time (a lock file, not waited for: a busy lock skips the save); a process
+whose rows on disk are not the ones it loaded (another process saved meanwhile) does not save and
+reopens the saved state at its next search. Purge deletes the folder of every table it rewrites
+(the files hold codes and ids of forgotten rows until then).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from worldgraph.errors import StorageError
+from worldgraph.locks import file_lock
+from worldgraph.memory.index import graph as graphs
+from worldgraph.memory.index.mirror import FIELDS, Fragment, Mirror
+
+log = logging.getLogger("worldgraph.memory.index.episode_index")
+
+FOLDER = "_mirror"  # beside the tables of a local index
+FORMAT = 1
+SAVE_ROWS = 50_000  # rows added in memory that make a search save the mirror at once
+SAVE_SECONDS = 60.0  # otherwise a changed mirror is saved at most this often (and on close)
+SYNC_ROWS = 20_000  # at most this many rows new to a mirror are read in the search that finds them
+
+
+def folder_of(index_path: str, table: str) -> Path:
+    return Path(index_path) / FOLDER / table
+
+
+def _width(field: str, dimensions: int) -> int:
+    return int(np.dtype(FIELDS[field]).itemsize) * (dimensions if field == "codes" else 1)
+
+
+def _base(folder: Path, rows: int, dimensions: int) -> dict[str, np.ndarray]:
+    """The field files memory-mapped, ``rows`` rows each (read-only)."""
+    out: dict[str, np.ndarray] = {}
+    for field, dtype in FIELDS.items():
+        shape = (rows, dimensions) if field == "codes" else (rows,)
+        if rows == 0:
+            out[field] = np.zeros(shape, dtype)
+            continue
+        path = folder / f"{field}.bin"
+        if path.stat().st_size < rows * _width(field, dimensions):
+            raise ValueError(f"{path} holds fewer than {rows} rows")
+        out[field] = np.memmap(path, dtype=dtype, mode="r", shape=shape)
+    return out
+
+
+def load(folder: Path, dimensions: int) -> Mirror | None:
+    """The saved mirror in ``folder`` (None: none saved, or unusable: logged)."""
+    path = folder / "manifest.json"
+    if not path.exists():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+        if manifest.get("format") != FORMAT or manifest.get("dimensions") != dimensions:
+            raise ValueError(f"format {manifest.get('format')}, {manifest.get('dimensions')}-d vectors")
+        rows = int(manifest["rows"])
+        mirror = Mirror(dimensions)
+        cols = mirror.cols
+        cols.set_base(_base(folder, rows, dimensions), rows)
+        for start, name in manifest["ids"]:
+            with pa.memory_map(str(folder / name)) as source:
+                ids = pa.ipc.open_file(source).read_all().column(0).combine_chunks()
+            cols.ids.append(ids)
+            cols.id_starts.append(int(start))
+        if sum(len(c) for c in cols.ids) != rows:
+            raise ValueError("the id files do not hold every row")
+        cols.saved_ids = len(cols.ids)
+        alive = np.zeros(rows, bool)
+        for fid, (files, deletion, name) in manifest["fragments"].items():
+            by_offset = np.load(folder / name)
+            held = Fragment(tuple(files), deletion, by_offset)
+            held.file = name
+            mirror.frags[int(fid)] = held
+            live = np.flatnonzero(by_offset >= 0)
+            cols.addr[by_offset[live]] = (np.int64(int(fid)) << 32) | live
+            alive[by_offset[live]] = True
+        mirror.alive, mirror.live = alive, int(alive.sum())
+        mirror.version = int(manifest["version"])
+        mirror.uid = str(manifest["uid"])
+        mirror.saved_at = time.monotonic()
+        return mirror
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
+        log.warning("episode index: the saved mirror in %s is not usable (%s); it is built again", folder, exc)
+        return None
+
+
+def save(mirror: Mirror, folder: Path) -> bool:
+    """Append the mirror's new rows and write its manifest; False when another process saved rows
+    this one does not have (reopen the saved state then) or holds the lock now."""
+    cols = mirror.cols
+    try:
+        with file_lock(folder / ".lock", timeout=0):
+            path = folder / "manifest.json"
+            if _saved_rows(folder) != cols.n_base:  # (an unreadable manifest counts as none)
+                return False
+            d = cols.dimensions
+            for field in FIELDS:
+                with open(folder / f"{field}.bin", "ab") as fh:
+                    fh.truncate(cols.n_base * _width(field, d))  # rows a killed save left past the count
+                    fh.write(np.ascontiguousarray(cols.tail[field][:cols.n_tail]).tobytes())
+            if len(cols.ids) > cols.saved_ids + 1:  # the chunks added since the last save, as one file
+                merged = pa.concat_arrays(cols.ids[cols.saved_ids:])
+                del cols.ids[cols.saved_ids:], cols.id_starts[cols.saved_ids + 1:]
+                cols.ids.append(merged)
+            ids = list(zip(cols.id_starts, [f"ids-{s}.arrow" for s in cols.id_starts]))
+            for (_, name), chunk in list(zip(ids, cols.ids))[cols.saved_ids:]:
+                table = pa.table({"episode_id": chunk})
+                with pa.OSFile(str(folder / name), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                    writer.write_table(table)
+            fragments = {}
+            for fid, held in mirror.frags.items():
+                if held.file is None:
+                    held.file = f"map-{fid}-{uuid.uuid4().hex[:12]}.npy"
+                    np.save(folder / held.file, held.by_offset)
+                fragments[str(fid)] = [list(held.files), held.deletion, held.file]
+            manifest = {"format": FORMAT, "dimensions": d, "rows": cols.n, "version": mirror.version, "uid": mirror.uid,
+                        "ids": [[s, n] for s, n in ids], "fragments": fragments}
+            tmp = folder / f".manifest.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(manifest))
+            os.replace(tmp, path)
+            named = {n for _, n in ids} | {h.file for h in mirror.frags.values()}
+            for stale in folder.iterdir():
+                if stale.name.startswith(("map-", "ids-", ".manifest.")) and stale.name not in named \
+                        and stale != tmp:
+                    stale.unlink(missing_ok=True)
+            cols.set_base(_base(folder, cols.n, d), cols.n)
+            cols.saved_ids = len(cols.ids)
+    except StorageError:
+        return False
+    mirror.dirty = False
+    mirror.saved_at = time.monotonic()
+    return True
+
+
+def due(mirror: Mirror) -> bool:
+    """Whether a changed mirror is saved now (many new rows, or a while since the last save)."""
+    return mirror.dirty and (mirror.cols.n_tail >= SAVE_ROWS or time.monotonic() - mirror.saved_at >= SAVE_SECONDS)
+
+
+def remove(index_path: str, table: str | None = None) -> None:
+    """Delete the saved mirror of ``table`` (None: of every table)."""
+    shutil.rmtree(Path(index_path) / FOLDER if table is None else folder_of(index_path, table), ignore_errors=True)
+
+
+
+
+class Mirrors:
+    """The mirrors of the big tables of one index, by table name, saved beside the tables of
+    ``index_path`` (None: kept in memory only, an object store; not ``writable``: opened from
+    their files but never saved, an index opened read-only). One thread refreshes a table's mirror
+    while the others wait for it."""
+
+    def __init__(self, dimensions: int, index_path: str | None, writable: bool = True) -> None:
+        self.dimensions = dimensions
+        self.index_path = index_path
+        self.writable = writable
+        self._lock = threading.Lock()
+        self._mirrors: dict[str, Mirror] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._building: set[str] = set()  # tables whose mirror a background thread is bringing up to date
+        self._graphing: set[str] = set()  # tables whose graph a background thread is extending
+        self.built = threading.Event()  # set when a background build ends
+
+    def get(self, name: str, ds: Any) -> Mirror | None:
+        """The mirror of table ``name`` at ``ds``'s version, or None while it is being built or
+        brought up to date in the background (search LanceDB meanwhile): opened from its files the
+        first time, then refreshed here when at most ``SYNC_ROWS`` rows are new to it (a recorded
+        batch, a forget), in a background thread when more are (a first build, another process's
+        ingest, a compaction)."""
+        with self._lock:
+            if name in self._building:
+                return None
+            lock = self._locks.setdefault(name, threading.Lock())
+        with lock:
+            mirror = self._mirrors.get(name)
+            folder = folder_of(self.index_path, name) if self.index_path is not None else None
+            if mirror is None:
+                mirror = load(folder, self.dimensions) if folder is not None else None
+                if mirror is None and folder is not None and self.writable:
+                    remove(str(self.index_path), name)  # unusable files: the mirror is built again in their place
+                mirror = mirror or Mirror(self.dimensions)
+                if folder is not None and mirror.cols.n:
+                    mirror.graph = graphs.load_graph(folder, mirror.uid, self.dimensions, mirror.cols.n)
+                self._mirrors[name] = mirror
+            if mirror.behind(ds) > SYNC_ROWS:
+                with self._lock:
+                    self._building.add(name)
+                threading.Thread(target=self._build, args=(name, ds, lock), daemon=True,
+                                 name="worldgraph-index-mirror").start()
+                return None
+            self._refresh(name, mirror, ds)
+            self._extend_graph(name, mirror, lock)
+            return mirror
+
+    def _extend_graph(self, name: str, mirror: Mirror, lock: threading.Lock) -> None:
+        """Start adding the rows the mirror's graph does not hold, in the background (graph.py)."""
+        graph = mirror.graph
+        if mirror.cols.n < graphs.MIN_ROWS or (graph is not None and graph.covered >= mirror.cols.n):
+            return
+        with self._lock:
+            if name in self._graphing:
+                return
+            self._graphing.add(name)
+        if graph is None:
+            mirror.graph = graphs.Graph(self.dimensions)
+        threading.Thread(target=self._graph, args=(name, mirror, lock), daemon=True,
+                         name="worldgraph-index-graph").start()
+
+    def _graph(self, name: str, mirror: Mirror, lock: threading.Lock) -> None:
+        graph = mirror.graph
+        folder = folder_of(self.index_path, name) if self.index_path is not None and self.writable else None
+        saved = graph.covered
+        try:
+            if graph.viewed:  # opened memory-mapped: a loaded copy is extended, then takes its place
+                loaded = graphs.load_graph(folder_of(str(self.index_path), name), mirror.uid, self.dimensions,
+                                           mirror.cols.n, view=False)
+                graph = mirror.graph = loaded if loaded is not None else graphs.Graph(self.dimensions)
+                saved = graph.covered
+            while True:
+                with lock:  # only to copy the codes: searches and refreshes go on while they are added
+                    first, n = graph.covered, mirror.cols.n
+                    if first >= n:
+                        break
+                    codes = np.ascontiguousarray(mirror.cols.take("codes", np.arange(first, min(first + graphs.CHUNK, n))))
+                graph.add(first, codes)
+                if folder is not None and graph.covered - saved >= graphs.SAVE_ROWS:
+                    folder.mkdir(parents=True, exist_ok=True)
+                    graph.save(folder, mirror.uid)
+                    saved = graph.covered
+            if folder is not None and graph.covered > saved:
+                folder.mkdir(parents=True, exist_ok=True)
+                graph.save(folder, mirror.uid)
+        except Exception as exc:  # noqa: BLE001 - searches go on without the graph; the next one retries
+            log.warning("episode index: building the graph of %s failed (%s)", name, exc)
+        finally:
+            with self._lock:
+                self._graphing.discard(name)
+            self.built.set()
+
+    def _refresh(self, name: str, mirror: Mirror, ds: Any) -> None:
+        """``mirror.refresh(ds)``, then a save when one is due (the caller holds the table's lock)."""
+        mirror.refresh(ds)
+        folder = folder_of(self.index_path, name) if self.index_path is not None else None
+        if folder is not None and self.writable and due(mirror):
+            folder.mkdir(parents=True, exist_ok=True)
+            if not save(mirror, folder) and mirror.cols.n_base != _saved_rows(folder):
+                del self._mirrors[name]  # another process saved: reopen its state next time
+
+    def _build(self, name: str, ds: Any, lock: threading.Lock) -> None:
+        try:
+            with lock:
+                mirror = self._mirrors.get(name)
+                if mirror is not None:
+                    self._refresh(name, mirror, ds)
+        except Exception as exc:  # noqa: BLE001 - searches go on through LanceDB; the next one retries
+            log.warning("episode index: building the mirror of %s failed (%s)", name, exc)
+            with self._lock:
+                self._mirrors.pop(name, None)
+        finally:
+            with self._lock:
+                self._building.discard(name)
+            self.built.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until no mirror is being built in the background; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if not self._building and not self._graphing:
+                    return True
+                self.built.clear()
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self.built.wait(0.5 if left is None else min(left, 0.5))
+
+    def held(self, name: str) -> Mirror | None:
+        """The mirror of ``name`` this process holds (None: none yet)."""
+        return self._mirrors.get(name)
+
+    def save_all(self) -> None:
+        """Save every changed mirror (on close)."""
+        if self.index_path is None or not self.writable:
+            return
+        for name, mirror in list(self._mirrors.items()):
+            with self._locks[name]:
+                if mirror.dirty:
+                    folder = folder_of(self.index_path, name)
+                    folder.mkdir(parents=True, exist_ok=True)
+                    save(mirror, folder)
+
+    def drop(self, name: str | None = None) -> None:
+        """Forget the mirror of ``name`` (None: of every table), in memory and on disk (purge)."""
+        with self._lock:
+            if name is None:
+                self._mirrors.clear()
+            else:
+                self._mirrors.pop(name, None)
+        if self.index_path is not None and self.writable:
+            remove(self.index_path, name)
+
+
+def _saved_rows(folder: Path) -> int:
+    try:
+        return int(json.loads((folder / "manifest.json").read_text())["rows"])
+    except (OSError, ValueError, KeyError):
+        return 0
