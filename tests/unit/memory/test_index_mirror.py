@@ -283,6 +283,8 @@ def test_graph_over_the_codes_is_extended_saved_and_reopened(loaded, tmp_path, m
     held = third._mirrors.held("eph-41")
     assert held.graph is not None and held.graph.covered == 3_050 and held.counts["read_rows"] == 0
     assert held.graph.viewed  # memory-mapped from its file
+    # with the search width it was built with, not usearch's default of a reopened file
+    assert held.graph.index.expansion_search == graphs.EXPANSION_SEARCH
     other.upsert(make_rows(4_000, 60, 5))
     third.vector_search("A", q, k=1)
     assert third.wait_for_maintenance(120)

@@ -93,6 +93,9 @@ def load_graph(folder: Path, uid: str, dimensions: int, rows: int, view: bool = 
         index = Index.restore(str(folder / "graph.usearch"), view=view)
         if index is None or index.ndim != dimensions:
             return None
+        # a saved graph does not keep its search settings: usearch reopens it with its defaults
+        # (expansion_search 64), which cost wide filters recall@10 0.83-0.94 against 0.95+ built
+        index.expansion_add, index.expansion_search = EXPANSION_ADD, EXPANSION_SEARCH
         covered = min(int(meta["covered"]), rows, int(index.size))
         if int(index.size) != covered:  # a graph file newer than its json (a killed save): start over
             return None
