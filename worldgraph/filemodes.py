@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 __all__ = ["PRIVATE_DIR", "PRIVATE_FILE", "PrivateTree", "create_private_file", "private_dir", "private_umask",
-           "umask_is_private"]
+           "tighten", "umask_is_private"]
 
 log = logging.getLogger("worldgraph")
 
@@ -98,6 +98,13 @@ def _tighten(root: Path, entries: list[str]) -> None:
     for p in entries:
         st = os.lstat(p)
         os.chmod(p, PRIVATE_DIR if stat.S_ISDIR(st.st_mode) else stat.S_IMODE(st.st_mode) & 0o700)
+
+
+def tighten(root: str | Path) -> None:
+    """Make ``root`` and what is under it private now (0700 folders, files without group or other
+    bits): for a small folder a writer of ours fills under the host's umask (a saved mirror)."""
+    if _POSIX and os.path.isdir(root):
+        _tighten(Path(root), _loose_entries(Path(root)))
 
 
 def private_umask() -> None:

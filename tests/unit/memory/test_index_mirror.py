@@ -4,6 +4,8 @@ rows another writer appended, deleted (a forget) or compacted."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -278,6 +280,10 @@ def test_graph_over_the_codes_is_extended_saved_and_reopened(loaded, tmp_path, m
     idx.close()
     folder = mirror_files.folder_of(idx.path, "eph-41")
     assert (folder / "graph.usearch").exists() and (folder / "graph.json").exists()
+    old_umask = os.umask(0o022)
+    os.umask(old_umask)
+    if old_umask & 0o077 != 0o077:  # under a host's umask too, the codes and graph are private
+        assert [p.name for p in folder.iterdir() if p.stat().st_mode & 0o077] == []
     third = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
     assert third.vector_search("A", q, k=1)[0]["episode_id"] == "e3000"
     held = third._mirrors.held("eph-41")

@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from worldgraph.errors import StorageError
+from worldgraph.filemodes import tighten
 from worldgraph.locks import file_lock
 from worldgraph.memory.index import graph as graphs
 from worldgraph.memory.index.mirror import FIELDS, Fragment, Mirror
@@ -153,6 +154,7 @@ def save(mirror: Mirror, folder: Path) -> bool:
                     stale.unlink(missing_ok=True)
             cols.set_base(_base(folder, cols.n, d), cols.n)
             cols.saved_ids = len(cols.ids)
+            tighten(folder)  # the codes are the vectors' (derived from the user's words): 0600 as the rest
     except StorageError:
         return False
     mirror.dirty = False
