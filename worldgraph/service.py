@@ -39,6 +39,12 @@ from worldgraph.names import check_tenant
 from worldgraph.world.updater import WorldUpdater
 
 
+def _replacing(replace: bool) -> dict[str, bool]:
+    """``replace`` in an idempotent write's request only when set, so a plain write's key hashes
+    as it did before upserts existed."""
+    return {"replace": True} if replace else {}
+
+
 class WorldModel:
     """Episodic memory and world graph for LLM agents. Use ``WorldModel.open(path)``."""
 
@@ -120,7 +126,8 @@ class WorldModel:
 
     # ------------------------------------------------------------------ record
     def record_experience(self, tenant_id: str, experience: AgentExperience | dict[str, Any],
-                          canvas: CanvasContext | dict[str, Any] | None = None, idempotency_key: str | None = None) -> str:
+                          canvas: CanvasContext | dict[str, Any] | None = None, idempotency_key: str | None = None,
+                          replace: bool = False) -> str:
         """Store one agent run and index it for recall.
 
         Example::
@@ -135,6 +142,9 @@ class WorldModel:
             canvas: the ``CanvasContext`` the run happened on, if any.
             idempotency_key: the same key again (with the same arguments, within a day) returns
                 the first call's id and stores nothing new (facade/idempotency.py).
+            replace: when the experience's ``episode_id`` is already recorded, forget that
+                episode (as ``forget_episode`` does: audited, its words gone after ``purge()``)
+                and record this one under the same id. Without it, such an id is an error.
 
         Returns:
             The new episode's id.
@@ -146,26 +156,36 @@ class WorldModel:
         """
         self._writable("record_experience")
         return self.idempotent.run(tenant_id, idempotency_key, "record_experience",
-                                   {"experience": experience, "canvas": canvas},
-                                   lambda: self.record_experiences(tenant_id, [experience], canvases=[canvas])[0],
+                                   {"experience": experience, "canvas": canvas, **_replacing(replace)},
+                                   lambda: self.record_experiences(tenant_id, [experience], canvases=[canvas],
+                                                                   replace=replace)[0],
                                    *idempotency.ids_codec())
 
     def record_experiences(self, tenant_id: str, experiences: Iterable[AgentExperience | dict[str, Any]],
                            canvases: list[CanvasContext | dict[str, Any] | None] | None = None,
-                           progress: Progress | None = None, idempotency_key: str | None = None) -> list[str]:
+                           progress: Progress | None = None, idempotency_key: str | None = None,
+                           replace: bool = False) -> list[str]:
         """Record a batch: all are validated first (one bad item rejects the batch, naming its
         index and field), then embedded, then stored in one transaction and indexed (with the
         batches of concurrent calls that wait for the same commit: memory/group_commit.py).
-        ``idempotency_key``: a retry with the same key and batch returns the first ids."""
+        ``idempotency_key``: a retry with the same key and batch returns the first ids.
+        ``replace=True``: an ``episode_id`` already recorded is an upsert, as
+        ``record_experience`` says (the old episodes are forgotten first, once the batch is
+        checked and embedded; a crash between the two steps leaves neither, and the call raised)."""
         check_tenant(tenant_id)
         self._writable("record_experiences")
+        forget = self._forget_replaced if replace else None
         if idempotency_key is None:
-            return self.recorder.record(tenant_id, experiences, canvases, progress)
+            return self.recorder.record(tenant_id, experiences, canvases, progress, replace=forget)
         batch = experiences if isinstance(experiences, (str, bytes, dict)) else list(experiences)
         return self.idempotent.run(tenant_id, idempotency_key, "record_experiences",
-                                   {"experiences": batch, "canvases": canvases},
-                                   lambda: self.recorder.record(tenant_id, batch, canvases, progress),
+                                   {"experiences": batch, "canvases": canvases, **_replacing(replace)},
+                                   lambda: self.recorder.record(tenant_id, batch, canvases, progress, replace=forget),
                                    *idempotency.ids_codec())
+
+    def _forget_replaced(self, tenant_id: str, episode_ids: list[str]) -> None:
+        for episode_id in episode_ids:
+            self.lifecycle.forget_episode(tenant_id, episode_id, "replaced by record_experience")
 
     def record_conversation(self, tenant_id: str, session_id: str, turns: Iterable[dict[str, Any]],
                             progress: Progress | None = None, idempotency_key: str | None = None) -> list[str]:
@@ -279,12 +299,16 @@ class WorldModel:
 
     # ------------------------------------------------------------------ browse and forget
     def list_episodes(self, tenant_id: str, agent_id: str | None = None, session_id: str | None = None,
-                      since: Any = None, until: Any = None, limit: int = 100, cursor: str | None = None) -> Page:
+                      since: Any = None, until: Any = None, limit: int = 100, cursor: str | None = None,
+                      metadata: dict[str, Any] | None = None) -> Page:
         """A page of the tenant's episodes, newest first, filtered (``since`` inclusive, ``until``
-        exclusive, ISO-8601); ``cursor``: the previous page's ``next_cursor`` (a keyset, never an
-        offset: a deep page costs what the first does)."""
+        exclusive, ISO-8601; ``metadata``: conditions on the episodes' metadata, as in
+        ``RecallOptions.metadata``); ``cursor``: the previous page's ``next_cursor`` (a keyset,
+        never an offset: a deep page costs what the first does, but a metadata filter reads the
+        episodes it skips, so narrow it with ``agent_id`` or ``session_id`` on a large tenant)."""
         check_tenant(tenant_id)
-        return reading.episode_page(self.store, self.config, tenant_id, agent_id, session_id, since, until, limit, cursor)
+        return reading.episode_page(self.store, self.config, tenant_id, agent_id, session_id, since, until, limit, cursor,
+                                    metadata)
 
     def list_agents(self, tenant_id: str) -> list[dict[str, Any]]:
         """The tenant's agents that have episodes: [{agent_id, agent_role, episodes, last_seen}]."""

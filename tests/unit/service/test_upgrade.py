@@ -150,3 +150,28 @@ def test_copies_of_what_9eed448_forgot_are_derived_again_on_upgrade(tmp_path: Pa
         assert [e.task_description for e in wm.list_episodes("other").items] == ["other tenant row"]
     with WorldModel.open(data) as wm:  # once: the second open finds nothing to do
         assert [a["kind"] for a in wm.store.forget_log("acme")].count("rederive") == 1
+
+
+def test_index_of_9eed448_gets_metadata_terms(old_data: Path) -> None:
+    """9eed448's tables have no metadata_terms column: read only, a metadata filter is checked on
+    the hits; writable, the column is added (all null) and new episodes' metadata is filtered in
+    the search, old episodes (which have no metadata) matching no equality."""
+    with WorldModel.open(old_data, read_only=True) as wm:
+        assert "metadata_terms" not in wm.index.table_for("acme").schema.names
+        assert wm.recall_experiences("acme", None, "quarterly sales numbers by region",
+                                     options={"metadata": {"team": "emea"}}) == []
+        hits = wm.recall_experiences("acme", None, "quarterly sales numbers by region", limit=3,
+                                     options={"metadata": {"team": {"$exists": False}}})
+        assert hits and all(h["metadata"] == {} for h in hits)
+    with WorldModel.open(old_data) as wm:
+        wm.record_experience("acme", {"agent_id": "agent-9", "task_type": "report", "outcome": "success",
+                                      "task_description": "quarterly sales numbers for EMEA",
+                                      "metadata": {"team": "emea"}})
+        assert "metadata_terms" in wm.index.table_for("acme").schema.names
+        hits = wm.recall_experiences("acme", None, "quarterly sales numbers by region",
+                                     options={"metadata": {"team": "emea"}, "min_similarity": -1.0})
+        assert [h["task_description"] for h in hits] == ["quarterly sales numbers for EMEA"]
+        wm.index.optimize()  # builds the label index over old and new rows
+        assert "metadata_terms_idx" in {ix.name for ix in wm.index.table_for("acme").list_indices()}
+        assert len(wm.recall_experiences("acme", None, "quarterly sales numbers by region", limit=20,
+                                         options={"min_similarity": -1.0})) > 1

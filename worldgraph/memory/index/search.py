@@ -26,6 +26,7 @@ from worldgraph.memory.index.plan import (
 from worldgraph.memory.index.policy import ann_search_params
 from worldgraph.memory.index.schema import (
     FTS_INDEX_NAME,
+    METADATA_TERMS,
     VECTOR_INDEX_NAME,
     first_per_episode,
     metadata_filter,
@@ -139,6 +140,7 @@ class IndexSearch(IndexTables):
         part = self._part(tenant_id)
         if part is None:
             return []
+        where, pred = self._for_table(part, where, pred)
         small = self._small_table(part, select)
         if small is not None:  # exact cosine in process (index_small.py)
             return small.rows_out(small.nearest(q, k, small.mask(where)), select, "similarity", tenant_id)
@@ -156,6 +158,17 @@ class IndexSearch(IndexTables):
         exact = maybe_exact(where, sample) and int(ds.count_rows(pred)) <= EXACT_ROWS
         tbl = self._nearest(part, ds, q, k, pred, select, exact=exact)
         return self._rescored(self._rows(tbl, tenant_id), q, k)
+
+    @staticmethod
+    def _for_table(part: TenantTable, where: dict[str, Any] | None,
+                   pred: str | None) -> tuple[dict[str, Any] | None, str | None]:
+        """``where`` and its predicate for this table: a table made before the metadata terms (read
+        only, so not upgraded) cannot evaluate them, and recall checks the metadata on the hits."""
+        if not where or not (where.get(METADATA_TERMS) or where.get("metadata_any")) \
+                or METADATA_TERMS in part.latest_dataset().schema.names:
+            return where, pred
+        rest = {k: v for k, v in where.items() if k not in (METADATA_TERMS, "metadata_any")}
+        return rest, metadata_filter(rest)
 
     def _nearest(self, part: TenantTable, ds: Any, q: np.ndarray, k: int, pred: str | None,
                  select: Sequence[str] | None, exact: bool = False) -> pa.Table:
@@ -180,7 +193,7 @@ class IndexSearch(IndexTables):
         rows = int(ds.count_rows())  # the manifest's count: no data read
         sample: Sample | None = part.sample
         if sample is None or sample_is_stale(sample.rows, rows):
-            columns = list(SAMPLE_COLUMNS)
+            columns = [*SAMPLE_COLUMNS, *([METADATA_TERMS] if METADATA_TERMS in ds.schema.names else [])]
             tbl = ds.sample(SAMPLE_ROWS, columns=columns) if rows > SAMPLE_ROWS else ds.to_table(columns=columns)
             sample = part.sample = sample_of(tbl, rows)
         return sample
@@ -239,6 +252,7 @@ class IndexSearch(IndexTables):
         part = self._part(tenant_id)
         if part is None:
             return []
+        where, pred = self._for_table(part, where, pred)
         if FTS_INDEX_NAME not in self._indexes(part) and FTS_INDEX_NAME not in self._indexes(part, refresh=True):
             return []
         small = self._small_table(part, select)
