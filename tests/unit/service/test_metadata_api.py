@@ -108,3 +108,9 @@ def test_turns_with_roles_and_empty_text_read_back_in_order(wm: WorldModel, tena
     assert items[1]["metadata"] == {"tool_calls": [{"id": "c0", "name": "lookup"}]}
     rs = wm.recall_experiences(tenant, "tool", "answer 2", options={"min_similarity": -1.0})
     assert rs[0]["task_description"] == "answer 2"
+
+
+def test_a_limit_past_the_candidate_pool_gets_that_many(tmp_path: Path) -> None:
+    with WorldModel.open(tmp_path / "d", embedder=HashingEmbedder(64), candidate_pool=10, fulltext_pool=5) as wm:
+        wm.record_experiences("t", [exp(f"apple {i}") for i in range(40)])
+        assert len(wm.recall_experiences("t", None, "apple", limit=30, options={"min_similarity": -1.0})) == 30
