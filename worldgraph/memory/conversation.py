@@ -38,7 +38,7 @@ class ConversationTurn(BaseModel):
                                 "unset: the role")
     role: str | None = Field(None, min_length=1, max_length=64, description="the speaker's part: system, user, "
                              "assistant, tool, ... (becomes the episode's agent_role)")
-    text: str = Field("", description="what was said; empty for a turn that only calls a tool")
+    text: str = Field(description="what was said; \"\" for a turn that only calls a tool")
     timestamp: datetime | None = Field(None, description="when (ISO-8601); unset: now, the turns of one call "
                                        "a microsecond apart in their order")
 

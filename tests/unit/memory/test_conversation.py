@@ -55,6 +55,7 @@ def test_recall_returns_the_adjacent_turns(wm: WorldModel, tenant: str) -> None:
 
 
 @pytest.mark.parametrize("session_id, turns, field", [
+    ("chat-1", [TURNS[0], {"speaker": "Caroline"}], "turns[1].text"),
     ("chat-1", [TURNS[0], {"speaker": "Caroline", "text": "x", "role": ""}], "turns[1].role"),
     ("chat-1", [TURNS[0], {"role": "user", "text": "x", "agent_role": "bot"}], "turns[1].agent_role"),
     ("chat-1", [{"text": "who said this?"}], "turns[0].speaker"),
