@@ -65,6 +65,10 @@ class WorldgraphRetriever(BaseRetriever):
     _sync: WorldModel = PrivateAttr()
     _async: AsyncWorldModel = PrivateAttr()
 
+    def __init__(self, **data: Any) -> None:
+        bind(data.get("model"), data.get("tenant_id"))  # type: ignore[arg-type] # worldgraph's error, before pydantic's
+        super().__init__(**data)
+
     def model_post_init(self, context: Any) -> None:
         self._sync, self._async, _ = bind(self.model, self.tenant_id)
 

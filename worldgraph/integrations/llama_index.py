@@ -86,8 +86,8 @@ def metadata_conditions(filters: MetadataFilters) -> dict[str, Any]:
                 out.setdefault(key, {}).update(cond)
             continue
         if not isinstance(flt, MetadataFilter) or flt.operator not in OPERATORS:
-            op = getattr(flt, "operator", type(flt).__name__)
-            raise InvalidInputError("filters", f"operator {op} is not supported; use one of "
+            op = getattr(getattr(flt, "operator", None), "value", type(flt).__name__)
+            raise InvalidInputError("filters", f"operator {op!r} is not supported; use one of "
                                     f"{sorted(o.value for o in OPERATORS)}")
         out.setdefault(flt.key, {})[OPERATORS[flt.operator]] = flt.value
     return out
@@ -109,6 +109,10 @@ class WorldgraphMemoryBlock(BaseMemoryBlock[str]):
     context_window: int = Field(3, gt=0, description="latest messages the query is made of")
     options: dict[str, Any] = Field(default_factory=dict, description="RecallOptions fields")
     _async: AsyncWorldModel = PrivateAttr()
+
+    def __init__(self, **data: Any) -> None:
+        bind(data.get("model"), data.get("tenant_id"))  # type: ignore[arg-type] # worldgraph's error, before pydantic's
+        super().__init__(**data)
 
     def model_post_init(self, context: Any) -> None:
         _, self._async, _ = bind(self.model, self.tenant_id)

@@ -15,6 +15,7 @@ import pytest
 from worldgraph import WorldModel
 from worldgraph.memory.embeddings import HashingEmbedder
 
+
 def require(module: str) -> None:
     """Skip the calling test module when ``module`` is not installed, and fail it under CI."""
     if importlib.util.find_spec(module.split(".")[0]) is None:
