@@ -39,12 +39,6 @@ from worldgraph.names import check_tenant
 from worldgraph.world.updater import WorldUpdater
 
 
-def _replacing(replace: bool) -> dict[str, bool]:
-    """``replace`` in an idempotent write's request only when set, so a plain write's key hashes
-    as it did before upserts existed."""
-    return {"replace": True} if replace else {}
-
-
 class WorldModel:
     """Episodic memory and world graph for LLM agents. Use ``WorldModel.open(path)``."""
 
@@ -156,7 +150,7 @@ class WorldModel:
         """
         self._writable("record_experience")
         return self.idempotent.run(tenant_id, idempotency_key, "record_experience",
-                                   {"experience": experience, "canvas": canvas, **_replacing(replace)},
+                                   {"experience": experience, "canvas": canvas, **idempotency.flag("replace", replace)},
                                    lambda: self.record_experiences(tenant_id, [experience], canvases=[canvas],
                                                                    replace=replace)[0],
                                    *idempotency.ids_codec())
@@ -169,23 +163,18 @@ class WorldModel:
         index and field), then embedded, then stored in one transaction and indexed (with the
         batches of concurrent calls that wait for the same commit: memory/group_commit.py).
         ``idempotency_key``: a retry with the same key and batch returns the first ids.
-        ``replace=True``: an ``episode_id`` already recorded is an upsert, as
-        ``record_experience`` says (the old episodes are forgotten first, once the batch is
-        checked and embedded; a crash between the two steps leaves neither, and the call raised)."""
+        ``replace=True``: an upsert, as ``record_experience`` says (the old episodes are forgotten
+        once the batch is checked and embedded; a crash between the two leaves neither, and raises)."""
         check_tenant(tenant_id)
         self._writable("record_experiences")
-        forget = self._forget_replaced if replace else None
+        forget = self.lifecycle.forget_replaced if replace else None
         if idempotency_key is None:
             return self.recorder.record(tenant_id, experiences, canvases, progress, replace=forget)
         batch = experiences if isinstance(experiences, (str, bytes, dict)) else list(experiences)
         return self.idempotent.run(tenant_id, idempotency_key, "record_experiences",
-                                   {"experiences": batch, "canvases": canvases, **_replacing(replace)},
+                                   {"experiences": batch, "canvases": canvases, **idempotency.flag("replace", replace)},
                                    lambda: self.recorder.record(tenant_id, batch, canvases, progress, replace=forget),
                                    *idempotency.ids_codec())
-
-    def _forget_replaced(self, tenant_id: str, episode_ids: list[str]) -> None:
-        for episode_id in episode_ids:
-            self.lifecycle.forget_episode(tenant_id, episode_id, "replaced by record_experience")
 
     def record_conversation(self, tenant_id: str, session_id: str, turns: Iterable[dict[str, Any]],
                             progress: Progress | None = None, idempotency_key: str | None = None) -> list[str]:

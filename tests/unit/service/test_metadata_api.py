@@ -94,6 +94,24 @@ def test_replace_forgets_the_old_episode(tmp_path: Path) -> None:
     assert any(kept.encode() in p.read_bytes() for p in data.rglob("*") if p.is_file())
 
 
+def test_an_upsert_with_an_idempotency_key_is_done_once(wm: WorldModel, tenant: str) -> None:  # noqa: F811
+    """replace and idempotency_key together: the retry of an upsert returns the first answer and
+    forgets nothing more; the same key without replace is another request."""
+    wm.record_experience(tenant, exp("first text", episode_id="item-1"), idempotency_key="create-1")
+    upsert = exp("second text", episode_id="item-1", metadata={"v": 2})
+    assert wm.record_experience(tenant, upsert, replace=True, idempotency_key="upsert-1") == "item-1"
+    assert wm.record_experience(tenant, upsert, replace=True, idempotency_key="upsert-1") == "item-1"
+    assert [(a["kind"], a["target_id"]) for a in wm.store.forget_log(tenant)] == [("episode", "item-1")]
+    with pytest.raises(InvalidInputError) as err:  # a key names one request: with replace or without
+        wm.record_experience(tenant, upsert, idempotency_key="upsert-1")
+    assert err.value.field == "idempotency_key"
+    assert wm.record_experiences(tenant, [upsert], replace=True, idempotency_key="upsert-2") == ["item-1"]
+    assert wm.record_experiences(tenant, [upsert], replace=True, idempotency_key="upsert-2") == ["item-1"]
+    assert [(a["kind"], a["target_id"]) for a in wm.store.forget_log(tenant)] == [("episode", "item-1")] * 2
+    assert wm.get_episode(tenant, "item-1")["task_description"] == "second text"
+    assert len(wm.list_episodes(tenant).items) == 1
+
+
 def test_turns_with_roles_and_empty_text_read_back_in_order(wm: WorldModel, tenant: str) -> None:  # noqa: F811
     for n in range(3):  # three calls, each within the same clock tick or not
         wm.record_conversation(tenant, "chat-1", [
