@@ -118,15 +118,11 @@ def session_turns(tenant_id: str, session_id: str, limit: int | None = None) -> 
 
 
 def forget_turns(tenant_id: str, session_id: str, forgotten_by: str) -> Steps[int]:
-    """Forget every turn of the session, as ``forget_episode`` forgets each; how many."""
-    gone = 0
-    while True:
-        page = yield call("list_episodes", tenant_id, session_id=session_id, limit=PAGE)
-        if not page.items:
-            return gone
-        for episode in page.items:
-            try:
-                yield call("forget_episode", tenant_id, episode["id"], forgotten_by=forgotten_by)
-                gone += 1
-            except NotFoundError:
-                pass  # forgotten meanwhile
+    """Forget every turn of the session with ``forget_session`` (one store transaction, each turn
+    as ``forget_episode`` forgets it, the derived copies derived again); how many. An empty
+    session is nothing to forget."""
+    try:
+        report = yield call("forget_session", tenant_id, session_id, forgotten_by=forgotten_by)
+    except NotFoundError:
+        return 0
+    return int(report.removed.get("episodes", 0))
