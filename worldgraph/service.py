@@ -136,9 +136,8 @@ class WorldModel:
             canvas: the ``CanvasContext`` the run happened on, if any.
             idempotency_key: the same key again (with the same arguments, within a day) returns
                 the first call's id and stores nothing new (facade/idempotency.py).
-            replace: when the experience's ``episode_id`` is already recorded, forget that
-                episode (as ``forget_episode`` does: audited, its words gone after ``purge()``)
-                and record this one under the same id. Without it, such an id is an error.
+            replace: an upsert: the episode already recorded under ``episode_id`` is forgotten as
+                ``forget_episode`` forgets, then this one recorded under it (else: an error).
 
         Returns:
             The new episode's id.
@@ -163,8 +162,7 @@ class WorldModel:
         index and field), then embedded, then stored in one transaction and indexed (with the
         batches of concurrent calls that wait for the same commit: memory/group_commit.py).
         ``idempotency_key``: a retry with the same key and batch returns the first ids.
-        ``replace=True``: an upsert, as ``record_experience`` says (the old episodes are forgotten
-        once the batch is checked and embedded; a crash between the two leaves neither, and raises)."""
+        ``replace=True``: upserts, as in ``record_experience`` (once the batch is checked and embedded)."""
         check_tenant(tenant_id)
         self._writable("record_experiences")
         forget = self.lifecycle.forget_replaced if replace else None
@@ -291,10 +289,8 @@ class WorldModel:
                       since: Any = None, until: Any = None, limit: int = 100, cursor: str | None = None,
                       metadata: dict[str, Any] | None = None) -> Page:
         """A page of the tenant's episodes, newest first, filtered (``since`` inclusive, ``until``
-        exclusive, ISO-8601; ``metadata``: conditions on the episodes' metadata, as in
-        ``RecallOptions.metadata``); ``cursor``: the previous page's ``next_cursor`` (a keyset,
-        never an offset: a deep page costs what the first does, but a metadata filter reads the
-        episodes it skips, so narrow it with ``agent_id`` or ``session_id`` on a large tenant)."""
+        exclusive, ISO-8601; ``metadata`` as ``RecallOptions.metadata``, which reads the episodes it
+        skips: narrow it by agent or session); ``cursor``: the previous page's ``next_cursor``."""
         check_tenant(tenant_id)
         return reading.episode_page(self.store, self.config, tenant_id, agent_id, session_id, since, until, limit, cursor,
                                     metadata)
