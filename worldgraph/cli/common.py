@@ -110,6 +110,16 @@ def _read_text(path: str) -> str:
         raise InvalidInputError("file", f"{path}: {exc.strerror or exc}") from None
 
 
+def json_option(text: str | None, name: str) -> Any:
+    """A command-line option that holds JSON (``--metadata '{"user": "u1"}'``); None passes."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InvalidInputError(name, f"must be JSON, e.g. '{{\"user\": \"u1\"}}' ({exc})", text) from None
+
+
 def require_env(wm: Any, tenant_id: str, env: str) -> None:
     """An environment the tenant has; else NotFoundError naming those it has (as REST and MCP)."""
     from worldgraph.names import require_environment

@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from worldgraph.cli.common import open_wm, os_user
+from worldgraph.cli.common import json_option, open_wm, os_user
 from worldgraph.cli.console import emit, progress_bar, short, table
 from worldgraph.errors import InvalidInputError
 
@@ -28,6 +28,7 @@ def add_lifecycle_commands(sub: Any, add: Add) -> None:
     sp.add_argument("--since", default=None, help="list: ISO date/time, inclusive")
     sp.add_argument("--until", default=None, help="list: ISO date/time, exclusive")
     sp.add_argument("--cursor", default=None, help="list: the next_cursor a previous page printed")
+    sp.add_argument("--metadata", default=None, help='list: conditions on the metadata, as JSON: \'{"user": "u1"}\'')
 
     group = sub.add_parser("forget", help="forget an episode, an agent's or a session's episodes, an environment "
                                           "or a whole tenant, for good",
@@ -63,7 +64,8 @@ def cmd_episodes(args: argparse.Namespace) -> int:
     if args.target == "list":
         with open_wm(args) as wm:
             page = wm.list_episodes(args.tenant, args.agent_id, args.session_id, args.since, args.until,
-                                    100 if args.limit is None else args.limit, args.cursor)
+                                    100 if args.limit is None else args.limit, args.cursor,
+                                    json_option(args.metadata, "--metadata"))
         eps = page.items
 
         def text() -> None:

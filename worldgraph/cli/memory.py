@@ -9,7 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from worldgraph.cli.common import check_data_dir, open_wm, read_json_items
+from worldgraph.cli.common import check_data_dir, json_option, open_wm, read_json_items
 from worldgraph.cli.console import emit, note, print_context, print_recall, progress_bar, short
 from worldgraph.cli.samples import split_samples, store_ratings
 from worldgraph.errors import InvalidInputError
@@ -23,6 +23,8 @@ def add_memory_commands(add: Add) -> None:
     sp = add("record", cmd_record, "record experiences from a JSON/JSONL file ('-' for stdin); items may be "
              "{experience, canvas, days_ago, feedback} as in examples/experiences.jsonl")
     sp.add_argument("file", help="a JSON object, a JSON array or JSON Lines; '-' reads stdin")
+    sp.add_argument("--replace", action="store_true",
+                    help="an episode_id already recorded is replaced (that episode forgotten): an upsert")
 
     sp = add("record-conversation", cmd_record_conversation,
              "record a transcript turn by turn: {'session_id', 'turns': [...]} or bare turns with --session")
@@ -39,6 +41,8 @@ def add_memory_commands(add: Add) -> None:
     sp.add_argument("--until", default=None, help="ISO date/time")
     sp.add_argument("--now", default=None, help="ISO date/time that 'last week', 'yesterday' ... are read against")
     sp.add_argument("--success-only", action="store_true", help="only episodes whose outcome was a success")
+    sp.add_argument("--metadata", default=None,
+                    help='conditions on the metadata, as JSON: \'{"user": "u1"}\' or \'{"score": {"$gt": 3}}\'')
     sp.add_argument("--min-similarity", type=float, default=None,
                     help="cosine floor in [-1, 1] (default: the configured one, 0.3 with hybrid recall, 0.2 "
                          "when the query names some of the memories' speakers, 0.6 vector-only)")
@@ -75,7 +79,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     with open_wm(args, create=True, progress=progress_bar("indexing", not args.json)) as wm:
         note(args, f"recording {n} experience(s) from {args.file}")
         ids = wm.record_experiences(args.tenant, samples.experiences, canvases=samples.canvases,
-                                    progress=progress_bar("embedding", not args.json and n > 50))
+                                    progress=progress_bar("embedding", not args.json and n > 50), replace=args.replace)
         rated = store_ratings(wm, args.tenant, ids, samples)
     emit(args, {"recorded": len(ids), "episode_ids": ids, "ratings": rated},
          lambda: print(f"recorded {len(ids)} episode(s) for tenant {args.tenant!r}"
@@ -148,6 +152,8 @@ def _recall_options(args: argparse.Namespace) -> dict[str, Any]:
     for key in ("min_similarity", "min_feedback_score", "feedback_category", "agent_id", "now"):
         if getattr(args, key) is not None:
             opts[key] = getattr(args, key)
+    if args.metadata is not None:
+        opts["metadata"] = json_option(args.metadata, "--metadata")
     return opts
 
 

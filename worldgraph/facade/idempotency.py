@@ -33,7 +33,7 @@ from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import ConflictError, InvalidInputError
 from worldgraph.kg.store import GraphStore
 
-__all__ = ["Idempotency", "check_key"]
+__all__ = ["Idempotency", "check_key", "flag"]
 
 T = TypeVar("T")
 # printable ASCII without spaces (what an HTTP header carries as it is), 1 to 255 characters
@@ -55,6 +55,12 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
     return str(value)
+
+
+def flag(name: str, value: bool) -> dict[str, bool]:
+    """An optional flag in a request: present only when set, so a request without it hashes as it
+    did before the flag existed (a key sent before an upgrade still matches its retry)."""
+    return {name: True} if value else {}
 
 
 def request_hash(operation: str, request: dict[str, Any]) -> str:

@@ -113,6 +113,12 @@ class Lifecycle:
                         len(done.rederived))
         return self._forget_report(kind, audit, removed)
 
+    def forget_replaced(self, tenant_id: str, episode_ids: list[str]) -> None:
+        """The episodes an upsert (``record_experiences(replace=True)``) replaces, each forgotten as
+        ``forget_episode`` forgets it, audited as replaced."""
+        for episode_id in episode_ids:
+            self.forget_episode(tenant_id, episode_id, "replaced by record_experience")
+
     def forget_environment(self, tenant_id: str, env_name: str, forgotten_by: str | None = None) -> ForgetReport:
         """``WorldModel.forget_environment`` once the tenant and writability are checked."""
         env = check_env(env_name)

@@ -15,6 +15,7 @@ from worldgraph.memory.embeddings import Embedder, embedder_name
 from worldgraph.memory.episode import Episode
 from worldgraph.memory.index.episode_index import EpisodeIndex
 from worldgraph.memory.lifecycle import Page, decode_cursor, encode_cursor, parse_time
+from worldgraph.memory.metadata import parse_filter
 from worldgraph.memory.models import RecallOptions
 from worldgraph.names import KNOWN_SHOWN, known_names
 from worldgraph.world.pending import waiting_reason
@@ -89,21 +90,40 @@ def stats(store: GraphStore, index: EpisodeIndex, embedder: Embedder, tenant_id:
     return out
 
 
+# Episodes read from the store per step while a metadata filter fills a page.
+METADATA_SCAN = 500
+
+
 def episode_page(store: GraphStore, cfg: WorldGraphConfig, tenant_id: str, agent_id: str | None, session_id: str | None,
-                 since: Any, until: Any, limit: int, cursor: str | None) -> Page:
-    """``WorldModel.list_episodes``: one page, newest first, and the next page's cursor."""
+                 since: Any, until: Any, limit: int, cursor: str | None, metadata: Any = None) -> Page:
+    """``WorldModel.list_episodes``: one page, newest first, and the next page's cursor. A
+    metadata filter is checked on the records as the store returns them, page by page of
+    ``METADATA_SCAN`` (docs/architecture.md "Metadata")."""
     for name, value in (("agent_id", agent_id), ("session_id", session_id)):
         if value is not None and (not isinstance(value, str) or not value):
             raise InvalidInputError(name, "must be a non-empty string or null", value)
         check_text(value, name, cfg.max_text_bytes, "max_text_bytes")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= MAX_PAGE:
         raise InvalidInputError("limit", f"must be a positive integer (at most {MAX_PAGE})", limit)
+    if isinstance(metadata, dict):
+        check_value(metadata, "metadata", cfg, cfg.max_experience_bytes, "max_experience_bytes")
+    wanted = parse_filter(metadata, "metadata")
     flt = EpisodeFilter(agent_id, session_id, parse_time(since, "since"), parse_time(until, "until"))
-    after = decode_cursor(cursor, flt)
-    rows = store.list_episodes(tenant_id, flt, limit + 1, after)
+    spec = wanted.spec if wanted is not None else None
+    after = decode_cursor(cursor, flt, spec)
+    if wanted is None:
+        rows = store.list_episodes(tenant_id, flt, limit + 1, after)
+    else:
+        rows = []
+        while len(rows) <= limit:
+            batch = store.list_episodes(tenant_id, flt, METADATA_SCAN, after)
+            rows.extend(r for r in batch if wanted.matches(r.get("metadata")))
+            if len(batch) < METADATA_SCAN:
+                break
+            after = (batch[-1]["ts"], batch[-1]["id"])
     more = len(rows) > limit
     rows = rows[:limit]
-    nxt = encode_cursor(rows[-1]["ts"], rows[-1]["id"], flt) if more else None
+    nxt = encode_cursor(rows[-1]["ts"], rows[-1]["id"], flt, spec) if more else None
     return Page([Episode(r) for r in rows], nxt)
 
 

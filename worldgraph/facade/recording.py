@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -18,7 +19,7 @@ from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
 from worldgraph.kg.store import GraphStore
 from worldgraph.limits import check_batch, check_value
-from worldgraph.memory.conversation import check_session, parse_turns, turn_experiences
+from worldgraph.memory.conversation import check_session, parse_turns, stamped, turn_experiences
 from worldgraph.memory.embedders.coalesce import CoalescingEmbedder
 from worldgraph.memory.embeddings import Embedder
 from worldgraph.memory.group_commit import GroupCommit
@@ -30,6 +31,7 @@ from worldgraph.memory.record import build_episode, parse_canvas, parse_experien
 from worldgraph.names import check_tenant
 
 log = logging.getLogger("worldgraph")
+LAST_TIME = 253402300799.0  # 9999-12-31T23:59:59Z: after every stored turn
 
 
 class Recorder:
@@ -48,16 +50,19 @@ class Recorder:
         # after an index failure (an unreachable object store), re-index in the background
         self.retrier = IndexRetrier(retry, lambda: bool(self.store.unindexed_episodes(limit=1)), config.index_retry_seconds)
         # concurrent records of a tenant are stored and indexed in groups (memory/group_commit.py)
+        self.replacing = threading.Lock()  # record(replace=...) calls, one at a time
         self.group_commit = (GroupCommit(self.commit, lambda t, ids: set(self.store.get_episodes(t, ids)),
                                          lambda: self.retrier.kick(), config.max_batch_experiences)
                              if config.record_group_commit else None)
 
     def record(self, tenant_id: str, experiences: Iterable[AgentExperience | dict[str, Any]],
                canvases: list[CanvasContext | dict[str, Any] | None] | None = None,
-               progress: Progress | None = None, contexts: list[str | None] | None = None) -> list[str]:
+               progress: Progress | None = None, contexts: list[str | None] | None = None,
+               replace: Callable[[str, list[str]], object] | None = None) -> list[str]:
         """``WorldModel.record_experiences`` once the tenant and writability are checked.
         ``contexts`` (conversation turns): per experience, the episode its input summary quotes
-        (``context_from``, kg.derived), None for none."""
+        (``context_from``, kg.derived), None for none. ``replace(tenant_id, ids)``: forgets the
+        episodes of the batch's ids that are already recorded (None: such an id is an error)."""
         cfg = self.config
         if isinstance(experiences, (str, bytes, dict)) or not hasattr(experiences, "__iter__"):
             raise InvalidInputError("experiences", f"must be a list of experiences, got {type(experiences).__name__}")
@@ -94,7 +99,7 @@ class Recorder:
         if not episodes:
             return []
         existing = self.store.get_episodes(tenant_id, [e["id"] for e in episodes])
-        if existing:
+        if existing and replace is None:
             i = next(i for i, e in enumerate(episodes) if e["id"] in existing)
             field = "experience" if len(episodes) == 1 else f"experiences[{i}]"
             raise InvalidInputError(f"{field}.episode_id", f"{episodes[i]['id']!r} is already recorded; "
@@ -102,6 +107,7 @@ class Recorder:
         # Embed before storing: a wrong-shaped embedding is a caller error and must leave the store
         # unchanged. An unreachable embedding server is not: the episodes are stored and indexed later.
         vectors = None
+        embed_error = ""
         try:
             vectors = self.indexer.embed([self.indexer.text(e) for e in episodes], progress)
         except EmbeddingDimensionError:
@@ -114,16 +120,29 @@ class Recorder:
         # are retried by retry_indexing when they fail (a full disk), so a caller never retries a
         # batch that was in fact stored.
         ids = [e["id"] for e in episodes]
+        if replace is not None:
+            # Checked and embedded: now the old episodes are forgotten (as forget_episode does) and
+            # the new ones stored, one replacing call at a time, so two replaces of one id never race.
+            with self.replacing:
+                old = self.store.get_episodes(tenant_id, ids)
+                if old:
+                    replace(tenant_id, [i for i in ids if i in old])
+                self._store(tenant_id, episodes, canvas_recs, audits, vectors, embed_error, group=False)
+            return ids
+        self._store(tenant_id, episodes, canvas_recs, audits, vectors, embed_error, group=True)
+        return ids
+
+    def _store(self, tenant_id: str, episodes: list[dict[str, Any]], canvas_recs: dict[str, dict[str, Any]],
+               audits: list[dict[str, Any]], vectors: Any, embed_error: str, group: bool) -> None:
+        """The one write that decides a record call (see ``record``)."""
         if vectors is None:
             self.store.add_episodes(tenant_id, episodes, list(canvas_recs.values()), audits)
-            self.indexer.mark(tenant_id, ids, "failed", embed_error)
+            self.indexer.mark(tenant_id, [e["id"] for e in episodes], "failed", embed_error)
             self.retrier.kick()
-            return ids
-        if self.group_commit is not None:  # with the concurrent calls of this tenant, if any
+        elif group and self.group_commit is not None:  # with the concurrent calls of this tenant, if any
             self.group_commit.commit(tenant_id, episodes, list(canvas_recs.values()), audits, vectors)
         else:
             self.commit(tenant_id, episodes, list(canvas_recs.values()), audits, vectors)
-        return ids
 
     def commit(self, tenant_id: str, episodes: list[dict[str, Any]], canvases: list[dict[str, Any]],
                audits: list[dict[str, Any]], vectors: Any) -> None:
@@ -204,6 +223,8 @@ class Recorder:
                              parsed: list[Any]) -> tuple[list[AgentExperience], list[str | None]]:
         """The experiences of one session's turns and the episodes their contexts quote; the
         first one's context is the stored episode of the same session before it, if any."""
+        newest = self.store.session_episode_before(tenant_id, sid, LAST_TIME)
+        parsed = stamped(parsed, utcnow(), float(newest["ts"]) if newest else None)
         first = parsed[0].timestamp or utcnow()
         before = self.store.session_episode_before(tenant_id, sid, first.timestamp())
         return turn_experiences(sid, parsed, before)

@@ -67,17 +67,20 @@ class ForgetReport:
         return asdict(self)
 
 
-def _digest(flt: EpisodeFilter) -> str:
-    raw = json.dumps([flt.agent_id, flt.session_id, flt.since, flt.until])
+def _digest(flt: EpisodeFilter, metadata: Any = None) -> str:
+    parts: list[Any] = [flt.agent_id, flt.session_id, flt.since, flt.until]
+    if metadata:  # a page of a metadata filter continues that filter only
+        parts.append(metadata)
+    raw = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-def encode_cursor(ts: float, episode_id: str, flt: EpisodeFilter) -> str:
-    raw = json.dumps([_CURSOR_VERSION, float(ts), episode_id, _digest(flt)], separators=(",", ":"))
+def encode_cursor(ts: float, episode_id: str, flt: EpisodeFilter, metadata: Any = None) -> str:
+    raw = json.dumps([_CURSOR_VERSION, float(ts), episode_id, _digest(flt, metadata)], separators=(",", ":"))
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str | None, flt: EpisodeFilter) -> tuple[float, str] | None:
+def decode_cursor(cursor: str | None, flt: EpisodeFilter, metadata: Any = None) -> tuple[float, str] | None:
     if cursor is None:
         return None
     if not isinstance(cursor, str) or not cursor or len(cursor) > 2000:
@@ -89,8 +92,8 @@ def decode_cursor(cursor: str | None, flt: EpisodeFilter) -> tuple[float, str] |
     if (not isinstance(raw, list) or len(raw) != 4 or raw[0] != _CURSOR_VERSION
             or not isinstance(raw[1], (int, float)) or isinstance(raw[1], bool) or not isinstance(raw[2], str)):
         raise InvalidInputError("cursor", _BAD_CURSOR, cursor)
-    if raw[3] != _digest(flt):
-        raise InvalidInputError("cursor", "was made for other filters (agent_id, session_id, since, until): "
+    if raw[3] != _digest(flt, metadata):
+        raise InvalidInputError("cursor", "was made for other filters (agent_id, session_id, since, until, metadata): "
                                 "keep the filters of the first page, or start again without a cursor", cursor)
     return float(raw[1]), raw[2]
 

@@ -8,14 +8,47 @@ reads a few fields under shorter names (``approach``, ``actions``, ``confidence`
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from worldgraph.clock import to_utc as to_utc
 from worldgraph.clock import utcnow as utcnow
+from worldgraph.errors import InvalidInputError
+from worldgraph.memory.metadata import check_metadata, parse_filter
 
 MaturityLevel = Literal["student", "intern", "supervised", "autonomous"]
+TURN_TASK_TYPE = "conversation"  # the task type of a conversation turn (memory/conversation.py)
+
+
+def _metadata_value(value: Any) -> dict[str, Any]:
+    try:
+        return check_metadata(value, "metadata")
+    except InvalidInputError as exc:
+        raise ValueError(f"{exc.field}: {exc.rule}") from None
+
+
+def _filter_value(value: Any) -> dict[str, Any] | None:
+    try:
+        parse_filter(value, "metadata")
+    except InvalidInputError as exc:
+        raise ValueError(f"{exc.field}: {exc.rule}") from None
+    return value if value else None
+
+
+# A JSON object kept verbatim (no whitespace stripped from its keys or strings: memory/metadata.py).
+Metadata = Annotated[dict[str, Any], PlainValidator(_metadata_value, json_schema_input_type=dict[str, Any])]
+MetadataFilterSpec = Annotated[dict[str, Any] | None,
+                               PlainValidator(_filter_value, json_schema_input_type=dict[str, Any] | None)]
 
 
 class ReasoningStep(BaseModel):
@@ -87,7 +120,8 @@ class AgentExperience(BaseModel):
 
     # Task
     task_type: str = Field(min_length=1)
-    task_description: str = Field(min_length=1)
+    # empty only for a conversation turn (a tool call says nothing): _described below
+    task_description: str
     input_summary: str = Field("", validation_alias=AliasChoices("input_summary", "input"))
 
     # Execution
@@ -123,6 +157,18 @@ class AgentExperience(BaseModel):
     # Canvas context
     canvas_id: str | None = None
     canvas_action_ids: list[str] = Field(default_factory=list)
+
+    # The caller's own fields, stored verbatim and returned with the episode; recall and
+    # list_episodes filter by them (RecallOptions.metadata, memory/metadata.py)
+    metadata: Metadata = Field(default_factory=dict, description="a JSON object stored verbatim with the "
+                               "episode; recall and listing filter by its fields")
+
+    @field_validator("task_description")
+    @classmethod
+    def _described(cls, v: str, info: ValidationInfo) -> str:
+        if not v and info.data.get("task_type") != TURN_TASK_TYPE:
+            raise ValueError("must not be empty (only a conversation turn's text may be: a tool call says nothing)")
+        return v
 
     @field_validator("learnings", "actions_taken", "constitutional_violations", mode="before")
     @classmethod
@@ -246,6 +292,8 @@ class RecallOptions(BaseModel):
     canvas_ids: list[str] | None = None
     date_range: DateRange | None = None
     success_only: bool = False
+    metadata: MetadataFilterSpec = Field(None, description="conditions on the episodes' metadata fields "
+                                         "({field: value} or {field: {'$gt': 3}})")
 
     # Feedback (thresholds on the normalised average feedback in [0, 1])
     min_feedback_score: float | None = Field(None, ge=0.0, le=1.0)

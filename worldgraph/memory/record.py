@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from worldgraph.clock import iso, utcnow
 from worldgraph.errors import InvalidInputError
 from worldgraph.kg.derived import INPUT_SUMMARY_MAX, TURN_TASK_TYPE, summarize
+from worldgraph.memory.metadata import metadata_terms
 from worldgraph.memory.models import AgentExperience, CanvasAudit, CanvasContext
 
 __all__ = ["INPUT_SUMMARY_MAX", "CONVERSATION_TASK_TYPE", "build_episode", "date_text", "index_row", "index_text",
@@ -178,4 +179,5 @@ def index_row(episode: dict[str, Any], vector: Any, max_text_bytes: int | None =
         "canvas_action_ids": list(episode.get("canvas_action_ids") or []),
         "text": index_text(episode, max_text_bytes),
         "vector": vector,
+        "metadata_terms": metadata_terms(episode.get("metadata")),
     }

@@ -5,6 +5,7 @@ another tenant's ids are 404; the audit row of a forget names the key (``auth.ke
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request
@@ -19,7 +20,7 @@ from worldgraph.server.routes import EPISODE_ID_RESPONSES, ERROR_RESPONSES, NOT_
 
 _FORBIDDEN: dict[int | str, dict[str, Any]] = {
     403: {"model": ErrorResponse, "description": "The key lacks the `forget` scope (or the server is read-only)"}}
-_LIST_PARAMS = frozenset({"agent_id", "session_id", "since", "until", "limit", "cursor"})
+_LIST_PARAMS = frozenset({"agent_id", "session_id", "since", "until", "limit", "cursor", "metadata"})
 
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
@@ -78,6 +79,16 @@ class TenantConfirm(BaseModel):
     confirm: str = Field(description="The key's own tenant id, spelled out: forgetting a tenant cannot be undone")
 
 
+def _json_query(value: str | None, name: str) -> Any:
+    """A query parameter that holds JSON (None passes)."""
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise ApiError(422, "invalid_input", f"must be JSON ({exc})", name) from None
+
+
 @router.get("/episodes", response_model=EpisodePage, tags=["memory"], summary="Page through episodes",
             responses={400: {"model": ErrorResponse, "description": "An unknown query parameter (e.g. offset)"}},
             description="Newest first. Pages are a keyset cursor, never an offset: pass `next_cursor` as "
@@ -89,13 +100,17 @@ async def list_episodes(request: Request, tenant: Tenant, wm: WM,
                         until: Annotated[str | None, Query(description="ISO-8601, exclusive")] = None,
                         limit: Annotated[int, Query(gt=0, le=1000, description="Page size")] = 100,
                         cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+                        metadata: Annotated[str | None, Query(description="Conditions on the episodes' metadata, as "
+                                                              "JSON: {\"field\": value} or {\"field\": {\"$gt\": 3}}")
+                                            ] = None,
                         ) -> dict[str, Any]:
     for name in request.query_params:
         if name not in _LIST_PARAMS:
             raise ApiError(400, "invalid_input", f"unknown query parameter {name!r}: pages are fetched with "
                            "?cursor= (the previous page's next_cursor), never an offset; parameters: "
                            + ", ".join(sorted(_LIST_PARAMS)), name)
-    page = await in_thread(wm.list_episodes, tenant, agent_id, session_id, since, until, limit, cursor)
+    page = await in_thread(wm.list_episodes, tenant, agent_id, session_id, since, until, limit, cursor,
+                           _json_query(metadata, "metadata"))
     return page.to_dict("episodes")
 
 

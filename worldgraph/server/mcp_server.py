@@ -155,11 +155,14 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None, 
         ctx: Context,
         canvas: Annotated[CanvasContext | None, Field(description="The canvas the agent worked on, if any.")] = None,
         idempotency_key: IdemKey = None,
+        replace: Annotated[bool, Field(description="When experience.episode_id is already recorded, forget that "
+                                                   "run and record this one under its id (an upsert).")] = False,
     ) -> dict[str, Any]:
         """Record one finished agent run (task, approach, outcome, learnings, confidence) so it can be
         recalled later. Returns {"episode_id"}: keep it to rate the run with submit_feedback."""
         return {"episode_id": call(ctx, "record_experience",
-                                   lambda wm, t: wm.record_experience(t, experience, canvas, idempotency_key))}
+                                   lambda wm, t: wm.record_experience(t, experience, canvas, idempotency_key,
+                                                                      replace=replace))}
 
     @server.tool(annotations=READ)
     def recall_experiences(
@@ -171,7 +174,7 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None, 
         options: Annotated[RecallOptions | None, Field(description=f"Filters: min_similarity (default "
                                                              f"{DEFAULT_MIN_SIMILARITY}; lower it to see more), "
                                                              "success_only, agent_id, canvas_ids, date_range, "
-                                                             "min_feedback_score, ...")] = None,
+                                                             "metadata, min_feedback_score, ...")] = None,
     ) -> dict[str, Any]:
         """Find past runs similar to a task, best first. Each result has the task, outcome, learnings,
         relevance_score (0-1), semantic_score and feedback_score. Use before starting a task."""
@@ -218,8 +221,9 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None, 
     @server.tool(annotations=WRITE)
     def record_conversation(
         session_id: Annotated[str, Field(description="The chat, thread or run the turns belong to.")],
-        turns: Annotated[list[ConversationTurn], Field(description="The turns in order: {speaker, text, timestamp "
-                                                                   "(optional)}.")],
+        turns: Annotated[list[ConversationTurn], Field(description="The turns in order: {speaker or role, text "
+                                                                   "(empty for a tool call), timestamp (optional), "
+                                                                   "metadata (optional)}.")],
         ctx: Context,
         idempotency_key: IdemKey = None,
     ) -> dict[str, Any]:
@@ -249,11 +253,13 @@ def build_mcp(world_model: Callable[[], WorldModel], tenant: str | None = None, 
         until: Annotated[str | None, Field(description="ISO-8601 date/time, exclusive.")] = None,
         limit: Annotated[int, Field(gt=0, le=100, description="Page size.")] = 20,
         cursor: Annotated[str | None, Field(description="next_cursor of the previous page, unchanged.")] = None,
+        metadata: Annotated[dict[str, Any] | None, Field(description="Conditions on the runs' metadata fields: "
+                                                                     "{field: value} or {field: {\"$gt\": 3}}.")] = None,
     ) -> dict[str, Any]:
         """Recorded runs, newest first, a page at a time. Returns {"episodes", "next_cursor"}: pass
         next_cursor back (with the same filters) for the next page; null means the last page."""
         page = call(ctx, "list_episodes",
-                    lambda wm, t: wm.list_episodes(t, agent_id, session_id, since, until, limit, cursor))
+                    lambda wm, t: wm.list_episodes(t, agent_id, session_id, since, until, limit, cursor, metadata))
         return page.to_dict("episodes")
 
     @server.tool(annotations=DESTRUCTIVE)

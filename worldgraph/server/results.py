@@ -100,6 +100,8 @@ class RecallResultOut(_Result):
     agent_role: str
     success: bool
     approach_taken: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict, description="The caller's metadata, stored verbatim "
+                                     "(what a metadata filter matches).")
     score_breakdown: ScoreBreakdown | None = None
     canvas_snapshot: dict[str, Any] | None = Field(None, description="The canvas as the run left it "
                                                    "(include_canvas_context).")
@@ -164,6 +166,8 @@ class EpisodeOut(_Result):
     ts: float | None = Field(None, description="The timestamp in seconds since the epoch (the store's order).")
     index_status: str | None = Field(None, description="pending, indexed or failed: whether recall finds it yet.")
     index_error: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict, description="The caller's metadata, stored verbatim "
+                                     "(what a metadata filter matches).")
 
 
 class EpisodesResponse(BaseModel):

@@ -130,13 +130,17 @@ def refuse_unsandboxed(wm: WorldModel) -> None:
              description="One experience (an AgentExperience object), or a batch "
                          "`{\"experiences\": [...], \"canvases\": [...]}` stored in one transaction.")
 async def record_experiences(body: Annotated[ExperiencesBody, Body()], tenant: Tenant, wm: WM,
-                             request: Request, key: IdempotencyKey = None) -> dict[str, Any]:
+                             request: Request, key: IdempotencyKey = None,
+                             replace: Annotated[bool, Query(description="An episode_id already recorded is "
+                                                            "replaced: that episode forgotten, this one recorded "
+                                                            "under its id (an upsert)")] = False) -> dict[str, Any]:
     with metrics_of(request).timed("record"):
         if isinstance(body, ExperienceBatch):
             canvases: list[Any] | None = body.canvases
-            ids = await in_thread(wm.record_experiences, tenant, body.experiences, canvases, idempotency_key=key)
+            ids = await in_thread(wm.record_experiences, tenant, body.experiences, canvases, idempotency_key=key,
+                                  replace=replace)
         else:
-            ids = await in_thread(wm.record_experiences, tenant, [body], idempotency_key=key)
+            ids = await in_thread(wm.record_experiences, tenant, [body], idempotency_key=key, replace=replace)
     return {"episode_ids": ids}
 
 

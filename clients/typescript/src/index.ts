@@ -142,12 +142,15 @@ export class Worldgraph {
     return unwrap(await this.api.GET("/health"));
   }
 
-  /** Record one run or several (one transaction); their new episode ids. With `idempotencyKey`, a
-   * retry with the same key and runs returns the first ids and stores nothing new (see Idempotent). */
+  /** Record one run or several (one transaction); their new episode ids. `replace`: an `episode_id`
+   * already recorded is replaced (that episode forgotten, this one recorded under its id: an upsert).
+   * With `idempotencyKey`, a retry with the same key and runs returns the first ids and stores
+   * nothing new (see Idempotent). */
   async record(experiences: AgentExperience | AgentExperience[], canvases?: (CanvasContext | null)[],
-               opts: Idempotent = {}): Promise<string[]> {
+               opts: { replace?: boolean } & Idempotent = {}): Promise<string[]> {
     const body = Array.isArray(experiences) ? { experiences, canvases: canvases ?? null } : experiences;
-    return unwrap(await this.api.POST("/v1/experiences", { body, params: { header: keyHeader(opts) } })).episode_ids;
+    return unwrap(await this.api.POST("/v1/experiences", {
+      body, params: { query: { replace: opts.replace }, header: keyHeader(opts) } })).episode_ids;
   }
 
   /** Record a conversation turn by turn (one episode per turn, linked within the session); their ids. */
@@ -247,10 +250,10 @@ export class Worldgraph {
 
   /** A page of episodes, newest first; pass the page's `next_cursor` as `cursor` for the next one. */
   async listEpisodes(opts: { agentId?: string; sessionId?: string; since?: string; until?: string; limit?: number;
-                             cursor?: string } = {}): Promise<EpisodePage> {
+                             cursor?: string; metadata?: Record<string, unknown> } = {}): Promise<EpisodePage> {
     return unwrap(await this.api.GET("/v1/episodes", { params: { query: {
       agent_id: opts.agentId, session_id: opts.sessionId, since: opts.since, until: opts.until, limit: opts.limit,
-      cursor: opts.cursor } } }));
+      cursor: opts.cursor, metadata: opts.metadata === undefined ? undefined : JSON.stringify(opts.metadata) } } }));
   }
 
   /** One episode by id (404: unknown, or another tenant's). */

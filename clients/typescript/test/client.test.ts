@@ -94,6 +94,21 @@ test("records, rates and recalls", async () => {
   assert.equal(readiness.ready, false);
 });
 
+test("metadata, upsert and chat turns", async () => {
+  const wg = new Worldgraph({ baseUrl, apiKey: key });
+  const item = { ...run, episode_id: "item-ts-1", metadata: { user: "u1", n: 1 } };
+  await wg.record(item);
+  await assert.rejects(wg.record(item));
+  await wg.record({ ...item, metadata: { user: "u1", n: 2 } }, undefined, { replace: true });
+  const page = await wg.listEpisodes({ metadata: { user: "u1" } });
+  assert.deepEqual(page.episodes.map((e) => [e.id, e.metadata]), [["item-ts-1", { user: "u1", n: 2 }]]);
+  const hits = await wg.recall("reconcile inventory", { options: { min_similarity: 0, metadata: { n: { $gte: 2 } } } });
+  assert.deepEqual(hits.map((h) => h.episode_id), ["item-ts-1"]);
+  await wg.recordConversation("chat-ts", [{ role: "user", text: "hi" }, { role: "assistant", text: "" }]);
+  const turns = await wg.listEpisodes({ sessionId: "chat-ts" });
+  assert.deepEqual(turns.episodes.map((e) => e.agent_role), ["assistant", "user"]);
+});
+
 test("the world graph", async () => {
   const wg = new Worldgraph({ baseUrl, apiKey: key });
   const answer = await wg.observeRound("Kitchen", {

@@ -55,8 +55,9 @@ def test_recall_returns_the_adjacent_turns(wm: WorldModel, tenant: str) -> None:
 
 
 @pytest.mark.parametrize("session_id, turns, field", [
-    ("chat-1", [TURNS[0], {"speaker": "Caroline", "text": "   "}], "turns[1].text"),
     ("chat-1", [TURNS[0], {"speaker": "Caroline"}], "turns[1].text"),
+    ("chat-1", [TURNS[0], {"speaker": "Caroline", "text": "x", "role": ""}], "turns[1].role"),
+    ("chat-1", [TURNS[0], {"role": "user", "text": "x", "agent_role": "bot"}], "turns[1].agent_role"),
     ("chat-1", [{"text": "who said this?"}], "turns[0].speaker"),
     ("chat-1", [TURNS[0], "just a string"], "turns[1]"),
     ("chat-1", "not a list", "turns"),
@@ -176,8 +177,8 @@ def test_record_conversations_checks_every_session_first(tmp_path: Path) -> None
     wm = WorldModel.open(tmp_path / "bad", embedder=_CountingEmbedder())
     try:
         with pytest.raises(InvalidInputError) as err:
-            wm.record_conversations("t", {"s1": _session(2, 8), "s2": [{"speaker": "Caroline", "text": "  "}]})
-        assert err.value.field == "sessions['s2'].turns[0].text"  # names the session and the turn
+            wm.record_conversations("t", {"s1": _session(2, 8), "s2": [{"text": "who?"}]})
+        assert err.value.field == "sessions['s2'].turns[0].speaker"  # names the session and the turn
         with pytest.raises(InvalidInputError, match="appears twice"):
             wm.record_conversations("t", [("s1", _session(2, 8)), ("s1", _session(1, 9))])
         with pytest.raises(InvalidInputError, match="sessions"):

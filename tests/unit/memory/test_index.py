@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[3]
 D = 384
 HASH = HashingEmbedder(D)
 COLUMNS = {"episode_id", "tenant_id", "agent_id", "agent_role", "task_type", "outcome", "success",
-           "confidence", "timestamp", "canvas_id", "canvas_action_ids", "text", "vector"}
+           "confidence", "timestamp", "canvas_id", "canvas_action_ids", "text", "vector", "metadata_terms"}
 
 
 def row(eid: str, text: str, tenant: str = "A", **kw) -> dict:

@@ -31,6 +31,8 @@ read path and the LanceDB index (docs/forget.md says what Neo4j's files keep and
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import json
 import os
 import uuid
@@ -136,6 +138,7 @@ def experience(e: Erasure, case: str) -> None:
                                    "uncertainty": m("uncertainty")},
         "reasoning_chain": {"steps": [{"step": m("reasoning.step"), "thought": m("reasoning.thought")}],
                             "conclusion": m("reasoning.conclusion")},
+        "metadata": {"note": m("metadata.value"), m("metadata.key"): {"nested": [m("metadata.nested")]}},
         "session_id": e.session_of(case), "timestamp": "2026-02-01T10:00:00Z"}, canvas=canvas)
     e.wm.submit_feedback(t, eid, 0.5, notes=m("feedback.notes"), category=m("feedback.category"),
                          created_by=m("feedback.created_by"))
@@ -150,7 +153,8 @@ def conversation(e: Erasure, case: str) -> None:
     fates = {"turn": ("kept", "turn", "kept"), "agent": ("kept", "agent", "kept")}.get(case, (case,) * 3)
     ids = e.wm.record_conversation(t, session, [
         {"speaker": who, "text": f"{e.mark(fate, f'turn.{i}.text')} said here", "timestamp": f"2026-02-02T10:0{i}:00Z",
-         "learnings": [e.mark(fate, f"turn.{i}.learnings")]}
+         "learnings": [e.mark(fate, f"turn.{i}.learnings")], "role": "user" if who == "Ann" else "assistant",
+         "metadata": {"tool_calls": [{"args": e.mark(fate, f"turn.{i}.metadata")}]}}
         for i, (who, fate) in enumerate(zip(speakers, fates))])
     if case == "turn":
         e.forget(case, ids[1], lambda wm: wm.forget_episode(t, ids[1]))
@@ -237,6 +241,115 @@ def api_key(e: Erasure, case: str) -> None:
     ApiKeys(e.wm.store).create(e.tenant_of(case), name=e.mark(case, "api_key.name"))
 
 
+@records("an upsert: the episode record_experience(replace=True) replaces, a turn of a conversation", "episode")
+def upsert(e: Erasure, case: str) -> None:
+    """The replaced version's words go with the upsert (as forget_episode takes an episode); the new
+    version's stay. The turn after the replaced one quoted it, and quotes the turn before once the
+    upsert is done (its full-text row written again)."""
+    t, session = e.tenant_of(case), "session-upserted"
+    ids = e.wm.record_conversation(t, session, [
+        {"speaker": "Ann", "text": f"{e.mark('kept', 'upsert.turn.0')} asked", "timestamp": "2026-02-03T10:00:00Z"},
+        {"speaker": "Bo", "text": f"{e.mark(case, 'upsert.turn.1')} answered", "timestamp": "2026-02-03T10:01:00Z",
+         "metadata": {"note": e.mark(case, "upsert.turn.1.metadata")}},
+        {"speaker": "Ann", "text": f"{e.mark('kept', 'upsert.turn.2')} thanked", "timestamp": "2026-02-03T10:02:00Z"}])
+
+    def replace(wm: WorldModel) -> None:  # the new version's words are marked when it is written
+        wm.record_experience(t, {"episode_id": ids[1], "agent_id": "Bo", "task_type": "conversation",
+                                 "task_description": f"{e.mark('kept', 'upsert.new.text')} answered again",
+                                 "outcome": "success", "session_id": session, "timestamp": "2026-02-03T10:01:00Z",
+                                 "metadata": {"note": e.mark("kept", "upsert.new.metadata")}}, replace=True)
+    e.forget(case, f"upsert {ids[1]}", replace)
+
+
+def _framework(module: str) -> bool:
+    """Whether an adapter's framework is installed (worldgraph[frameworks]); under CI it must be."""
+    if importlib.util.find_spec(module) is not None:
+        return True
+    assert os.environ.get("CI") != "true", f"{module} is not installed: scripts/setup.sh installs the extras"
+    return False
+
+
+@records("LangGraph store items (WorldgraphStore): the value, a put over its key, a delete", "episode", "agent", "tenant")
+def langgraph_items(e: Erasure, case: str) -> None:
+    if not _framework("langgraph"):
+        return
+    from worldgraph.integrations.langgraph import WorldgraphStore
+
+    def m(where: str) -> str:
+        return e.mark(case, f"langgraph.{where}")
+    t, ns = e.tenant_of(case), (e.agent_of(case),)  # the namespace is the agent
+    store = WorldgraphStore(e.wm, tenant_id=t)
+    store.put(ns, f"pref-{case}", {"text": m("value"), m("value.key"): {"nested": [m("value.nested")]}})
+    store.put(ns, f"note-{case}", {"text": m("value.deleted")}, index=["text"])
+    if case == "episode":  # a put over the key replaces (an upsert); a delete forgets
+        e.forget(case, "langgraph put", lambda wm: WorldgraphStore(wm, tenant_id=t).put(
+            ns, f"pref-{case}", {"text": e.mark("kept", "langgraph.value.new")}))
+        e.forget(case, "langgraph delete", lambda wm: WorldgraphStore(wm, tenant_id=t).delete(ns, f"note-{case}"))
+    else:
+        e.forget_as_recorded(case, "")
+
+
+@records("LangChain chat messages (WorldgraphChatMessageHistory): clear", "session", "tenant")
+def langchain_messages(e: Erasure, case: str) -> None:
+    if not _framework("langchain_core"):
+        return
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from worldgraph.integrations.langchain import WorldgraphChatMessageHistory
+
+    def m(where: str) -> str:
+        return e.mark(case, f"langchain.{where}")
+    t, chat = e.tenant_of(case), f"langchain-{case}"
+    WorldgraphChatMessageHistory(e.wm, t, chat).add_messages([
+        HumanMessage(m("human"), name=m("human.name")),
+        AIMessage("", tool_calls=[{"name": "lookup", "args": {"q": m("tool_call.args")}, "id": "call-1"}]),
+        ToolMessage(m("tool"), tool_call_id="call-1"), AIMessage(m("ai"), additional_kwargs={"x": m("ai.kwargs")})])
+    if case == "tenant":
+        e.forget_as_recorded(case, "")
+    else:
+        e.forget(case, chat, lambda wm: WorldgraphChatMessageHistory(wm, t, chat).clear())
+
+
+@records("Agents SDK session items (WorldgraphSession): pop_item, clear_session", "episode", "session", "tenant")
+def agents_items(e: Erasure, case: str) -> None:
+    if not _framework("agents"):
+        return
+    from worldgraph.integrations.openai_agents import WorldgraphSession
+
+    def m(where: str) -> str:
+        return e.mark(case, f"agents.{where}")
+    t, sid = e.tenant_of(case), f"agents-{case}"
+    popped = [{"type": "function_call_output", "call_id": "c1", "output": m("tool_output")}]
+    items = [{"role": "user", "content": m("user") if case != "episode" else e.mark("kept", "agents.user")},
+             {"type": "function_call", "name": "lookup", "call_id": "c1",
+              "arguments": json.dumps({"q": m("call.arguments") if case != "episode" else e.mark("kept", "agents.call")})},
+             *popped]
+    asyncio.run(WorldgraphSession(e.wm, t, sid).add_items(items))
+    how = "pop_item" if case == "episode" else "clear_session"
+    if case == "tenant":
+        e.forget_as_recorded(case, "")
+    else:
+        e.forget(case, sid, lambda wm: asyncio.run(getattr(WorldgraphSession(wm, t, sid), how)()))
+
+
+@records("LlamaIndex memory block messages (WorldgraphMemoryBlock)", "session", "tenant")
+def llama_index_messages(e: Erasure, case: str) -> None:
+    if not _framework("llama_index"):
+        return
+    from llama_index.core.llms import ChatMessage
+
+    from worldgraph.integrations.llama_index import WorldgraphMemoryBlock
+
+    t, sid = e.tenant_of(case), f"llamaindex-{case}"
+    block = WorldgraphMemoryBlock(model=e.wm, tenant_id=t, session_id=sid)
+    asyncio.run(block.aput([ChatMessage(role="user", content=e.mark(case, "llamaindex.user")),
+                            ChatMessage(role="assistant", content=e.mark(case, "llamaindex.assistant"))]))
+    if case == "tenant":
+        e.forget_as_recorded(case, "")
+    else:
+        e.forget(case, sid, lambda wm: wm.forget_session(t, sid))
+
+
 # ------------------------------------------------------------------------------------------ the places
 @dataclass
 class Look:
@@ -304,8 +417,9 @@ def read_paths(look: Look) -> Iterator[tuple[str, str]]:
         yield f"{t} neighbourhoods", json.dumps(wm.store.neighborhood(t, [e["id"] for e in episodes]), default=str)
         yield f"{t} agents", json.dumps(wm.list_agents(t))
         yield f"{t} api keys", json.dumps(ApiKeys(wm.store).list(t))
-        hits = wm.recall_experiences(t, None, " ".join(look.markers), limit=100, options={"min_similarity": 0.0})
-        yield f"{t} recall", json.dumps(hits, default=str)
+        for n, query in enumerate(_queries(look.markers)):
+            hits = wm.recall_experiences(t, None, query, limit=100, options={"min_similarity": 0.0})
+            yield f"{t} recall {n}", json.dumps(hits, default=str)
         for label in ("Episode", "Agent", "Canvas", "CanvasAudit", "Feedback", "Scene", "Environment", "Entity",
                       "State", "Rule", "Session"):
             rows = wm.cypher(t, f"MATCH (n:{label} {{tenant_id: $tenant_id}}) RETURN n")
@@ -348,8 +462,9 @@ def running_server(look: Look) -> Iterator[tuple[str, str]]:
     if srv is None:
         return
     key = srv.key
-    for path, body in (("/v1/episodes?limit=1000", None), ("/v1/agents", None), ("/v1/envs", None),
-                       ("/v1/recall", {"query": " ".join(look.markers), "limit": 100, "options": {"min_similarity": 0}}),
+    recalls = [("/v1/recall", {"query": q, "limit": 100, "options": {"min_similarity": 0}})
+               for q in _queries(look.markers)]
+    for path, body in (("/v1/episodes?limit=1000", None), ("/v1/agents", None), ("/v1/envs", None), *recalls,
                        ("/v1/cypher", {"query": "MATCH (e:Episode {tenant_id: $tenant_id}) RETURN e"}),
                        ("/v1/cypher", {"query": "MATCH (n:WorldNode {tenant_id: $tenant_id}) RETURN n"}),
                        ("/v1/envs/Cellar/graph", None)):
@@ -359,6 +474,12 @@ def running_server(look: Look) -> Iterator[tuple[str, str]]:
     if srv.proc is not None and Path("/proc/self/fd").is_dir():
         for pid, target, blob in open_files(process_tree(srv.proc.pid), srv.data):
             yield f"server pid {pid} holds {target}", _text(blob)
+
+
+def _queries(markers: list[str]) -> list[str]:
+    """The markers as recall queries, each within max_query_bytes (4 KiB)."""
+    per = 150  # 17-byte words and their spaces: 2.7 KiB a query
+    return [" ".join(markers[i:i + per]) for i in range(0, len(markers), per)]
 
 
 def _text(blob: bytes) -> str:

@@ -233,3 +233,28 @@ def test_folder_of_9eed448_is_searched_through_a_saved_mirror(old_data: Path) ->
         assert stats is not None and stats["live"] == 15 and stats["saved_rows"] == 15
         assert stats["read_rows"] == 1  # the saved rows reopened, only the one recorded since read
         assert new in got[1] and gone not in got[1] and gone not in got[0]
+
+
+def test_index_of_9eed448_gets_metadata_terms(old_data: Path) -> None:
+    """9eed448's tables have no metadata_terms column: read only, a metadata filter is checked on
+    the hits; writable, the column is added (all null) and new episodes' metadata is filtered in
+    the search, old episodes (which have no metadata) matching no equality."""
+    with WorldModel.open(old_data, read_only=True) as wm:
+        assert "metadata_terms" not in wm.index.table_for("acme").schema.names
+        assert wm.recall_experiences("acme", None, "quarterly sales numbers by region",
+                                     options={"metadata": {"team": "emea"}}) == []
+        hits = wm.recall_experiences("acme", None, "quarterly sales numbers by region", limit=3,
+                                     options={"metadata": {"team": {"$exists": False}}})
+        assert hits and all(h["metadata"] == {} for h in hits)
+    with WorldModel.open(old_data) as wm:
+        wm.record_experience("acme", {"agent_id": "agent-9", "task_type": "report", "outcome": "success",
+                                      "task_description": "quarterly sales numbers for EMEA",
+                                      "metadata": {"team": "emea"}})
+        assert "metadata_terms" in wm.index.table_for("acme").schema.names
+        hits = wm.recall_experiences("acme", None, "quarterly sales numbers by region",
+                                     options={"metadata": {"team": "emea"}, "min_similarity": -1.0})
+        assert [h["task_description"] for h in hits] == ["quarterly sales numbers for EMEA"]
+        wm.index.optimize()  # builds the label index over old and new rows
+        assert "metadata_terms_idx" in {ix.name for ix in wm.index.table_for("acme").list_indices()}
+        assert len(wm.recall_experiences("acme", None, "quarterly sales numbers by region", limit=20,
+                                         options={"min_similarity": -1.0})) > 1

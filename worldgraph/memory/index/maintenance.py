@@ -342,9 +342,9 @@ class IndexMaintenance(IndexTables):
 
 def scalar_index_config(kind: str) -> Any:
     """The lancedb config of a scalar index of ``kind`` (``SCALAR_INDEXES``' values)."""
-    from lancedb.index import Bitmap, BTree
+    from lancedb.index import Bitmap, BTree, LabelList
 
-    return Bitmap() if kind == "BITMAP" else BTree()
+    return Bitmap() if kind == "BITMAP" else LabelList() if kind == "LABEL_LIST" else BTree()
 
 
 def run_maintenance_tasks(idx: IndexMaintenance, tasks: Iterable[Sequence[str]]) -> None:

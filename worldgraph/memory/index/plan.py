@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from worldgraph.memory.index.schema import as_timestamp
+from worldgraph.memory.index.schema import METADATA_TERMS, as_timestamp
 
 POST_FILTER_SHARE = 0.1  # a date range holding at least this share of the rows is checked on the hits
 POST_FILTER_MARGIN = 1.5  # hits asked beyond k / share
@@ -94,6 +94,11 @@ class Sample:
             keep &= cols["timestamp"] <= end
         if w.get("success_only"):
             keep &= cols["success"]
+        every = frozenset(w.get(METADATA_TERMS) or ())
+        groups = [frozenset(g) for g in w.get("metadata_any") or ()]
+        if (every or groups) and METADATA_TERMS in cols:
+            keep &= np.array([every <= row and all(row & g for g in groups) for row in cols[METADATA_TERMS]],
+                             dtype=bool)
         return float(keep.mean())
 
     def time_share(self, start: float | None, end: float | None) -> float:
@@ -106,6 +111,9 @@ class Sample:
 def sample_of(table: Any, rows: int) -> Sample:
     """A sample of an Arrow table of ``SAMPLE_COLUMNS``, of a table of ``rows`` rows."""
     cols = {c: table.column(c).to_numpy(zero_copy_only=False) for c in SAMPLE_COLUMNS}
+    if METADATA_TERMS in table.column_names:  # each row's metadata terms, as a set
+        cols[METADATA_TERMS] = np.array([frozenset(t or ()) for t in table.column(METADATA_TERMS).to_pylist()],
+                                        dtype=object)
     cols["timestamp"] = np.asarray(cols["timestamp"], dtype=np.float64)
     cols["success"] = np.asarray(cols["success"], dtype=bool)
     for c in ("agent_role", "agent_id", "canvas_id"):

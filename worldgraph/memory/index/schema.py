@@ -59,10 +59,16 @@ SCALAR_INDEXES: dict[str, str] = {
     "canvas_id": "BTREE",
     "timestamp": "BTREE",
     "success": "BITMAP",
+    # the terms of an episode's metadata (memory/metadata.py): a list column, one bitmap per term
+    "metadata_terms": "LABEL_LIST",
 }
 # LanceDB's names of the two kinds (``list_indices()``'s ``index_type``)
-INDEX_TYPE_NAMES = {"BTREE": "BTree", "BITMAP": "Bitmap"}
-WHERE_KEYS = frozenset({"agent_role", "agent_id", "canvas_ids", "start", "end", "success_only"})
+INDEX_TYPE_NAMES = {"BTREE": "BTree", "BITMAP": "Bitmap", "LABEL_LIST": "LabelList"}
+WHERE_KEYS = frozenset({"agent_role", "agent_id", "canvas_ids", "start", "end", "success_only", "metadata_terms",
+                        "metadata_any"})
+# Added after the first tables were made: a table without it gets it (all null) on its first write
+# (IndexTables._part_by_name); a search of a table without it checks the metadata on the hits only.
+METADATA_TERMS = "metadata_terms"
 STRING_COLUMNS = ("episode_id", "tenant_id", "agent_id", "agent_role", "task_type", "outcome", "text")
 COMMIT_RETRIES = 5  # attempts of a table commit that conflicts with another writer's
 PK_METADATA = "lance-schema:unenforced-primary-key"
@@ -96,6 +102,7 @@ def episode_schema(dimensions: int) -> pa.Schema:
         pa.field("canvas_action_ids", pa.list_(pa.string())),
         pa.field("text", pa.string()),
         pa.field("vector", pa.list_(VECTOR_VALUE_TYPE, dimensions), nullable=False),
+        pa.field(METADATA_TERMS, pa.list_(pa.string())),
     ])
 
 
@@ -191,7 +198,20 @@ def _where_parts(where: dict[str, Any] | None) -> list[str]:
         parts.append(f"timestamp <= {sql_literal(as_timestamp(end, 'where.end'))}")
     if where.get("success_only"):
         parts.append("success = true")
+    # the terms every episode passing a metadata filter carries (memory/metadata.py filter_terms)
+    terms = where.get(METADATA_TERMS)
+    if terms:
+        parts.append(f"array_has_all({METADATA_TERMS}, [{_literals(terms, 'where.metadata_terms')}])")
+    for group in where.get("metadata_any") or []:
+        parts.append(f"array_has_any({METADATA_TERMS}, [{_literals(group, 'where.metadata_any')}])")
     return parts
+
+
+def _literals(values: Any, field: str) -> str:
+    if isinstance(values, str) or not isinstance(values, (list, tuple)) or not values \
+            or not all(isinstance(v, str) for v in values):
+        raise InvalidInputError(field, f"expected a non-empty list of strings, got {values!r}")
+    return ", ".join(sql_literal(v, field) for v in values)
 
 
 def metadata_filter(where: dict[str, Any] | None = None) -> str | None:

@@ -29,6 +29,7 @@ from worldgraph.memory.index.plan import (
 from worldgraph.memory.index.policy import ann_search_params
 from worldgraph.memory.index.schema import (
     FTS_INDEX_NAME,
+    METADATA_TERMS,
     VECTOR_INDEX_NAME,
     first_per_episode,
     metadata_filter,
@@ -168,11 +169,13 @@ class IndexSearch(IndexTables):
         part = self._part(tenant_id)
         if part is None:
             return []
+        where, pred = self._for_table(part, where, pred)
         small = self._small_table(part, select)
         if small is not None:  # exact cosine in process (index_small.py)
             return small.rows_out(small.nearest(q, k, small.mask(where)), select, "similarity", tenant_id)
         ds = part.latest_dataset()
-        mirror = self._mirrors.get(part.name, ds) if self._mirrored(ds) else None
+        # the mirror holds no metadata terms: a metadata filter is pushed into LanceDB's search
+        mirror = self._mirrors.get(part.name, ds) if self._mirrored(ds) and not _has_metadata(where) else None
         if mirror is not None:  # the in-process index in front of a big table (mirror.py)
             return self._mirror_search(part, ds, mirror, q, k, where, select, tenant_id)
         sample = self._sample(part, ds) if where else None
@@ -287,6 +290,17 @@ class IndexSearch(IndexTables):
                 rows = np.flatnonzero(keep)
         return mirror.nearest(q, want, rows)
 
+    @staticmethod
+    def _for_table(part: TenantTable, where: dict[str, Any] | None,
+                   pred: str | None) -> tuple[dict[str, Any] | None, str | None]:
+        """``where`` and its predicate for this table: a table made before the metadata terms (read
+        only, so not upgraded) cannot evaluate them, and recall checks the metadata on the hits."""
+        if not where or not (where.get(METADATA_TERMS) or where.get("metadata_any")) \
+                or METADATA_TERMS in part.latest_dataset().schema.names:
+            return where, pred
+        rest = {k: v for k, v in where.items() if k not in (METADATA_TERMS, "metadata_any")}
+        return rest, metadata_filter(rest)
+
     def _nearest(self, part: TenantTable, ds: Any, q: np.ndarray, k: int, pred: str | None,
                  select: Sequence[str] | None, exact: bool = False) -> pa.Table:
         """LanceDB's top ``k`` of ``ds`` by cosine, ``pred`` pushed into the search (``exact``: a
@@ -310,7 +324,7 @@ class IndexSearch(IndexTables):
         rows = int(ds.count_rows())  # the manifest's count: no data read
         sample: Sample | None = part.sample
         if sample is None or sample_is_stale(sample.rows, rows):
-            columns = list(SAMPLE_COLUMNS)
+            columns = [*SAMPLE_COLUMNS, *([METADATA_TERMS] if METADATA_TERMS in ds.schema.names else [])]
             tbl = ds.sample(SAMPLE_ROWS, columns=columns) if rows > SAMPLE_ROWS else ds.to_table(columns=columns)
             sample = part.sample = sample_of(tbl, rows)
         return sample
@@ -369,6 +383,7 @@ class IndexSearch(IndexTables):
         part = self._part(tenant_id)
         if part is None:
             return []
+        where, pred = self._for_table(part, where, pred)
         if FTS_INDEX_NAME not in self._indexes(part) and FTS_INDEX_NAME not in self._indexes(part, refresh=True):
             return []
         small = self._small_table(part, select)
@@ -415,3 +430,8 @@ class IndexSearch(IndexTables):
             results = self._rows(tbl, tenant_id, "_score", "bm25")
         results.sort(key=lambda r: r["bm25"], reverse=True)
         return first_per_episode(results)
+
+
+def _has_metadata(where: dict[str, Any] | None) -> bool:
+    """Whether ``where`` filters on episode metadata (terms the mirror does not hold)."""
+    return bool(where and (where.get(METADATA_TERMS) or where.get("metadata_any")))

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from worldgraph.memory.index.schema import as_timestamp
+from worldgraph.memory.index.schema import METADATA_TERMS, as_timestamp
 
 SMALL_TABLE_ROWS = 5_000  # at most this many rows: searched in process (bench/README.md "Small tenants")
 CACHED_TABLES = 64  # tables whose copy is kept (least recently searched dropped first)
@@ -70,6 +70,7 @@ class SmallTable:
     unit: np.ndarray  # rows scaled to length 1 (zero rows stay zero)
     postings: dict[str, dict[int, int]] = field(default_factory=dict)  # term -> row -> count
     lengths: list[int] = field(default_factory=list)  # terms per row
+    metadata: list[frozenset[str]] = field(default_factory=list)  # each row's metadata terms
 
     @property
     def rows(self) -> int:
@@ -81,7 +82,7 @@ class SmallTable:
     def read(cls, ds: Any, files: Files, dimensions: int) -> SmallTable:
         table = cls(ds, files, {c: [] for c in COLUMNS}, np.zeros((0, dimensions), np.float32),
                     np.zeros((0, dimensions), np.float32))
-        table._append(ds.to_table(columns=[*COLUMNS, "vector"]), dimensions)
+        table._append(ds.to_table(columns=_read_columns(ds)), dimensions)
         return table
 
     def advanced(self, ds: Any, files: Files, dimensions: int) -> SmallTable:
@@ -91,10 +92,10 @@ class SmallTable:
             return SmallTable.read(ds, files, dimensions)
         new = set(files) - set(self.files)
         out = SmallTable(ds, files, {c: list(v) for c, v in self.columns.items()}, self.vectors, self.unit,
-                         {t: dict(p) for t, p in self.postings.items()}, list(self.lengths))
+                         {t: dict(p) for t, p in self.postings.items()}, list(self.lengths), list(self.metadata))
         if new:
             frags = [f for f in ds.get_fragments() if f.fragment_id in new]
-            out._append(ds.scanner(columns=[*COLUMNS, "vector"], fragments=frags).to_table(), dimensions)
+            out._append(ds.scanner(columns=_read_columns(ds), fragments=frags).to_table(), dimensions)
         return out
 
     def _append(self, tbl: Any, dimensions: int) -> None:
@@ -104,6 +105,8 @@ class SmallTable:
         start = self.rows
         for c in COLUMNS:
             self.columns[c].extend(tbl.column(c).to_pylist())
+        held = tbl.column(METADATA_TERMS).to_pylist() if METADATA_TERMS in tbl.column_names else [None] * n
+        self.metadata.extend(frozenset(t or ()) for t in held)
         vec = tbl.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
         vec = np.asarray(vec, dtype=np.float32).reshape(n, dimensions)
         norms = np.linalg.norm(vec, axis=1, keepdims=True)
@@ -140,6 +143,10 @@ class SmallTable:
             keep &= ts <= as_timestamp(where["end"], "where.end")
         if where.get("success_only"):
             keep &= np.array([bool(v) for v in cols["success"]], dtype=bool)
+        every = frozenset(where.get(METADATA_TERMS) or ())
+        groups = [frozenset(g) for g in where.get("metadata_any") or ()]
+        if every or groups:
+            keep &= np.array([every <= row and all(row & g for g in groups) for row in self.metadata], dtype=bool)
         return keep
 
     def nearest(self, q: np.ndarray, k: int, keep: np.ndarray | None) -> list[tuple[int, float]]:
@@ -186,6 +193,12 @@ class SmallTable:
         # defence in depth, as IndexSearch._rows: a table only ever holds its own tenant's rows
         return [{**{c: col[row] for c, col in cols}, "vector": vectors[row], score: value}
                 for row, value in found if tenants[row] == tenant_id]
+
+
+def _read_columns(ds: Any) -> list[str]:
+    """The columns a copy holds: ``COLUMNS``, the vectors, and the metadata terms of a table that
+    has them (a table made before them has none until its first write adds the column)."""
+    return [*COLUMNS, "vector", *([METADATA_TERMS] if METADATA_TERMS in ds.schema.names else [])]
 
 
 def _top(scores: np.ndarray, k: int) -> list[tuple[int, float]]:

@@ -28,6 +28,7 @@ from worldgraph.memory.index.schema import (
     COMMIT_RETRIES,
     META_FILE,
     META_FORMAT,
+    METADATA_TERMS,
     WRITE_LOCK_FILE,
     is_commit_conflict,
     is_tenant_table,
@@ -176,6 +177,11 @@ class IndexTables:
                     table = self._open_table(name)
                     if table is None:
                         table = self._db.create_table(name, schema=self.schema, exist_ok=True)
+            if not self.read_only and METADATA_TERMS not in table.schema.names:
+                with self._commit_lock(None):  # a table made before the column: add it, all null
+                    table.checkout_latest()
+                    if METADATA_TERMS not in table.schema.names:
+                        table.add_columns(pa.field(METADATA_TERMS, pa.list_(pa.string())))
             part = TenantTable(name, table)
             self._parts[name] = part
             return part

@@ -18,6 +18,7 @@ from worldgraph.memory.index import objectstore
 from worldgraph.memory.index.maintenance import IndexMaintenance, scalar_index_config
 from worldgraph.memory.index.schema import (
     FTS_INDEX_NAME,
+    METADATA_TERMS,
     SCALAR_INDEXES,
     STRING_COLUMNS,
     as_timestamp,
@@ -77,6 +78,10 @@ class IndexWrites(IndexMaintenance):
             if isinstance(actions, str):
                 actions = [actions]
             cols["canvas_action_ids"].append([str(a) for a in actions])
+            terms = row.get(METADATA_TERMS) or []
+            if isinstance(terms, str) or not all(isinstance(t, str) for t in terms):
+                raise InvalidInputError(f"rows[{i}].{METADATA_TERMS}", "must be a list of strings")
+            cols[METADATA_TERMS].append(list(terms))
             cols["success"].append(bool(row.get("success", False)))
             conf = row.get("confidence")
             cols["confidence"].append(0.0 if conf is None else float(conf))

@@ -68,7 +68,8 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
     # than the hop to the pool thread and back.
     text_hits = _SEARCH_POOL.submit(search_text) if searched_text and not index.in_process(tenant_id) else None
     try:
-        hits = index.vector_search(tenant_id, q.qvec, k=cfg.candidate_pool, where=where, columns=["episode_id"])
+        # at least as many candidates as results asked for: a page deep into a ranking (limit 300) is whole
+        hits = index.vector_search(tenant_id, q.qvec, k=max(cfg.candidate_pool, q.k), where=where, columns=["episode_id"])
     except BaseException:
         if text_hits is not None:
             text_hits.cancel()  # read-only: if it already started, let it finish unobserved

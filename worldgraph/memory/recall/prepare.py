@@ -14,6 +14,7 @@ import numpy as np
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import InvalidInputError
 from worldgraph.memory.embeddings import Embedder, check_embeddings, embed_query
+from worldgraph.memory.metadata import MetadataFilter, parse_filter
 from worldgraph.memory.models import DateRange, RecallOptions
 from worldgraph.memory.recall import rewrite
 from worldgraph.memory.recall.conversation import Ahead
@@ -29,6 +30,7 @@ class Filters:
     start: datetime | None
     end: datetime | None
     success_only: bool
+    metadata: MetadataFilter | None = None
 
     def where(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -44,6 +46,11 @@ class Filters:
             out["end"] = self.end.timestamp()
         if self.success_only:
             out["success_only"] = True
+        if self.metadata is not None:  # what every match carries, pushed into the search
+            if self.metadata.terms:
+                out["metadata_terms"] = list(self.metadata.terms)
+            if self.metadata.any_terms:
+                out["metadata_any"] = [list(g) for g in self.metadata.any_terms]
         return out
 
     def keeps(self, ep: dict[str, Any]) -> bool:
@@ -59,7 +66,7 @@ class Filters:
             return False
         if self.success_only and ep.get("outcome") != "success":
             return False
-        return True
+        return self.metadata is None or self.metadata.matches(ep.get("metadata"))
 
 
 def parse_options(options: RecallOptions | dict[str, Any] | None) -> RecallOptions:
@@ -114,6 +121,7 @@ def prepare_query(embedder: Embedder, cfg: WorldGraphConfig, agent_role: str | N
         agent_id=opts.agent_id or (parsed.agent_ids[0] if opts.extract_filters and parsed.agent_ids else None),
         canvas_ids=opts.canvas_ids or (parsed.canvas_ids if opts.extract_filters and parsed.canvas_ids else None),
         start=dr.start if dr else None, end=dr.end if dr else None, success_only=opts.success_only,
+        metadata=parse_filter(opts.metadata, "options.metadata"),
     )
     early = ahead(text, opts) if ahead is not None else None
     try:

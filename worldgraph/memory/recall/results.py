@@ -79,6 +79,7 @@ def format_results(store: EpisodeStore, tenant_id: str, opts: RecallOptions, fou
             success=ep["success"],
             approach_taken=ep.get("approach_taken", ""),
             session_id=ep.get("session_id"),
+            metadata=ep.get("metadata") or {},
             score_breakdown=parts[i].as_dict(),
         )
         if opts.include_canvas_context:
