@@ -132,3 +132,20 @@ def test_a_limit_past_the_candidate_pool_gets_that_many(tmp_path: Path) -> None:
     with WorldModel.open(tmp_path / "d", embedder=HashingEmbedder(64), candidate_pool=10, fulltext_pool=5) as wm:
         wm.record_experiences("t", [exp(f"apple {i}") for i in range(40)])
         assert len(wm.recall_experiences("t", None, "apple", limit=30, options={"min_similarity": -1.0})) == 30
+
+
+def test_a_narrow_filter_finds_its_nearest_in_a_table_searched_through_its_mirror(tmp_path: Path) -> None:
+    """The in-process index of big tables (mirror.py) holds no metadata terms: a metadata filter
+    on such a table is searched in LanceDB with the filter pushed in, and finds its one episode."""
+    from worldgraph.config import WorldGraphConfig
+
+    with WorldModel.open(tmp_path / "data", embedder=HashingEmbedder(64),
+                         config=WorldGraphConfig(mirror_min_rows=1)) as wm:
+        wm.index._small.max_rows = 0  # not the in-process copy of small tables: the mirror's path
+        wm.record_experiences("t", [exp(f"quarterly invoice reconciliation {i}", metadata={"user": "many"})
+                                    for i in range(300)] + [exp("lunch menu", metadata={"user": "one"})])
+        plain = wm.recall_experiences("t", None, "quarterly invoice reconciliation", options={"min_similarity": -1.0})
+        assert plain and wm.index.mirror_stats("t") is not None  # searched through the mirror
+        rs = wm.recall_experiences("t", None, "quarterly invoice reconciliation",
+                                   options={"metadata": {"user": "one"}, "min_similarity": -1.0})
+        assert [r["task_description"] for r in rs] == ["lunch menu"]
