@@ -50,7 +50,7 @@ class RuleEmbedder:
 
 
 def _recall(tmp_path: Path, embedder: RuleEmbedder, turns: list[dict[str, str]], query: str,
-            options: dict[str, Any] | None = None, **config: Any) -> tuple[list[str], dict[str, dict[str, float]]]:
+            options: dict[str, Any] | None = None, limit: int | None = None, **config: Any) -> tuple[list[str], dict[str, dict[str, float]]]:
     """Record ``turns`` as one session, recall ``query`` (by default with no cosine floor): the texts
     in rank order and their breakdowns."""
     wm = WorldModel.open(tmp_path / f"wm-{len(list(tmp_path.iterdir()))}", embedder=embedder, **config)
@@ -58,7 +58,7 @@ def _recall(tmp_path: Path, embedder: RuleEmbedder, turns: list[dict[str, str]],
     try:
         wm.record_conversation(tenant, "s1", [{**t, "timestamp": f"2023-05-08T10:0{n}:00Z"}
                                               for n, t in enumerate(turns)])
-        res = wm.recall_experiences(tenant, None, query, limit=len(turns),
+        res = wm.recall_experiences(tenant, None, query, limit=limit or len(turns),
                                     options={"min_similarity": 0} if options is None else options)
     finally:
         wm.close()
@@ -139,8 +139,9 @@ def test_the_candidates_are_also_searched_without_the_names(tmp_path: Path, stor
     target = NAME_TURNS[-1]["text"]
     # no min_similarity from the caller: the speaker floor (speaker_min_similarity) applies
     small = {"candidate_pool": 2, "fulltext_pool": 1, "options": {}, **store}
+    # (a limit of 2: the index is asked for at least as many candidates as results)
     order, _ = _recall(tmp_path, RuleEmbedder(NAME_RULES), NAME_TURNS, NAME_QUERY, speaker_free_candidates=False,
-                       **small)
+                       limit=2, **small)
     assert target not in order  # outside the whole query's top 2 and not the best full-text hit
     order, parts = _recall(tmp_path, RuleEmbedder(NAME_RULES), NAME_TURNS, NAME_QUERY, **small)
     assert target in order  # the speaker-free search found it
@@ -149,7 +150,7 @@ def test_the_candidates_are_also_searched_without_the_names(tmp_path: Path, stor
     assert parts[target]["speaker_part"] > 0
     # without the speaker match there is no speaker-free search either
     order, _ = _recall(tmp_path, RuleEmbedder(NAME_RULES), NAME_TURNS, NAME_QUERY, speaker_match_weight=0.0,
-                       **small)
+                       limit=2, **small)
     assert target not in order
 
 

@@ -95,7 +95,7 @@ def test_one_bad_item_rejects_the_whole_batch(wm: WorldModel) -> None:
     batch[2]["outcome"] = "maybe"
     refused(wm, lambda: wm.record_experiences(T, batch), "experiences[2].outcome")
     batch[2] = exp(task_description="")
-    refused(wm, lambda: wm.record_experiences(T, batch), "experiences[2].task_description", "at least 1")
+    refused(wm, lambda: wm.record_experiences(T, batch), "experiences[2].task_description", "must not be empty")
     batch[2] = "not an experience"
     refused(wm, lambda: wm.record_experiences(T, batch), "experiences[2]")
     assert wm.stats(T)["episodes"] == 0
