@@ -50,7 +50,8 @@ class RuleEmbedder:
 
 
 def _recall(tmp_path: Path, embedder: RuleEmbedder, turns: list[dict[str, str]], query: str,
-            options: dict[str, Any] | None = None, limit: int | None = None, **config: Any) -> tuple[list[str], dict[str, dict[str, float]]]:
+            options: dict[str, Any] | None = None, limit: int | None = None,
+            **config: Any) -> tuple[list[str], dict[str, dict[str, float]]]:
     """Record ``turns`` as one session, recall ``query`` (by default with no cosine floor): the texts
     in rank order and their breakdowns."""
     wm = WorldModel.open(tmp_path / f"wm-{len(list(tmp_path.iterdir()))}", embedder=embedder, **config)
