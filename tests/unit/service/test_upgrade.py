@@ -258,3 +258,51 @@ def test_index_of_9eed448_gets_metadata_terms(old_data: Path) -> None:
         assert "metadata_terms_idx" in {ix.name for ix in wm.index.table_for("acme").list_indices()}
         assert len(wm.recall_experiences("acme", None, "quarterly sales numbers by region", limit=20,
                                          options={"min_similarity": -1.0})) > 1
+
+
+def test_folder_of_257ae78_opens_with_its_saved_mirror_and_graph(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """257ae78 saved a mirror and a graph over its codes beside the table (the fixture lowers the
+    thresholds: tests/fixtures/make_data_257ae78_mirror.py). A later main opens that folder and
+    searches it through them (or through a mirror and graph built again: they are derived data)
+    with the answers of LanceDB's own search, takes new writes, and forgets through them: after a
+    purge no file holds the forgotten episode's words, and no index file its id."""
+    from worldgraph.config import WorldGraphConfig
+    from worldgraph.memory.index import graph
+
+    data = unpack(tmp_path, "data_257ae78_mirror")
+    monkeypatch.setattr(graph, "MIN_ROWS", 100)
+    query = "reconcile the ledger"
+    where = [None, {"agent_id": "agent-3"}, {"success_only": True}, {"canvas_ids": ["c4"]},
+             {"metadata": {"project": "p2"}}]
+
+    def answers(wm: WorldModel, role: str | None = None) -> list[list[str]]:
+        wm.index._small.max_rows = 0  # not the in-process copy of small tables: the path under test
+        return [sorted(h["episode_id"] for h in wm.recall_experiences("acme", role, query, limit=10, options=o))
+                for o in where]
+
+    with WorldModel.open(data, config=WorldGraphConfig(mirror_min_rows=0)) as wm:
+        want, want_ops = answers(wm), answers(wm, "Ops")
+    assert all(want) and want[0] != want[1] and want[0] != want[3]
+    mirrored = WorldGraphConfig(mirror_min_rows=50, mirror_exact_rows=40)
+    with WorldModel.open(data, config=mirrored) as wm:
+        assert answers(wm) == want and answers(wm, "Ops") == want_ops
+        stats = wm.index.mirror_stats("acme")
+        assert stats is not None and stats["live"] == 152
+        hits = wm.search_world("acme", "what does the brass key unlock?", env_name="kitchen", k=3)
+        assert any(h.text == "brass key unlocks front door" for h in hits)
+        turns = wm.list_episodes("acme", session_id="chat-1").items
+        assert sorted(t.agent_id for t in turns) == ["Alice", "Bob"]
+        new = wm.record_experience("acme", {"agent_id": "agent-3", "agent_role": "Ops", "task_type": "report",
+                                            "task_description": "reconcile the ledger once more", "outcome": "success"})
+        gone = want[1][0]
+        gone_text = wm.get_episode("acme", gone).task_description
+        wm.forget_episode("acme", gone)
+        got = answers(wm)
+        assert new in got[1] and gone not in got[1] and gone not in got[0]
+        wm.purge()
+        assert answers(wm)[1] == got[1]
+    # the words nowhere; the id only in the store's audit row of the forget (docs/forget.md)
+    assert files_holding(data, gone_text) == [] and files_holding(data, gone) == ["worldgraph.db"]
+    with WorldModel.open(data, config=mirrored) as wm:  # reopened after the purge: the same answers
+        assert answers(wm)[1] == got[1]
