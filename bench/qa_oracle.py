@@ -13,8 +13,16 @@ can answer about a thing never seen. Four sets:
 - ``holds``: what is in / on C? (every seen container, supporter and the player's inventory
   holding seen things); answered by any of its containment facts (C, child);
 - ``state``: is D open, closed or locked? (every seen door and container); answered by D's state;
-- ``action``: what did doing A do? (every distinct effect the agent saw an action cause: a state
-  change, or a thing moved); answered by the transition, or the containment that began then.
+- ``action``: what did doing A in P do? (every distinct effect the agent saw an action cause: a
+  state change, or a thing moved; P the room the player was in when doing it); answered by the
+  transition, or the containment that began then. The place is asked because an agent asks
+  about the action it is about to repeat where it stands: "go east" or "drop the teaspoon" does
+  one thing in the kitchen and another in the garden, and "what did doing 'go east' do?" alone
+  has one answer per room, of which a search's first hit can give one (the question would be
+  unanswerable, not the search wrong). The place is the true one (the player's room before the
+  action), so the question stays derived from the game's true state. Effects that still share a
+  question's text (one action in one room that did two things, or the same thing twice) are one
+  question whose answer is any of them.
 
 The matching rule, one for every method (hits of ``search_world``, episodes of recall, a text
 block such as ``context()``):
@@ -43,7 +51,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fidelity_oracle import PLAYER, containment, kinds, states, visible
+from fidelity_oracle import PLAYER, containment, kinds, states, visible, where_player
 
 from worldgraph.kg.ids import normalise_name
 
@@ -124,12 +132,13 @@ def questions(rounds: list[dict[str, Any]]) -> list[Question]:
 
 
 def action_questions(rounds: list[dict[str, Any]], known: set[str], kind: dict[str, str]) -> list[Question]:
-    """One question per distinct effect an action had that the agent saw: a state change, or a
-    thing moving to a new holder."""
-    seen: set[tuple[str, Fact]] = set()
-    out = []
+    """One question per action and the room it was done in, answered by any distinct effect it
+    had there that the agent saw: a state change, or a thing moving to a new holder."""
+    by_text: dict[str, Question] = {}
     for r in rounds:
         before, after, action = r["before"], r["after"], r["action"]
+        room = where_player(before)
+        text = f"What did doing '{action}' in the {room} do?" if room else f"What did doing '{action}' do?"
         _, in_view = visible(after)
         old, new = states(before), states(after)
         effects = [Fact("transition", (t, old[t], new[t]), action) for t in sorted(new)
@@ -138,16 +147,16 @@ def action_questions(rounds: list[dict[str, Any]], known: set[str], kind: dict[s
         effects += [Fact("containment", (p, c), action, place=kind.get(p) in PLACES)
                     for p, c in sorted(containment(after)) if c in known and p in in_view and c in was and was[c] != p]
         for fact in effects:
-            key = (normalise_name(action), fact)
-            if key in seen:
+            q = by_text.setdefault(normalise_name(text), Question("action", text, ""))
+            if fact in q.facts:
                 continue
-            seen.add(key)
             if fact.relation == "transition":
                 answer = f"the {fact.ends[0]} went from {fact.ends[1]} to {fact.ends[2]}"
             else:
                 answer = f"the {fact.ends[1]} moved to {'the player' if fact.ends[0] == PLAYER else fact.ends[0]}"
-            out.append(Question("action", f"What did doing '{action}' do?", answer, [fact]))
-    return out
+            q.answer = f"{q.answer}; {answer}" if q.answer else answer
+            q.facts.append(fact)
+    return list(by_text.values())
 
 
 # ---------------------------------------------------------------------------------- the answer's records

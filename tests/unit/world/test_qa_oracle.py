@@ -52,12 +52,36 @@ def test_questions_come_from_the_true_final_state_and_what_the_agent_saw() -> No
     assert qs["Is the door open, closed or locked?"].answer == "locked"
     assert "What is in or on the table?" not in qs  # it holds nothing now
     effects = {q.text: q.answer for q in qs.values() if q.kind == "action"}
-    assert effects == {"What did doing 'open chest' do?": "the chest went from closed to open",
-                       "What did doing 'take brass key' do?": "the brass key moved to the player",
-                       "What did doing 'put brass key in chest' do?": "the brass key moved to chest"}
+    assert effects == {"What did doing 'open chest' in the kitchen do?": "the chest went from closed to open",
+                       "What did doing 'take brass key' in the kitchen do?": "the brass key moved to the player",
+                       "What did doing 'put brass key in chest' in the kitchen do?": "the brass key moved to chest"}
     # a thing never seen is never asked about: the apple in the closed chest, before it opened
     early = by_text(questions(ROUNDS[:1]))
     assert "Where is the apple now?" not in early and "Where is the brass key now?" in early
+
+
+def test_an_action_is_asked_with_the_room_it_was_done_in_and_one_text_is_one_question() -> None:
+    """'go east' from two rooms did two things: two questions, each naming its room (one text with
+    two answers would be unanswerable by a first hit); one action in one room that had two effects
+    is one question answered by either."""
+    garden, shed = ("garden", "r"), ("shed", "r")
+    t0 = [("at", P, R), ("link", R, DOOR, HALL), ("link", garden, ("gate", "d"), shed), ("at", CHEST, HALL),
+          ("open", CHEST), ("at", KEY, HALL)]
+    t1 = [f for f in t0 if f[:2] != ("at", P)] + [("at", P, HALL)]  # go east: kitchen -> hall
+    t2 = [f for f in t1 if f[:2] != ("at", P)] + [("at", P, garden)]  # (teleported, as a game may)
+    t3 = [f for f in t2 if f[:2] != ("at", P)] + [("at", P, shed)]  # go east: garden -> shed
+    t4 = [f for f in t1 if f[:2] not in (("at", KEY), ("open", CHEST))] + [("in", KEY, CHEST), ("closed", CHEST)]
+    rounds = [{"round": i, "action": a, "before": b, "after": c}
+              for i, (a, b, c) in enumerate([("go east", t0, t1), ("look", t1, t2), ("go east", t2, t3),
+                                             ("go west", t3, t1), ("put key and close", t1, t4)])]
+    acts = {q.text: q for q in questions(rounds) if q.kind == "action"}
+    assert acts["What did doing 'go east' in the kitchen do?"].facts == [
+        Fact("containment", ("hall", "player"), "go east", place=True)]
+    assert acts["What did doing 'go east' in the garden do?"].facts == [
+        Fact("containment", ("shed", "player"), "go east", place=True)]
+    both = acts["What did doing 'put key and close' in the hall do?"]
+    assert {f.relation for f in both.facts} == {"transition", "containment"}
+    assert len({q.text for q in questions(rounds)}) == len(questions(rounds))  # no text asked twice
 
 
 def test_answer_ids_are_the_learned_records_of_the_true_fact_current_ones_for_now() -> None:
@@ -67,12 +91,12 @@ def test_answer_ids_are_the_learned_records_of_the_true_fact_current_ones_for_no
     [edge] = [e for e in graph["edges"] if e["id"] in where]
     names = {n["id"]: n["name"] for n in graph["nodes"]}
     assert (names[edge["src_id"]], edge["valid_to"]) == ("chest", None)
-    took = answer_ids(graph, qs["What did doing 'take brass key' do?"])  # history answers what an action did
+    took = answer_ids(graph, qs["What did doing 'take brass key' in the kitchen do?"])  # history answers what an action did
     [edge] = [e for e in graph["edges"] if e["id"] in took]
     assert names[edge["src_id"]] == "player" and edge["valid_to"] is not None
     state = answer_ids(graph, qs["Is the chest open, closed or locked?"])
     assert [names[i] for i in state] == ["chest open"]
-    opened = answer_ids(graph, qs["What did doing 'open chest' do?"])
+    opened = answer_ids(graph, qs["What did doing 'open chest' in the kitchen do?"])
     assert [e["action"] for e in graph["edges"] if e["id"] in opened] == ["open chest"]
 
 
@@ -94,11 +118,11 @@ def test_a_unit_holds_the_answer_by_an_id_or_by_one_sentence_naming_its_ends() -
 
 def test_an_action_is_answered_by_its_effect_not_by_repeating_it() -> None:
     qs = by_text(questions(ROUNDS))
-    opened = qs["What did doing 'open chest' do?"]
+    opened = qs["What did doing 'open chest' in the kitchen do?"]
     assert not unit_holds(opened, set(), text="kitchen round 1: open chest")
     assert unit_holds(opened, set(), text="kitchen round 1: open chest. You open the chest, revealing an apple.")
     assert unit_holds(opened, set(), text="You can see an opened chest.")
-    moved = qs["What did doing 'put brass key in chest' do?"]
+    moved = qs["What did doing 'put brass key in chest' in the kitchen do?"]
     assert not unit_holds(moved, set(), text="round 3: put brass key in chest")
     assert unit_holds(moved, set(), text="round 3: put brass key in chest. The chest contains a brass key.")
 
