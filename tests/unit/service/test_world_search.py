@@ -161,6 +161,12 @@ def test_context_puts_current_facts_first_then_episodes_within_the_budget(wm: Wo
     assert ctx.tokens == sum(n + 1 for n in count_tokens(lines)) <= 1500
     small = wm.context(tenant, "where is the brass key?", env_name=ENV, max_tokens=40)
     assert 0 < small.tokens <= 40 and small.text.splitlines()[1].endswith("the brass key is located in the wooden chest")
+    # a budget too small for the world's share to hold a line with its header: the first fact
+    # still comes first (alone), before any episode
+    for budget in (20, 30):
+        tiny = wm.context(tenant, "where is the brass key?", agent_role="Cook", env_name=ENV, max_tokens=budget)
+        assert tiny.tokens <= budget and [c.kind for c in tiny.citations] == ["fact"], tiny.text
+        assert tiny.citations[0].id == wm.search_world(tenant, "where is the brass key?", env_name=ENV, k=1)[0].id
     assert wm.context(tenant + "-none", "brass key").text == ""
 
 

@@ -37,6 +37,7 @@ EPISODE_TOKENS = 80  # at most this many tokens of one episode's line
 WORLD_HEADER = "World model (current facts and rules, what actions did):"
 EPISODE_HEADER = "Past episodes (most relevant first):"
 ID_CHARS = 8  # characters of an id a line cites (more where two cited ids share them)
+MIN_WORDS = 8  # tokens after its id a line cut to fit a tiny budget keeps, or it goes without the header
 
 _TOKENIZER: Any = None
 _TOKENIZER_LOCK = threading.Lock()
@@ -152,10 +153,44 @@ def fit(lines: list[str], budget: int) -> list[str]:
     return out
 
 
+def squeeze(line: str, room: int) -> str | None:
+    """``line`` cut at a token so that it takes at most ``room`` tokens, ' ...' marking the cut
+    (None when not even its first token and the mark fit)."""
+    enc = tokenizer().encode(line, add_special_tokens=False)
+    if len(enc.ids) <= room:
+        return line
+    keep = room - 3  # ' ...' is three tokens
+    while keep >= 1:
+        cut = line[:enc.offsets[keep - 1][1]] + " ..."
+        if count_tokens([cut])[0] <= room:
+            return cut
+        keep -= 1
+    return None
+
+
+def first_world_line(line: str, header: int, max_tokens: int) -> tuple[str, bool] | None:
+    """The most relevant world line when the world's share cannot hold it: whole with its header
+    if the budget can, else cut to fit, under the header when the cut keeps ``MIN_WORDS`` tokens
+    after the cited id, alone otherwise; (line, with header) or None when nothing fits."""
+    prefix = line[:line.index("]") + 1]
+    cited = count_tokens([prefix])[0]
+    room = max_tokens - (header + 1) - 1
+    if room - cited >= MIN_WORDS or count_tokens([line])[0] <= room:
+        cut = squeeze(line, room)
+        if cut is not None:
+            return cut, True
+    cut = squeeze(line, max_tokens - 1)
+    says = cut is not None and cut[len(prefix):].removesuffix(" ...").strip()  # a word past the id
+    return (cut, False) if cut is not None and says else None
+
+
 def build_context(hits: list[tuple[WorldHit, bool]], episodes: list[Any], max_tokens: int,
                   world_share: float) -> WorldContext:
     """The block of the world's hits (in rank order those that hold now, and those that say what
-    came after an action: true of that moment) and the recalled episodes."""
+    came after an action: true of that moment) and the recalled episodes. The world's share is
+    never empty while it has a line and ``world_share`` is above 0: when the share cannot hold the
+    first line, that line takes what it needs of the budget, cut to fit a tiny one
+    (``first_world_line``)."""
     world = [h for h, history in hits if h.current or history]
     eps = [e for e in episodes if (e.get("episode_id") if hasattr(e, "get") else None)]
     short = short_ids([h.id for h in world] + [str(e["episode_id"]) for e in eps])
@@ -169,6 +204,8 @@ def build_context(hits: list[tuple[WorldHit, bool]], episodes: list[Any], max_to
     taken_e: list[int] = []
 
     def take(cost: list[int], taken: list[int], start: int, head: int, limit: int) -> int:
+        """Lines from ``start`` while they fit ``limit`` (``head``: their header's tokens, paid
+        with the first; -1: no header); returns the first not taken."""
         nonlocal used
         i = start
         while i < len(cost):
@@ -180,13 +217,23 @@ def build_context(hits: list[tuple[WorldHit, bool]], episodes: list[Any], max_to
             i += 1
         return i
 
+    headed = True
     nxt = take(w_cost, taken_w, 0, header[0], int(max_tokens * world_share))
-    take(e_cost, taken_e, 0, header[1], max_tokens)
-    take(w_cost, taken_w, nxt, header[0], max_tokens)
+    if not taken_w and w_lines and world_share > 0:
+        first = first_world_line(w_lines[0], header[0], max_tokens)
+        if first is not None:
+            w_lines[0], headed = first
+            w_cost[0] = count_tokens([w_lines[0]])[0]
+            nxt = take(w_cost[:1], taken_w, 0, header[0] if headed else -1, max_tokens)
+            nxt = nxt if headed else len(w_lines)  # a line alone: the budget holds nothing more
+    if headed:
+        take(e_cost, taken_e, 0, header[1], max_tokens)
+        take(w_cost, taken_w, nxt, header[0], max_tokens)
     lines: list[str] = []
     citations: list[Citation] = []
     if taken_w:
-        lines.append(WORLD_HEADER)
+        if headed:
+            lines.append(WORLD_HEADER)
         lines += [w_lines[i] for i in taken_w]
         citations += [Citation(id=world[i].id, kind=world[i].kind) for i in taken_w]
     if taken_e:
