@@ -218,3 +218,20 @@ def test_forgetting_a_round_takes_its_action_out_of_the_world_rows(tmp_path: Pat
         assert not [t for t in said if "qwxplorf" in t] and "the brass key is located in the wooden chest" in said
         wm.purge()
         assert files_holding(data, "qwxplorf") == []
+
+
+def test_the_rows_written_after_each_merge_are_those_a_full_sync_writes(wm: WorldModel, tenant: str) -> None:
+    """A move's row names where the thing was before, a containment another merge may have closed
+    or begun: a merge arriving late (an earlier scene's) re-times the key's timeline, and every
+    row written in the background is the one a full sync (``reindex``) writes from the store."""
+    wm.apply_delta(tenant, ENV, delta([contain("table", "key")]), scene=scene(1, "look"))
+    assert wm.wait_for_updates(60)
+    wm.apply_delta(tenant, ENV, delta([contain("chest", "key")]), scene=scene(5, "put key in chest"))
+    assert wm.wait_for_updates(60)
+    wm.apply_delta(tenant, ENV, {"entities": [*THINGS, {"ref": "me", "name": "player", "type": "character"}],
+                                 "states": [], "rules": [], "edges": [contain("me", "key")]}, scene=scene(3, "take key"))
+    assert wm.wait_for_updates(60)
+    written = {i: t for i, (t, _) in wm.world_search.index.rows_of_env(tenant, ENV).items()}
+    assert "doing 'put key in chest' moved the brass key from the player to the wooden chest" in written.values()
+    wm.reindex(tenant)
+    assert {i: t for i, (t, _) in wm.world_search.index.rows_of_env(tenant, ENV).items()} == written

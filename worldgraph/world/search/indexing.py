@@ -32,7 +32,8 @@ from worldgraph.kg.records import MergePlan
 from worldgraph.kg.store import GraphStore
 from worldgraph.memory.embeddings import Embedder
 from worldgraph.memory.index.world_index import MARKER, WorldIndex, marker_id
-from worldgraph.world.search.texts import Row, edge_rows, node_row, previous_containments, record_rows, rule_row
+from worldgraph.world.search.texts import (Row, began_with, edge_rows, node_row, previous_containments, record_rows,
+                                           rule_row)
 
 log = logging.getLogger("worldgraph.world")
 
@@ -239,13 +240,14 @@ class WorldIndexer:
             mine.pop(gone_id, None)
         return len(changed)
 
-    def _known_nodes(self, tenant_id: str, env_name: str, work: Pending) -> dict[str, Any]:
+    def _known_nodes(self, tenant_id: str, env_name: str, node_ids: Iterable[str],
+                     edges: Iterable[dict[str, Any]]) -> dict[str, Any]:
         """The nodes the batch's sentences name: those this process knows (from the merges'
         plans), the others read from the store (after a restart)."""
         with self._cond:
             nodes = dict(self._nodes.get((tenant_id, env_name), {}))
-        wanted = set(work.node_ids)
-        for e in work.edges.values():
+        wanted = set(node_ids)
+        for e in edges:
             wanted.update((str(e.get("src_id")), str(e.get("dst_id"))))
         for _ in range(2):  # the nodes, then the entities of states among them
             missing = sorted(wanted - set(nodes))
@@ -258,13 +260,21 @@ class WorldIndexer:
         return nodes
 
     def _apply(self, tenant_id: str, env_name: str, work: Pending) -> None:
-        """Write the sentences of the records a batch of merges touched (a move: the plan holds
-        both the containment it closed and the one it began)."""
-        nodes = self._known_nodes(tenant_id, env_name, work)
-        rows: dict[str, Row] = {nid: node_row(nodes[nid], nodes) for nid in work.node_ids if nid in nodes}
-        before = previous_containments(work.edges.values())
+        """Write the sentences of the records a batch of merges touched, and of the containments
+        whose sentence names one of them (a move's row names where the thing was before: the
+        containment that ended when it began, which another batch may have closed or begun)."""
         scenes = self._scene_info(tenant_id, work.edges.values())
-        for eid, e in work.edges.items():
+        others = self._timelines(tenant_id, env_name, work.edges, scenes)
+        edges = {**others, **work.edges}
+        before = previous_containments(edges.values())
+        # the containments outside the batch whose previous one the batch holds: their row changes
+        after = {eid: e for eid, e in others.items() if str((before.get(eid) or {}).get("id")) in work.edges}
+        scenes.update(self._scene_info(tenant_id, after.values()))
+        nodes = self._known_nodes(tenant_id, env_name, work.node_ids, [*work.edges.values(), *after.values(),
+                                                                       *(before[eid] for eid in (*work.edges, *after)
+                                                                         if eid in before)])
+        rows: dict[str, Row] = {nid: node_row(nodes[nid], nodes) for nid in work.node_ids if nid in nodes}
+        for eid, e in {**after, **work.edges}.items():
             rows.update(edge_rows(e, nodes, scenes, before.get(eid)))
         for rid, r in work.rules.items():
             rows[rid] = rule_row(r)
@@ -280,6 +290,28 @@ class WorldIndexer:
             if at is not None and ordered[0] == at + 1 and ordered == list(range(ordered[0], ordered[-1] + 1)):
                 marker = ordered[-1]
         self._write(tenant_id, env_name, rows, held, (), marker)
+
+    def _timelines(self, tenant_id: str, env_name: str, edges: dict[str, dict[str, Any]],
+                   scenes: dict[str, tuple[str, str]]) -> dict[str, dict[str, Any]]:
+        """The containments (from the store) of the children whose timeline the batch holds only
+        in part: a containment begun by an action with no previous one in the batch (where was
+        the thing before?), or a closed one with no next one in the batch (whose row says it
+        left from here?). One store read per batch, none when every move's two halves are in it."""
+        mine = [e for e in edges.values() if e.get("relation") == "containment"]
+        starts = {(str(e.get("dst_id")), str(e.get("valid_from"))) for e in mine}
+        ends = {(str(e.get("dst_id")), str(e.get("valid_to"))) for e in mine if e.get("valid_to") is not None}
+        children = set()
+        for e in mine:
+            child = str(e.get("dst_id"))
+            if began_with(e, scenes) and (child, str(e.get("valid_from"))) not in ends:
+                children.add(child)
+            if e.get("valid_to") is not None and (child, str(e["valid_to"])) not in starts:
+                children.add(child)
+        if not children:
+            return {}
+        view = self.store.load_view(tenant_id, env_name, sorted(children))
+        return {str(eid): dict(e) for eid, e in view.edges.items() if e.get("relation") == "containment"
+                and str(e.get("dst_id")) in children and str(eid) not in edges}
 
     def _scene_info(self, tenant_id: str, edges: Iterable[dict[str, Any]]) -> dict[str, tuple[str, str]]:
         """scene id -> (created_at, action) of the source scenes of containment edges (cached;
