@@ -172,6 +172,9 @@ class ComposedStore(GraphStore):
     def load_view(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str] = ()) -> GraphView:  # type: ignore[assignment]
         return self.world.load_view(tenant_id, env_name, node_ids, names)
 
+    def world_records(self, tenant_id: str, env_name: str, ids: list[str]) -> GraphView:
+        return self.world.world_records(tenant_id, env_name, ids)
+
     def merge(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str],
               planner: Callable[[GraphView], MergePlan | None],
               fence: tuple[str, str] | None = None) -> MetaRecord | None:

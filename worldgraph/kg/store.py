@@ -164,6 +164,12 @@ class WorldStore(_Store):
         them (their ancestors), every rule of the env, and the meta."""
 
     @abstractmethod
+    def world_records(self, tenant_id: str, env_name: str, ids: list[str]) -> GraphView:
+        """The nodes, edges and rules of the environment with these ids (of any of the three
+        kinds; an id it does not hold is left out), and nothing around them (no meta): what a
+        search reads of its candidates, where ``load_view`` would bring every edge of a hub."""
+
+    @abstractmethod
     def merge(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str],
               planner: Callable[[GraphView], MergePlan | None],
               fence: tuple[str, str] | None = None) -> MetaRecord | None:

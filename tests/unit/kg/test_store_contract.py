@@ -304,6 +304,22 @@ def test_load_view(store: GraphStore, tenant: str) -> None:
     assert set(box.nodes) == {"n-box", "s-closed", "s-open"}
 
 
+def test_world_records_are_the_records_asked_for_by_id_and_nothing_around_them(store: GraphStore, tenant: str) -> None:
+    store.apply_plan(first_plan(tenant))
+    store.apply_plan(second_plan(tenant))
+    graph = store.world_graph(tenant, ENV)
+    every = {r["id"]: r for part in ("nodes", "edges", "rules") for r in graph[part]}
+    asked = ["n-key", "s-open", "e-contains", "e-trans", "r-door", "unknown", "n-key"]
+    view = store.world_records(tenant, ENV, asked)
+    assert (set(view.nodes), set(view.edges), set(view.rules)) == ({"n-key", "s-open"}, {"e-contains", "e-trans"},
+                                                                   {"r-door"})
+    assert view.edges["e-contains"] == every["e-contains"] and view.nodes["n-key"] == every["n-key"]
+    assert view.meta is None  # no edge of n-key's but the one asked for, no meta
+    assert store.world_records(tenant, "other-env", asked).nodes == {}
+    assert store.world_records(tenant + "-other", ENV, asked).edges == {}  # sealed by tenant
+    assert store.world_records(tenant, ENV, []).nodes == {}
+
+
 def test_replace_world_then_world_graph_equals_input(store: GraphStore, tenant: str) -> None:
     store.apply_plan(first_plan(tenant))
     snapshot = expected_graph(tenant)

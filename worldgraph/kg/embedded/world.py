@@ -65,6 +65,14 @@ class SqliteWorld(WorldStore):
         view.meta = self.meta(tenant_id, env_name)
         return view
 
+    def world_records(self, tenant_id: str, env_name: str, ids: list[str]) -> GraphView:
+        view = GraphView(tenant_id=tenant_id, env_name=env_name)
+        for chunk in chunks(list(dict.fromkeys(ids))):
+            for table, into in (("world_nodes", view.nodes), ("world_edges", view.edges), ("world_rules", view.rules)):
+                for rid, d in self.db.query(sql.rows_by_id(table, len(chunk)), [tenant_id, env_name, *chunk]):
+                    into[rid] = loads(d)
+        return view
+
     def merge(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str],
               planner: Callable[[GraphView], MergePlan | None],
               fence: tuple[str, str] | None = None) -> MetaRecord | None:

@@ -42,6 +42,17 @@ class Neo4jWorld(WorldStore):
     def load_view(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str] = ()) -> GraphView:  # type: ignore[assignment]
         return self.db.read(lambda tx: _view(tx, tenant_id, env_name, node_ids, names))
 
+    def world_records(self, tenant_id: str, env_name: str, ids: list[str]) -> GraphView:
+        keys = [q.world_key(tenant_id, env_name, i) for i in dict.fromkeys(ids)]
+        view = GraphView(tenant_id=tenant_id, env_name=env_name)
+
+        def read(tx: ManagedTransaction) -> None:
+            view.nodes = {r["id"]: cast(NodeRecord, r) for r in decode(tx.run(q.RECORD_NODES, keys=keys))}
+            view.edges = {r["id"]: cast(EdgeRecord, r) for r in decode(tx.run(q.RECORD_EDGES, keys=keys))}
+            view.rules = {r["id"]: cast(RuleRecord, r) for r in decode(tx.run(q.RECORD_RULES, keys=keys))}
+        self.db.read(read)
+        return view
+
     def merge(self, tenant_id: str, env_name: str, node_ids: list[str], names: list[str],
               planner: Callable[[GraphView], MergePlan | None],
               fence: tuple[str, str] | None = None) -> MetaRecord | None:

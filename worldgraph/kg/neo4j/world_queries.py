@@ -207,6 +207,18 @@ WHERE r.key STARTS WITH $prefix
 RETURN DISTINCT r.record AS record
 """
 
+# world_records: the records with these keys, by their unique keys (one lookup per relationship
+# type: each has its own key constraint)
+RECORD_NODES = "MATCH (n:WorldNode) WHERE n.key IN $keys RETURN n.record AS record"
+RECORD_RULES = "MATCH (n:Rule) WHERE n.key IN $keys RETURN n.record AS record"
+RECORD_EDGES = """
+MATCH ()-[r:CONTAINS]->() WHERE r.key IN $keys RETURN r.record AS record
+UNION ALL
+MATCH ()-[r:TRANSITION]->() WHERE r.key IN $keys RETURN r.record AS record
+UNION ALL
+MATCH ()-[r:FACT]->() WHERE r.key IN $keys RETURN r.record AS record
+"""
+
 # The merge transaction takes the environment's write lock first (the documented way to avoid
 # lost updates in Neo4j: a write before the reads), so concurrent merges of one env serialise.
 LOCK_ENV = """

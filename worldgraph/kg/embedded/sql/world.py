@@ -28,6 +28,12 @@ def node_ids_by_name(n: int) -> str:
             f"AND json_extract(data, '$.norm_name') IN ({placeholders(n)})")
 
 
+def rows_by_id(table: str, n: int) -> str:
+    """(id, data) of ``table``'s rows with one of n ids (its primary key). Parameters: tenant,
+    env, the ids."""
+    return f"SELECT id, data FROM {table} WHERE tenant_id = ? AND env_name = ? AND id IN ({placeholders(n)})"
+
+
 def rows_where_either(table: str, col_a: str, col_b: str, n: int) -> str:
     """(id, data) of ``table``'s rows whose ``col_a`` or ``col_b`` is among n values: one SELECT per
     indexed column, joined by UNION ALL (the caller keeps a row found twice once). With
