@@ -39,6 +39,10 @@ class WorldSettings(BaseModel):
     world_search_history_penalty: float = Field(0.1, ge=0.0, le=2.0)
     # ... and what a row gains when the query names its action word for word
     world_search_action_weight: float = Field(0.2, ge=0.0, le=1.0)
+    # ... and what a row gains when it is of the kind the question's form asks for (where X is: a
+    # fact placing X; what C holds: a fact placing something in C; what an action did: a change
+    # or a rule; world/search/forms.py)
+    world_search_form_weight: float = Field(0.3, ge=0.0, le=1.0)
     # context(): the share of the token budget the world's facts and rules take before the
     # episodes (whatever the episodes leave goes to more facts)
     context_world_share: float = Field(0.6, ge=0.0, le=1.0)

@@ -235,3 +235,19 @@ def test_the_rows_written_after_each_merge_are_those_a_full_sync_writes(wm: Worl
     assert "doing 'put key in chest' moved the brass key from the player to the wooden chest" in written.values()
     wm.reindex(tenant)
     assert {i: t for i, (t, _) in wm.world_search.index.rows_of_env(tenant, ENV).items()} == written
+
+
+def test_the_question_form_picks_between_a_things_place_its_state_and_its_contents(wm: WorldModel, tenant: str) -> None:
+    """"where is the chest" asks for the chest's place (not its state, not what is in it); "what is
+    in the chest" for what it holds (not its place)."""
+    things = [*THINGS, {"ref": "pantry", "name": "pantry", "type": "room"}]
+    locked = {"ref": "s0", "name": "wooden chest locked", "type": "chest_state", "entity_ref": "chest"}
+    wm.apply_delta(tenant, ENV, {"entities": things, "states": [locked], "rules": [],
+                                 "edges": [contain("pantry", "chest"), contain("chest", "key")]}, scene=scene(1, "look"))
+    assert wm.wait_for_updates(60)
+    where = wm.search_world(tenant, "Where is the wooden chest now?", env_name=ENV, k=3)
+    assert where[0].text == "the wooden chest is located in the pantry"
+    holds = wm.search_world(tenant, "What is in or on the wooden chest?", env_name=ENV, k=3)
+    assert holds[0].text == "the brass key is located in the wooden chest"
+    state = wm.search_world(tenant, "Is the wooden chest open, closed or locked?", env_name=ENV, k=3)
+    assert state[0].text == "the wooden chest is locked"

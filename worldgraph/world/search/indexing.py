@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,8 +32,7 @@ from worldgraph.kg.records import MergePlan
 from worldgraph.kg.store import GraphStore
 from worldgraph.memory.embeddings import Embedder
 from worldgraph.memory.index.world_index import MARKER, WorldIndex, marker_id
-from worldgraph.world.search.texts import (Row, began_with, edge_rows, node_row, previous_containments, record_rows,
-                                           rule_row)
+from worldgraph.world.search.texts import Row, began_with, edge_rows, node_row, previous_containments, record_rows, rule_row
 
 log = logging.getLogger("worldgraph.world")
 
@@ -241,7 +240,7 @@ class WorldIndexer:
         return len(changed)
 
     def _known_nodes(self, tenant_id: str, env_name: str, node_ids: Iterable[str],
-                     edges: Iterable[dict[str, Any]]) -> dict[str, Any]:
+                     edges: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         """The nodes the batch's sentences name: those this process knows (from the merges'
         plans), the others read from the store (after a restart)."""
         with self._cond:

@@ -5,20 +5,23 @@
    every one of the tenant's).
 2. Relevance, fused as recall fuses it (docs/architecture.md, "Recall", step 4):
    ``(1 - w) x cosine + w x BM25 / best BM25`` with ``w = hybrid_text_weight``.
-3. The store, read now (``load_view`` of the nodes the candidates are or link): a record the store
+3. The store, read now (``world_records``: the candidates' own records, by id): a record the store
    no longer holds is dropped; whether each is current or closed (and when), its confidence,
    evidence and source scenes come from it, never from the index.
 4. Score (a record once, by its best row): the relevance, plus ``world_search_link_weight`` x the best relevance among the
    candidates the record links (a fact's two ends, a state's entity, a rule's nodes: a fact about
    the things the query names outranks the things themselves, which only say that they exist),
    plus ``world_search_action_weight`` when the query names the row's action word for word (a
-   transition's, or the one a containment came after),
+   transition's, or the one a containment came after), plus ``world_search_form_weight`` for a
+   fact of the kind the question's form asks for (``forms.py``: where X is, what C holds, what
+   an action changed),
    minus ``world_search_closed_penalty`` for a record not valid at the asked moment (now, or
    ``as_of``: valid from at or before it and not closed by then), so current facts rank above
    closed ones (a row that says what came after an action is history, true of that moment:
    never penalised); with ``as_of``, a record made after that moment is left out.
 5. The top ``k``, each with its neighbourhood: at most 10 current facts on the nodes it is or
-   links, the most relevant first.
+   links, the most relevant first (``load_view`` of those nodes: only for the ``k`` hits, and
+   not for ``context``, which shows none).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from worldgraph.memory.embedders.base import check_embeddings, embed_query
 from worldgraph.memory.embeddings import Embedder
 from worldgraph.memory.index.world_index import Snapshot, WorldIndex
 from worldgraph.names import check_env, require_environment
+from worldgraph.world.search import forms
 from worldgraph.world.search.models import Neighbour, WorldHit
 from worldgraph.world.search.texts import is_history, record_id
 
@@ -110,17 +114,21 @@ def search_world(store: GraphStore, index: WorldIndex, embedder: Embedder, cfg: 
         return []
     vector = check_embeddings(embed_query(embedder, [query]), 1, index.dimensions)[0]
     cands = candidates(snap, rows, vector, envs, query, cfg)
-    # The store is read for the best candidates by their score before the penalty (which only
-    # lowers a score): more when a candidate left out could still pass the k-th hit.
+    asked = forms.form(query)
+    relevance = node_relevance(snap, cands)
+    # The store is read for the best candidates by their score before the penalty and the form's
+    # preference (which can raise a score by at most its weight): more when a candidate left out
+    # could still pass the k-th hit.
+    bonus = cfg.world_search_form_weight if asked is not None else 0.0
     order = sorted(cands.values(), key=lambda c: (-c.score, c.row))
     m = k + 24
     while True:
-        views = read_store(store, tenant_id, snap, order[:m])
-        ranked = score(snap, order[:m], views, at, cfg)
-        if m >= len(order) or (len(ranked) >= k and ranked[k - 1].score >= order[m].score):
+        views = read_records(store, tenant_id, snap, order[:m])
+        ranked = score(snap, order[:m], views, at, cfg, asked, relevance)
+        if m >= len(order) or (len(ranked) >= k and ranked[k - 1].score >= order[m].score + bonus):
             break
         m *= 2
-    edges = by_node(snap, views, ranked[:k]) if neighbours else {}
+    edges = by_node(snap, read_store(store, tenant_id, snap, ranked[:k]), ranked[:k]) if neighbours else {}
     return [(hit(snap, c, edges.get(snap.envs[c.row]), at, cands), is_history(snap.ids[c.row])) for c in ranked[:k]]
 
 
@@ -151,13 +159,18 @@ def candidates(snap: Snapshot, rows: np.ndarray, vector: np.ndarray, envs: list[
     best = float(bm.max(initial=0.0)) or 1.0
     w = cfg.hybrid_text_weight
     out = {int(rows[i]): Candidate(int(rows[i]), float((1 - w) * cos[i] + w * bm[i] / best)) for i in picked}
-    node_relevance = {snap.ids[c.row]: c.relevance for c in out.values() if snap.kinds[c.row] in ("entity", "state")}
+    relevance = node_relevance(snap, out)
     said = words(query)
     for c in out.values():
-        linked = max((node_relevance[n] for n in snap.links[c.row] if n in node_relevance), default=0.0)
+        linked = max((relevance[n] for n in snap.links[c.row] if n in relevance), default=0.0)
         named = cfg.world_search_action_weight if names_action(query, said, snap.actions[c.row]) else 0.0
         c.score = c.relevance + cfg.world_search_link_weight * linked + named
     return out
+
+
+def node_relevance(snap: Snapshot, cands: dict[int, Candidate]) -> dict[str, float]:
+    """node id -> its relevance, for the entities and states among the candidates."""
+    return {snap.ids[c.row]: c.relevance for c in cands.values() if snap.kinds[c.row] in ("entity", "state")}
 
 
 def top(values: np.ndarray, n: int) -> list[int]:
@@ -167,8 +180,16 @@ def top(values: np.ndarray, n: int) -> list[int]:
     return [int(i) for i in np.argpartition(-values, n - 1)[:n]]
 
 
+def read_records(store: GraphStore, tenant_id: str, snap: Snapshot, cands: list[Candidate]) -> dict[str, GraphView]:
+    """Step 3: per environment, the candidates' records."""
+    wanted: dict[str, set[str]] = {}
+    for c in cands:
+        wanted.setdefault(snap.envs[c.row], set()).add(record_id(snap.ids[c.row]))
+    return {env: store.world_records(tenant_id, env, sorted(ids)) for env, ids in wanted.items()}
+
+
 def read_store(store: GraphStore, tenant_id: str, snap: Snapshot, cands: list[Candidate]) -> dict[str, GraphView]:
-    """Step 3: per environment, the view of the nodes the candidates are or link."""
+    """Step 5: per environment, the view of the nodes the hits are or link (their neighbourhoods)."""
     wanted: dict[str, set[str]] = {}
     for c in cands:
         ids = wanted.setdefault(snap.envs[c.row], set())
@@ -187,9 +208,10 @@ def record_of(view: GraphView | None, kind: str, rid: str) -> dict[str, Any] | N
 
 
 def score(snap: Snapshot, cands: list[Candidate], views: dict[str, GraphView], at: str | None,
-          cfg: WorldGraphConfig) -> list[Candidate]:
-    """Step 4's penalty: the candidates the store holds, with their final score, best first (a new
-    list of copies: ``cands`` keep their score before the penalty)."""
+          cfg: WorldGraphConfig, asked: str | None = None, relevance: dict[str, float] | None = None) -> list[Candidate]:
+    """Step 4's penalty and the form's preference (``asked``: the question's form; ``relevance``:
+    the candidate nodes'): the candidates the store holds, with their final score, best first (a
+    new list of copies: ``cands`` keep their score before both)."""
     out = []
     for c in (Candidate(x.row, x.relevance, score=x.score) for x in cands):
         key = snap.ids[c.row]
@@ -204,6 +226,9 @@ def score(snap: Snapshot, cands: list[Candidate], views: dict[str, GraphView], a
         penalty = 0.0 if c.valid else cfg.world_search_history_penalty if is_history(key) \
             else cfg.world_search_closed_penalty
         c.score -= penalty
+        if forms.preferred(asked, snap.kinds[c.row], c.record, snap.texts[c.row], is_history(key), c.valid,
+                           relevance or {}):
+            c.score += cfg.world_search_form_weight
         out.append(c)
     out.sort(key=lambda c: (-c.score, snap.ids[c.row]))
     seen: set[str] = set()

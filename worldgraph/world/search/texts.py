@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 AFTER = "#after"  # the key of a containment's second row (the record's id, then this)
+SEEN = "after doing '"  # how a second row that says no move starts
 MAX_ATTRIBUTES = 6  # attributes named in an entity's sentence
 MAX_TEXT = 600  # characters of one sentence (a long name or condition is cut at a word)
 
@@ -109,6 +110,12 @@ def record_id(key: str) -> str:
     return key[:-len(AFTER)] if key.endswith(AFTER) else key
 
 
+def is_sighting(text: str) -> bool:
+    """Whether a history row says only where a thing was seen after an action (no move: where it
+    was before is not known), as ``edge_rows`` writes it."""
+    return text.startswith(SEEN)
+
+
 def is_history(key: str) -> bool:
     """Whether a row says what held after an action (true of that moment, not of now)."""
     return key.endswith(AFTER)
@@ -142,7 +149,7 @@ def edge_rows(edge: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]], s
         parent, child = the(str(nodes[links[0]].get("name"))), the(str(nodes[links[1]].get("name")))
         old = nodes.get(str((before or {}).get("src_id")))
         said = f"doing '{action}' moved {child} from {the(str(old.get('name')))} to {parent}" if old is not None \
-            else f"after doing '{action}', {child} was seen in {parent}"
+            else f"{SEEN}{action}', {child} was seen in {parent}"
         out[str(edge["id"]) + AFTER] = ("fact", cut(said), links, action)
     return out
 
