@@ -10,7 +10,7 @@ bench/world_fidelity.py does: an explorer plays ``--steps`` rounds, each round g
 OpenAI-compatible server that answers with the oracle delta, corrupted by the noise model, after a
 random latency. Then questions from the game's TRUE final state (``qa_oracle.questions``: where a
 thing is now, what a container holds, whether a door is open / closed / locked, what an action
-did), each with the fact that answers it, asked three ways:
+did in the room it was done in), each with the fact that answers it, asked three ways:
 
 - ``search_world`` (the world model's search): does the first hit / one of the first five hold
   the answer?

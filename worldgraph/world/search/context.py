@@ -22,10 +22,11 @@ newline, so ``tokens`` never passes ``max_tokens``.
 
 from __future__ import annotations
 
-import bisect
 import threading
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from worldgraph.errors import InvalidInputError
 from worldgraph.memory.embedders.base import embed_query, embedder_name
@@ -56,21 +57,26 @@ def tokenizer() -> Any:
         return _TOKENIZER
 
 
-def count_tokens(lines: list[str]) -> list[int]:
-    """Tokens of each line (without the newline): the lines encoded as one text, each token
-    counted for the line its characters are in (a newline splits words, so no token spans two
-    lines). One call and one thread: ``encode_batch`` spreads a batch over a thread pool whose
-    threads, on a loaded machine, cost more than they save."""
+def token_ends(lines: list[str]) -> list[list[int]]:
+    """Per line (without the newline), where each of its tokens ends (a character offset in the
+    line): the lines encoded as one text, each token given to the line its characters are in (a
+    newline splits words, so no token spans two lines). One call and one thread:
+    ``encode_batch`` spreads a batch over a thread pool whose threads, on a loaded machine, cost
+    more than they save."""
     if not lines:
         return []
-    starts, at = [], 0
-    for line in lines:
-        starts.append(at)
-        at += len(line) + 1
-    counts = [0] * len(lines)
-    for start, _ in tokenizer().encode("\n".join(lines), add_special_tokens=False).offsets:
-        counts[bisect.bisect_right(starts, start) - 1] += 1
-    return counts
+    starts = np.cumsum([0] + [len(line) + 1 for line in lines[:-1]])
+    offsets = np.asarray(tokenizer().encode("\n".join(lines), add_special_tokens=False).offsets,
+                         dtype=np.int64).reshape(-1, 2)
+    owner = np.searchsorted(starts, offsets[:, 0], side="right") - 1
+    bounds = np.searchsorted(owner, np.arange(len(lines) + 1), side="left")
+    ends = offsets[:, 1] - starts[owner]
+    return [ends[bounds[i]:bounds[i + 1]].tolist() for i in range(len(lines))]
+
+
+def count_tokens(lines: list[str]) -> list[int]:
+    """Tokens of each line (without the newline), as ``token_ends`` gives them."""
+    return [len(t) for t in token_ends(lines)]
 
 
 class OnceEmbedder:
@@ -142,12 +148,11 @@ def fit(lines: list[str], budget: int) -> list[str]:
     """Each line cut at a word so that it takes at most ``budget`` tokens (' ...' marks a cut; one
     pass of the tokenizer over all of them, the cut placed by the tokens' character offsets)."""
     out = []
-    for line in lines:
-        enc = tokenizer().encode(line, add_special_tokens=False)
-        if len(enc.ids) <= budget:
+    for line, ends in zip(lines, token_ends(lines)):
+        if len(ends) <= budget:
             out.append(line)
             continue
-        end = enc.offsets[max(budget - 2, 0)][1]  # room for the ellipsis
+        end = ends[max(budget - 2, 0)]  # room for the ellipsis
         cut = line[:end].rsplit(" ", 1)[0] if " " in line[:end] else line[:end]
         out.append(cut + " ...")
     return out

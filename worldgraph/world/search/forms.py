@@ -27,7 +27,7 @@ place, never a world's own vocabulary, so the preference is the same for any wor
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from worldgraph.world.search.texts import is_sighting
@@ -72,6 +72,15 @@ def place_ends(record: Mapping[str, Any]) -> tuple[str, str] | None:
         return None
     said = set(re.split(r"[\W_]+", str(record.get("predicate") or relation or "").lower()))
     return (src, dst) if said & PLACE_WORDS else None
+
+
+def may_prefer(asked: str | None, kind: str, history: bool, links: Sequence[str],
+               relevance: Mapping[str, float]) -> bool:
+    """Whether a row may be preferred, by what the index says of it before its record is read
+    (``preferred`` is then False for every row this is False for)."""
+    if asked == ACTION:
+        return kind in ("fact", "rule")
+    return asked is not None and kind == "fact" and not history and any(relevance.get(n, 0.0) > 0 for n in links)
 
 
 def preferred(asked: str | None, kind: str, record: Mapping[str, Any], text: str, history: bool, valid: bool,

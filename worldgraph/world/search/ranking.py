@@ -117,15 +117,16 @@ def search_world(store: GraphStore, index: WorldIndex, embedder: Embedder, cfg: 
     asked = forms.form(query)
     relevance = node_relevance(snap, cands)
     # The store is read for the best candidates by their score before the penalty and the form's
-    # preference (which can raise a score by at most its weight): more when a candidate left out
-    # could still pass the k-th hit.
-    bonus = cfg.world_search_form_weight if asked is not None else 0.0
+    # preference (which raises the score of a row that may be of the kind asked by its weight):
+    # more when a candidate left out could still pass the k-th hit.
     order = sorted(cands.values(), key=lambda c: (-c.score, c.row))
+    most = [c.score + (cfg.world_search_form_weight if forms.may_prefer(
+        asked, snap.kinds[c.row], is_history(snap.ids[c.row]), snap.links[c.row], relevance) else 0.0) for c in order]
     m = k + 24
     while True:
         views = read_records(store, tenant_id, snap, order[:m])
         ranked = score(snap, order[:m], views, at, cfg, asked, relevance)
-        if m >= len(order) or (len(ranked) >= k and ranked[k - 1].score >= order[m].score + bonus):
+        if m >= len(order) or (len(ranked) >= k and ranked[k - 1].score >= max(most[m:])):
             break
         m *= 2
     edges = by_node(snap, read_store(store, tenant_id, snap, ranked[:k]), ranked[:k]) if neighbours else {}
