@@ -29,6 +29,7 @@ from worldgraph.errors import InvalidInputError, ReadOnlyError
 from worldgraph.filemodes import PrivateTree, private_dir, private_umask
 from worldgraph.memory.embeddings import same_fallback_label
 from worldgraph.memory.index import objectstore
+from worldgraph.memory.index.lance_import import import_lancedb
 from worldgraph.memory.index.maintenance import run_maintenance_tasks
 from worldgraph.memory.index.mirror_files import Mirrors
 from worldgraph.memory.index.schema import (  # noqa: F401 - re-exported: the index's public names
@@ -92,7 +93,7 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         ann_overfetch: int = 0,
         read_only: bool = False,
     ) -> None:
-        import lancedb
+        lancedb = import_lancedb()  # without the REST client it does not need (lance_import.py)
 
         if not isinstance(dimensions, int) or isinstance(dimensions, bool) or dimensions <= 0:
             raise InvalidInputError("dimensions", f"must be a positive integer, got {dimensions!r}")
