@@ -174,6 +174,9 @@ class IndexMaintenance(IndexTables):
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._maint_lock:
             while self._maint_pending or self._maint_active:
+                thread = self._maint_thread
+                if not self._maint_active and (thread is None or not thread.is_alive()):
+                    break  # no thread left to run them (it died): nothing to wait for
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
