@@ -35,12 +35,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from worldgraph.memory.index.codes import decode, quantize, quantize_fine
 from worldgraph.memory.index.schema import as_timestamp
 
 FILTER_COLUMNS = ("episode_id", "agent_role", "agent_id", "canvas_id", "timestamp", "success")
 OFFSET_MASK = np.int64(0xFFFFFFFF)  # a row address: fragment id << 32 | row offset in the fragment
 READ_BATCH = 65_536  # rows read at a time while a fragment is mirrored
 SMALL_SET = 16  # a value set this small is compared value by value (np.isin sorts)
+NO_RESIDUAL = 0x88  # two residuals of 0 (a mirror saved before residuals, until they are read)
 
 
 def value_hashes(values: pa.Array) -> np.ndarray:
@@ -64,13 +66,13 @@ def hash_value(value: str | None) -> int:
     return int.from_bytes(hashlib.blake2b(value.encode("utf-8"), digest_size=8).digest(), "little") or 1
 
 
-def quantize(vectors: np.ndarray) -> np.ndarray:
-    """int8 codes of float vectors, each row scaled by its largest component (cosine is scale-free)."""
-    v = np.asarray(vectors, dtype=np.float32)
-    top = np.abs(v).max(axis=1, keepdims=True)
-    top[top == 0] = 1.0
-    codes: np.ndarray = np.rint(v * (127.0 / top)).astype(np.int8)
-    return codes
+def row_shape(field: str, n: int, dimensions: int) -> tuple[int, ...]:
+    """The shape of ``n`` rows of ``field``: a code per dimension, a residual byte per two, else one value."""
+    if field == "codes":
+        return (n, dimensions)
+    if field == "fine":
+        return (n, (dimensions + 1) // 2)
+    return (n,)
 
 
 def one_of(column: np.ndarray, values: list[int]) -> np.ndarray:
@@ -85,7 +87,7 @@ def one_of(column: np.ndarray, values: list[int]) -> np.ndarray:
 
 # the per-row fields of a mirror, their types and, for codes, the width (the vector size)
 FIELDS: dict[str, Any] = {"codes": np.int8, "role": np.uint64, "agent": np.uint64, "canvas": np.uint64,
-                          "ts": np.float64, "ok": np.bool_, "norms": np.float32}
+                          "ts": np.float64, "ok": np.bool_, "norms": np.float32, "fine": np.uint8}
 
 
 class Columns:
@@ -104,8 +106,7 @@ class Columns:
         self.saved_ids = 0  # chunks of ids already in files
 
     def _empty(self, field: str, n: int) -> np.ndarray:
-        shape = (n, self.dimensions) if field == "codes" else (n,)
-        return np.zeros(shape, FIELDS[field])
+        return np.zeros(row_shape(field, n, self.dimensions), FIELDS[field])
 
     @property
     def n(self) -> int:
@@ -124,6 +125,12 @@ class Columns:
         out[inside] = self.base[field][rows[inside]]
         out[~inside] = self.tail[field][rows[~inside] - self.n_base]
         return out
+
+    def put(self, field: str, rows: np.ndarray, values: np.ndarray) -> None:
+        """Set ``field`` of mirror ``rows`` (the base's array must be writable: in memory)."""
+        inside = rows < self.n_base
+        self.base[field][rows[inside]] = values[inside]
+        self.tail[field][rows[~inside] - self.n_base] = values[~inside]
 
     def segments(self, field: str) -> list[np.ndarray]:
         """``field`` of every row, as the base's and the tail's arrays (a mask is made segment by segment)."""
@@ -151,8 +158,9 @@ class Columns:
             addr[:len(self.addr)] = self.addr
             self.addr = addr
 
-    def append(self, tbl: pa.Table, codes: np.ndarray, addrs: np.ndarray) -> np.ndarray:
-        """Append rows (filter columns of ``tbl``, their codes and addresses); returns their mirror rows."""
+    def append(self, tbl: pa.Table, codes: np.ndarray, fine: np.ndarray, addrs: np.ndarray) -> np.ndarray:
+        """Append rows (filter columns of ``tbl``, their codes, residuals and addresses); returns
+        their mirror rows."""
         m = tbl.num_rows
         self._grow(self.n_tail + m)
         t, a, b = self.tail, self.n_tail, self.n_tail + m
@@ -162,6 +170,7 @@ class Columns:
         t["ts"][a:b] = tbl.column("timestamp").to_numpy(zero_copy_only=False)
         t["ok"][a:b] = tbl.column("success").fill_null(False).to_numpy(zero_copy_only=False)
         t["codes"][a:b] = codes
+        t["fine"][a:b] = fine
         c = codes.astype(np.float32)
         t["norms"][a:b] = np.sqrt(np.einsum("ij,ij->i", c, c))
         first = self.n
@@ -219,9 +228,10 @@ class Mirror:
         self.version: int | None = None
         self.alive = np.zeros(0, bool)
         self.live = 0
-        self.uid = uuid.uuid4().hex  # names this mirror's rows: a graph of another mirror's rows is not used
-        self.graph: Any = None  # graph.Graph over the codes of the first rows (None: none yet)
+        self.uid = uuid.uuid4().hex  # names this mirror's rows: lists of another mirror's rows are not used
+        self.lists: Any = None  # ivf.Ivf over the codes of the first rows (None: none yet)
         self.dirty = False  # changed since it was last saved (mirror_files.py)
+        self.coarse = False  # saved by a version without residuals, not read yet (fill_fine)
         self.saved_at = 0.0  # time.monotonic() of the last save
         self.counts = {"read_rows": 0, "moved_rows": 0, "refreshes": 0}
 
@@ -313,10 +323,22 @@ class Mirror:
             sub = tbl if len(fresh) == tbl.num_rows else tbl.take(pa.array(fresh))
             vec_tbl = sub if "vector" in tbl.column_names else ds._take_rows(addrs[fresh].tolist(), columns=["vector"])
             vectors = vec_tbl.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-            codes = quantize(vectors.reshape(len(fresh), cols.dimensions))
-            out[fresh] = cols.append(sub, codes, addrs[fresh])
+            codes, fine = quantize_fine(vectors.reshape(len(fresh), cols.dimensions))
+            out[fresh] = cols.append(sub, codes, fine, addrs[fresh])
             self.counts["read_rows"] += len(fresh)
         return out
+
+    def fill_fine(self, ds: Any) -> None:
+        """Read the residuals of every live row from ``ds`` (the mirror's version): a mirror saved
+        before they existed (format 1) keeps its rows, row numbers and lists, and gains them."""
+        cols = self.cols
+        for batch in ds.scanner(columns=["vector"], with_row_address=True, batch_size=READ_BATCH).to_batches():
+            rows = self.rows_of(batch.column("_rowaddr").to_numpy().astype(np.int64))
+            found = rows >= 0
+            vectors = batch.column("vector").flatten().to_numpy(zero_copy_only=False).reshape(-1, cols.dimensions)
+            cols.put("fine", rows[found], quantize_fine(vectors[found])[1])
+        self.coarse = False
+        self.dirty = True
 
     @staticmethod
     def _live_rows(ds: Any, frag: Any, held: Fragment) -> np.ndarray:
@@ -381,10 +403,10 @@ class Mirror:
         return rows[np.argsort(-sims, kind="stable")]
 
     def unit_vectors(self, rows: np.ndarray) -> np.ndarray:
-        """The unit vectors (float32) of mirror ``rows``' codes."""
+        """The unit vectors (float32) of mirror ``rows``, from their codes and residuals."""
         cols = self.cols
-        unit: np.ndarray = cols.take("codes", rows).astype(np.float32) / np.maximum(cols.take("norms", rows),
-                                                                                     1e-9)[:, None]
+        scaled = decode(cols.take("codes", rows), cols.take("fine", rows))
+        unit: np.ndarray = scaled / np.maximum(np.linalg.norm(scaled, axis=1), 1e-9)[:, None]
         return unit
 
     def results(self, rows: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

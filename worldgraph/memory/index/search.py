@@ -12,9 +12,8 @@ import pyarrow as pa
 
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
 from worldgraph.memory.cosine import cosine_to
-from worldgraph.memory.index import objectstore
-from worldgraph.memory.index.graph import TAIL_ROWS
-from worldgraph.memory.index.mirror import Mirror, quantize
+from worldgraph.memory.index import ivf, objectstore
+from worldgraph.memory.index.mirror import Mirror
 from worldgraph.memory.index.plan import (
     EXACT_ROWS,
     SAMPLE_COLUMNS,
@@ -211,9 +210,9 @@ class IndexSearch(IndexTables):
         want = 2 * k + RESCORE_MARGIN
         if (keep is not None and passing <= self.config.mirror_exact_rows) or VECTOR_INDEX_NAME not in self._indexes(part):
             rows = mirror.nearest(q, want, np.flatnonzero(keep if keep is not None else mirror.alive))
-        elif mirror.graph is not None and mirror.cols.n - mirror.graph.covered <= TAIL_ROWS:
-            rows = self._graph_rows(mirror, q, k + RESCORE_MARGIN, want, keep, passing)
-        else:  # no graph yet: LanceDB's IVF index
+        elif mirror.lists is not None and mirror.cols.n - mirror.lists.covered <= ivf.TAIL_ROWS:
+            rows = self._list_rows(mirror, q, want, keep, passing)
+        else:  # no lists yet: LanceDB's IVF index
             rows = self._ann_rows(part, ds, mirror, q, want, keep, passing)
         rows, vectors, sims = mirror.results(rows, q, k)
         return self._mirror_rows(ds, mirror, rows, vectors, [("similarity", s) for s in sims.tolist()], select,
@@ -228,7 +227,8 @@ class IndexSearch(IndexTables):
             return []
         ids = mirror.cols.episode_ids(rows)
         held = {"episode_id", "vector", "timestamp"}  # what the mirror holds itself
-        others = [c for c in (self.schema.names if select is None else select) if c not in held]
+        present = set(ds.schema.names)  # (a table made before a column, opened read-only, lacks it)
+        others = [c for c in (self.schema.names if select is None else select) if c not in held and c in present]
         if select is None or "timestamp" in select:
             others.append("timestamp")
         extra: dict[str, list[Any]] = {}
@@ -252,26 +252,34 @@ class IndexSearch(IndexTables):
         return out
 
     @staticmethod
-    def _graph_rows(mirror: Mirror, q: np.ndarray, least: int, want: int, keep: np.ndarray | None,
-                    passing: int) -> np.ndarray:
-        """Mirror rows of the best ``want`` by their codes among the graph's hits and the rows it does
-        not hold yet that pass ``keep`` (graph.py): the graph is asked ``least / share x 1.5`` hits
-        (at least ``want``), four times as many if fewer than ``least`` are live and pass, then every
-        row that passes is searched."""
-        graph = mirror.graph
+    def _list_rows(mirror: Mirror, q: np.ndarray, want: int, keep: np.ndarray | None, passing: int) -> np.ndarray:
+        """Mirror rows of the best ``want`` by their codes among the rows of the lists nearest the
+        query and the rows not in a list yet, those that pass ``keep`` (ivf.py). The lists are
+        taken nearest first, ``ivf.NPROBE`` then twice as many each time, until as many of their
+        rows pass as would of ``NPROBE`` lists' rows if the filter had nothing to do with the
+        vectors (its share of the table), and at least ``ivf.MIN_PASSING`` times ``want``: a filter
+        whose rows lie far from the query (a role that other topics belong to) takes more lists,
+        never fewer rows."""
+        lists = mirror.lists
         passes = mirror.alive if keep is None else keep
         share = passing / max(mirror.live, 1)
-        fetch = min(MIRROR_MAX_FETCH, max(want, math.ceil(least / share * 1.5)))
-        code = quantize(np.asarray(q, np.float32).reshape(1, -1))[0]
-        for _ in range(2):
-            covered = graph.covered
-            hits = graph.search(code, fetch)
-            rows = np.concatenate([hits[hits < mirror.cols.n], np.arange(covered, mirror.cols.n, dtype=np.int64)])
+        ranked = lists.ranked(q)
+        covered = lists.covered
+        tail = np.arange(covered, mirror.cols.n, dtype=np.int64)
+        found = [tail[passes[tail]]]
+        got, target, taken, step = len(found[0]), want, 0, ivf.NPROBE
+        while taken < len(ranked):
+            rows = lists.rows_in(ranked[taken:taken + step])
+            if taken == 0:
+                target = max(want * ivf.MIN_PASSING, math.ceil(share * len(rows)))
+            taken += step
             rows = rows[passes[rows]]
-            if len(rows) >= least or len(hits) < fetch:
-                return mirror.nearest(q, want, rows)
-            fetch = min(fetch * 4, graph.covered)
-        return mirror.nearest(q, want, np.flatnonzero(passes))
+            found.append(rows)
+            got += len(rows)
+            if got >= target:
+                break
+            step *= 2
+        return mirror.nearest(q, want, np.concatenate(found))
 
     def _ann_rows(self, part: TenantTable, ds: Any, mirror: Mirror, q: np.ndarray, want: int,
                   keep: np.ndarray | None, passing: int) -> np.ndarray:
