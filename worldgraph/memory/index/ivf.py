@@ -48,7 +48,7 @@ MIN_PASSING = 10  # a search takes lists until at least this many times the rows
 MAX_LISTS = 4_096
 SAMPLE_PER_LIST = 32  # training rows per list (k-means on a sample)
 ITERATIONS = 10
-RETRAIN_GROWTH = 8  # new lists once the mirror holds this many times the rows they were trained on
+RETRAIN_GROWTH = 4  # new lists once the mirror holds this many times the rows they were trained on
 ASSIGN_BLOCK = 4_096  # rows scored against every centroid at once (4,096 x 4,096 dots: 64 MB)
 
 

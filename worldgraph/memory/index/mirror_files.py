@@ -39,7 +39,8 @@ from worldgraph.errors import StorageError
 from worldgraph.filemodes import tighten
 from worldgraph.locks import file_lock
 from worldgraph.memory.index import ivf as ivfs
-from worldgraph.memory.index.mirror import FIELDS, NO_RESIDUAL, Fragment, Mirror, row_shape
+from worldgraph.memory.index.columns import FIELDS, NO_RESIDUAL, row_shape
+from worldgraph.memory.index.mirror import Fragment, Mirror
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
 
