@@ -83,17 +83,16 @@ class Columns:
         return self.n_base + self.n_tail
 
     def take(self, field: str, rows: np.ndarray) -> np.ndarray:
-        """``field`` of mirror ``rows``."""
+        """``field`` of mirror ``rows`` (``ndarray.take`` on a plain view of the memory map: 3x
+        faster than indexing the map for 16k rows of codes, and faster still for sorted rows)."""
         if not self.n_tail:
-            out: np.ndarray = self.base[field][rows]
-            return out
+            return _take(self.base[field], rows)
         if not self.n_base:
-            out = self.tail[field][rows]
-            return out
+            return _take(self.tail[field], rows)
         inside = rows < self.n_base
         out = np.empty((len(rows), *self.base[field].shape[1:]), FIELDS[field])
-        out[inside] = self.base[field][rows[inside]]
-        out[~inside] = self.tail[field][rows[~inside] - self.n_base]
+        out[inside] = _take(self.base[field], rows[inside])
+        out[~inside] = _take(self.tail[field], rows[~inside] - self.n_base)
         return out
 
     def put(self, field: str, rows: np.ndarray, values: np.ndarray) -> None:
@@ -165,3 +164,8 @@ class Columns:
                             & (self.take("ok", rows)
                                == tbl.column("success").fill_null(False).to_numpy(zero_copy_only=False)))
         return same
+
+
+def _take(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    out: np.ndarray = np.asarray(values).take(rows, axis=0)
+    return out

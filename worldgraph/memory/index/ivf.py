@@ -44,6 +44,7 @@ MIN_ROWS = 20_000  # a mirror with fewer rows than this is searched without list
 TAIL_ROWS = 50_000  # rows outside the lists searched exactly beside them (more: the lists are not used)
 SAVE_ROWS = 200_000  # lists being filled are saved after this many rows (and when they are done)
 NPROBE = 16  # lists a search takes the rows of (more when too few of their rows pass a filter)
+SHARE_SLACK = 0.8  # lists whose rows pass a filter at 0.8 of its share are taken as unrelated to it
 MIN_PASSING = 10  # a search takes lists until at least this many times the rows it ranks pass
 MAX_LISTS = 4_096
 SAMPLE_PER_LIST = 32  # training rows per list (k-means on a sample)

@@ -260,6 +260,7 @@ class Mirror:
 
         if not len(rows):
             return rows
+        rows = np.sort(rows)  # codes read in file order
         cols = self.cols
         qc = quantize(np.asarray(q, np.float32).reshape(1, -1))
         sims = np.empty(len(rows), np.float64)

@@ -109,9 +109,9 @@ class MirrorSearch(IndexTables):
         query and the rows not in a list yet, those ``passes`` accepts (ivf.py). The lists are
         taken nearest first, ``ivf.NPROBE`` then twice as many each time, until as many of their
         rows pass as would of ``NPROBE`` lists' rows if the filter had nothing to do with the
-        vectors (its share of the table), and at least ``ivf.MIN_PASSING`` times ``want``: a filter
-        whose rows lie far from the query (a role that other topics belong to) takes more lists,
-        never fewer rows."""
+        vectors (its share of the table, times ``ivf.SHARE_SLACK`` for chance), and at least
+        ``ivf.MIN_PASSING`` times ``want``: a filter whose rows lie far from the query (a role
+        that other topics belong to) takes more lists, never fewer rows."""
         lists = mirror.lists
         ranked = lists.ranked(q)
         covered = lists.covered
@@ -121,7 +121,7 @@ class MirrorSearch(IndexTables):
         while taken < len(ranked):
             rows = lists.rows_in(ranked[taken:taken + step])
             if taken == 0:
-                target = max(want * ivf.MIN_PASSING, math.ceil(share * len(rows)))
+                target = max(want * ivf.MIN_PASSING, math.ceil(share * ivf.SHARE_SLACK * len(rows)))
             taken += step
             rows = rows[passes(rows)]
             found.append(rows)
