@@ -303,7 +303,7 @@ def run_size(n: int, args: argparse.Namespace, log: Any) -> dict[str, Any]:
             result["optimize_s"] = round(time.perf_counter() - t1, 3)
             t1 = time.perf_counter()
             wm.index.warm_mirror(TENANT)  # the in-process index, built from the table or opened from its files,
-            wm.index.wait_for_maintenance()  # and its graph (built in the background once it is searched)
+            wm.index.wait_for_maintenance()  # and its lists (ivf.py: built in the background once it is searched)
             result["mirror_warm_s"] = round(time.perf_counter() - t1, 3)
             result["maintenance_runs"] = list(wm.index.maintenance_runs)
             result["children_peak_rss_mb"] = measure.children_peak_rss_mb()  # background maintenance

@@ -290,9 +290,13 @@ def test_stalled_calls_never_hold_more_than_max_waiting_threads(s3_env: dict[str
     assert objectstore.with_deadline(s3_env["uri"], "after", lambda: 42, 1.0) == 42
 
 
-def test_mirror_on_s3_sees_other_writers(s3_env: dict[str, Any]) -> None:
+def test_mirror_on_s3_sees_other_writers(s3_env: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """A table on S3 searched through its in-process mirror (memory/index/mirror.py, kept in memory
-    off the local disk) sees another writer's appends, forgets and compaction at its next search."""
+    off the local disk, with its lists, ivf.py) sees another writer's appends, forgets and
+    compaction at its next search."""
+    from worldgraph.memory.index import ivf
+
+    monkeypatch.setattr(ivf, "MIN_ROWS", 20)
     uri = s3_env["uri"]
     cfg = WorldGraphConfig(mirror_min_rows=1, mirror_exact_rows=10, ann_index_min_rows=40, ann_partition_rows=16)
     idx = EpisodeIndex(uri, D, HASH.name, cfg)
@@ -302,6 +306,7 @@ def test_mirror_on_s3_sees_other_writers(s3_env: dict[str, Any]) -> None:
     q = HASH.embed(["crater 7 has ice"])[0]
     assert idx.vector_search("A", q, k=1)[0]["episode_id"] == "e7"
     assert idx._mirrors.index_path is None  # nothing saved beside an object store
+    assert idx._mirrors.wait(60) and idx._mirrors.held(table_name("A")).lists.covered == 60  # in memory only
     other = EpisodeIndex(uri, D, HASH.name, cfg)
     other.upsert([_row("n1", "crater 7 has ice")])
     assert {h["episode_id"] for h in idx.vector_search("A", q, k=2)} == {"e7", "n1"}

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from worldgraph.config import WorldGraphConfig
+from worldgraph.memory.index.codes import decode, quantize, quantize_fine
 from worldgraph.memory.index.episode_index import EpisodeIndex
-from worldgraph.memory.index.mirror import quantize
 
 D = 48
 DAY = 86400.0
@@ -86,6 +86,17 @@ def test_codes_keep_the_cosine():
     ca, cb = quantize(a).astype(np.float32), quantize(b).astype(np.float32)
     got = np.einsum("ij,ij->i", ca, cb) / (np.linalg.norm(ca, axis=1) * np.linalg.norm(cb, axis=1))
     assert np.abs(got - want).max() < 2e-3
+    # with the residuals, ~15 times closer: what ranks the final hits (float query against a row)
+    codes, fine = quantize_fine(b)
+    assert (codes == quantize(b)).all() and fine.shape == (200, 192)
+    rows = decode(codes, fine)
+    top = np.abs(b).max(axis=1, keepdims=True)
+    assert np.abs(rows - b * (127.0 / top)).max() <= 1 / 30 + 1e-4
+    fine_cos = np.einsum("ij,ij->i", a, rows) / (np.linalg.norm(a, axis=1) * np.linalg.norm(rows, axis=1))
+    code_cos = np.einsum("ij,ij->i", a, cb) / (np.linalg.norm(a, axis=1) * np.linalg.norm(cb, axis=1))
+    assert np.abs(fine_cos - want).max() < np.abs(code_cos - want).max() / 8
+    odd = np.random.default_rng(5).standard_normal((3, 7)).astype(np.float32)  # an odd width
+    assert np.abs(decode(*quantize_fine(odd)) - odd * (127.0 / np.abs(odd).max(axis=1, keepdims=True))).max() <= 1 / 30 + 1e-4
 
 
 @pytest.mark.parametrize("where", WHERES)
@@ -205,6 +216,40 @@ def test_saved_mirror_reopens_and_survives_a_killed_save(loaded, tmp_path):
         done.close()
 
 
+def test_a_mirror_saved_before_residuals_gains_them_in_place(loaded, tmp_path):
+    """A mirror saved by the previous version (format 1: int8 codes without their residuals, and
+    an HNSW graph beside it) keeps its rows and row numbers: the residuals are read from the
+    table in the background (LanceDB answers meanwhile), the same as a new mirror's, and saved as
+    format 2; the old graph's files are deleted."""
+    import json
+
+    from worldgraph.memory.index import mirror_files
+
+    idx, rows = loaded
+    q = np.asarray(rows[42]["vector"], np.float32)
+    want = [h["episode_id"] for h in idx.vector_search("A", q, k=10, where={"agent_role": "Ops"})]
+    idx.close()
+    folder = mirror_files.folder_of(idx.path, "eph-41")
+    fine = (folder / "fine.bin").read_bytes()
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "fine.bin").unlink()
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "format": 1}))
+    (folder / "graph.usearch").write_bytes(b"an HNSW graph")
+    (folder / "graph.json").write_text(json.dumps({"mirror": manifest["uid"], "covered": 3000}))
+    other = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    other._small.max_rows = 0
+    assert [h["episode_id"] for h in other.vector_search("A", q, k=10, where={"agent_role": "Ops"})] == want
+    assert other.warm_mirror("A", timeout=60)
+    mirror = other._mirrors.held("eph-41")
+    assert not mirror.coarse and mirror.uid == manifest["uid"] and mirror.counts["read_rows"] == 0
+    assert [h["episode_id"] for h in other.vector_search("A", q, k=10, where={"agent_role": "Ops"})] == want
+    other._mirrors.save_all()
+    assert json.loads((folder / "manifest.json").read_text())["format"] == mirror_files.FORMAT == 2
+    assert (folder / "fine.bin").read_bytes() == fine
+    assert not (folder / "graph.usearch").exists() and not (folder / "graph.json").exists()
+    other.close()
+
+
 def test_purge_deletes_the_saved_mirror(loaded, tmp_path):
     from worldgraph.memory.index import mirror_files
 
@@ -244,26 +289,30 @@ def test_a_big_unmirrored_table_is_searched_by_lancedb_while_its_mirror_builds(l
     assert idx.vector_search("A", q, k=1)[0]["episode_id"] == "e7"
 
 
-def test_graph_over_the_codes_is_extended_saved_and_reopened(loaded, tmp_path, monkeypatch):
-    """The graph (graph.py) is built in the background once a table is searched; rows written
-    after it are searched exactly beside it; a forgotten row is never returned; a new process opens
-    the saved graph of the same mirror."""
-    from worldgraph.memory.index import graph as graphs
-    from worldgraph.memory.index import mirror_files
+def test_lists_over_the_codes_are_extended_saved_and_reopened(loaded, tmp_path, monkeypatch):
+    """The lists (ivf.py) are trained and filled in the background once a table is searched; rows
+    written after them are searched exactly beside them; a forgotten row is never returned; a new
+    process opens the saved lists of the same mirror; the graph files of an earlier version go."""
+    from worldgraph.memory.index import ivf, mirror_files
 
-    monkeypatch.setattr(graphs, "MIN_ROWS", 100)
-    monkeypatch.setattr(graphs, "CHUNK", 700)
+    monkeypatch.setattr(ivf, "MIN_ROWS", 100)
+    monkeypatch.setattr(ivf, "CHUNK", 700)
     idx, rows = loaded
+    folder = mirror_files.folder_of(idx.path, "eph-41")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "graph.usearch").write_bytes(b"an earlier version's graph")
     q = np.asarray(rows[33]["vector"], np.float32)
     idx.vector_search("A", q, k=5)
     assert idx.wait_for_maintenance(120)
     mirror = idx._mirrors.held("eph-41")
-    assert mirror.graph is not None and mirror.graph.covered == 3_000
+    assert mirror.lists is not None and mirror.lists.covered == 3_000
+    assert mirror.lists.nlist == ivf.lists_for(3_000)
+    assert not (folder / "graph.usearch").exists()
     rng = np.random.default_rng(2)
-    for where in (None, {"agent_role": "Ops"}, {"success_only": True}):
+    for where in (None, {"agent_role": "Ops"}, {"success_only": True}, {"start": NOW - 45 * DAY}):
         recalls = []
-        for _ in range(6):
-            v = rng.standard_normal(D).astype(np.float32)
+        for i in range(6):  # queries near the stored vectors, as an embedded question is
+            v = np.asarray(rows[i * 101]["vector"], np.float32) + 0.6 * rng.standard_normal(D).astype(np.float32)
             want = exact(rows, v, 10, where)
             got = {h["episode_id"] for h in idx.vector_search("A", v, k=10, where=where)}
             recalls.append(len(set(want) & got) / 10)
@@ -273,28 +322,68 @@ def test_graph_over_the_codes_is_extended_saved_and_reopened(loaded, tmp_path, m
     new[0]["vector"] = q * 1.0001
     other.upsert(new)
     hits = [h["episode_id"] for h in idx.vector_search("A", q, k=2)]
-    assert set(hits) == {"e33", "e3000"}  # e3000 is outside the graph yet: found in the tail
+    assert set(hits) == {"e33", "e3000"}  # e3000 is outside the lists yet: found in the tail
     other.delete(["e33"])
     assert "e33" not in {h["episode_id"] for h in idx.vector_search("A", q, k=10)}
-    assert idx.wait_for_maintenance(120) and mirror.graph.covered == 3_050
+    assert idx.wait_for_maintenance(120) and mirror.lists.covered == 3_050
     idx.close()
-    folder = mirror_files.folder_of(idx.path, "eph-41")
-    assert (folder / "graph.usearch").exists() and (folder / "graph.json").exists()
+    assert (folder / "ivf.npz").exists() and (folder / "ivf.json").exists()
     old_umask = os.umask(0o022)
     os.umask(old_umask)
-    if old_umask & 0o077 != 0o077:  # under a host's umask too, the codes and graph are private
+    if old_umask & 0o077 != 0o077:  # under a host's umask too, the codes and lists are private
         assert [p.name for p in folder.iterdir() if p.stat().st_mode & 0o077] == []
     third = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
     assert third.vector_search("A", q, k=1)[0]["episode_id"] == "e3000"
     held = third._mirrors.held("eph-41")
-    assert held.graph is not None and held.graph.covered == 3_050 and held.counts["read_rows"] == 0
-    assert held.graph.viewed  # memory-mapped from its file
-    # with the search width it was built with, not usearch's default of a reopened file
-    assert held.graph.index.expansion_search == graphs.EXPANSION_SEARCH
+    assert held.lists is not None and held.lists.covered == 3_050 and held.counts["read_rows"] == 0
     other.upsert(make_rows(4_000, 60, 5))
     third.vector_search("A", q, k=1)
     assert third.wait_for_maintenance(120)
-    held = third._mirrors.held("eph-41")
-    assert held.graph.covered == 3_110 and not held.graph.viewed  # a loaded copy took the rows
+    assert third._mirrors.held("eph-41").lists.covered == 3_110
     other.close()
     third.close()
+
+
+def test_a_wide_filter_is_checked_on_the_lists_rows_without_a_mask(loaded, monkeypatch):
+    """A filter a sample says many rows pass is evaluated on the rows of the lists only (a mask of
+    every row costs 18-34 ms a column at 10M rows); a narrow one still gets its mask and an exact
+    search. Both give the exact filtered top 10."""
+    from worldgraph.memory.index import ivf
+    from worldgraph.memory.index.mirror import Mirror
+
+    monkeypatch.setattr(ivf, "MIN_ROWS", 100)
+    idx, rows = loaded
+    idx.vector_search("A", np.asarray(rows[0]["vector"], np.float32), k=5)
+    assert idx.wait_for_maintenance(120) and idx._mirrors.held("eph-41").lists.covered == 3_000
+    masks: list[dict] = []
+    real = Mirror.mask
+    monkeypatch.setattr(Mirror, "mask", lambda self, where: masks.append(where) or real(self, where))
+    rng = np.random.default_rng(6)
+    for where, masked in (({"success_only": True}, False), ({"start": NOW - 60 * DAY}, False),
+                          ({"canvas_ids": ["c1", "c3"]}, True)):
+        recalls = []
+        for i in range(6):
+            v = np.asarray(rows[i * 97]["vector"], np.float32) + 0.6 * rng.standard_normal(D).astype(np.float32)
+            got = {h["episode_id"] for h in idx.vector_search("A", v, k=10, where=where)}
+            recalls.append(len(set(exact(rows, v, 10, where)) & got) / 10)
+        assert np.mean(recalls) >= 0.95
+        assert (where in masks) == masked
+
+
+def test_lists_are_trained_again_as_the_table_grows(monkeypatch):
+    """Lists trained on few rows are replaced by more lists once the mirror has grown
+    ``RETRAIN_GROWTH`` times; until the new ones cover the table, the old ones answer."""
+    from worldgraph.memory.index import ivf
+
+    rng = np.random.default_rng(4)
+    codes = rng.integers(-127, 128, (4_000, D)).astype(np.int8)
+    small = ivf.build(codes[:200], 200)
+    small.add(0, codes[:200])
+    assert small.nlist == ivf.lists_for(200) and not small.stale(200 * ivf.RETRAIN_GROWTH - 1)
+    assert small.stale(200 * ivf.RETRAIN_GROWTH) == (ivf.lists_for(1_600) > small.nlist)
+    big = ivf.build(codes, 4_000)
+    for first in range(0, 4_000, 1_000):
+        big.add(first, codes[first:first + 1_000])
+    assert big.covered == 4_000 and big.nlist == ivf.lists_for(4_000)
+    assert sorted(big.probe(codes[0].astype(np.float32), big.nlist).tolist()) == list(range(4_000))
+    assert 0 in big.probe(codes[0].astype(np.float32), 1).tolist()  # a row is in its own nearest list

@@ -5,6 +5,7 @@ these checks."""
 
 from __future__ import annotations
 
+import json
 import tarfile
 from pathlib import Path
 
@@ -268,10 +269,12 @@ def test_folder_of_257ae78_opens_with_its_saved_mirror_and_graph(tmp_path: Path,
     with the answers of LanceDB's own search, takes new writes, and forgets through them: after a
     purge no file holds the forgotten episode's words, and no index file its id."""
     from worldgraph.config import WorldGraphConfig
-    from worldgraph.memory.index import graph
+    from worldgraph.memory.index import ivf
 
     data = unpack(tmp_path, "data_257ae78_mirror")
-    monkeypatch.setattr(graph, "MIN_ROWS", 100)
+    monkeypatch.setattr(ivf, "MIN_ROWS", 100)
+    saved = next(data.glob("**/_mirror/*/manifest.json")).parent
+    assert json.loads((saved / "manifest.json").read_text())["format"] == 1 and (saved / "graph.usearch").exists()
     query = "reconcile the ledger"
     where = [None, {"agent_id": "agent-3"}, {"success_only": True}, {"canvas_ids": ["c4"]},
              {"metadata": {"project": "p2"}}]
@@ -289,6 +292,12 @@ def test_folder_of_257ae78_opens_with_its_saved_mirror_and_graph(tmp_path: Path,
         assert answers(wm) == want and answers(wm, "Ops") == want_ops
         stats = wm.index.mirror_stats("acme")
         assert stats is not None and stats["live"] == 152
+        # its rows kept, their residuals read from the table (mirror_files.py: format 2), the lists
+        # (ivf.py) in place of the graph, whose files are gone
+        assert wm.index.warm_mirror("acme", timeout=60) and wm.index.mirror_stats("acme")["read_rows"] == 0
+        assert answers(wm) == want and not (saved / "graph.usearch").exists()
+        wm.index._mirrors.save_all()
+        assert json.loads((saved / "manifest.json").read_text())["format"] == 2 and (saved / "fine.bin").exists()
         hits = wm.search_world("acme", "what does the brass key unlock?", env_name="kitchen", k=3)
         assert any(h.text == "brass key unlocks front door" for h in hits)
         turns = wm.list_episodes("acme", session_id="chat-1").items

@@ -5,13 +5,13 @@ What a search of a big table cost in LanceDB (1M rows, bench/README.md "Filtered
 million episodes"): a prefilter's mask, the IVF search probing until k rows pass (a narrow
 filter's nearest rows are spread over every partition), and reading the hits' rows (~25 us a
 row). A ``Mirror`` holds, for every row of one version of the table, what a filter reads (hashes of
-``agent_role``, ``agent_id`` and ``canvas_id``, ``timestamp``, ``success``) and an int8 code of
-its vector (each row scaled by its largest component: a cosine between codes is within ~1e-3 of
-the float one), and where the row is in LanceDB (its row address). A filter becomes a numpy mask
-over the mirror's rows; a narrow one is searched exactly over the codes of the rows that pass, a
-wide one through the graph index (``graph.py``) or LanceDB's ANN index, its hits checked against
-the mask. Only the final hits are read from LanceDB (``_take_rows`` by row address), so every
-score is still the exact cosine of the stored vectors.
+``agent_role``, ``agent_id`` and ``canvas_id``, ``timestamp``, ``success``), an int8 code of
+its vector and the code's 4-bit residual (codes.py), and where the row is in LanceDB (its row
+address). A filter becomes a numpy mask over the mirror's rows; a narrow one is searched exactly
+over the codes of the rows that pass, a wide one through the lists over the codes (ivf.py) or
+LanceDB's ANN index, their rows checked against the mask; the final candidates are re-ranked by
+the float query against code plus residual (``results``). Columns the mirror does not hold are
+read from LanceDB for the final hits only (``_take_rows`` by row address).
 
 The generation check. A mirror belongs to one version of the table. ``IndexTables.latest_dataset``
 moves to the newest version before every search (this or another process's commits), and
@@ -27,165 +27,20 @@ the filter values and codes of vectors, all derived from the table, dropped with
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from worldgraph.memory.index.codes import decode, quantize, quantize_fine
+from worldgraph.memory.index.columns import Columns, hash_value, one_of
 from worldgraph.memory.index.schema import as_timestamp
 
 FILTER_COLUMNS = ("episode_id", "agent_role", "agent_id", "canvas_id", "timestamp", "success")
 OFFSET_MASK = np.int64(0xFFFFFFFF)  # a row address: fragment id << 32 | row offset in the fragment
 READ_BATCH = 65_536  # rows read at a time while a fragment is mirrored
-SMALL_SET = 16  # a value set this small is compared value by value (np.isin sorts)
-
-
-def value_hashes(values: pa.Array) -> np.ndarray:
-    """A 64-bit hash (blake2b) of each string of ``values``; missing values and "" hash to 0.
-    Each distinct value is hashed once (a column holds a few hundred distinct values)."""
-    encoded = pc.dictionary_encode(values.cast(pa.string()) if values.type != pa.string() else values)
-    if isinstance(encoded, pa.ChunkedArray):
-        encoded = encoded.combine_chunks()
-    hashed = np.array([hash_value(v) for v in encoded.dictionary.to_pylist()] + [0], dtype=np.uint64)
-    idx = encoded.indices.to_numpy(zero_copy_only=False)
-    idx = np.where(np.isnan(idx.astype(np.float64)), len(hashed) - 1, idx).astype(np.int64) \
-        if encoded.indices.null_count else idx.astype(np.int64)
-    out: np.ndarray = hashed[idx]
-    return out
-
-
-def hash_value(value: str | None) -> int:
-    """The 64-bit hash of one filter value (0 for a missing value)."""
-    if not value:
-        return 0
-    return int.from_bytes(hashlib.blake2b(value.encode("utf-8"), digest_size=8).digest(), "little") or 1
-
-
-def quantize(vectors: np.ndarray) -> np.ndarray:
-    """int8 codes of float vectors, each row scaled by its largest component (cosine is scale-free)."""
-    v = np.asarray(vectors, dtype=np.float32)
-    top = np.abs(v).max(axis=1, keepdims=True)
-    top[top == 0] = 1.0
-    codes: np.ndarray = np.rint(v * (127.0 / top)).astype(np.int8)
-    return codes
-
-
-def one_of(column: np.ndarray, values: list[int]) -> np.ndarray:
-    """Whether each entry of ``column`` is one of ``values``."""
-    if len(values) > SMALL_SET:
-        return np.isin(column, np.array(values, np.uint64))
-    out = np.zeros(len(column), bool)
-    for v in set(values):
-        out |= column == np.uint64(v)
-    return out
-
-
-# the per-row fields of a mirror, their types and, for codes, the width (the vector size)
-FIELDS: dict[str, Any] = {"codes": np.int8, "role": np.uint64, "agent": np.uint64, "canvas": np.uint64,
-                          "ts": np.float64, "ok": np.bool_, "norms": np.float32}
-
-
-class Columns:
-    """The mirror's rows, field by field: a saved base (memory-mapped files, mirror_files.py) and an
-    in-memory tail of the rows added since (growable)."""
-
-    def __init__(self, dimensions: int) -> None:
-        self.dimensions = dimensions
-        self.base: dict[str, np.ndarray] = {f: self._empty(f, 0) for f in FIELDS}
-        self.n_base = 0
-        self.tail: dict[str, np.ndarray] = {f: self._empty(f, 0) for f in FIELDS}
-        self.n_tail = 0
-        self.addr = np.zeros(0, np.int64)  # each row's address in the mirror's version (-1: gone)
-        self.ids: list[pa.Array] = []  # episode ids, in chunks (the base's first, from their files)
-        self.id_starts: list[int] = []
-        self.saved_ids = 0  # chunks of ids already in files
-
-    def _empty(self, field: str, n: int) -> np.ndarray:
-        shape = (n, self.dimensions) if field == "codes" else (n,)
-        return np.zeros(shape, FIELDS[field])
-
-    @property
-    def n(self) -> int:
-        return self.n_base + self.n_tail
-
-    def take(self, field: str, rows: np.ndarray) -> np.ndarray:
-        """``field`` of mirror ``rows``."""
-        if not self.n_tail:
-            out: np.ndarray = self.base[field][rows]
-            return out
-        if not self.n_base:
-            out = self.tail[field][rows]
-            return out
-        inside = rows < self.n_base
-        out = np.empty((len(rows), *self.base[field].shape[1:]), FIELDS[field])
-        out[inside] = self.base[field][rows[inside]]
-        out[~inside] = self.tail[field][rows[~inside] - self.n_base]
-        return out
-
-    def segments(self, field: str) -> list[np.ndarray]:
-        """``field`` of every row, as the base's and the tail's arrays (a mask is made segment by segment)."""
-        return [self.base[field][:self.n_base], self.tail[field][:self.n_tail]]
-
-    def set_base(self, base: dict[str, np.ndarray], n: int) -> None:
-        """The saved rows, memory-mapped (the tail must be empty or just saved)."""
-        self.base, self.n_base = base, n
-        self.tail, self.n_tail = {f: self._empty(f, 0) for f in FIELDS}, 0
-        if len(self.addr) < n:
-            addr = np.full(n, -1, np.int64)
-            addr[:len(self.addr)] = self.addr
-            self.addr = addr
-
-    def _grow(self, need: int) -> None:
-        cap = len(self.tail["ts"])
-        if need > cap:
-            new = max(need, cap * 2, 1024)
-            for field, old in self.tail.items():
-                arr = self._empty(field, new)
-                arr[:self.n_tail] = old[:self.n_tail]
-                self.tail[field] = arr
-        if len(self.addr) < self.n_base + need:
-            addr = np.full(max(self.n_base + need, len(self.addr) * 2), -1, np.int64)
-            addr[:len(self.addr)] = self.addr
-            self.addr = addr
-
-    def append(self, tbl: pa.Table, codes: np.ndarray, addrs: np.ndarray) -> np.ndarray:
-        """Append rows (filter columns of ``tbl``, their codes and addresses); returns their mirror rows."""
-        m = tbl.num_rows
-        self._grow(self.n_tail + m)
-        t, a, b = self.tail, self.n_tail, self.n_tail + m
-        t["role"][a:b] = value_hashes(tbl.column("agent_role"))
-        t["agent"][a:b] = value_hashes(tbl.column("agent_id"))
-        t["canvas"][a:b] = value_hashes(tbl.column("canvas_id"))
-        t["ts"][a:b] = tbl.column("timestamp").to_numpy(zero_copy_only=False)
-        t["ok"][a:b] = tbl.column("success").fill_null(False).to_numpy(zero_copy_only=False)
-        t["codes"][a:b] = codes
-        c = codes.astype(np.float32)
-        t["norms"][a:b] = np.sqrt(np.einsum("ij,ij->i", c, c))
-        first = self.n
-        self.addr[first:first + m] = addrs
-        self.ids.append(tbl.column("episode_id").combine_chunks())
-        self.id_starts.append(first)
-        self.n_tail = b
-        return np.arange(first, first + m, dtype=np.int64)
-
-    def episode_ids(self, rows: np.ndarray) -> list[str]:
-        """The episode ids of mirror ``rows``."""
-        starts = np.asarray(self.id_starts)
-        chunk = np.searchsorted(starts, rows, side="right") - 1
-        return [self.ids[c][int(r) - self.id_starts[c]].as_py() for c, r in zip(chunk.tolist(), rows.tolist())]
-
-    def same_filters(self, rows: np.ndarray, tbl: pa.Table) -> np.ndarray:
-        """Whether mirror ``rows`` have the filter columns of the rows of ``tbl`` (one each)."""
-        same: np.ndarray = ((self.take("role", rows) == value_hashes(tbl.column("agent_role")))
-                            & (self.take("agent", rows) == value_hashes(tbl.column("agent_id")))
-                            & (self.take("canvas", rows) == value_hashes(tbl.column("canvas_id")))
-                            & (self.take("ts", rows) == tbl.column("timestamp").to_numpy(zero_copy_only=False))
-                            & (self.take("ok", rows)
-                               == tbl.column("success").fill_null(False).to_numpy(zero_copy_only=False)))
-        return same
+SHARE_SAMPLE = 16_384  # rows a filter's share is estimated from (Mirror.share)
 
 
 class Fragment:
@@ -219,9 +74,10 @@ class Mirror:
         self.version: int | None = None
         self.alive = np.zeros(0, bool)
         self.live = 0
-        self.uid = uuid.uuid4().hex  # names this mirror's rows: a graph of another mirror's rows is not used
-        self.graph: Any = None  # graph.Graph over the codes of the first rows (None: none yet)
+        self.uid = uuid.uuid4().hex  # names this mirror's rows: lists of another mirror's rows are not used
+        self.lists: Any = None  # ivf.Ivf over the codes of the first rows (None: none yet)
         self.dirty = False  # changed since it was last saved (mirror_files.py)
+        self.coarse = False  # saved by a version without residuals, not read yet (fill_fine)
         self.saved_at = 0.0  # time.monotonic() of the last save
         self.counts = {"read_rows": 0, "moved_rows": 0, "refreshes": 0}
 
@@ -313,10 +169,22 @@ class Mirror:
             sub = tbl if len(fresh) == tbl.num_rows else tbl.take(pa.array(fresh))
             vec_tbl = sub if "vector" in tbl.column_names else ds._take_rows(addrs[fresh].tolist(), columns=["vector"])
             vectors = vec_tbl.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-            codes = quantize(vectors.reshape(len(fresh), cols.dimensions))
-            out[fresh] = cols.append(sub, codes, addrs[fresh])
+            codes, fine = quantize_fine(vectors.reshape(len(fresh), cols.dimensions))
+            out[fresh] = cols.append(sub, codes, fine, addrs[fresh])
             self.counts["read_rows"] += len(fresh)
         return out
+
+    def fill_fine(self, ds: Any) -> None:
+        """Read the residuals of every live row from ``ds`` (the mirror's version): a mirror saved
+        before they existed (format 1) keeps its rows, row numbers and lists, and gains them."""
+        cols = self.cols
+        for batch in ds.scanner(columns=["vector"], with_row_address=True, batch_size=READ_BATCH).to_batches():
+            rows = self.rows_of(batch.column("_rowaddr").to_numpy().astype(np.int64))
+            found = rows >= 0
+            vectors = batch.column("vector").flatten().to_numpy(zero_copy_only=False).reshape(-1, cols.dimensions)
+            cols.put("fine", rows[found], quantize_fine(vectors[found])[1])
+        self.coarse = False
+        self.dirty = True
 
     @staticmethod
     def _live_rows(ds: Any, frag: Any, held: Fragment) -> np.ndarray:
@@ -329,9 +197,9 @@ class Mirror:
 
     # -- searching --------------------------------------------------------------------------
 
-    def mask(self, where: dict[str, Any] | None) -> np.ndarray:
-        """Live mirror rows passing ``where`` (validated by ``metadata_filter``)."""
-        cols = self.cols
+    @staticmethod
+    def _checks(where: dict[str, Any] | None) -> list[tuple[str, Any]]:
+        """``where`` (validated by ``metadata_filter``) as (field, test of a column's values)."""
         w = where or {}
         checks: list[tuple[str, Any]] = []
         for key, field in (("agent_role", "role"), ("agent_id", "agent")):
@@ -350,6 +218,13 @@ class Mirror:
             checks.append(("ts", lambda col: col <= end))
         if w.get("success_only"):
             checks.append(("ok", lambda col: col))
+        return checks
+
+    def mask(self, where: dict[str, Any] | None) -> np.ndarray:
+        """Live mirror rows passing ``where``, every row of the mirror (a pass of numpy over each
+        filter column: ~1 ms a column at 1M rows, 18-34 ms at 10M)."""
+        cols = self.cols
+        checks = self._checks(where)
         keep: np.ndarray = self.alive[:cols.n].copy()
         offset = 0
         for segment in range(2):  # the base, then the tail
@@ -361,6 +236,23 @@ class Mirror:
             offset += size
         return keep
 
+    def passes(self, where: dict[str, Any] | None, rows: np.ndarray) -> np.ndarray:
+        """Whether each of mirror ``rows`` is live and passes ``where`` (its columns read for those
+        rows only: a wide filter's candidates, without a mask of every row)."""
+        keep: np.ndarray = self.alive[rows]
+        for field, check in self._checks(where):
+            keep &= check(self.cols.take(field, rows))
+        return keep
+
+    def share(self, where: dict[str, Any] | None) -> float:
+        """The share of live rows passing ``where``, estimated from ``SHARE_SAMPLE`` rows spread
+        evenly over the mirror (all of them in a smaller one)."""
+        n = self.cols.n
+        rows = np.arange(n, dtype=np.int64) if n <= SHARE_SAMPLE else \
+            np.linspace(0, n - 1, SHARE_SAMPLE).astype(np.int64)
+        live = self.alive[rows]
+        return float(self.passes(where, rows).sum()) / max(int(live.sum()), 1)
+
     def nearest(self, q: np.ndarray, k: int, rows: np.ndarray) -> np.ndarray:
         """The ``k`` of mirror ``rows`` nearest to ``q`` by the cosine of their codes (the query's
         own int8 code against theirs, SIMD: ~0.5 ms for 15k rows), best first."""
@@ -368,6 +260,7 @@ class Mirror:
 
         if not len(rows):
             return rows
+        rows = np.sort(rows)  # codes read in file order
         cols = self.cols
         qc = quantize(np.asarray(q, np.float32).reshape(1, -1))
         sims = np.empty(len(rows), np.float64)
@@ -381,15 +274,15 @@ class Mirror:
         return rows[np.argsort(-sims, kind="stable")]
 
     def unit_vectors(self, rows: np.ndarray) -> np.ndarray:
-        """The unit vectors (float32) of mirror ``rows``' codes."""
+        """The unit vectors (float32) of mirror ``rows``, from their codes and residuals."""
         cols = self.cols
-        unit: np.ndarray = cols.take("codes", rows).astype(np.float32) / np.maximum(cols.take("norms", rows),
-                                                                                     1e-9)[:, None]
+        scaled = decode(cols.take("codes", rows), cols.take("fine", rows))
+        unit: np.ndarray = scaled / np.maximum(np.linalg.norm(scaled, axis=1), 1e-9)[:, None]
         return unit
 
     def results(self, rows: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The best ``k`` of mirror ``rows`` by the cosine of the float query with their codes: the
-        rows, their unit vectors (float32, from the codes) and their cosines, best first."""
+        """The best ``k`` of mirror ``rows`` by the cosine of the float query with their codes plus
+        residuals: the rows, their unit vectors (float32) and their cosines, best first."""
         unit = self.unit_vectors(rows)
         sims = unit @ (np.asarray(q, np.float32) / (float(np.linalg.norm(q)) or 1.0))
         order = np.argsort(-sims, kind="stable")[:k]

@@ -38,13 +38,15 @@ import pyarrow as pa
 from worldgraph.errors import StorageError
 from worldgraph.filemodes import tighten
 from worldgraph.locks import file_lock
-from worldgraph.memory.index import graph as graphs
-from worldgraph.memory.index.mirror import FIELDS, Fragment, Mirror
+from worldgraph.memory.index import ivf as ivfs
+from worldgraph.memory.index.columns import FIELDS, NO_RESIDUAL, row_shape
+from worldgraph.memory.index.mirror import Fragment, Mirror
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
 
 FOLDER = "_mirror"  # beside the tables of a local index
-FORMAT = 1
+FORMAT = 2  # 2: with the codes' residuals (fine.bin); a format-1 mirror gets them read in the background
+FIELDS_OF = {1: [f for f in FIELDS if f != "fine"], 2: list(FIELDS)}
 SAVE_ROWS = 50_000  # rows added in memory that make a search save the mirror at once
 SAVE_SECONDS = 60.0  # otherwise a changed mirror is saved at most this often (and on close)
 SYNC_ROWS = 20_000  # at most this many rows new to a mirror are read in the search that finds them
@@ -55,14 +57,18 @@ def folder_of(index_path: str, table: str) -> Path:
 
 
 def _width(field: str, dimensions: int) -> int:
-    return int(np.dtype(FIELDS[field]).itemsize) * (dimensions if field == "codes" else 1)
+    return int(np.dtype(FIELDS[field]).itemsize) * int(np.prod(row_shape(field, 1, dimensions)))
 
 
-def _base(folder: Path, rows: int, dimensions: int) -> dict[str, np.ndarray]:
-    """The field files memory-mapped, ``rows`` rows each (read-only)."""
+def _base(folder: Path, rows: int, dimensions: int, fmt: int = FORMAT) -> dict[str, np.ndarray]:
+    """The field files memory-mapped, ``rows`` rows each (read-only); a format-1 folder's
+    residuals in memory, as none (filled by ``Mirror.fill_fine``)."""
     out: dict[str, np.ndarray] = {}
     for field, dtype in FIELDS.items():
-        shape = (rows, dimensions) if field == "codes" else (rows,)
+        shape = row_shape(field, rows, dimensions)
+        if field not in FIELDS_OF[fmt]:
+            out[field] = np.full(shape, NO_RESIDUAL, dtype)
+            continue
         if rows == 0:
             out[field] = np.zeros(shape, dtype)
             continue
@@ -80,12 +86,14 @@ def load(folder: Path, dimensions: int) -> Mirror | None:
         return None
     try:
         manifest = json.loads(path.read_text())
-        if manifest.get("format") != FORMAT or manifest.get("dimensions") != dimensions:
-            raise ValueError(f"format {manifest.get('format')}, {manifest.get('dimensions')}-d vectors")
+        fmt = manifest.get("format")
+        if fmt not in FIELDS_OF or manifest.get("dimensions") != dimensions:
+            raise ValueError(f"format {fmt}, {manifest.get('dimensions')}-d vectors")
         rows = int(manifest["rows"])
         mirror = Mirror(dimensions)
+        mirror.coarse = fmt < 2 and rows > 0  # saved before residuals: Mirrors.get reads them first
         cols = mirror.cols
-        cols.set_base(_base(folder, rows, dimensions), rows)
+        cols.set_base(_base(folder, rows, dimensions, fmt), rows)
         for start, name in manifest["ids"]:
             with pa.memory_map(str(folder / name)) as source:
                 ids = pa.ipc.open_file(source).read_all().column(0).combine_chunks()
@@ -117,6 +125,8 @@ def save(mirror: Mirror, folder: Path) -> bool:
     """Append the mirror's new rows and write its manifest; False when another process saved rows
     this one does not have (reopen the saved state then) or holds the lock now."""
     cols = mirror.cols
+    if mirror.coarse:  # a format-1 mirror whose residuals are not read yet: saved once they are
+        return False
     try:
         with file_lock(folder / ".lock", timeout=0):
             path = folder / "manifest.json"
@@ -125,6 +135,9 @@ def save(mirror: Mirror, folder: Path) -> bool:
             d = cols.dimensions
             for field in FIELDS:
                 with open(folder / f"{field}.bin", "ab") as fh:
+                    if fh.tell() < cols.n_base * _width(field, d):  # a field the saved format had not: all its rows
+                        fh.truncate(0)
+                        fh.write(np.ascontiguousarray(cols.base[field][:cols.n_base]).tobytes())
                     fh.truncate(cols.n_base * _width(field, d))  # rows a killed save left past the count
                     fh.write(np.ascontiguousarray(cols.tail[field][:cols.n_tail]).tobytes())
             if len(cols.ids) > cols.saved_ids + 1:  # the chunks added since the last save, as one file
@@ -188,7 +201,7 @@ class Mirrors:
         self._mirrors: dict[str, Mirror] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._building: set[str] = set()  # tables whose mirror a background thread is bringing up to date
-        self._graphing: set[str] = set()  # tables whose graph a background thread is extending
+        self._listing: set[str] = set()  # tables whose lists (ivf.py) a background thread is filling
         self.built = threading.Event()  # set when a background build ends
 
     def get(self, name: str, ds: Any) -> Mirror | None:
@@ -210,61 +223,66 @@ class Mirrors:
                     remove(str(self.index_path), name)  # unusable files: the mirror is built again in their place
                 mirror = mirror or Mirror(self.dimensions)
                 if folder is not None and mirror.cols.n:
-                    mirror.graph = graphs.load_graph(folder, mirror.uid, self.dimensions, mirror.cols.n)
+                    mirror.lists = ivfs.load_ivf(folder, mirror.uid, self.dimensions, mirror.cols.n)
+                    if self.writable:
+                        ivfs.remove_graph(folder)
                 self._mirrors[name] = mirror
-            if mirror.behind(ds) > SYNC_ROWS:
+            if mirror.coarse or mirror.behind(ds) > SYNC_ROWS:
                 with self._lock:
                     self._building.add(name)
                 threading.Thread(target=self._build, args=(name, ds, lock), daemon=True,
                                  name="worldgraph-index-mirror").start()
                 return None
             self._refresh(name, mirror, ds)
-            self._extend_graph(name, mirror, lock)
+            self._extend_lists(name, mirror, lock)
             return mirror
 
-    def _extend_graph(self, name: str, mirror: Mirror, lock: threading.Lock) -> None:
-        """Start adding the rows the mirror's graph does not hold, in the background (graph.py)."""
-        graph = mirror.graph
-        if mirror.cols.n < graphs.MIN_ROWS or (graph is not None and graph.covered >= mirror.cols.n):
+    def _extend_lists(self, name: str, mirror: Mirror, lock: threading.Lock) -> None:
+        """Start assigning the rows the mirror's lists do not hold (or training new lists: none yet,
+        or the table grew ``ivf.RETRAIN_GROWTH`` times since), in the background (ivf.py)."""
+        lists, n = mirror.lists, mirror.cols.n
+        if n < ivfs.MIN_ROWS or (lists is not None and lists.covered >= n and not lists.stale(n)):
             return
         with self._lock:
-            if name in self._graphing:
+            if name in self._listing:
                 return
-            self._graphing.add(name)
-        if graph is None:
-            mirror.graph = graphs.Graph(self.dimensions)
-        threading.Thread(target=self._graph, args=(name, mirror, lock), daemon=True,
-                         name="worldgraph-index-graph").start()
+            self._listing.add(name)
+        threading.Thread(target=self._fill, args=(name, mirror, lock), daemon=True,
+                         name="worldgraph-index-lists").start()
 
-    def _graph(self, name: str, mirror: Mirror, lock: threading.Lock) -> None:
-        graph = mirror.graph
+    def _fill(self, name: str, mirror: Mirror, lock: threading.Lock) -> None:
         folder = folder_of(self.index_path, name) if self.index_path is not None and self.writable else None
-        saved = graph.covered
         try:
-            if graph.viewed:  # opened memory-mapped: a loaded copy is extended, then takes its place
-                loaded = graphs.load_graph(folder_of(str(self.index_path), name), mirror.uid, self.dimensions,
-                                           mirror.cols.n, view=False)
-                graph = mirror.graph = loaded if loaded is not None else graphs.Graph(self.dimensions)
-                saved = graph.covered
+            lists = mirror.lists
+            if lists is None or lists.stale(mirror.cols.n):  # new lists, filled beside the old ones
+                with lock:
+                    n = mirror.cols.n
+                    sample = mirror.cols.take("codes", ivfs.sample_rows(n, ivfs.lists_for(n)))
+                lists = ivfs.build(sample, n)
+            saved = lists.covered
             while True:
-                with lock:  # only to copy the codes: searches and refreshes go on while they are added
-                    first, n = graph.covered, mirror.cols.n
+                with lock:  # only to copy the codes: searches and refreshes go on while they are assigned
+                    first, n = lists.covered, mirror.cols.n
                     if first >= n:
                         break
-                    codes = np.ascontiguousarray(mirror.cols.take("codes", np.arange(first, min(first + graphs.CHUNK, n))))
-                graph.add(first, codes)
-                if folder is not None and graph.covered - saved >= graphs.SAVE_ROWS:
+                    codes = mirror.cols.take("codes", np.arange(first, min(first + ivfs.CHUNK, n)))
+                lists.add(first, codes)
+                if mirror.lists is None or (lists is not mirror.lists and n - lists.covered <= ivfs.TAIL_ROWS):
+                    mirror.lists = lists  # new lists take the old ones' place once they cover the table
+                if folder is not None and lists is mirror.lists and lists.covered - saved >= ivfs.SAVE_ROWS:
                     folder.mkdir(parents=True, exist_ok=True)
-                    graph.save(folder, mirror.uid)
-                    saved = graph.covered
-            if folder is not None and graph.covered > saved:
+                    lists.save(folder, mirror.uid)
+                    saved = lists.covered
+            lists.compact()
+            mirror.lists = lists
+            if folder is not None and lists.covered > saved:
                 folder.mkdir(parents=True, exist_ok=True)
-                graph.save(folder, mirror.uid)
-        except Exception as exc:  # noqa: BLE001 - searches go on without the graph; the next one retries
-            log.warning("episode index: building the graph of %s failed (%s)", name, exc)
+                lists.save(folder, mirror.uid)
+        except Exception as exc:  # noqa: BLE001 - searches go on without the lists; the next one retries
+            log.warning("episode index: building the lists of %s failed (%s)", name, exc)
         finally:
             with self._lock:
-                self._graphing.discard(name)
+                self._listing.discard(name)
             self.built.set()
 
     def _refresh(self, name: str, mirror: Mirror, ds: Any) -> None:
@@ -281,6 +299,9 @@ class Mirrors:
             with lock:
                 mirror = self._mirrors.get(name)
                 if mirror is not None:
+                    if mirror.coarse:  # saved without residuals (format 1): read them, then save
+                        mirror.refresh(ds)
+                        mirror.fill_fine(ds)
                     self._refresh(name, mirror, ds)
         except Exception as exc:  # noqa: BLE001 - searches go on through LanceDB; the next one retries
             log.warning("episode index: building the mirror of %s failed (%s)", name, exc)
@@ -296,7 +317,7 @@ class Mirrors:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
-                if not self._building and not self._graphing:
+                if not self._building and not self._listing:
                     return True
                 self.built.clear()
             left = None if deadline is None else deadline - time.monotonic()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,8 +12,8 @@ import pyarrow as pa
 from worldgraph.errors import EmbeddingDimensionError, InvalidInputError
 from worldgraph.memory.cosine import cosine_to
 from worldgraph.memory.index import objectstore
-from worldgraph.memory.index.graph import TAIL_ROWS
-from worldgraph.memory.index.mirror import Mirror, quantize
+from worldgraph.memory.index.mirror import Mirror
+from worldgraph.memory.index.mirror_search import MirrorSearch
 from worldgraph.memory.index.plan import (
     EXACT_ROWS,
     SAMPLE_COLUMNS,
@@ -38,18 +37,11 @@ from worldgraph.memory.index.schema import (
     table_name,
 )
 from worldgraph.memory.index.small import SmallTable
-from worldgraph.memory.index.tables import IndexTables, TenantTable
+from worldgraph.memory.index.tables import TenantTable
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
 
-# 2k + RESCORE_MARGIN hits are ranked by the cosine of int8 codes (the query's and the rows'), then
-# re-ranked by the float query against the rows' codes (mirror.py): the query's rounding no longer
-# swaps near ties at the k-th place.
-RESCORE_MARGIN = 20
-MIRROR_MAX_FETCH = 5_000  # ANN hits asked at most for a filtered search through the mirror
-
-
-class IndexSearch(IndexTables):
+class IndexSearch(MirrorSearch):
     """The read path of ``EpisodeIndex``."""
 
     @objectstore.guarded("counting episode rows")
@@ -191,104 +183,6 @@ class IndexSearch(IndexTables):
         exact = maybe_exact(where, sample) and int(ds.count_rows(pred)) <= EXACT_ROWS
         tbl = self._nearest(part, ds, q, k, pred, select, exact=exact)
         return self._rescored(self._rows(tbl, tenant_id), q, k)
-
-    def _mirrored(self, ds: Any) -> bool:
-        """Whether a table is searched through its mirror (mirror.py): at least mirror_min_rows rows."""
-        least = self.config.mirror_min_rows
-        return least > 0 and int(ds.count_rows()) >= least
-
-    def _mirror_search(self, part: TenantTable, ds: Any, mirror: Mirror, q: np.ndarray, k: int,
-                       where: dict[str, Any] | None, select: Sequence[str] | None,
-                       tenant_id: str) -> list[dict[str, Any]]:
-        """The top ``k`` through the table's mirror (mirror.py): the rows passing ``where`` found in
-        process, a narrow filter's rows searched exactly by their codes, otherwise the ANN index's
-        hits checked against the filter; ids, vectors and cosines from the mirror (columns other
-        than those read from LanceDB for the ``k`` rows only)."""
-        keep = mirror.mask(where) if where else None
-        passing = mirror.live if keep is None else int(np.count_nonzero(keep))
-        if passing == 0:
-            return []
-        want = 2 * k + RESCORE_MARGIN
-        if (keep is not None and passing <= self.config.mirror_exact_rows) or VECTOR_INDEX_NAME not in self._indexes(part):
-            rows = mirror.nearest(q, want, np.flatnonzero(keep if keep is not None else mirror.alive))
-        elif mirror.graph is not None and mirror.cols.n - mirror.graph.covered <= TAIL_ROWS:
-            rows = self._graph_rows(mirror, q, k + RESCORE_MARGIN, want, keep, passing)
-        else:  # no graph yet: LanceDB's IVF index
-            rows = self._ann_rows(part, ds, mirror, q, want, keep, passing)
-        rows, vectors, sims = mirror.results(rows, q, k)
-        return self._mirror_rows(ds, mirror, rows, vectors, [("similarity", s) for s in sims.tolist()], select,
-                                 tenant_id)
-
-    def _mirror_rows(self, ds: Any, mirror: Mirror, rows: np.ndarray, vectors: np.ndarray,
-                     scores: list[tuple[str, float]], select: Sequence[str] | None,
-                     tenant_id: str) -> list[dict[str, Any]]:
-        """Result dicts of mirror ``rows``: episode_id and vector from the mirror, any other column
-        asked for read from LanceDB by row address, and each row's score."""
-        if not len(rows):
-            return []
-        ids = mirror.cols.episode_ids(rows)
-        held = {"episode_id", "vector", "timestamp"}  # what the mirror holds itself
-        others = [c for c in (self.schema.names if select is None else select) if c not in held]
-        if select is None or "timestamp" in select:
-            others.append("timestamp")
-        extra: dict[str, list[Any]] = {}
-        if others:
-            taken = [c for c in others if c != "timestamp"]
-            if taken:
-                tbl = ds._take_rows(mirror.addresses(rows), columns=taken)
-                extra = {c: tbl.column(c).to_pylist() for c in taken}
-            if "timestamp" in others:
-                extra["timestamp"] = mirror.cols.take("ts", rows).tolist()
-        out = []
-        for i, (eid, (name, score)) in enumerate(zip(ids, scores)):
-            row: dict[str, Any] = {"episode_id": eid, **{c: v[i] for c, v in extra.items()}, "vector": vectors[i],
-                                   name: float(score)}
-            if "canvas_action_ids" in row:
-                row["canvas_action_ids"] = row["canvas_action_ids"] or []
-            out.append(row)
-        if "tenant_id" in extra and any(t != tenant_id for t in extra["tenant_id"]):
-            log.error("episode index: table %s holds rows of another tenant", table_name(tenant_id))
-            out = [r for r in out if r["tenant_id"] == tenant_id]
-        return out
-
-    @staticmethod
-    def _graph_rows(mirror: Mirror, q: np.ndarray, least: int, want: int, keep: np.ndarray | None,
-                    passing: int) -> np.ndarray:
-        """Mirror rows of the best ``want`` by their codes among the graph's hits and the rows it does
-        not hold yet that pass ``keep`` (graph.py): the graph is asked ``least / share x 1.5`` hits
-        (at least ``want``), four times as many if fewer than ``least`` are live and pass, then every
-        row that passes is searched."""
-        graph = mirror.graph
-        passes = mirror.alive if keep is None else keep
-        share = passing / max(mirror.live, 1)
-        fetch = min(MIRROR_MAX_FETCH, max(want, math.ceil(least / share * 1.5)))
-        code = quantize(np.asarray(q, np.float32).reshape(1, -1))[0]
-        for _ in range(2):
-            covered = graph.covered
-            hits = graph.search(code, fetch)
-            rows = np.concatenate([hits[hits < mirror.cols.n], np.arange(covered, mirror.cols.n, dtype=np.int64)])
-            rows = rows[passes[rows]]
-            if len(rows) >= least or len(hits) < fetch:
-                return mirror.nearest(q, want, rows)
-            fetch = min(fetch * 4, graph.covered)
-        return mirror.nearest(q, want, np.flatnonzero(passes))
-
-    def _ann_rows(self, part: TenantTable, ds: Any, mirror: Mirror, q: np.ndarray, want: int,
-                  keep: np.ndarray | None, passing: int) -> np.ndarray:
-        """Mirror rows of the best ``want`` by their codes among the ANN index's hits that pass
-        ``keep``: it is asked ``want / share x 1.5`` hits (row addresses only), and once more with
-        the filter pushed in if too few pass."""
-        share = passing / max(mirror.live, 1)
-        fetch = min(MIRROR_MAX_FETCH, max(want, math.ceil(want / share * 1.5)))
-        nearest = {"column": "vector", "q": q, "k": fetch, "metric": "cosine", "minimum_nprobes": self.config.ann_nprobes}
-        hits = ds.to_table(columns=[], with_row_address=True, nearest=nearest, disable_scoring_autoprojection=True)
-        rows = mirror.rows_of(hits.column("_rowaddr").to_numpy())
-        rows = rows[rows >= 0]
-        if keep is not None:
-            rows = rows[keep[rows]]
-            if len(rows) < want and hits.num_rows >= fetch:  # too few passed: every row that passes, exactly
-                rows = np.flatnonzero(keep)
-        return mirror.nearest(q, want, rows)
 
     @staticmethod
     def _for_table(part: TenantTable, where: dict[str, Any] | None,

@@ -1,0 +1,171 @@
+"""The rows of a mirror (mirror.py), field by field: the hashes of its filter values, timestamps,
+success flags, int8 codes and their residuals (codes.py), episode ids and row addresses, as a
+saved base (memory-mapped files, mirror_files.py) and an in-memory tail of the rows added since."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+SMALL_SET = 16  # a value set this small is compared value by value (np.isin sorts)
+NO_RESIDUAL = 0x88  # two residuals of 0 (a mirror saved before residuals, until they are read)
+
+
+def value_hashes(values: pa.Array) -> np.ndarray:
+    """A 64-bit hash (blake2b) of each string of ``values``; missing values and "" hash to 0.
+    Each distinct value is hashed once (a column holds a few hundred distinct values)."""
+    encoded = pc.dictionary_encode(values.cast(pa.string()) if values.type != pa.string() else values)
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.combine_chunks()
+    hashed = np.array([hash_value(v) for v in encoded.dictionary.to_pylist()] + [0], dtype=np.uint64)
+    idx = encoded.indices.to_numpy(zero_copy_only=False)
+    idx = np.where(np.isnan(idx.astype(np.float64)), len(hashed) - 1, idx).astype(np.int64) \
+        if encoded.indices.null_count else idx.astype(np.int64)
+    out: np.ndarray = hashed[idx]
+    return out
+
+
+def hash_value(value: str | None) -> int:
+    """The 64-bit hash of one filter value (0 for a missing value)."""
+    if not value:
+        return 0
+    return int.from_bytes(hashlib.blake2b(value.encode("utf-8"), digest_size=8).digest(), "little") or 1
+
+
+def row_shape(field: str, n: int, dimensions: int) -> tuple[int, ...]:
+    """The shape of ``n`` rows of ``field``: a code per dimension, a residual byte per two, else one value."""
+    if field == "codes":
+        return (n, dimensions)
+    if field == "fine":
+        return (n, (dimensions + 1) // 2)
+    return (n,)
+
+
+def one_of(column: np.ndarray, values: list[int]) -> np.ndarray:
+    """Whether each entry of ``column`` is one of ``values``."""
+    if len(values) > SMALL_SET:
+        return np.isin(column, np.array(values, np.uint64))
+    out = np.zeros(len(column), bool)
+    for v in set(values):
+        out |= column == np.uint64(v)
+    return out
+
+
+# the per-row fields of a mirror, their types and, for codes, the width (the vector size)
+FIELDS: dict[str, Any] = {"codes": np.int8, "role": np.uint64, "agent": np.uint64, "canvas": np.uint64,
+                          "ts": np.float64, "ok": np.bool_, "norms": np.float32, "fine": np.uint8}
+
+
+class Columns:
+    """The mirror's rows, field by field: a saved base (memory-mapped files, mirror_files.py) and an
+    in-memory tail of the rows added since (growable)."""
+
+    def __init__(self, dimensions: int) -> None:
+        self.dimensions = dimensions
+        self.base: dict[str, np.ndarray] = {f: self._empty(f, 0) for f in FIELDS}
+        self.n_base = 0
+        self.tail: dict[str, np.ndarray] = {f: self._empty(f, 0) for f in FIELDS}
+        self.n_tail = 0
+        self.addr = np.zeros(0, np.int64)  # each row's address in the mirror's version (-1: gone)
+        self.ids: list[pa.Array] = []  # episode ids, in chunks (the base's first, from their files)
+        self.id_starts: list[int] = []
+        self.saved_ids = 0  # chunks of ids already in files
+
+    def _empty(self, field: str, n: int) -> np.ndarray:
+        return np.zeros(row_shape(field, n, self.dimensions), FIELDS[field])
+
+    @property
+    def n(self) -> int:
+        return self.n_base + self.n_tail
+
+    def take(self, field: str, rows: np.ndarray) -> np.ndarray:
+        """``field`` of mirror ``rows`` (``ndarray.take`` on a plain view of the memory map: 3x
+        faster than indexing the map for 16k rows of codes, and faster still for sorted rows)."""
+        if not self.n_tail:
+            return _take(self.base[field], rows)
+        if not self.n_base:
+            return _take(self.tail[field], rows)
+        inside = rows < self.n_base
+        out = np.empty((len(rows), *self.base[field].shape[1:]), FIELDS[field])
+        out[inside] = _take(self.base[field], rows[inside])
+        out[~inside] = _take(self.tail[field], rows[~inside] - self.n_base)
+        return out
+
+    def put(self, field: str, rows: np.ndarray, values: np.ndarray) -> None:
+        """Set ``field`` of mirror ``rows`` (the base's array must be writable: in memory)."""
+        inside = rows < self.n_base
+        self.base[field][rows[inside]] = values[inside]
+        self.tail[field][rows[~inside] - self.n_base] = values[~inside]
+
+    def segments(self, field: str) -> list[np.ndarray]:
+        """``field`` of every row, as the base's and the tail's arrays (a mask is made segment by segment)."""
+        return [self.base[field][:self.n_base], self.tail[field][:self.n_tail]]
+
+    def set_base(self, base: dict[str, np.ndarray], n: int) -> None:
+        """The saved rows, memory-mapped (the tail must be empty or just saved)."""
+        self.base, self.n_base = base, n
+        self.tail, self.n_tail = {f: self._empty(f, 0) for f in FIELDS}, 0
+        if len(self.addr) < n:
+            addr = np.full(n, -1, np.int64)
+            addr[:len(self.addr)] = self.addr
+            self.addr = addr
+
+    def _grow(self, need: int) -> None:
+        cap = len(self.tail["ts"])
+        if need > cap:
+            new = max(need, cap * 2, 1024)
+            for field, old in self.tail.items():
+                arr = self._empty(field, new)
+                arr[:self.n_tail] = old[:self.n_tail]
+                self.tail[field] = arr
+        if len(self.addr) < self.n_base + need:
+            addr = np.full(max(self.n_base + need, len(self.addr) * 2), -1, np.int64)
+            addr[:len(self.addr)] = self.addr
+            self.addr = addr
+
+    def append(self, tbl: pa.Table, codes: np.ndarray, fine: np.ndarray, addrs: np.ndarray) -> np.ndarray:
+        """Append rows (filter columns of ``tbl``, their codes, residuals and addresses); returns
+        their mirror rows."""
+        m = tbl.num_rows
+        self._grow(self.n_tail + m)
+        t, a, b = self.tail, self.n_tail, self.n_tail + m
+        t["role"][a:b] = value_hashes(tbl.column("agent_role"))
+        t["agent"][a:b] = value_hashes(tbl.column("agent_id"))
+        t["canvas"][a:b] = value_hashes(tbl.column("canvas_id"))
+        t["ts"][a:b] = tbl.column("timestamp").to_numpy(zero_copy_only=False)
+        t["ok"][a:b] = tbl.column("success").fill_null(False).to_numpy(zero_copy_only=False)
+        t["codes"][a:b] = codes
+        t["fine"][a:b] = fine
+        c = codes.astype(np.float32)
+        t["norms"][a:b] = np.sqrt(np.einsum("ij,ij->i", c, c))
+        first = self.n
+        self.addr[first:first + m] = addrs
+        self.ids.append(tbl.column("episode_id").combine_chunks())
+        self.id_starts.append(first)
+        self.n_tail = b
+        return np.arange(first, first + m, dtype=np.int64)
+
+    def episode_ids(self, rows: np.ndarray) -> list[str]:
+        """The episode ids of mirror ``rows``."""
+        starts = np.asarray(self.id_starts)
+        chunk = np.searchsorted(starts, rows, side="right") - 1
+        return [self.ids[c][int(r) - self.id_starts[c]].as_py() for c, r in zip(chunk.tolist(), rows.tolist())]
+
+    def same_filters(self, rows: np.ndarray, tbl: pa.Table) -> np.ndarray:
+        """Whether mirror ``rows`` have the filter columns of the rows of ``tbl`` (one each)."""
+        same: np.ndarray = ((self.take("role", rows) == value_hashes(tbl.column("agent_role")))
+                            & (self.take("agent", rows) == value_hashes(tbl.column("agent_id")))
+                            & (self.take("canvas", rows) == value_hashes(tbl.column("canvas_id")))
+                            & (self.take("ts", rows) == tbl.column("timestamp").to_numpy(zero_copy_only=False))
+                            & (self.take("ok", rows)
+                               == tbl.column("success").fill_null(False).to_numpy(zero_copy_only=False)))
+        return same
+
+
+def _take(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    out: np.ndarray = np.asarray(values).take(rows, axis=0)
+    return out
