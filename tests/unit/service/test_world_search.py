@@ -251,3 +251,27 @@ def test_the_question_form_picks_between_a_things_place_its_state_and_its_conten
     assert holds[0].text == "the brass key is located in the wooden chest"
     state = wm.search_world(tenant, "Is the wooden chest open, closed or locked?", env_name=ENV, k=3)
     assert state[0].text == "the wooden chest is locked"
+
+
+def test_a_yes_no_question_asks_for_the_state_that_holds(wm: WorldModel, tenant: str) -> None:
+    """"is the chest locked?" is answered by the chest's state now ("open"), before the change that
+    unlocked it and the rules that name "locked"; "is the key in the chest?" by the key's place."""
+    states = [{"ref": "s0", "name": "wooden chest locked", "type": "chest_state", "entity_ref": "chest"},
+              {"ref": "s1", "name": "wooden chest unlocked", "type": "chest_state", "entity_ref": "chest"},
+              {"ref": "s2", "name": "wooden chest open", "type": "chest_state", "entity_ref": "chest"}]
+    rules = [{"condition": "the wooden chest is locked", "outcome": "opening the wooden chest fails",
+              "linked_refs": ["chest"]},
+             {"condition": "the wooden chest is locked", "outcome": "the brass key unlocks the wooden chest",
+              "linked_refs": ["chest", "key"]}]
+    wm.apply_delta(tenant, ENV, delta([contain("chest", "key")], states[:1], rules), scene=scene(1, "look"))
+    wm.apply_delta(tenant, ENV, delta([{"relation": "transition", "src_ref": "s0", "dst_ref": "s1",
+                                        "action": "unlock wooden chest with brass key"}], states[:2]),
+                   scene=scene(2, "unlock wooden chest with brass key"))
+    wm.apply_delta(tenant, ENV, delta([{"relation": "transition", "src_ref": "s1", "dst_ref": "s2",
+                                        "action": "open wooden chest"}], states[1:]), scene=scene(3, "open wooden chest"))
+    assert wm.wait_for_updates(60)
+    state = wm.search_world(tenant, "is the wooden chest locked?", env_name=ENV, k=5)
+    assert state[0].kind == "state" and state[0].text == "the wooden chest is open" and state[0].current, \
+        [(h.kind, h.text) for h in state]
+    place = wm.search_world(tenant, "is the brass key in the wooden chest?", env_name=ENV, k=3)
+    assert place[0].text == "the brass key is located in the wooden chest"

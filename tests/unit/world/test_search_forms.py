@@ -4,7 +4,7 @@ words say a place, a transition, a rule, a move), the end asked about from the r
 
 from __future__ import annotations
 
-from worldgraph.world.search.forms import ACTION, HOLDS, WHERE, form, place_ends, preferred
+from worldgraph.world.search.forms import ACTION, HOLDS, STATE, WHERE, form, place_ends, preferred
 
 IN_SAFE = {"relation": "containment", "src_id": "safe", "dst_id": "key"}  # the key is in the safe
 SAFE_IN_VAULT = {"relation": "containment", "src_id": "vault", "dst_id": "safe"}
@@ -18,7 +18,11 @@ def test_the_form_comes_from_question_words() -> None:
     assert form("What is in or on the safe?") == HOLDS and form("what does the player carry") == HOLDS
     assert form("What did doing 'go east' in the kitchen do?") == ACTION
     assert form("what happens if I open the safe") == ACTION
-    assert form("Is the safe open, closed or locked?") is None and form("brass key") is None
+    assert form("Is the safe open, closed or locked?") == STATE and form("brass key") is None
+    assert form("is the front door locked?") == STATE and form("Are the lights on?") == STATE
+    assert form("what is the state of the safe") == STATE and form("What state is the lamp in?") == STATE
+    assert form("is the key in the chest?") == WHERE and form("Is the lamp on the table?") == WHERE
+    assert form("is there a key in the kitchen?") == HOLDS
     assert form("What did doing 'put key in chest' do?") == ACTION  # "in" of the action is not a holds question
 
 
@@ -44,3 +48,13 @@ def test_the_preferred_fact_is_about_the_thing_asked_in_the_direction_asked() ->
                      True, False, {})
     assert not preferred(ACTION, "fact", IN_SAFE, "after doing 'look', the key was seen in the safe", True, True, {})
     assert not preferred(ACTION, "fact", IN_SAFE, "the key is located in the safe", False, True, {})
+
+
+def test_a_state_question_prefers_a_state_of_the_thing_asked_that_holds() -> None:
+    locked = {"kind": "state", "entity_id": "door", "name": "locked"}
+    door_asked = {"door": 0.8, "key": 0.3}
+    assert preferred(STATE, "state", locked, "the door is locked", False, True, door_asked)
+    assert not preferred(STATE, "state", locked, "the door is locked", False, False, door_asked)  # closed
+    assert not preferred(STATE, "state", locked, "the door is locked", False, True, {"key": 0.5})  # another thing's
+    assert not preferred(STATE, "fact", OPENED, "", False, True, door_asked)  # what changed it comes after
+    assert not preferred(STATE, "fact", IN_SAFE, "", False, True, door_asked)

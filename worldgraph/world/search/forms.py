@@ -12,6 +12,10 @@ apart:
   is the source);
 - **holds** (``what is in / on / inside X``, ``what does X contain / hold / carry``): such a fact
   whose holder is X (a containment's parent; a place fact's target);
+- **state** (a yes/no question, ``is X locked?``, ``are the lights on?``; ``the state of X``,
+  ``what state is X in``): a state that holds of X (a state record whose entity the query is
+  relevant to) before what changed it and the rules about it. A yes/no question about a place
+  (``is the key in the chest?``) is a where question; ``is there ... in C?`` a holds question;
 - **action** (``what did doing A do``, ``what happens if ...``, ``the effect of ...``): a change
   or a rule: a transition, a row saying what an action moved, a rule (if ..., then ...), before
   a row saying only what was seen after an action (``texts.is_sighting``: a thing first seen
@@ -35,6 +39,7 @@ from worldgraph.world.search.texts import is_sighting
 WHERE = "where"
 HOLDS = "holds"
 ACTION = "action"
+STATE = "state"
 
 _WHERE = re.compile(r"\bwhere\b|\blocation of\b|\b(?:which|what) (?:room|place|container)\b", re.I)
 _HOLDS = re.compile(r"\bwhat(?:'s|\s+is|\s+are|\s+was|\s+were|\s+else\s+is)\s+(?:in|on|inside|within|under|at)\b"
@@ -43,19 +48,28 @@ _HOLDS = re.compile(r"\bwhat(?:'s|\s+is|\s+are|\s+was|\s+were|\s+else\s+is)\s+(?
 _ACTION = re.compile(r"\bwhat (?:happens|happened|would happen|will happen)\b"
                      r"|\bwhat (?:did|does|do|will|would)\b.*\b(?:do|did)\W*$"
                      r"|\b(?:effects?|results?|outcomes?) of\b", re.I)
+_YES_NO = re.compile(r"^\W*(?:is|are|was|were|isn't|aren't|wasn't|weren't)\s", re.I)
+_THERE = re.compile(r"^\W*(?:is|are|was|were)\s+there\b", re.I)
+# a place preposition with an object after it ("in the chest"; not the state word of "is the lamp on?")
+_PLACE = re.compile(r"\b(?:in|on|inside|into|within|at|under|near|beside|behind)\s+\w", re.I)
+_STATE = re.compile(r"\b(?:state|status|condition) of\b|\bwhat (?:state|status|condition)\b", re.I)
 # the words of a predicate that say a place (a fact with one of them places its subject)
 PLACE_WORDS = frozenset({"in", "at", "on", "inside", "into", "within", "near", "under", "beside", "located",
                          "location", "lives", "stored", "kept", "placed"})
 
 
 def form(query: str) -> str | None:
-    """The form of a question: ``WHERE``, ``HOLDS`` or None (no preference)."""
+    """The form of a question: ``WHERE``, ``HOLDS``, ``ACTION``, ``STATE`` or None (no preference)."""
     if _WHERE.search(query):
         return WHERE
     if _ACTION.search(query):
         return ACTION
-    if _HOLDS.search(query):
+    if _HOLDS.search(query) or _THERE.search(query):
         return HOLDS
+    if _YES_NO.search(query):
+        return WHERE if _PLACE.search(query) else STATE
+    if _STATE.search(query):
+        return STATE
     return None
 
 
@@ -80,6 +94,8 @@ def may_prefer(asked: str | None, kind: str, history: bool, links: Sequence[str]
     (``preferred`` is then False for every row this is False for)."""
     if asked == ACTION:
         return kind in ("fact", "rule")
+    if asked == STATE:
+        return kind == "state" and not history and any(relevance.get(n, 0.0) > 0 for n in links)
     return asked is not None and kind == "fact" and not history and any(relevance.get(n, 0.0) > 0 for n in links)
 
 
@@ -92,6 +108,8 @@ def preferred(asked: str | None, kind: str, record: Mapping[str, Any], text: str
         return kind == "rule" or record.get("relation") == "transition" or (history and not is_sighting(text))
     if asked is None or history or not valid:
         return False
+    if asked == STATE:  # a state that holds of the thing asked about
+        return kind == "state" and relevance.get(str(record.get("entity_id") or ""), 0.0) > 0.0
     ends = place_ends(record)
     if ends is None:
         return False
