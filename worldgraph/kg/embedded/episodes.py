@@ -125,6 +125,14 @@ class SqliteEpisodes(EpisodeStore):
                 out[eid] = (float(avg), int(cnt))
         return out
 
+    def feedback_means(self, tenant_id: str, category: str | None = None) -> dict[str, float]:
+        rows = self.db.query(sql.FEEDBACK_MEANS, (tenant_id,)) if category is None \
+            else self.db.query(sql.FEEDBACK_MEANS_OF, (tenant_id, category))
+        return {eid: float(mean) for eid, mean in rows}
+
+    def session_episode_ids(self, tenant_id: str, session_id: str) -> list[str]:
+        return [r[0] for r in self.db.query(sql.SESSION_EPISODE_IDS, (tenant_id, session_id))]
+
     # ---------------------------------------------------------------- canvases
     def get_canvas(self, tenant_id: str, canvas_id: str) -> Record | None:
         rows = self.db.query(sql.GET_CANVAS, (tenant_id, canvas_id))
