@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from worldgraph.memory.index.codes import decode, quantize, quantize_fine
-from worldgraph.memory.index.columns import Columns, hash_value, one_of
+from worldgraph.memory.index.columns import Columns, hash_value, id_hashes, one_of
 from worldgraph.memory.index.schema import as_timestamp
 
 FILTER_COLUMNS = ("episode_id", "agent_role", "agent_id", "canvas_id", "timestamp", "success")
@@ -218,12 +218,20 @@ class Mirror:
             checks.append(("ts", lambda col: col <= end))
         if w.get("success_only"):
             checks.append(("ok", lambda col: col))
+        if w.get("episode_ids") is not None:
+            hashes = _id_hashes(w["episode_ids"])
+            checks.append(("eid", lambda col: np.isin(col, hashes)))
         return checks
 
     def mask(self, where: dict[str, Any] | None) -> np.ndarray:
         """Live mirror rows passing ``where``, every row of the mirror (a pass of numpy over each
         filter column: ~1 ms a column at 1M rows, 18-34 ms at 10M)."""
         cols = self.cols
+        if where and where.get("episode_ids") is not None:  # the rows of those ids, then the rest of where
+            rows = cols.rows_with_ids(_id_hashes(where["episode_ids"]))
+            only = np.zeros(cols.n, bool)
+            only[rows[self.passes(where, rows)]] = True
+            return only
         checks = self._checks(where)
         keep: np.ndarray = self.alive[:cols.n].copy()
         offset = 0
@@ -307,3 +315,8 @@ class Mirror:
             found[inside] = held.by_offset[offsets[inside]]
             out[sel] = found
         return out
+
+
+def _id_hashes(episode_ids: Any) -> np.ndarray:
+    """The sorted distinct hashes of a ``where`` filter's episode ids (columns.id_hashes)."""
+    return np.unique(id_hashes(pa.array(list(episode_ids), pa.string())))
