@@ -53,6 +53,9 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
     query, and one that says what the query asks in other words can miss the top N. A memory it
     adds must pass the floor by its speaker-free cosine, the cosine its relevance is made of."""
     opts = q.opts
+    q.filters.episode_ids = scope(store, tenant_id, q)
+    if q.filters.episode_ids is not None and not q.filters.episode_ids:
+        return None
     # 2a. candidates: vector top-N plus full-text hits
     where = q.filters.where()
     # The BM25 search runs beside the vector search (LanceDB releases the GIL while it searches).
@@ -127,6 +130,25 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
         return None
     return Candidates(ids, matrix, row, semantic, bm25, searched_text, episodes, stats, avg, subquery, named, floor,
                       free)
+
+
+def scope(store: EpisodeStore, tenant_id: str, q: PreparedQuery) -> frozenset[str] | None:
+    """The episodes that pass the filters only the store holds the values of (the session, the
+    feedback floor and category), read from the store at each recall, so a rating another process
+    just wrote counts at once; pushed into the index's search as ``episode_ids``, so the vector and
+    full-text top N are the best of the episodes that pass, not the passing few of the overall best.
+    None: no such filter."""
+    opts, sets = q.opts, []
+    if q.filters.session_id is not None:
+        sets.append(frozenset(store.session_episode_ids(tenant_id, q.filters.session_id)))
+    if opts.feedback_category is not None or opts.min_feedback_score is not None:
+        floor = opts.min_feedback_score
+        means = store.feedback_means(tenant_id, opts.feedback_category)
+        sets.append(frozenset(e for e, mean in means.items()
+                              if floor is None or (f := normalise_feedback(mean)) is not None and f >= floor))
+    if not sets:
+        return None
+    return frozenset.intersection(*sets)
 
 
 @dataclass
