@@ -230,7 +230,7 @@ class Mirror:
         if where and where.get("episode_ids") is not None:  # the rows of those ids, then the rest of where
             rows = cols.rows_with_ids(_id_hashes(where["episode_ids"]))
             only = np.zeros(cols.n, bool)
-            only[rows[self.passes(where, rows)]] = True
+            only[rows[self.passes({k: v for k, v in where.items() if k != "episode_ids"}, rows)]] = True
             return only
         checks = self._checks(where)
         keep: np.ndarray = self.alive[:cols.n].copy()
@@ -256,6 +256,8 @@ class Mirror:
         """The share of live rows passing ``where``, estimated from ``SHARE_SAMPLE`` rows spread
         evenly over the mirror (all of them in a smaller one)."""
         n = self.cols.n
+        if where and where.get("episode_ids") is not None:  # at most that many: as good as a sample's guess
+            return min(1.0, len(where["episode_ids"]) / max(self.live, 1))
         rows = np.arange(n, dtype=np.int64) if n <= SHARE_SAMPLE else \
             np.linspace(0, n - 1, SHARE_SAMPLE).astype(np.int64)
         live = self.alive[rows]
@@ -317,6 +319,15 @@ class Mirror:
         return out
 
 
+_HASHED: list[tuple[Any, np.ndarray]] = []  # the last filter's ids (held: its id() stays theirs) and hashes
+
+
 def _id_hashes(episode_ids: Any) -> np.ndarray:
-    """The sorted distinct hashes of a ``where`` filter's episode ids (columns.id_hashes)."""
-    return np.unique(id_hashes(pa.array(list(episode_ids), pa.string())))
+    """The sorted distinct hashes of a ``where`` filter's episode ids (columns.id_hashes), kept for
+    the same ids object: a search masks, checks and estimates with them (~3 ms for 5k ids)."""
+    held = _HASHED[0] if _HASHED else None
+    if held is not None and held[0] is episode_ids:
+        return held[1]
+    hashes = np.unique(id_hashes(pa.array(list(episode_ids), pa.string())))
+    _HASHED[:] = [(episode_ids, hashes)]
+    return hashes

@@ -202,8 +202,7 @@ def _where_parts(where: dict[str, Any] | None) -> list[str]:
     if episode_ids is not None:
         if isinstance(episode_ids, str) or not isinstance(episode_ids, (list, tuple, set, frozenset)):
             raise InvalidInputError("where.episode_ids", f"expected a list of strings, got {type(episode_ids).__name__}")
-        parts.append(f"episode_id IN ({_literals(sorted(episode_ids), 'where.episode_ids')})" if episode_ids
-                     else "false")
+        parts.append(f"episode_id IN ({id_literals(episode_ids)})" if episode_ids else "false")
     # the terms every episode passing a metadata filter carries (memory/metadata.py filter_terms)
     terms = where.get(METADATA_TERMS)
     if terms:
@@ -211,6 +210,25 @@ def _where_parts(where: dict[str, Any] | None) -> list[str]:
     for group in where.get("metadata_any") or []:
         parts.append(f"array_has_any({METADATA_TERMS}, [{_literals(group, 'where.metadata_any')}])")
     return parts
+
+
+_LITERALS: list[tuple[Any, str]] = []  # the last ids object (held: its id() stays its own) and its literals
+
+
+def id_literals(episode_ids: Any) -> str:
+    """The SQL literals of a filter's episode ids, comma-separated (one pass, where a
+    ``sql_literal`` call each took 30 ms for 5k ids), kept for the same ids object: recall passes
+    the same set while the store's feedback does not change."""
+    held = _LITERALS[0] if _LITERALS else None
+    if held is not None and held[0] is episode_ids:
+        return held[1]
+    if not all(isinstance(e, str) for e in episode_ids):
+        raise InvalidInputError("where.episode_ids", "expected a list of strings")
+    text = "', '".join(e.replace("'", "''") for e in episode_ids)
+    if "\x00" in text:
+        raise InvalidInputError("where.episode_ids", "must not contain NUL characters")
+    _LITERALS[:] = [(episode_ids, f"'{text}'")]
+    return _LITERALS[0][1]
 
 
 def _literals(values: Any, field: str) -> str:

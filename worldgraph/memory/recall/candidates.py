@@ -4,6 +4,7 @@ on the system of record, then the feedback filter."""
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -142,13 +143,30 @@ def scope(store: EpisodeStore, tenant_id: str, q: PreparedQuery) -> frozenset[st
     if q.filters.session_id is not None:
         sets.append(frozenset(store.session_episode_ids(tenant_id, q.filters.session_id)))
     if opts.feedback_category is not None or opts.min_feedback_score is not None:
-        floor = opts.min_feedback_score
-        means = store.feedback_means(tenant_id, opts.feedback_category)
-        sets.append(frozenset(e for e, mean in means.items()
-                              if floor is None or (f := normalise_feedback(mean)) is not None and f >= floor))
+        sets.append(_passing(store.feedback_means(tenant_id, opts.feedback_category), opts.min_feedback_score))
     if not sets:
         return None
-    return frozenset.intersection(*sets)
+    return sets[0] if len(sets) == 1 else frozenset.intersection(*sets)
+
+
+_PASSING: dict[float | None, tuple[dict[str, float], frozenset[str]]] = {}  # by floor: (means, passing)
+_PASSING_LOCK = threading.Lock()
+
+
+def _passing(means: dict[str, float], floor: float | None) -> frozenset[str]:
+    """The rated episodes of ``means`` whose normalised mean passes ``floor`` (None: every one),
+    kept while the store hands out the same means (it reads them again after any write)."""
+    with _PASSING_LOCK:
+        held = _PASSING.get(floor)
+    if held is not None and held[0] is means:
+        return held[1]
+    out = frozenset(e for e, mean in means.items()
+                    if floor is None or (f := normalise_feedback(mean)) is not None and f >= floor)
+    with _PASSING_LOCK:
+        if len(_PASSING) >= 16:
+            _PASSING.clear()
+        _PASSING[floor] = (means, out)
+    return out
 
 
 @dataclass

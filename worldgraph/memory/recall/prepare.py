@@ -51,7 +51,7 @@ class Filters:
         if self.success_only:
             out["success_only"] = True
         if self.episode_ids is not None:
-            out["episode_ids"] = sorted(self.episode_ids)
+            out["episode_ids"] = self.episode_ids
         if self.metadata is not None:  # what every match carries, pushed into the search
             if self.metadata.terms:
                 out["metadata_terms"] = list(self.metadata.terms)
