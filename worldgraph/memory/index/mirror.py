@@ -229,6 +229,7 @@ class Mirror:
         cols = self.cols
         if where and where.get("episode_ids") is not None:  # the rows of those ids, then the rest of where
             rows = cols.rows_with_ids(_id_hashes(where["episode_ids"]))
+            rows = rows[rows < len(self.alive)]  # (rows appended by a refresh running beside this search)
             only = np.zeros(cols.n, bool)
             only[rows[self.passes({k: v for k, v in where.items() if k != "episode_ids"}, rows)]] = True
             return only
