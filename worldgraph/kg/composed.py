@@ -155,6 +155,12 @@ class ComposedStore(GraphStore):
                        category: str | None = None) -> dict[str, tuple[float, int]]:
         return self.episodes.feedback_stats(tenant_id, episode_ids, category)
 
+    def feedback_means(self, tenant_id: str, category: str | None = None) -> dict[str, float]:
+        return self.episodes.feedback_means(tenant_id, category)
+
+    def session_episode_ids(self, tenant_id: str, session_id: str) -> list[str]:
+        return self.episodes.session_episode_ids(tenant_id, session_id)
+
     def episodes_with_feedback(self, tenant_id: str, episode_ids: list[str], category: str | None = None
                                ) -> tuple[dict[str, Record], dict[str, tuple[float, int]]]:
         return self.episodes.episodes_with_feedback(tenant_id, episode_ids, category)

@@ -129,6 +129,18 @@ class EpisodeStore(_Store):
         """Per episode: (mean raw score in [-1, 1], count), over feedback of ``category`` if given.
         Episodes without (matching) feedback are absent."""
 
+    def feedback_means(self, tenant_id: str, category: str | None = None) -> dict[str, float]:
+        """Per rated episode of the tenant: its mean raw score in [-1, 1], over feedback of
+        ``category`` if given (recall's feedback filter, turned into the episodes that pass it).
+        Stores override it with one aggregate over their feedback."""
+        ids = [e["id"] for page in self.iter_episodes(tenant_id) for e in page]
+        return {e: mean for e, (mean, _) in self.feedback_stats(tenant_id, ids, category).items()}
+
+    def session_episode_ids(self, tenant_id: str, session_id: str) -> list[str]:
+        """Ids of the episodes of one session (recall's session filter). Stores override it with
+        one index seek."""
+        return [e["id"] for page in self.iter_episodes(tenant_id) for e in page if e.get("session_id") == session_id]
+
     def episodes_with_feedback(
         self, tenant_id: str, episode_ids: list[str], category: str | None = None
     ) -> tuple[dict[str, Record], dict[str, tuple[float, int]]]:

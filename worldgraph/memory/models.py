@@ -294,6 +294,8 @@ class RecallOptions(BaseModel):
     success_only: bool = False
     metadata: MetadataFilterSpec = Field(None, description="conditions on the episodes' metadata fields "
                                          "({field: value} or {field: {'$gt': 3}})")
+    session_id: str | None = Field(None, min_length=1, description="only the episodes of this session "
+                                   "(the session_id they were recorded with)")
 
     # Feedback (thresholds on the normalised average feedback in [0, 1])
     min_feedback_score: float | None = Field(None, ge=0.0, le=1.0)

@@ -49,6 +49,8 @@ def passes(row: dict, where: dict | None) -> bool:
         return False
     if w.get("end") is not None and row["timestamp"] > w["end"]:
         return False
+    if w.get("episode_ids") is not None and row["episode_id"] not in w["episode_ids"]:
+        return False
     return not (w.get("success_only") and not row["success"])
 
 
@@ -63,7 +65,10 @@ def exact(rows: list[dict], q: np.ndarray, k: int, where: dict | None) -> list[s
 
 WHERES = [None, {"agent_role": "Ops"}, {"agent_id": "a3"}, {"canvas_ids": ["c5", "c7"]},
           {"start": NOW - 30 * DAY, "end": NOW}, {"agent_role": "Sales", "start": NOW - 10 * DAY},
-          {"success_only": True}, {"canvas_ids": ["c1"], "success_only": True}]
+          {"success_only": True}, {"canvas_ids": ["c1"], "success_only": True},
+          # the episodes of a session or of a feedback floor, as recall passes them (wide: through the lists)
+          {"episode_ids": ["e5", "e17", "e2999", "e-none"]}, {"episode_ids": [f"e{i}" for i in range(0, 3000, 7)]},
+          {"episode_ids": [f"e{i}" for i in range(0, 3000, 3)], "agent_role": "Finance"}]
 
 
 @pytest.fixture()
@@ -234,9 +239,10 @@ def test_a_mirror_saved_before_residuals_gains_them_in_place(loaded, tmp_path):
     from worldgraph.memory.index import mirror_files
 
     q, want, folder = _saved_mirror(loaded)
-    fine = (folder / "fine.bin").read_bytes()
+    fine, eid = (folder / "fine.bin").read_bytes(), (folder / "eid.bin").read_bytes()
     manifest = json.loads((folder / "manifest.json").read_text())
     (folder / "fine.bin").unlink()
+    (folder / "eid.bin").unlink()
     (folder / "manifest.json").write_text(json.dumps({**manifest, "format": 1}))
     (folder / "graph.usearch").write_bytes(b"an HNSW graph")
     (folder / "graph.json").write_text(json.dumps({"mirror": manifest["uid"], "covered": 3000}))
@@ -248,10 +254,50 @@ def test_a_mirror_saved_before_residuals_gains_them_in_place(loaded, tmp_path):
     assert not mirror.coarse and mirror.uid == manifest["uid"] and mirror.counts["read_rows"] == 0
     assert [h["episode_id"] for h in other.vector_search("A", q, k=10, where={"agent_role": "Ops"})] == want
     other._mirrors.save_all()
-    assert json.loads((folder / "manifest.json").read_text())["format"] == mirror_files.FORMAT == 2
-    assert (folder / "fine.bin").read_bytes() == fine
+    assert json.loads((folder / "manifest.json").read_text())["format"] == mirror_files.FORMAT == 3
+    assert (folder / "fine.bin").read_bytes() == fine and (folder / "eid.bin").read_bytes() == eid
     assert not (folder / "graph.usearch").exists() and not (folder / "graph.json").exists()
     other.close()
+
+
+def test_a_mirror_saved_before_the_id_hashes_gains_them_on_opening(loaded, tmp_path):
+    """A mirror saved by the previous version (format 2: no eid.bin) opens without reading the
+    table: the hashes of its episode ids are made from its id files, an episode-id filter is
+    answered in process at once, and the next save writes them (format 3)."""
+    import json
+
+    from worldgraph.memory.index import mirror_files
+
+    idx, rows = loaded
+    q = np.asarray(rows[42]["vector"], np.float32)
+    where = {"episode_ids": [f"e{i}" for i in range(5, 3000, 11)]}
+    want = exact(rows, q, 10, where)
+    assert len(set(want) & {h["episode_id"] for h in idx.vector_search("A", q, k=10, where=where)}) >= 9
+    idx.close()
+    folder = mirror_files.folder_of(idx.path, "eph-41")
+    eid = (folder / "eid.bin").read_bytes()
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "eid.bin").unlink()
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "format": 2}))
+    other = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    other._small.max_rows = 0
+    got = [h["episode_id"] for h in other.vector_search("A", q, k=10, where=where)]
+    mirror = other._mirrors.held("eph-41")
+    assert mirror is not None and mirror.counts["read_rows"] == 0 and mirror.uid == manifest["uid"]
+    assert len(set(got) & set(want)) >= 9
+    other._mirrors.save_all()
+    assert json.loads((folder / "manifest.json").read_text())["format"] == 3
+    assert (folder / "eid.bin").read_bytes() == eid
+    other.close()
+
+
+def test_an_empty_id_filter_passes_nothing(loaded):
+    idx, rows = loaded
+    q = np.asarray(rows[42]["vector"], np.float32)
+    assert idx.vector_search("A", q, k=10, where={"episode_ids": []}) == []
+    assert idx.text_search("A", "ledger", k=10, where={"episode_ids": []}) == []
+    assert [h["episode_id"] for h in idx.text_search("A", "ledger", k=10, where={"episode_ids": ["e7", "e9"]})] \
+        in (["e7", "e9"], ["e9", "e7"])
 
 
 def test_purge_deletes_the_saved_mirror(loaded, tmp_path):

@@ -296,8 +296,18 @@ def test_folder_of_257ae78_opens_with_its_saved_mirror_and_graph(tmp_path: Path,
         # (ivf.py) in place of the graph, whose files are gone
         assert wm.index.warm_mirror("acme", timeout=60) and wm.index.mirror_stats("acme")["read_rows"] == 0
         assert answers(wm) == want and not (saved / "graph.usearch").exists()
-        wm.index._mirrors.save_all()
-        assert json.loads((saved / "manifest.json").read_text())["format"] == 2 and (saved / "fine.bin").exists()
+        wm.index._mirrors.save_all()  # format 3: with the residuals and the hashes of the episode ids
+        assert json.loads((saved / "manifest.json").read_text())["format"] == 3 and (saved / "fine.bin").exists()
+        assert (saved / "eid.bin").stat().st_size == 8 * 152
+        # the filters only the store holds, through the upgraded mirror: a session, a feedback floor
+        opts = {"min_similarity": -1.0}
+        chat = wm.recall_experiences("acme", None, "where is the pallet", limit=10,
+                                     options={**opts, "session_id": "chat-1"})
+        assert sorted(r["agent_id"] for r in chat) == ["Alice", "Bob"]
+        rated = want[2][-1]
+        wm.submit_feedback("acme", rated, 0.9)
+        assert [r["episode_id"] for r in wm.recall_experiences("acme", None, query, limit=10,
+                                                               options={**opts, "min_feedback_score": 0.9})] == [rated]
         hits = wm.search_world("acme", "what does the brass key unlock?", env_name="kitchen", k=3)
         assert any(h.text == "brass key unlocks front door" for h in hits)
         turns = wm.list_episodes("acme", session_id="chat-1").items
@@ -315,3 +325,48 @@ def test_folder_of_257ae78_opens_with_its_saved_mirror_and_graph(tmp_path: Path,
     assert files_holding(data, gone_text) == [] and files_holding(data, gone) == ["worldgraph.db"]
     with WorldModel.open(data, config=mirrored) as wm:  # reopened after the purge: the same answers
         assert answers(wm)[1] == got[1]
+
+
+def test_folder_of_9c2889b_gains_the_id_hashes_and_answers_store_filters(tmp_path: Path) -> None:
+    """9c2889b saved its mirror as format 2 (codes, residuals, lists; no hashes of the episode ids:
+    tests/fixtures/make_data_9c2889b_mirror.py). A later main opens it without reading the table,
+    makes the hashes from the mirror's id files, answers the session and feedback filters through
+    it with LanceDB's answers, saves it as format 3, and sees a rating another process writes."""
+    import subprocess
+    import sys
+
+    from worldgraph.config import WorldGraphConfig
+
+    data = unpack(tmp_path, "data_9c2889b_mirror")
+    saved = next(data.glob("**/_mirror/*/manifest.json")).parent
+    assert json.loads((saved / "manifest.json").read_text())["format"] == 2 and not (saved / "eid.bin").exists()
+    query, opts = "reconcile the ledger", {"min_similarity": -1.0}
+    options = [{"session_id": "chat-1"}, {"session_id": "chat-2"}, {"min_feedback_score": 0.5},
+               {"min_feedback_score": 0.2, "feedback_category": "accuracy"}, {"feedback_category": "accuracy"},
+               {"min_feedback_score": 0.3, "agent_id": "agent-3"}]
+
+    def answers(wm: WorldModel) -> list[list[str]]:
+        wm.index._small.max_rows = 0  # not the in-process copy of small tables: the path under test
+        return [sorted(h["episode_id"] for h in wm.recall_experiences("acme", None, query, limit=10,
+                                                                       options={**opts, **o})) for o in options]
+
+    with WorldModel.open(data, config=WorldGraphConfig(mirror_min_rows=0)) as wm:
+        want = answers(wm)  # LanceDB's search with the episode ids pushed in
+    assert all(want[:4]) and len(want[0]) == 2 and len(want[1]) == 1
+    mirrored = WorldGraphConfig(mirror_min_rows=50, mirror_exact_rows=40)
+    with WorldModel.open(data, config=mirrored) as wm:
+        assert answers(wm) == want
+        stats = wm.index.mirror_stats("acme")
+        assert stats is not None and stats["read_rows"] == 0 and stats["live"] == 153  # no table read
+        wm.index._mirrors.save_all()
+        assert json.loads((saved / "manifest.json").read_text())["format"] == 3
+        assert (saved / "eid.bin").stat().st_size == 8 * 153
+        unrated = next(e for e in answers(wm)[0])  # a turn of chat-1: never rated
+        code = ("from worldgraph import WorldModel\n"
+                f"with WorldModel.open({str(data)!r}) as wm:\n"
+                f"    wm.submit_feedback('acme', {unrated!r}, 1.0, category='accuracy')\n")
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+        assert unrated in answers(wm)[3]
+    with WorldModel.open(data, config=mirrored) as wm:  # reopened: format 3, nothing read again
+        assert answers(wm)[3] == sorted([*want[3], unrated])
+        assert wm.index.mirror_stats("acme")["read_rows"] == 0

@@ -29,6 +29,45 @@ def value_hashes(values: pa.Array) -> np.ndarray:
     return out
 
 
+FNV_OFFSET, FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
+
+
+def id_hashes(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A 64-bit hash of each episode id, vectorised with numpy (~1 ms for 10k ids, where
+    ``value_hashes`` calls blake2b once per value: 30 ms): the ids of each length as a matrix of
+    8-byte words (zero-padded), mixed word by word (multiply, xor-shift: splitmix64's finish),
+    with the length mixed in."""
+    arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    arr = arr.cast(pa.large_string())
+    n = len(arr)
+    out = np.zeros(n, np.uint64)
+    if not n:
+        return out
+    offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset:arr.offset + n + 1]
+    data = np.frombuffer(arr.buffers()[2], np.uint8) if arr.buffers()[2] is not None else np.zeros(0, np.uint8)
+    lengths = np.diff(offsets)
+    with np.errstate(over="ignore"):
+        for length in np.unique(lengths).tolist():
+            rows = np.flatnonzero(lengths == length)
+            width = -(-length // 8) * 8
+            block = np.zeros((len(rows), max(width, 8)), np.uint8)
+            if length:
+                block[:, :length] = data[offsets[rows][:, None] + np.arange(length)]
+            words = block.view(np.uint64)
+            h = np.full(len(rows), FNV_OFFSET ^ np.uint64(length), np.uint64)
+            for w in range(words.shape[1]):
+                h = _mix((h ^ words[:, w]) * FNV_PRIME)
+            out[rows] = h
+    return out
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    out: np.ndarray = h ^ (h >> np.uint64(31))
+    return out
+
+
 def hash_value(value: str | None) -> int:
     """The 64-bit hash of one filter value (0 for a missing value)."""
     if not value:
@@ -55,9 +94,12 @@ def one_of(column: np.ndarray, values: list[int]) -> np.ndarray:
     return out
 
 
-# the per-row fields of a mirror, their types and, for codes, the width (the vector size)
+# the per-row fields of a mirror, their types and, for codes, the width (the vector size); eid:
+# the hash of the row's episode id (id_hashes), what an episode-id filter is looked up in
 FIELDS: dict[str, Any] = {"codes": np.int8, "role": np.uint64, "agent": np.uint64, "canvas": np.uint64,
-                          "ts": np.float64, "ok": np.bool_, "norms": np.float32, "fine": np.uint8}
+                          "ts": np.float64, "ok": np.bool_, "norms": np.float32, "fine": np.uint8,
+                          "eid": np.uint64}
+RESORT_ROWS = 50_000  # rows appended past the sorted hashes that make the next lookup sort them again
 
 
 class Columns:
@@ -74,6 +116,7 @@ class Columns:
         self.ids: list[pa.Array] = []  # episode ids, in chunks (the base's first, from their files)
         self.id_starts: list[int] = []
         self.saved_ids = 0  # chunks of ids already in files
+        self.by_eid: tuple[np.ndarray, np.ndarray] | None = None  # (eid sorted, their rows) of the first rows
 
     def _empty(self, field: str, n: int) -> np.ndarray:
         return np.zeros(row_shape(field, n, self.dimensions), FIELDS[field])
@@ -138,6 +181,7 @@ class Columns:
         t["canvas"][a:b] = value_hashes(tbl.column("canvas_id"))
         t["ts"][a:b] = tbl.column("timestamp").to_numpy(zero_copy_only=False)
         t["ok"][a:b] = tbl.column("success").fill_null(False).to_numpy(zero_copy_only=False)
+        t["eid"][a:b] = id_hashes(tbl.column("episode_id"))
         t["codes"][a:b] = codes
         t["fine"][a:b] = fine
         c = codes.astype(np.float32)
@@ -148,6 +192,25 @@ class Columns:
         self.id_starts.append(first)
         self.n_tail = b
         return np.arange(first, first + m, dtype=np.int64)
+
+    def rows_with_ids(self, hashes: np.ndarray) -> np.ndarray:
+        """Mirror rows (live or gone) whose ``eid`` is one of ``hashes``: binary searches in the
+        hashes sorted once (~0.1 s at 1M rows; again once ``RESORT_ROWS`` rows were added past
+        them), plus a pass over the rows added since."""
+        n = self.n
+        if self.by_eid is None or n - len(self.by_eid[0]) > RESORT_ROWS:
+            every = np.concatenate(self.segments("eid"))
+            order = np.argsort(every, kind="stable")
+            self.by_eid = (every[order], order.astype(np.int64))
+        keys, rows = self.by_eid
+        wanted = np.unique(np.asarray(hashes, np.uint64))
+        lo, hi = np.searchsorted(keys, wanted, "left"), np.searchsorted(keys, wanted, "right")
+        counts = hi - lo
+        total = int(counts.sum())
+        firsts = np.repeat(lo, counts) + (np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts))
+        newer = np.arange(len(keys), n, dtype=np.int64)
+        newer = newer[np.isin(self.take("eid", newer), wanted)] if len(newer) else newer
+        return np.concatenate([rows[firsts], newer])
 
     def episode_ids(self, rows: np.ndarray) -> list[str]:
         """The episode ids of mirror ``rows``."""

@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from worldgraph.memory.index.codes import decode, quantize, quantize_fine
-from worldgraph.memory.index.columns import Columns, hash_value, one_of
+from worldgraph.memory.index.columns import Columns, hash_value, id_hashes, one_of
 from worldgraph.memory.index.schema import as_timestamp
 
 FILTER_COLUMNS = ("episode_id", "agent_role", "agent_id", "canvas_id", "timestamp", "success")
@@ -218,12 +218,21 @@ class Mirror:
             checks.append(("ts", lambda col: col <= end))
         if w.get("success_only"):
             checks.append(("ok", lambda col: col))
+        if w.get("episode_ids") is not None:
+            hashes = _id_hashes(w["episode_ids"])
+            checks.append(("eid", lambda col: np.isin(col, hashes)))
         return checks
 
     def mask(self, where: dict[str, Any] | None) -> np.ndarray:
         """Live mirror rows passing ``where``, every row of the mirror (a pass of numpy over each
         filter column: ~1 ms a column at 1M rows, 18-34 ms at 10M)."""
         cols = self.cols
+        if where and where.get("episode_ids") is not None:  # the rows of those ids, then the rest of where
+            rows = cols.rows_with_ids(_id_hashes(where["episode_ids"]))
+            rows = rows[rows < len(self.alive)]  # (rows appended by a refresh running beside this search)
+            only = np.zeros(cols.n, bool)
+            only[rows[self.passes({k: v for k, v in where.items() if k != "episode_ids"}, rows)]] = True
+            return only
         checks = self._checks(where)
         keep: np.ndarray = self.alive[:cols.n].copy()
         offset = 0
@@ -248,6 +257,8 @@ class Mirror:
         """The share of live rows passing ``where``, estimated from ``SHARE_SAMPLE`` rows spread
         evenly over the mirror (all of them in a smaller one)."""
         n = self.cols.n
+        if where and where.get("episode_ids") is not None:  # at most that many: as good as a sample's guess
+            return min(1.0, len(where["episode_ids"]) / max(self.live, 1))
         rows = np.arange(n, dtype=np.int64) if n <= SHARE_SAMPLE else \
             np.linspace(0, n - 1, SHARE_SAMPLE).astype(np.int64)
         live = self.alive[rows]
@@ -307,3 +318,17 @@ class Mirror:
             found[inside] = held.by_offset[offsets[inside]]
             out[sel] = found
         return out
+
+
+_HASHED: list[tuple[Any, np.ndarray]] = []  # the last filter's ids (held: its id() stays theirs) and hashes
+
+
+def _id_hashes(episode_ids: Any) -> np.ndarray:
+    """The sorted distinct hashes of a ``where`` filter's episode ids (columns.id_hashes), kept for
+    the same ids object: a search masks, checks and estimates with them (~3 ms for 5k ids)."""
+    held = _HASHED[0] if _HASHED else None
+    if held is not None and held[0] is episode_ids:
+        return held[1]
+    hashes = np.unique(id_hashes(pa.array(list(episode_ids), pa.string())))
+    _HASHED[:] = [(episode_ids, hashes)]
+    return hashes

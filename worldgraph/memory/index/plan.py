@@ -99,6 +99,8 @@ class Sample:
         if (every or groups) and METADATA_TERMS in cols:
             keep &= np.array([every <= row and all(row & g for g in groups) for row in cols[METADATA_TERMS]],
                              dtype=bool)
+        if w.get("episode_ids") is not None:  # not in the sample: as if the ids were spread evenly
+            return float(keep.mean()) * min(1.0, len(w["episode_ids"]) / max(self.rows, 1))
         return float(keep.mean())
 
     def time_share(self, start: float | None, end: float | None) -> float:

@@ -65,7 +65,7 @@ SCALAR_INDEXES: dict[str, str] = {
 # LanceDB's names of the two kinds (``list_indices()``'s ``index_type``)
 INDEX_TYPE_NAMES = {"BTREE": "BTree", "BITMAP": "Bitmap", "LABEL_LIST": "LabelList"}
 WHERE_KEYS = frozenset({"agent_role", "agent_id", "canvas_ids", "start", "end", "success_only", "metadata_terms",
-                        "metadata_any"})
+                        "metadata_any", "episode_ids"})
 # Added after the first tables were made: a table without it gets it (all null) on its first write
 # (IndexTables._part_by_name); a search of a table without it checks the metadata on the hits only.
 METADATA_TERMS = "metadata_terms"
@@ -198,6 +198,11 @@ def _where_parts(where: dict[str, Any] | None) -> list[str]:
         parts.append(f"timestamp <= {sql_literal(as_timestamp(end, 'where.end'))}")
     if where.get("success_only"):
         parts.append("success = true")
+    episode_ids = where.get("episode_ids")
+    if episode_ids is not None:
+        if isinstance(episode_ids, str) or not isinstance(episode_ids, (list, tuple, set, frozenset)):
+            raise InvalidInputError("where.episode_ids", f"expected a list of strings, got {type(episode_ids).__name__}")
+        parts.append(f"episode_id IN ({id_literals(episode_ids)})" if episode_ids else "false")
     # the terms every episode passing a metadata filter carries (memory/metadata.py filter_terms)
     terms = where.get(METADATA_TERMS)
     if terms:
@@ -205,6 +210,25 @@ def _where_parts(where: dict[str, Any] | None) -> list[str]:
     for group in where.get("metadata_any") or []:
         parts.append(f"array_has_any({METADATA_TERMS}, [{_literals(group, 'where.metadata_any')}])")
     return parts
+
+
+_LITERALS: list[tuple[Any, str]] = []  # the last ids object (held: its id() stays its own) and its literals
+
+
+def id_literals(episode_ids: Any) -> str:
+    """The SQL literals of a filter's episode ids, comma-separated (one pass, where a
+    ``sql_literal`` call each took 30 ms for 5k ids), kept for the same ids object: recall passes
+    the same set while the store's feedback does not change."""
+    held = _LITERALS[0] if _LITERALS else None
+    if held is not None and held[0] is episode_ids:
+        return held[1]
+    if not all(isinstance(e, str) for e in episode_ids):
+        raise InvalidInputError("where.episode_ids", "expected a list of strings")
+    text = "', '".join(e.replace("'", "''") for e in episode_ids)
+    if "\x00" in text:
+        raise InvalidInputError("where.episode_ids", "must not contain NUL characters")
+    _LITERALS[:] = [(episode_ids, f"'{text}'")]
+    return _LITERALS[0][1]
 
 
 def _literals(values: Any, field: str) -> str:
@@ -218,7 +242,9 @@ def metadata_filter(where: dict[str, Any] | None = None) -> str | None:
     """The SQL predicate for the optional recall filters alone (None: no filter).
 
     ``where`` keys: ``agent_role`` / ``agent_id`` (str), ``canvas_ids`` (list of str; empty means no filter),
-    ``start`` / ``end`` (unix seconds or datetime, inclusive), ``success_only`` (bool).
+    ``start`` / ``end`` (unix seconds or datetime, inclusive), ``success_only`` (bool),
+    ``episode_ids`` (list of str: only these episodes, an empty list passes none; what recall makes
+    of the filters whose values only the store holds: a session, feedback).
     """
     parts = _where_parts(where)
     if not parts:

@@ -287,9 +287,16 @@ class IndexSearch(MirrorSearch):
         check = time_check(where, k, self._sample(part, ds) if where else None)
         # a big table's hits take their ids and vectors from its mirror (mirror.py), not LanceDB
         mirror = self._mirrors.get(part.name, ds) if self._mirrored(ds) else None
+        ids_in_mirror = mirror is not None and (where or {}).get("episode_ids") is not None
+
+        def pred_of(w: dict[str, Any] | None) -> str | None:
+            return _by_address(mirror, w or {}) if ids_in_mirror else metadata_filter(w)
+
+        if ids_in_mirror:
+            pred = pred_of(where)
         try:
             if check is not None:  # a wide date range, checked on the hits (plan.py)
-                hits = self._matches(ds, text, check.fetch, metadata_filter(split_time(where)[0]),
+                hits = self._matches(ds, text, check.fetch, pred_of(split_time(where)[0]),
                                      self._with_time(select), tenant_id, mirror)
                 kept = [r for r in hits if check.keeps(r["timestamp"])]
                 if len(kept) >= k or len(hits) < check.fetch:
@@ -324,6 +331,17 @@ class IndexSearch(MirrorSearch):
             results = self._rows(tbl, tenant_id, "_score", "bm25")
         results.sort(key=lambda r: r["bm25"], reverse=True)
         return first_per_episode(results)
+
+
+def _by_address(mirror: Any, where: dict[str, Any]) -> str:
+    """The predicate of ``where`` with its episode ids as the row addresses the mirror holds for
+    them (a full-text search's prefilter of 5k addresses: ~21 ms at 1M rows, of 5k episode ids
+    looked up in the id index: ~58 ms)."""
+    rows = np.flatnonzero(mirror.mask({"episode_ids": where["episode_ids"]}))
+    addresses = ",".join(map(str, mirror.addresses(rows))) if len(rows) else None
+    rest = metadata_filter({k: v for k, v in where.items() if k != "episode_ids"})
+    parts = [p for p in (rest, f"_rowaddr IN ({addresses})" if addresses else "false") if p]
+    return " AND ".join(f"({p})" for p in parts)
 
 
 def _has_metadata(where: dict[str, Any] | None) -> bool:

@@ -143,6 +143,9 @@ class SmallTable:
             keep &= ts <= as_timestamp(where["end"], "where.end")
         if where.get("success_only"):
             keep &= np.array([bool(v) for v in cols["success"]], dtype=bool)
+        if where.get("episode_ids") is not None:
+            ids = set(where["episode_ids"])
+            keep &= np.array([v in ids for v in cols["episode_id"]], dtype=bool)
         every = frozenset(where.get(METADATA_TERMS) or ())
         groups = [frozenset(g) for g in where.get("metadata_any") or ()]
         if every or groups:

@@ -4,6 +4,7 @@ on the system of record, then the feedback filter."""
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,9 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
     query, and one that says what the query asks in other words can miss the top N. A memory it
     adds must pass the floor by its speaker-free cosine, the cosine its relevance is made of."""
     opts = q.opts
+    q.filters.episode_ids = scope(store, tenant_id, q)
+    if q.filters.episode_ids is not None and not q.filters.episode_ids:
+        return None
     # 2a. candidates: vector top-N plus full-text hits
     where = q.filters.where()
     # The BM25 search runs beside the vector search (LanceDB releases the GIL while it searches).
@@ -127,6 +131,42 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
         return None
     return Candidates(ids, matrix, row, semantic, bm25, searched_text, episodes, stats, avg, subquery, named, floor,
                       free)
+
+
+def scope(store: EpisodeStore, tenant_id: str, q: PreparedQuery) -> frozenset[str] | None:
+    """The episodes that pass the filters only the store holds the values of (the session, the
+    feedback floor and category), read from the store at each recall, so a rating another process
+    just wrote counts at once; pushed into the index's search as ``episode_ids``, so the vector and
+    full-text top N are the best of the episodes that pass, not the passing few of the overall best.
+    None: no such filter."""
+    opts, sets = q.opts, []
+    if q.filters.session_id is not None:
+        sets.append(frozenset(store.session_episode_ids(tenant_id, q.filters.session_id)))
+    if opts.feedback_category is not None or opts.min_feedback_score is not None:
+        sets.append(_passing(store.feedback_means(tenant_id, opts.feedback_category), opts.min_feedback_score))
+    if not sets:
+        return None
+    return sets[0] if len(sets) == 1 else frozenset.intersection(*sets)
+
+
+_PASSING: dict[float | None, tuple[dict[str, float], frozenset[str]]] = {}  # by floor: (means, passing)
+_PASSING_LOCK = threading.Lock()
+
+
+def _passing(means: dict[str, float], floor: float | None) -> frozenset[str]:
+    """The rated episodes of ``means`` whose normalised mean passes ``floor`` (None: every one),
+    kept while the store hands out the same means (it reads them again after any write)."""
+    with _PASSING_LOCK:
+        held = _PASSING.get(floor)
+    if held is not None and held[0] is means:
+        return held[1]
+    out = frozenset(e for e, mean in means.items()
+                    if floor is None or (f := normalise_feedback(mean)) is not None and f >= floor)
+    with _PASSING_LOCK:
+        if len(_PASSING) >= 16:
+            _PASSING.clear()
+        _PASSING[floor] = (means, out)
+    return out
 
 
 @dataclass

@@ -31,6 +31,10 @@ class Filters:
     end: datetime | None
     success_only: bool
     metadata: MetadataFilter | None = None
+    session_id: str | None = None
+    # the episodes the filters only the store can answer pass (a session, feedback): resolved by
+    # step 2 (candidates.scope), pushed into the index's search; None: no such filter
+    episode_ids: frozenset[str] | None = None
 
     def where(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -46,6 +50,8 @@ class Filters:
             out["end"] = self.end.timestamp()
         if self.success_only:
             out["success_only"] = True
+        if self.episode_ids is not None:
+            out["episode_ids"] = self.episode_ids
         if self.metadata is not None:  # what every match carries, pushed into the search
             if self.metadata.terms:
                 out["metadata_terms"] = list(self.metadata.terms)
@@ -65,6 +71,10 @@ class Filters:
         if self.end is not None and ep["ts"] > self.end.timestamp():
             return False
         if self.success_only and ep.get("outcome") != "success":
+            return False
+        if self.session_id is not None and ep.get("session_id") != self.session_id:
+            return False
+        if self.episode_ids is not None and ep.get("id") not in self.episode_ids:
             return False
         return self.metadata is None or self.metadata.matches(ep.get("metadata"))
 
@@ -121,7 +131,7 @@ def prepare_query(embedder: Embedder, cfg: WorldGraphConfig, agent_role: str | N
         agent_id=opts.agent_id or (parsed.agent_ids[0] if opts.extract_filters and parsed.agent_ids else None),
         canvas_ids=opts.canvas_ids or (parsed.canvas_ids if opts.extract_filters and parsed.canvas_ids else None),
         start=dr.start if dr else None, end=dr.end if dr else None, success_only=opts.success_only,
-        metadata=parse_filter(opts.metadata, "options.metadata"),
+        metadata=parse_filter(opts.metadata, "options.metadata"), session_id=opts.session_id,
     )
     early = ahead(text, opts) if ahead is not None else None
     try:

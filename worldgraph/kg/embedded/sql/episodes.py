@@ -127,6 +127,7 @@ INSERT_SESSION_LINK = "INSERT INTO session_links(tenant_id, episode_id, session_
 SET_SESSION_NEXT = "UPDATE session_links SET next_id = ? WHERE tenant_id = ? AND episode_id = ?"
 SESSION_EPISODE_BEFORE = ("SELECT episode_id FROM session_links WHERE tenant_id = ? AND session_id = ? AND ts <= ? "
                           "ORDER BY ts DESC, seq DESC LIMIT 1")
+SESSION_EPISODE_IDS = "SELECT episode_id FROM session_links WHERE tenant_id = ? AND session_id = ?"
 SESSION_NEXT_OF = "SELECT next_id FROM session_links WHERE tenant_id = ? AND episode_id = ?"
 # the previous episode of a forgotten one points past it
 SESSION_SKIP = "UPDATE session_links SET next_id = ? WHERE tenant_id = ? AND next_id = ?"
@@ -151,6 +152,11 @@ INSERT_FEEDBACK = ("INSERT INTO feedback(tenant_id, id, episode_id, category, sc
                    "VALUES (?,?,?,?,?,?,?)")
 FEEDBACK_FOR = "SELECT data FROM feedback WHERE tenant_id = ? AND episode_id = ? ORDER BY created_at, id"
 DELETE_FEEDBACK_OF_EPISODE = "DELETE FROM feedback WHERE tenant_id = ? AND episode_id = ?"
+
+
+FEEDBACK_MEANS = "SELECT episode_id, AVG(score) FROM feedback WHERE tenant_id = ? GROUP BY episode_id"
+FEEDBACK_MEANS_OF = ("SELECT episode_id, AVG(score) FROM feedback WHERE tenant_id = ? AND category = ? "
+                     "GROUP BY episode_id")
 
 
 def feedback_stats(n: int, by_category: bool) -> str:
