@@ -1,0 +1,83 @@
+"""How an episode record is kept in the ``episodes.data`` column of the embedded store: the
+record's JSON without what can be filled in again exactly on reading (docs/architecture.md,
+"Episode records on disk").
+
+Format 1 (every worldgraph before this module, and any record ``pack`` cannot shorten exactly): the
+whole record. Format 2: the record without
+- the keys whose value is the default a recorded experience gets (``DEFAULTS``: no canvas, no
+  session, no error, empty lists, ``index_status`` "pending"; the live index status is in its
+  columns anyway),
+- ``episode_id`` (always the record's ``id``),
+- ``timestamp`` (the ISO spelling of ``ts``, which the record keeps),
+and with the marker ``"_f": 2``. ``unpack`` of either format returns the record that was packed,
+key for key and value for value; a record is packed only if that holds (every default key present,
+``episode_id`` equal to ``id``, ``timestamp`` the spelling of ``ts``), else it is kept whole.
+
+At ~1.2 KB a record (the bench's), format 2 is ~0.3 KB shorter: at ten million episodes, ~3 GB of
+the store (bench/README.md, "Bytes per episode"). Keys read by SQL (``canvas_id`` through
+``json_extract``, and the partial index on it) read NULL from a missing key as from a null one;
+``input_summary`` and ``context_from``, which SQL compares, are never left out."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from worldgraph.clock import iso
+from worldgraph.kg.codec import dumps, loads
+
+__all__ = ["DEFAULTS", "FORMAT", "FORMAT_KEY", "full_data", "pack", "unpack"]
+
+FORMAT = 2
+FORMAT_KEY = "_f"  # never a record's own key: AgentExperience forbids unknown fields
+# key -> the value build_episode gives an experience that leaves it out (memory.models.AgentExperience)
+DEFAULTS: dict[str, Any] = {
+    "actions_taken": [], "agent_role": "", "approach_taken": "", "canvas_action_ids": [], "canvas_id": None,
+    "canvas_name": None, "canvas_snapshot": None, "constitutional_violations": [], "error_message": None,
+    "human_intervention_required": False, "index_error": None, "index_status": "pending", "learnings": [],
+    "metadata": {}, "session_id": None,
+}
+
+
+def _same(value: Any, default: Any) -> bool:
+    # type first: False == 0 and 0.0, [] and {} differ only by type
+    return type(value) is type(default) and value == default
+
+
+def _spelled(ts: Any) -> str | None:
+    if type(ts) is not float:
+        return None
+    try:
+        return iso(datetime.fromtimestamp(ts, timezone.utc))
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def pack(record: dict[str, Any]) -> str:
+    """The data column's text of an episode ``record``: format 2 when it restores exactly, else
+    the whole record (format 1)."""
+    if (FORMAT_KEY in record or record.get("episode_id") != record.get("id") or "id" not in record
+            or not DEFAULTS.keys() <= record.keys() or record.get("timestamp") != _spelled(record.get("ts"))):
+        return dumps(record)
+    out = {k: v for k, v in record.items() if not (k in DEFAULTS and _same(v, DEFAULTS[k]))}
+    del out["episode_id"], out["timestamp"]
+    out[FORMAT_KEY] = FORMAT
+    return dumps(out)
+
+
+def unpack(data: str) -> dict[str, Any]:
+    """The record of a data column's text, of either format."""
+    rec: dict[str, Any] = loads(data)
+    if rec.pop(FORMAT_KEY, None) is None:
+        return rec
+    for k, v in DEFAULTS.items():
+        if k not in rec:
+            rec[k] = v.copy() if isinstance(v, (list, dict)) else v
+    rec["episode_id"] = rec["id"]
+    rec["timestamp"] = _spelled(rec["ts"])
+    return rec
+
+
+def full_data(data: str) -> str:
+    """The whole record's JSON of a data column's text (the Cypher projection's ``record``)."""
+    return dumps(unpack(data)) if f'"{FORMAT_KEY}":' in data else data
