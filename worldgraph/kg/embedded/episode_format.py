@@ -9,14 +9,16 @@ whole record. Format 2: the record without
   columns anyway),
 - ``episode_id`` (always the record's ``id``),
 - ``timestamp`` (the ISO spelling of ``ts``, which the record keeps),
-and with the marker ``"_f": 2``. ``unpack`` of either format returns the record that was packed,
+with the other keys of the record model under short names (``SHORT``: the key names were ~0.4 KB
+of a record) and the marker ``"_f": 2``. ``unpack`` of either format returns the record that was packed,
 key for key and value for value; a record is packed only if that holds (every default key present,
-``episode_id`` equal to ``id``, ``timestamp`` the spelling of ``ts``), else it is kept whole.
+``episode_id`` equal to ``id``, ``timestamp`` the spelling of ``ts``, no key of the record already
+named like a short name), else it is kept whole.
 
-At ~1.2 KB a record (the bench's), format 2 is ~0.3 KB shorter: at ten million episodes, ~3 GB of
-the store (bench/README.md, "Bytes per episode"). Keys read by SQL (``canvas_id`` through
-``json_extract``, and the partial index on it) read NULL from a missing key as from a null one;
-``input_summary`` and ``context_from``, which SQL compares, are never left out."""
+The keys SQL reads keep their names (``json_extract`` of ``canvas_id``, and the partial index on
+it, read NULL from a missing key as from a null one; ``input_summary`` and ``context_from``, which
+SQL compares, are never left out), and so does ``id``. Nested values (the reasoning chain, the
+metadata) are kept as written."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from typing import Any
 from worldgraph.clock import iso
 from worldgraph.kg.codec import dumps, loads
 
-__all__ = ["DEFAULTS", "FORMAT", "FORMAT_KEY", "full_data", "pack", "unpack"]
+__all__ = ["DEFAULTS", "FORMAT", "FORMAT_KEY", "SHORT", "full_data", "pack", "unpack"]
 
 FORMAT = 2
 FORMAT_KEY = "_f"  # never a record's own key: AgentExperience forbids unknown fields
@@ -37,6 +39,18 @@ DEFAULTS: dict[str, Any] = {
     "human_intervention_required": False, "index_error": None, "index_status": "pending", "learnings": [],
     "metadata": {}, "session_id": None,
 }
+
+# key -> its name in format 2; never a key SQL reads (see above)
+SHORT: dict[str, str] = {
+    "actions_taken": "ac", "agent_id": "ag", "agent_role": "ar", "approach_taken": "ap", "canvas_action_ids": "ca",
+    "canvas_name": "cn", "canvas_snapshot": "cs", "confidence_score": "co", "constitutional_violations": "cv",
+    "error_message": "er", "human_intervention_required": "hi", "index_error": "ie", "index_status": "is",
+    "learnings": "le", "maturity_level": "ml", "metacognitive_insights": "mi", "metadata": "md", "outcome": "ou",
+    "reasoning_chain": "rc", "session_id": "se", "success": "su", "task_description": "td", "task_type": "tt",
+    "tenant_id": "te",
+}
+_LONG = {v: k for k, v in SHORT.items()}
+assert len(_LONG) == len(SHORT) and not _LONG.keys() & SHORT.keys()
 
 
 def _same(value: Any, default: Any) -> bool:
@@ -55,27 +69,32 @@ def _spelled(ts: Any) -> str | None:
 
 def pack(record: dict[str, Any]) -> str:
     """The data column's text of an episode ``record``: format 2 when it restores exactly, else
-    the whole record (format 1)."""
-    if (FORMAT_KEY in record or record.get("episode_id") != record.get("id") or "id" not in record
-            or not DEFAULTS.keys() <= record.keys() or record.get("timestamp") != _spelled(record.get("ts"))):
+    the whole record (format 1). ``FORMAT_KEY`` is no record's own key (the record model has no
+    such field): one that holds it is refused, as it would read back as format 2."""
+    if FORMAT_KEY in record:
+        raise ValueError(f"an episode record must not hold the key {FORMAT_KEY!r} (reserved for the stored format)")
+    if (record.get("episode_id") != record.get("id") or "id" not in record
+            or not DEFAULTS.keys() <= record.keys() or record.get("timestamp") != _spelled(record.get("ts"))
+            or not _LONG.keys().isdisjoint(record)):
         return dumps(record)
-    out = {k: v for k, v in record.items() if not (k in DEFAULTS and _same(v, DEFAULTS[k]))}
-    del out["episode_id"], out["timestamp"]
+    out = {SHORT.get(k, k): v for k, v in record.items()
+           if not (k in DEFAULTS and _same(v, DEFAULTS[k])) and k not in ("episode_id", "timestamp")}
     out[FORMAT_KEY] = FORMAT
     return dumps(out)
 
 
 def unpack(data: str) -> dict[str, Any]:
     """The record of a data column's text, of either format."""
-    rec: dict[str, Any] = loads(data)
-    if rec.pop(FORMAT_KEY, None) is None:
-        return rec
+    stored: dict[str, Any] = loads(data)
+    if stored.pop(FORMAT_KEY, None) is None:
+        return stored
+    rec = {_LONG.get(k, k): v for k, v in stored.items()}
     for k, v in DEFAULTS.items():
         if k not in rec:
             rec[k] = v.copy() if isinstance(v, (list, dict)) else v
     rec["episode_id"] = rec["id"]
     rec["timestamp"] = _spelled(rec["ts"])
-    return rec
+    return dict(sorted(rec.items()))  # in the order format 1 reads back (its JSON's keys are sorted)
 
 
 def full_data(data: str) -> str:
