@@ -53,9 +53,18 @@ _LONG = {v: k for k, v in SHORT.items()}
 assert len(_LONG) == len(SHORT) and not _LONG.keys() & SHORT.keys()
 
 
-def _same(value: Any, default: Any) -> bool:
-    # type first: False == 0 and 0.0, [] and {} differ only by type
-    return type(value) is type(default) and value == default
+_MISSING = object()
+# Reading a record is on recall's path (~100 candidates a query), so unpack is one pass over a fixed
+# table: every key a record of the model may hold, in format 1's (sorted) order, with where format
+# 2 keeps it and what a missing one means (its default, or absent). ``episode_id`` reads ``id``;
+# ``timestamp`` is spelled from ``ts`` afterwards, in its place.
+_KNOWN = ("context_from", "episode_id", "id", "input_summary", "timestamp", "ts", "canvas_id",
+          *SHORT)
+_TABLE = tuple(sorted((k, "id" if k == "episode_id" else SHORT.get(k, k),
+                       None if k == "timestamp" else DEFAULTS.get(k, _MISSING)) for k in _KNOWN))
+_STORED_KEYS = frozenset(stored for _, stored, _ in _TABLE) | {FORMAT_KEY}
+_DEFAULT_TABLE = tuple((SHORT.get(k, k), v, type(v)) for k, v in DEFAULTS.items())
+_MUTABLE = tuple((k, v) for k, v in DEFAULTS.items() if isinstance(v, (list, dict)))
 
 
 def _spelled(ts: Any) -> str | None:
@@ -77,8 +86,12 @@ def pack(record: dict[str, Any]) -> str:
             or not DEFAULTS.keys() <= record.keys() or record.get("timestamp") != _spelled(record.get("ts"))
             or not _LONG.keys().isdisjoint(record)):
         return dumps(record)
-    out = {SHORT.get(k, k): v for k, v in record.items()
-           if not (k in DEFAULTS and _same(v, DEFAULTS[k])) and k not in ("episode_id", "timestamp")}
+    out = {SHORT.get(k, k): v for k, v in record.items()}
+    del out["episode_id"], out["timestamp"]
+    for at, default, kind in _DEFAULT_TABLE:
+        # left out only if equal and of its type: False == 0, and [] and {} differ by type
+        if type(v := out[at]) is kind and v == default:
+            del out[at]
     out[FORMAT_KEY] = FORMAT
     return dumps(out)
 
@@ -86,15 +99,22 @@ def pack(record: dict[str, Any]) -> str:
 def unpack(data: str) -> dict[str, Any]:
     """The record of a data column's text, of either format."""
     stored: dict[str, Any] = loads(data)
-    if stored.pop(FORMAT_KEY, None) is None:
+    if stored.get(FORMAT_KEY) is None:
         return stored
-    rec = {_LONG.get(k, k): v for k, v in stored.items()}
-    for k, v in DEFAULTS.items():
-        if k not in rec:
-            rec[k] = v.copy() if isinstance(v, (list, dict)) else v
-    rec["episode_id"] = rec["id"]
+    if not _STORED_KEYS.issuperset(stored):  # a key the table does not know: the long way
+        del stored[FORMAT_KEY]
+        rec = {_LONG.get(k, k): v for k, v in stored.items()}
+        for k, v in DEFAULTS.items():
+            rec.setdefault(k, v)
+        rec["episode_id"], rec["timestamp"] = rec["id"], None
+        rec = dict(sorted(rec.items()))
+    else:
+        rec = {k: v for k, at, default in _TABLE if (v := stored.get(at, default)) is not _MISSING}
+    for k, v in _MUTABLE:  # a default list or dict of its own, never the shared one
+        if rec[k] is v:
+            rec[k] = v.copy()
     rec["timestamp"] = _spelled(rec["ts"])
-    return dict(sorted(rec.items()))  # in the order format 1 reads back (its JSON's keys are sorted)
+    return rec
 
 
 def full_data(data: str) -> str:
