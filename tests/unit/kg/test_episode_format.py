@@ -63,6 +63,23 @@ def test_records_it_cannot_restore_are_kept_whole() -> None:
         assert unpack(data) == rec and full_data(data) == data
 
 
+def test_nested_values_of_the_model_shape_are_lists_others_as_written() -> None:
+    chain = {"conclusion": "done", "steps": [{"step": "plan", "thought": "read"}, {"step": "act", "thought": "sum"}]}
+    rec = _record(reasoning_chain=chain, metacognitive_insights={"uncertainty": "low", "what_failed": [],
+                                                                  "what_worked": ["x"]})
+    stored = loads(pack(rec))
+    assert stored["rc"] == ["done", [["plan", "read"], ["act", "sum"]]] and stored["mi"] == ["low", [], ["x"]]
+    assert unpack(pack(rec)) == rec and dumps(unpack(pack(rec))) == dumps(rec)
+    odd = [{"conclusion": "", "steps": [], "extra": 1}, {"conclusion": "", "steps": [{"step": "a"}]},
+           {"conclusion": "", "steps": "not a list"}, ["a", "list"], None]
+    for value in odd:
+        rec = _record(reasoning_chain=value, metacognitive_insights={"uncertainty": "", "what_failed": []})
+        stored = loads(pack(rec))
+        assert stored[FORMAT_KEY] == 2 and stored["reasoning_chain"] == value and "rc" not in stored
+        assert stored["metacognitive_insights"] == {"uncertainty": "", "what_failed": []}
+        assert unpack(pack(rec)) == rec and list(unpack(pack(rec))) == list(loads(dumps(rec)))
+
+
 def test_the_format_key_is_no_record_key() -> None:
     with pytest.raises(ValueError, match="_f"):
         pack(_record(**{FORMAT_KEY: 1}))
