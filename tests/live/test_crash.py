@@ -150,7 +150,7 @@ def test_sigkill_mid_batch_loses_nothing_committed(tmp_path: Path, delay: float)
         # order depend on confidence and diversity, so the candidate search is what is checked)
         for b in batches:
             target = f"ep-{b:05d}-005"
-            text = searchable_text(json.loads(rows[target][0]))
+            text = searchable_text(unpack(rows[target][0]))
             hits = wm.index.vector_search(TENANT, wm.embedder.embed([text])[0], k=5)
             assert hits[0]["episode_id"] == target and hits[0]["similarity"] == pytest.approx(1.0, abs=1e-5)
         res = wm.recall_experiences(TENANT, "Ops", f"deploy service {max(batches)} shard 5", limit=10,
