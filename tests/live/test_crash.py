@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from worldgraph import WorldModel
+from worldgraph.kg.embedded.episode_format import unpack
 from worldgraph.memory.embeddings import HashingEmbedder
 from worldgraph.memory.record import searchable_text
 
@@ -122,7 +123,8 @@ def test_sigkill_mid_batch_loses_nothing_committed(tmp_path: Path, delay: float)
             assert eid in rows, f"batch {b}: committed episode {eid} is missing"
     batches: dict[int, set[str]] = {}
     for eid, (raw, status) in rows.items():
-        rec = json.loads(raw)  # valid JSON
+        json.loads(raw)  # valid JSON
+        rec = unpack(raw)  # the record as the store reads it (kg/embedded/episode_format.py: format 2)
         for f in REQUIRED_FIELDS:
             assert f in rec, f"{eid} lacks {f}"
         assert rec["id"] == eid and rec["tenant_id"] == TENANT
@@ -148,7 +150,7 @@ def test_sigkill_mid_batch_loses_nothing_committed(tmp_path: Path, delay: float)
         # order depend on confidence and diversity, so the candidate search is what is checked)
         for b in batches:
             target = f"ep-{b:05d}-005"
-            text = searchable_text(json.loads(rows[target][0]))
+            text = searchable_text(unpack(rows[target][0]))
             hits = wm.index.vector_search(TENANT, wm.embedder.embed([text])[0], k=5)
             assert hits[0]["episode_id"] == target and hits[0]["similarity"] == pytest.approx(1.0, abs=1e-5)
         res = wm.recall_experiences(TENANT, "Ops", f"deploy service {max(batches)} shard 5", limit=10,

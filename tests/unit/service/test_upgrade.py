@@ -370,3 +370,48 @@ def test_folder_of_9c2889b_gains_the_id_hashes_and_answers_store_filters(tmp_pat
     with WorldModel.open(data, config=mirrored) as wm:  # reopened: format 3, nothing read again
         assert answers(wm)[3] == sorted([*want[3], unrated])
         assert wm.index.mirror_stats("acme")["read_rows"] == 0
+
+
+def test_episode_records_of_9eed448_read_as_written_beside_format_2(old_data: Path) -> None:
+    """9eed448 kept every episode record whole (format 1); this main keeps new ones shorter
+    (format 2, kg/embedded/episode_format.py). Both are read from the one table, the old rows are
+    neither rewritten nor read differently, and a forget and purge of either kind leaves no word."""
+    import sqlite3
+
+    from worldgraph.kg.codec import loads
+    from worldgraph.kg.embedded.episode_format import FORMAT_KEY
+
+    def rows() -> dict[str, str]:
+        con = sqlite3.connect(old_data / "worldgraph.db")
+        try:
+            return dict(con.execute("SELECT id, data FROM episodes WHERE tenant_id = 'acme'").fetchall())
+        finally:
+            con.close()
+
+    old_rows = rows()
+    assert old_rows and not any(FORMAT_KEY in loads(d) for d in old_rows.values())
+    with WorldModel.open(old_data) as wm:
+        before = {e.id: dict(e) for e in wm.list_episodes("acme", limit=100).items}
+        assert {i: dict(wm.get_episode("acme", i)) for i in before} == before
+        assert all(before[i] | {"index_status": None, "index_error": None}
+                   == loads(old_rows[i]) | {"index_status": None, "index_error": None} for i in before)
+        new = wm.record_experience("acme", {"agent_id": "agent-9", "task_type": "report", "outcome": "failure",
+                                            "task_description": "a slim record of the kestrel ledger",
+                                            "error_message": "kestrel totals off by one"})
+        got = dict(wm.get_episode("acme", new))
+        assert got["episode_id"] == new and got["error_message"] == "kestrel totals off by one"
+        assert got["canvas_name"] is None and got["learnings"] == [] and got["timestamp"].endswith("+00:00")
+        after = {e.id: dict(e) for e in wm.list_episodes("acme", limit=100).items}
+        assert {i: r for i, r in after.items() if i != new} == before and after[new] == got
+        cypher = {r["e"]["id"]: r["e"]["record"] for r in wm.cypher("acme", "MATCH (e:Episode) RETURN e")}
+        assert cypher[new]["error_message"] == "kestrel totals off by one" and cypher[new]["episode_id"] == new
+        assert loads(rows()[new])[FORMAT_KEY] == 2 and "error_message" not in rows()[new]
+        old_one = next(i for i in before if before[i]["task_type"] != "conversation")
+        old_words = before[old_one]["task_description"]
+        wm.forget_episode("acme", new)
+        wm.forget_episode("acme", old_one)
+        wm.purge()
+    now = rows()
+    assert new not in now and old_one not in now
+    assert {i: old_rows[i] for i in now} == now  # the old rows untouched: format 1 as they were
+    assert files_holding(old_data, "kestrel") == [] and files_holding(old_data, old_words) == []

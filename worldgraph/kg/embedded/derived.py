@@ -10,6 +10,7 @@ import sqlite3
 from worldgraph.kg import derived
 from worldgraph.kg.codec import dumps, loads
 from worldgraph.kg.embedded import sql
+from worldgraph.kg.embedded.episode_format import pack, unpack
 from worldgraph.kg.embedded.sql import chunks
 from worldgraph.kg.sessions import by_session
 from worldgraph.kg.store import Record
@@ -27,7 +28,7 @@ def quoting_turns(cur: sqlite3.Cursor, tenant_id: str, forgotten: dict[str, Reco
             quotes = [derived.turn_context(s)["input_summary"] for s in chunk]
             rows = cur.execute(sql.session_quoting(len(chunk)), (tenant_id, session, *ids, *quotes)).fetchall()
             for (data,) in rows:
-                turn = loads(data)
+                turn = unpack(data)
                 if turn["id"] not in forgotten and any(derived.quotes(turn, s) for s in chunk):
                     out[turn["id"]] = turn
     return out
@@ -41,11 +42,11 @@ def rederive_turns(cur: sqlite3.Cursor, tenant_id: str, turns: dict[str, Record]
         previous = None
         if row is not None:
             got = cur.execute(sql.EPISODE_DATA, (tenant_id, row[0])).fetchone()
-            previous = loads(got[0]) if got is not None else None
+            previous = unpack(got[0]) if got is not None else None
         record = derived.rederive_turn(turn, previous)
         for key in ("index_status", "index_error"):  # kept in their columns, not in the JSON
             record.pop(key, None)
-        cur.execute(sql.REWRITE_EPISODE, (dumps(record), tenant_id, turn["id"]))
+        cur.execute(sql.REWRITE_EPISODE, (pack(record), tenant_id, turn["id"]))
     return list(turns)
 
 
@@ -57,7 +58,7 @@ def rederive_agent(cur: sqlite3.Cursor, tenant_id: str, forgotten: Record) -> bo
     newest = cur.execute(sql.AGENT_NEWEST_EPISODE, (tenant_id, agent)).fetchone()
     if got is None or newest is None:
         return False
-    record = derived.agent_of(tenant_id, loads(got[0]), forgotten, loads(newest[0]))
+    record = derived.agent_of(tenant_id, loads(got[0]), forgotten, unpack(newest[0]))
     if record is None:
         return False
     cur.execute(sql.UPSERT_AGENT, (tenant_id, agent, dumps(record)))
@@ -71,7 +72,7 @@ def rederive_canvases(cur: sqlite3.Cursor, tenant_id: str, canvas_ids: set[str])
     for cid in sorted(canvas_ids):
         got = cur.execute(sql.GET_CANVAS, (tenant_id, cid)).fetchone()
         current = loads(got[0]) if got is not None else None
-        live = [loads(d) for (d,) in cur.execute(sql.CANVAS_EPISODES, (tenant_id, cid)).fetchall()]
+        live = [unpack(d) for (d,) in cur.execute(sql.CANVAS_EPISODES, (tenant_id, cid)).fetchall()]
         record = derived.canvas_of(tenant_id, cid, current, live)
         if record is None:
             if current is not None:

@@ -12,6 +12,7 @@ from worldgraph.errors import NotFoundError
 from worldgraph.kg.codec import dumps, loads
 from worldgraph.kg.embedded import sql
 from worldgraph.kg.embedded.connection import SqliteConnection
+from worldgraph.kg.embedded.episode_format import pack, unpack
 from worldgraph.kg.embedded.sql import chunks
 from worldgraph.kg.sessions import Link, by_session, new_links, relink
 from worldgraph.kg.store import EpisodeStore, Record
@@ -35,7 +36,7 @@ class SqliteEpisodes(EpisodeStore):
         with self.db.transaction() as cur:
             cur.executemany(
                 sql.INSERT_EPISODE,
-                [(tenant_id, e["id"], e["agent_id"], e["ts"], e.get("index_status", "pending"), dumps(e)) for e in episodes],
+                [(tenant_id, e["id"], e["agent_id"], e["ts"], e.get("index_status", "pending"), pack(e)) for e in episodes],
             )
             agents = {e["agent_id"]: {"id": e["agent_id"], "tenant_id": tenant_id, "agent_role": e.get("agent_role", "")}
                       for e in episodes}
@@ -199,7 +200,7 @@ def _link_session(cur: sqlite3.Cursor, tenant_id: str, session_id: str, episodes
 def episode_of_row(row: tuple[Any, ...]) -> Record:
     """An episode record from a row (data, index_status, index_error, ...): the live index status
     is kept in columns (see set_index_status), not in the JSON."""
-    rec: Record = loads(row[0])
+    rec: Record = unpack(row[0])
     rec["index_status"], rec["index_error"] = row[1], row[2]
     return rec
 

@@ -19,6 +19,7 @@ from worldgraph.kg.codec import dumps, loads
 from worldgraph.kg.embedded import derived as embedded_derived
 from worldgraph.kg.embedded import sql
 from worldgraph.kg.embedded.connection import SqliteConnection
+from worldgraph.kg.embedded.episode_format import unpack
 from worldgraph.kg.embedded.episodes import episode_of_row
 from worldgraph.kg.embedded.sql import chunks
 from worldgraph.kg.embedded.world import env_counts
@@ -198,9 +199,9 @@ def _episodes_of(cur: sqlite3.Cursor, tenant_id: str, kind: str, target: str) ->
     """id -> record of the episodes a forget takes, oldest first."""
     if kind == "episode":
         row = cur.execute(sql.EPISODE_DATA, (tenant_id, target)).fetchone()
-        return {} if row is None else {target: loads(row[0])}
+        return {} if row is None else {target: unpack(row[0])}
     statement = sql.AGENT_EPISODE_ROWS if kind == "agent" else sql.SESSION_EPISODE_ROWS
-    return {eid: loads(d) for eid, d in cur.execute(statement, (tenant_id, target)).fetchall()}
+    return {eid: unpack(d) for eid, d in cur.execute(statement, (tenant_id, target)).fetchall()}
 
 
 def _delete_episode(cur: sqlite3.Cursor, tenant_id: str, episode_id: str, record: Record, counts: dict[str, int],

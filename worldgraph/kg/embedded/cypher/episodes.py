@@ -25,6 +25,7 @@ from worldgraph.kg.embedded.cypher.load import (
     canvas_row,
     feedback_row,
     projected_record,
+    whole_records,
 )
 from worldgraph.kg.embedded.cypher.model import INCREMENTAL_MAX, SqlQuery, add_row, empty_nodes, empty_rels, link
 from worldgraph.kg.embedded.cypher.projection import Projection
@@ -101,7 +102,8 @@ def _update(proj: Projection, query: SqlQuery, tenant_id: str) -> bool:
     if not changes:
         proj.episode_state = state
         return True
-    new_data = [r for chunk in sql.chunks(new) for r in query(sql.projection_episodes_in(len(chunk)), (*t, *chunk))]
+    new_data = whole_records([r for chunk in sql.chunks(new)
+                              for r in query(sql.projection_episodes_in(len(chunk)), (*t, *chunk))])
     # gone (or changed) rows first: DETACH DELETE takes their relationships
     for label in ("Feedback", "CanvasAudit"):
         proj.delete_nodes(label, rows_gone[label])

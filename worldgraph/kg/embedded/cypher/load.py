@@ -28,6 +28,7 @@ from worldgraph.kg.embedded.cypher.model import (
     prop_column,
     props_of,
 )
+from worldgraph.kg.embedded.episode_format import full_data
 from worldgraph.kg.neo4j import schema as q
 
 
@@ -46,7 +47,7 @@ def load_episode_part(query: SqlQuery, tenant_id: str) -> tuple[Nodes, Rels, set
     seq = {eid: (s, nxt) for eid, s, nxt in
            query(sql.PROJECTION_SESSION_LINKS, t)}
     ep = nodes["Episode"]
-    rows = query(sql.PROJECTION_EPISODES, t)
+    rows = whole_records(query(sql.PROJECTION_EPISODES, t))
     decoded = arrow_episodes(ep, rows, tenant_id, seq)
     if decoded is None:
         agent_ids, canvas_ids = add_episodes(ep, rows, tenant_id, seq)
@@ -180,8 +181,15 @@ def _without_state(rec: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in rec.items() if k not in q.EPISODE_STATE}
 
 
+def whole_records(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Episode rows (data, ...) with each data the whole record's JSON (``episode_format``): the
+    projection's ``record`` and properties are the record's, whatever format the row keeps."""
+    return [(full_data(r[0]), *r[1:]) for r in rows]
+
+
 def projected_record(data: str) -> str:
     """An episode's ``record`` property as a projection holds it, from its row's data."""
+    data = full_data(data)
     if '"index_status"' not in data and '"index_error"' not in data:
         return data
     rec = loads(data)
