@@ -116,8 +116,6 @@ BUMP_PROJECTION_GEN = ("INSERT INTO projection_gens(part, gen, stamp) VALUES (?,
 PROJECTION_GENS = "SELECT part, gen, stamp FROM projection_gens"
 # copies the WAL into the database and empties the WAL file: (busy, log pages, checkpointed pages)
 CHECKPOINT_TRUNCATE = "PRAGMA wal_checkpoint(TRUNCATE)"
-# copies what of the WAL it can without waiting for a reader or blocking a writer (embedded.checkpointer)
-CHECKPOINT_PASSIVE = "PRAGMA wal_checkpoint(PASSIVE)"
 
 # ==================================================================== schema_info
 SCHEMA_VERSION_READ = "SELECT value FROM schema_info WHERE key = 'schema_version'"
