@@ -367,6 +367,7 @@ def test_scalar_index_of_an_older_kind_is_rebuilt_in_place(index):
 def test_ann_index_built_lazily_and_search_stays_exact(tmp_path):
     cfg = WorldGraphConfig(ann_index_min_rows=3000, compact_every_writes=1000)
     idx = EpisodeIndex(tmp_path / "db", 64, "synthetic", cfg)
+    idx._small.max_rows = 0  # LanceDB's ANN search, not the in-process copy of a small table
     rng = np.random.default_rng(42)
     centers = rng.normal(size=(30, 64)).astype(np.float32)
     vecs = centers[rng.integers(0, 30, 4000)] + 0.5 * rng.normal(size=(4000, 64)).astype(np.float32)

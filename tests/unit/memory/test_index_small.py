@@ -13,7 +13,7 @@ import pytest
 from worldgraph.config import WorldGraphConfig
 from worldgraph.memory.embeddings import HashingEmbedder
 from worldgraph.memory.index.episode_index import EpisodeIndex, table_name
-from worldgraph.memory.index.small import terms
+from worldgraph.memory.index.small import SMALL_TABLE_ROWS, rows_limit, terms
 
 REPO = Path(__file__).resolve().parents[3]
 D = 64
@@ -132,3 +132,39 @@ def test_big_tables_and_full_rows_use_lancedb(index):
     index._small.max_rows = 5_000
     full = index.vector_search("A", HASH.embed(["apple"])[0], k=5)  # every column: LanceDB
     assert not index._small._tables and "canvas_action_ids" in full[0]
+
+
+def test_a_table_with_an_ann_index_is_searched_in_process_exactly(tmp_path):
+    # a table under the mirror's threshold is searched in process even once its ANN index is
+    # built: the exact top k (LanceDB's IVF search of the same table is approximate)
+    cfg = WorldGraphConfig(ann_index_min_rows=200, ann_partition_rows=50, compact_every_writes=1000)
+    idx = EpisodeIndex(tmp_path / "lancedb", D, HASH.name, cfg)
+    rows = corpus(400, seed=9)
+    idx.upsert(rows)
+    assert idx.wait_for_maintenance(300) and idx.has_vector_index("A")
+    stored = np.stack([np.asarray(r["vector"], np.float16).astype(np.float32) for r in rows])  # as the table keeps them
+    unit = stored / np.linalg.norm(stored, axis=1, keepdims=True)
+    for text in ("apple invoice", "deploy rollback service", "payroll tax"):
+        q = HASH.embed([text])[0]
+        found = idx.vector_search("A", q, k=10, columns=["episode_id"])
+        assert idx.in_process("A"), "a table with an ANN index went to LanceDB"
+        sims = unit @ (q / np.linalg.norm(q))
+        assert [r["similarity"] for r in found] == pytest.approx(sorted(sims, reverse=True)[:10], abs=1e-5)
+        assert idx.text_search("A", text, k=5, columns=["episode_id"])
+    idx.close()
+
+
+def test_in_process_limit_stays_below_the_mirror_and_the_copies_are_bounded_in_rows(tmp_path):
+    assert rows_limit(0) == SMALL_TABLE_ROWS == 20_000  # no mirror
+    assert rows_limit(20_000) == 19_999 and rows_limit(1) == 0  # a mirrored table is never copied too
+    idx = EpisodeIndex(tmp_path / "lancedb", D, HASH.name, WorldGraphConfig())
+    assert idx._small.max_rows == 19_999
+    idx._small.max_cached_rows = 500
+    for tenant, n in (("a", 300), ("b", 150), ("c", 200)):
+        idx.upsert([{**r, "tenant_id": tenant} for r in corpus(n)])
+        assert idx.vector_search(tenant, HASH.embed(["apple"])[0], k=3, columns=["episode_id"])
+    # 300 + 150 + 200 rows > 500: the least recently searched copy went first
+    assert list(idx._small._tables) == [table_name("b"), table_name("c")]
+    idx.vector_search("a", HASH.embed(["apple"])[0], k=3, columns=["episode_id"])  # read again
+    assert list(idx._small._tables) == [table_name("a")] or list(idx._small._tables) == [table_name("c"), table_name("a")]
+    idx.close()

@@ -49,7 +49,7 @@ from worldgraph.memory.index.schema import (  # noqa: F401 - re-exported: the in
     table_name,
 )
 from worldgraph.memory.index.search import IndexSearch
-from worldgraph.memory.index.small import SmallTables
+from worldgraph.memory.index.small import SmallTables, rows_limit
 from worldgraph.memory.index.tables import TenantTable
 from worldgraph.memory.index.writes import IndexWrites
 
@@ -125,7 +125,7 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         self._maint_thread: threading.Thread | None = None
         self._maint_pending: set[tuple[str, str]] = set()  # (task, table name)
         self.maintenance_runs: list[dict[str, Any]] = []  # background runs: tasks, ok, seconds
-        self._small = SmallTables(dimensions)
+        self._small = SmallTables(dimensions, rows_limit(self.config.mirror_min_rows))
         self._private = PrivateTree(self.path) if self._is_local and not read_only else None
         self._mirrors = Mirrors(dimensions, self.path if self._is_local else None, writable=not read_only)
         with objectstore.object_store_errors(self.path, "opening the index"):

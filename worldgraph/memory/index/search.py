@@ -87,10 +87,8 @@ class IndexSearch(MirrorSearch):
         return part is not None and self._small.holds(part.name)
 
     def _small_table(self, part: TenantTable, select: Sequence[str] | None) -> SmallTable | None:
-        """The in-memory copy of a small table without an ANN index, at its newest version (None:
-        search it with LanceDB)."""
-        if VECTOR_INDEX_NAME in self._indexes(part):
-            return None
+        """The in-memory copy of a small table (with or without an ANN index: small.py), at its
+        newest version (None: search it with LanceDB or its mirror)."""
         return self._small.get(part.name, part.latest_dataset(), select)
 
     def _select(self, columns: Sequence[str] | None) -> list[str] | None:

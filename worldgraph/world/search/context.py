@@ -144,18 +144,15 @@ def episode_line(ep: Any) -> str:
     return " ".join(" ".join(p.split()) for p in parts if p)
 
 
-def fit(lines: list[str], budget: int) -> list[str]:
-    """Each line cut at a word so that it takes at most ``budget`` tokens (' ...' marks a cut; one
-    pass of the tokenizer over all of them, the cut placed by the tokens' character offsets)."""
-    out = []
-    for line, ends in zip(lines, token_ends(lines)):
-        if len(ends) <= budget:
-            out.append(line)
-            continue
-        end = ends[max(budget - 2, 0)]  # room for the ellipsis
-        cut = line[:end].rsplit(" ", 1)[0] if " " in line[:end] else line[:end]
-        out.append(cut + " ...")
-    return out
+def fit(line: str, ends: list[int], start: int, budget: int) -> str | None:
+    """``line`` cut at a word so that its part from ``start`` takes at most ``budget`` tokens
+    (' ...' marks a cut), placed by ``ends`` (``token_ends`` of the line); None: it fits whole."""
+    body = [e for e in ends if e > start]
+    if len(body) <= budget:
+        return None
+    end = body[max(budget - 2, 0)]  # room for the ellipsis
+    head, part = line[:start], line[start:end]
+    return head + (part.rsplit(" ", 1)[0] if " " in part else part) + " ..."
 
 
 def squeeze(line: str, room: int) -> str | None:
@@ -200,10 +197,17 @@ def build_context(hits: list[tuple[WorldHit, bool]], episodes: list[Any], max_to
     eps = [e for e in episodes if (e.get("episode_id") if hasattr(e, "get") else None)]
     short = short_ids([h.id for h in world] + [str(e["episode_id"]) for e in eps])
     w_lines = [f"[{short[h.id]}] {h.text}" for h in world]
-    e_lines = [f"[{short[str(e['episode_id'])]}] {line}"
-               for e, line in zip(eps, fit([episode_line(e) for e in eps], EPISODE_TOKENS))]
-    costs = count_tokens([WORLD_HEADER, EPISODE_HEADER, *w_lines, *e_lines])
+    cited = [f"[{short[str(e['episode_id'])]}] " for e in eps]
+    e_lines = [head + episode_line(e) for head, e in zip(cited, eps)]
+    # one pass of the tokenizer over every line; an episode's line longer than EPISODE_TOKENS
+    # after its id is cut, and only the lines cut are counted again
+    ends = token_ends([WORLD_HEADER, EPISODE_HEADER, *w_lines, *e_lines])
+    costs = [len(x) for x in ends]
     header, w_cost, e_cost = costs[:2], costs[2:2 + len(w_lines)], costs[2 + len(w_lines):]
+    cut = {i: short_line for i, (head, line, te) in enumerate(zip(cited, e_lines, ends[2 + len(w_lines):]))
+           if (short_line := fit(line, te, len(head), EPISODE_TOKENS)) is not None}
+    for i, n in zip(cut, count_tokens(list(cut.values()))):
+        e_lines[i], e_cost[i] = cut[i], n
     used = 0
     taken_w: list[int] = []
     taken_e: list[int] = []
