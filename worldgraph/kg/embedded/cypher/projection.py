@@ -13,6 +13,7 @@ from typing import Any
 from worldgraph.errors import CypherQueryError
 from worldgraph.filemodes import PRIVATE_FILE
 from worldgraph.kg.embedded.cypher.child import reader_lock, writer_lock
+from worldgraph.kg.embedded.cypher.heap import blank_allocations
 from worldgraph.kg.embedded.cypher.load import WorldPart, WorldRows
 from worldgraph.kg.embedded.cypher.model import (
     EDGE_REL_TYPES,
@@ -138,8 +139,10 @@ class Projection:
             # 20k-episode tenant (13 MiB SQLite file) did not load in 8x its file size (bench/README.md).
             # The engine never checkpoints by itself: the file changes only in a write window
             # (``writing``), while no child holds it.
-            self.db = ladybug.Database(str(self.path), buffer_pool_size=self.buffer_pool_bytes, auto_checkpoint=False)
-            self.conn = ladybug.Connection(self.db)
+            with blank_allocations():  # a new file's first pages are written now (cypher/heap.py)
+                self.db = ladybug.Database(str(self.path), buffer_pool_size=self.buffer_pool_bytes,
+                                           auto_checkpoint=False)
+                self.conn = ladybug.Connection(self.db)
             if self._lock_fd is None:
                 self._lock()
         except BaseException:
@@ -161,9 +164,10 @@ class Projection:
             self._lock_fd = None
 
     def _close_writer(self) -> None:
-        for handle in (self.conn, self.db):
-            if handle is not None:
-                handle.close()
+        with blank_allocations():  # closing checkpoints what the log holds (cypher/heap.py)
+            for handle in (self.conn, self.db):
+                if handle is not None:
+                    handle.close()
         self.conn = self.db = None
         self._unlock()
         release(self.path)
@@ -177,7 +181,8 @@ class Projection:
             try:
                 log_file = self.path.with_name(self.path.name + ".wal")
                 if checkpoint or (log_file.exists() and log_file.stat().st_size > CHECKPOINT_LOG_BYTES):
-                    self.conn.execute("CHECKPOINT")
+                    with blank_allocations():
+                        self.conn.execute("CHECKPOINT")
             except BaseException:
                 self._close_writer()
                 raise
@@ -198,21 +203,22 @@ class Projection:
             self.close()
             raise ProjectionBusy
         pause(self.path)
-        try:
-            if self.conn is None:
+        with blank_allocations():  # every write of the window, its log's too (cypher/heap.py)
+            try:
+                if self.conn is None:
+                    self._open_writer()
+                else:
+                    self._lock()
+            except (ProjectionBusy, RuntimeError):
+                self._close_writer()
+                new = copy_path()
+                _copy_whole(self.path, new)
+                self.path = new
                 self._open_writer()
-            else:
-                self._lock()
-        except (ProjectionBusy, RuntimeError):
-            self._close_writer()
-            new = copy_path()
-            _copy_whole(self.path, new)
-            self.path = new
-            self._open_writer()
-        try:
-            yield
-        finally:
-            self.seal()
+            try:
+                yield
+            finally:
+                self.seal()
 
     def fill(self, nodes: Nodes, rels: Rels, episodes: set[str], world: WorldPart) -> None:
         """Create and fill the tables of a new database (the columns are consumed), then seal it."""
@@ -221,10 +227,11 @@ class Projection:
         # the engine does not checkpoint by itself (``_open_writer``): one checkpoint for the whole
         # build (100k episodes: 2.5 s instead of 2.5-3.4 s; a small tenant's ~20 tables: no fsync
         # per table), in seal()
-        self._create(nodes, rels)
-        self._create(world.nodes, world.rels)
-        world.nodes, world.rels = {}, {}  # loaded: only raw and the index stay
-        self.seal(checkpoint=True)
+        with blank_allocations():
+            self._create(nodes, rels)
+            self._create(world.nodes, world.rels)
+            world.nodes, world.rels = {}, {}  # loaded: only raw and the index stay
+            self.seal(checkpoint=True)
 
     def held_world_rows(self) -> tuple[WorldRows, set[str]]:
         """The world rows its tables were loaded from, as ``read_world_rows`` reads them (each
@@ -265,7 +272,8 @@ class Projection:
         """A refresh's writes: the file must be open for writing (``writing``)."""
         if self.conn is None or self.closed:
             raise ProjectionBusy
-        yield
+        with blank_allocations():
+            yield
 
     def replace_world(self, world: WorldPart, episodes: set[str]) -> None:
         """Drop the world part's tables and load them again (the episode part stays)."""
@@ -387,6 +395,15 @@ class Projection:
         self.closed = True
         if self.conn is not None:
             self._close_writer()
+
+    def __del__(self) -> None:
+        # dropped while open for writing: closed here, where the engine's last checkpoint is
+        # written with blank memory (cypher/heap.py), not when the engine's handle is collected
+        if getattr(self, "conn", None) is not None:
+            try:
+                self._close_writer()
+            except Exception:  # noqa: BLE001 - at interpreter exit, say: the engine closes it itself
+                pass
 
 
 def _copy_whole(src: Path, dst: Path) -> None:
