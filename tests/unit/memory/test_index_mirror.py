@@ -166,17 +166,25 @@ def test_another_writer_appends_deletes_and_compacts(loaded, tmp_path):
     other.close()
 
 
-def test_saved_mirror_reopens_and_survives_a_killed_save(loaded, tmp_path):
-    """close() saves the mirror; a new index object opens it without reading a vector, brings it
-    to the table's newest version, and a save killed halfway (rows past the manifest's count, files
-    it does not name) changes nothing of what the next process reads."""
+def _saved_mirror(loaded):
+    """The loaded index closed (its mirror saved): a query vector, its Ops-filtered answer before
+    the close, and the saved mirror's folder."""
     from worldgraph.memory.index import mirror_files
 
     idx, rows = loaded
     q = np.asarray(rows[42]["vector"], np.float32)
     want = [h["episode_id"] for h in idx.vector_search("A", q, k=10, where={"agent_role": "Ops"})]
     idx.close()
-    folder = mirror_files.folder_of(idx.path, "eph-41")
+    return q, want, mirror_files.folder_of(idx.path, "eph-41")
+
+
+def test_saved_mirror_reopens_and_survives_a_killed_save(loaded, tmp_path):
+    """close() saves the mirror; a new index object opens it without reading a vector, brings it
+    to the table's newest version, and a save killed halfway (rows past the manifest's count, files
+    it does not name) changes nothing of what the next process reads."""
+    from worldgraph.memory.index import mirror_files
+
+    q, want, folder = _saved_mirror(loaded)
     manifest = (folder / "manifest.json").read_text()
     assert '"rows": 3000' in manifest
     # a save killed halfway: bytes past the count in every field file, a stray map and ids file
@@ -225,11 +233,7 @@ def test_a_mirror_saved_before_residuals_gains_them_in_place(loaded, tmp_path):
 
     from worldgraph.memory.index import mirror_files
 
-    idx, rows = loaded
-    q = np.asarray(rows[42]["vector"], np.float32)
-    want = [h["episode_id"] for h in idx.vector_search("A", q, k=10, where={"agent_role": "Ops"})]
-    idx.close()
-    folder = mirror_files.folder_of(idx.path, "eph-41")
+    q, want, folder = _saved_mirror(loaded)
     fine = (folder / "fine.bin").read_bytes()
     manifest = json.loads((folder / "manifest.json").read_text())
     (folder / "fine.bin").unlink()
