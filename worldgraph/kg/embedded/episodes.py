@@ -27,9 +27,10 @@ class SqliteEpisodes(EpisodeStore):
 
     def __init__(self, db: SqliteConnection) -> None:
         self.db = db
-        # feedback_means by (tenant, category): (the episode part's generation it was read at, means)
+        # feedback_means by (tenant, category): (the feedback rows' generation it was read at, means)
         self._means: dict[tuple[str, str | None], tuple[Any, dict[str, float]]] = {}
         self._means_lock = threading.Lock()
+        self._triggers = False  # the feedback generation's triggers seen in the file (sql/schema.py)
 
     # ---------------------------------------------------------------- episodes
     def add_episodes(self, tenant_id: str, episodes: list[Record], canvases: list[Record], audits: list[Record]) -> None:
@@ -133,10 +134,10 @@ class SqliteEpisodes(EpisodeStore):
         return out
 
     def feedback_means(self, tenant_id: str, category: str | None = None) -> dict[str, float]:
-        """Read again only when a commit of any process wrote the episode part since (its durable
-        generation, ``SqliteConnection.version``: a rating or a forget moves it); the aggregate
+        """Read again only when a commit of any process wrote or deleted feedback rows since (their
+        generation, kept by triggers: sql/schema.py), not at every recorded episode; the aggregate
         costs ~60 ms for 10k ratings. The dict returned is shared: callers must not change it."""
-        gen = self.db.version()[0]  # read first: a commit landing during the read only makes it newer
+        gen = self._feedback_gen()  # read first: a commit landing during the read only makes it newer
         key = (tenant_id, category)
         with self._means_lock:
             held = self._means.get(key)
@@ -150,6 +151,18 @@ class SqliteEpisodes(EpisodeStore):
                 self._means.clear()
             self._means[key] = (gen, means)
         return means
+
+    def _feedback_gen(self) -> Any:
+        """The feedback rows' (generation, stamp), None when none was written since the triggers
+        exist. A read-only open of a file without them (no process of this version opened it for
+        writing) gives SQLite's data_version instead: it moves with every commit of another
+        connection, and a read-only one makes none of its own."""
+        if self.db.read_only and not self._triggers:
+            if self.db.query(sql.FEEDBACK_TRIGGERS)[0][0] < 3:
+                return ("data_version", self.db.query(sql.DATA_VERSION)[0][0])
+            self._triggers = True
+        rows = self.db.query(sql.FEEDBACK_GEN)
+        return tuple(rows[0]) if rows else None
 
     def session_episode_ids(self, tenant_id: str, session_id: str) -> list[str]:
         return [r[0] for r in self.db.query(sql.SESSION_EPISODE_IDS, (tenant_id, session_id))]
