@@ -83,9 +83,15 @@ def _exp(task: str) -> dict[str, Any]:
             "learnings": "kept words " * 20}
 
 
+def _projection_files(data: Path) -> bytes:
+    files = [p for p in data.rglob("*") if p.is_file() and "-cypher" in str(p.relative_to(data))]
+    assert any(p.name.endswith(".lbug") for p in files), files
+    return b"".join(p.read_bytes() for p in files)
+
+
 def _written(data: Path, strew: FreedWords) -> bytes:
-    """Every byte of the saved projection files after a build, a refresh and a close, with freed
-    marked blocks strewn before each."""
+    """Every byte of the saved projection files after a build, after a refresh (its log, as a
+    crash would leave it) and after a close, with freed marked blocks strewn before each."""
     with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
         wm.record_experiences("t1", [_exp(f"task {i}") for i in range(30)])
         strew()
@@ -93,11 +99,9 @@ def _written(data: Path, strew: FreedWords) -> bytes:
         wm.record_experiences("t1", [_exp("one more")])
         strew()
         assert wm.cypher("t1", "MATCH (e:Episode) RETURN count(e) AS n") == [{"n": 31}]  # refreshed: its log
+        logged = _projection_files(data)
         strew()
-    # closed: the log checkpointed into the file
-    files = [p for p in data.rglob("*") if p.is_file() and "-cypher" in str(p.relative_to(data))]
-    assert any(p.name.endswith(".lbug") for p in files), files
-    return b"".join(p.read_bytes() for p in files)
+    return logged + _projection_files(data)  # closed: the log checkpointed into the file
 
 
 def test_no_freed_word_reaches_a_projection_file(tmp_path: Path, freed_words: FreedWords,

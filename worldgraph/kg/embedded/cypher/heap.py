@@ -8,13 +8,19 @@ process freed there before: a forgotten episode's words, another tenant's rows. 
 found words of both its tenants, forgotten minutes before, in a tenant's projection file built
 from clean rows afterwards (written when the folder was closed).
 
-While a projection is opened for writing, written, checkpointed or closed
-(``blank_allocations``), glibc is told to fill every block it hands out with zeros and every
-block it takes back with 0xFF (``mallopt(M_PERTURB)``), so what the engine leaves unfilled is
-zeros whatever the process held. The setting is the process's: other threads' blocks are filled
-too while a write lasts (a memset per block; a 20k-row build spends a few ms more), and it is
-counted, so overlapping writes (two tenants' builds in two threads) keep it on until the last
-ends; a ``MALLOC_PERTURB_`` the process started with is put back after.
+While a projection's file is made, checkpointed or closed (``blank_allocations``: the moments
+the engine writes those pages), glibc is told to fill every block it hands out with zeros and
+every block it takes back with 0xFF (``mallopt(M_PERTURB)``), so what the engine leaves unfilled
+is zeros whatever the process held. Not while rows are copied or written into the log: the log's
+records held no freed byte (with freed marked blocks strewn between the statements), and filling
+every block then costs much (glibc fills even fresh mmapped blocks the engine barely uses: with
+the whole write window covered, a 10k-episode build took 4.72 s instead of 4.14 and a refresh
+after 10 recorded episodes 1.8 s instead of 0.74, load 10). As shipped the cost is inside the
+noise (``bench/cypher_heap.py``, 12 alternated rounds, load 7: build p50 2.58 s blanked, 2.80 s
+not; the refresh, which writes only the log, 233 and 296 ms). The setting is the process's: other
+threads' blocks are filled too meanwhile. It is counted, so overlapping writes (two tenants'
+checkpoints in two threads) keep it on until the last ends; a ``MALLOC_PERTURB_`` the process
+started with is put back after.
 
 Limits, checked by the test (which fills freed blocks of 16 bytes to 120 KB with a marker, and
 finds it in the file when the filling is switched off): blocks of up to 1,032 bytes that a
@@ -61,7 +67,7 @@ def _resolve() -> Callable[[int, int], int] | None:
             fn.argtypes, fn.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
             # glibc answers 1; musl's mallopt is a stub answering 0
             _mallopt = fn if fn(M_PERTURB, _base()) == 1 else None
-        except (OSError, AttributeError):
+        except (OSError, AttributeError, TypeError):  # no C library by that name (Windows), no mallopt
             _mallopt = None
         if _mallopt is None:
             log.warning("this C library has no mallopt(M_PERTURB): Cypher projection files may hold bytes of "

@@ -181,7 +181,7 @@ class Projection:
             try:
                 log_file = self.path.with_name(self.path.name + ".wal")
                 if checkpoint or (log_file.exists() and log_file.stat().st_size > CHECKPOINT_LOG_BYTES):
-                    with blank_allocations():
+                    with blank_allocations():  # the checkpoint writes pages it never filled (cypher/heap.py)
                         self.conn.execute("CHECKPOINT")
             except BaseException:
                 self._close_writer()
@@ -203,22 +203,21 @@ class Projection:
             self.close()
             raise ProjectionBusy
         pause(self.path)
-        with blank_allocations():  # every write of the window, its log's too (cypher/heap.py)
-            try:
-                if self.conn is None:
-                    self._open_writer()
-                else:
-                    self._lock()
-            except (ProjectionBusy, RuntimeError):
-                self._close_writer()
-                new = copy_path()
-                _copy_whole(self.path, new)
-                self.path = new
+        try:
+            if self.conn is None:
                 self._open_writer()
-            try:
-                yield
-            finally:
-                self.seal()
+            else:
+                self._lock()
+        except (ProjectionBusy, RuntimeError):
+            self._close_writer()
+            new = copy_path()
+            _copy_whole(self.path, new)
+            self.path = new
+            self._open_writer()
+        try:
+            yield
+        finally:
+            self.seal()
 
     def fill(self, nodes: Nodes, rels: Rels, episodes: set[str], world: WorldPart) -> None:
         """Create and fill the tables of a new database (the columns are consumed), then seal it."""
@@ -227,11 +226,10 @@ class Projection:
         # the engine does not checkpoint by itself (``_open_writer``): one checkpoint for the whole
         # build (100k episodes: 2.5 s instead of 2.5-3.4 s; a small tenant's ~20 tables: no fsync
         # per table), in seal()
-        with blank_allocations():
-            self._create(nodes, rels)
-            self._create(world.nodes, world.rels)
-            world.nodes, world.rels = {}, {}  # loaded: only raw and the index stay
-            self.seal(checkpoint=True)
+        self._create(nodes, rels)
+        self._create(world.nodes, world.rels)
+        world.nodes, world.rels = {}, {}  # loaded: only raw and the index stay
+        self.seal(checkpoint=True)
 
     def held_world_rows(self) -> tuple[WorldRows, set[str]]:
         """The world rows its tables were loaded from, as ``read_world_rows`` reads them (each
@@ -272,8 +270,7 @@ class Projection:
         """A refresh's writes: the file must be open for writing (``writing``)."""
         if self.conn is None or self.closed:
             raise ProjectionBusy
-        with blank_allocations():
-            yield
+        yield
 
     def replace_world(self, world: WorldPart, episodes: set[str]) -> None:
         """Drop the world part's tables and load them again (the episode part stays)."""
