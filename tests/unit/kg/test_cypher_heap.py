@@ -93,12 +93,12 @@ def _written(data: Path, strew: FreedWords) -> bytes:
     """Every byte of the saved projection files after a build, after a refresh (its log, as a
     crash would leave it) and after a close, with freed marked blocks strewn before each."""
     with WorldModel.open(data, embedder=HashingEmbedder(64)) as wm:
-        wm.record_experiences("t1", [_exp(f"task {i}") for i in range(30)])
+        wm.record_experiences("t1", [_exp(f"task {i}") for i in range(250)])  # COPY, past INSERT_MAX
         strew()
-        assert wm.cypher("t1", "MATCH (e:Episode) RETURN count(e) AS n") == [{"n": 30}]  # built, checkpointed
+        assert wm.cypher("t1", "MATCH (e:Episode) RETURN count(e) AS n") == [{"n": 250}]  # built, checkpointed
         wm.record_experiences("t1", [_exp("one more")])
         strew()
-        assert wm.cypher("t1", "MATCH (e:Episode) RETURN count(e) AS n") == [{"n": 31}]  # refreshed: its log
+        assert wm.cypher("t1", "MATCH (e:Episode) RETURN count(e) AS n") == [{"n": 251}]  # refreshed: its log
         logged = _projection_files(data)
         strew()
     return logged + _projection_files(data)  # closed: the log checkpointed into the file
