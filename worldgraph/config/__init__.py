@@ -31,6 +31,7 @@ from worldgraph.lazy import lazy_exports
 _EXPORTS = {
     "AWS_VARIABLES": "environment", "LIBRARY_DEFAULTS": "environment", "LauncherSettings": "environment",
     "child_environment": "environment", "cli_defaults": "environment", "llm_configured": "environment",
+    "malloc_perturb": "environment",
     "object_store_options": "environment", "openai_endpoint": "environment", "set_library_defaults": "environment",
     "HYBRID_MIN_SIMILARITY": "memory", "SEED_MIN_SIMILARITY": "memory",
     "ENV_PREFIX": "settings", "NEO4J_VARIABLES": "settings", "WorldGraphConfig": "settings",
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
         child_environment,
         cli_defaults,
         llm_configured,
+        malloc_perturb,
         object_store_options,
         openai_endpoint,
         set_library_defaults,
@@ -67,6 +69,7 @@ __all__ = [
     "child_environment",
     "cli_defaults",
     "llm_configured",
+    "malloc_perturb",
     "object_store_options",
     "openai_endpoint",
     "set_library_defaults",

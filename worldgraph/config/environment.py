@@ -95,6 +95,16 @@ def cli_defaults(environ: Mapping[str, str] | None = None) -> dict[str, str]:
             "tenant": env.get("WORLDGRAPH_TENANT", "default")}
 
 
+def malloc_perturb(environ: Mapping[str, str] | None = None) -> int:
+    """The perturb byte glibc took from ``MALLOC_PERTURB_`` when this process started (read with
+    atoi; 0: none): ``kg/embedded/cypher/heap.py`` puts it back after blanking the heap."""
+    env = current_variables() if environ is None else environ
+    try:
+        return int(env.get("MALLOC_PERTURB_", "0").strip() or 0) & 0xFF
+    except ValueError:
+        return 0
+
+
 @dataclass(frozen=True)
 class LauncherSettings:
     """The local Neo4j launcher's variables (``worldgraph.neo4j_local``); None when unset.

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -51,11 +50,10 @@ _resolved = False
 
 
 def _base() -> int:
-    """The perturb byte the process started with (glibc reads ``MALLOC_PERTURB_`` with atoi)."""
-    try:
-        return int(os.environ.get("MALLOC_PERTURB_", "0").strip() or 0) & 0xFF
-    except ValueError:
-        return 0
+    """The perturb byte the process started with."""
+    from worldgraph.config import malloc_perturb
+
+    return malloc_perturb()
 
 
 def _resolve() -> Callable[[int, int], int] | None:
