@@ -45,3 +45,33 @@ def test_a_killed_writer_loses_nothing_it_committed_to_the_wal(tmp_path: Path) -
     with WorldModel.open(data, embedder=HashingEmbedder(32)) as wm:
         assert wm.store.stats("t")["episodes"] == 1000
         assert len(wm.recall_experiences("t", None, "run 3 7", 3)) > 0
+
+
+def test_the_wal_is_copied_into_the_database_in_the_background(tmp_path: Path) -> None:
+    """kg/embedded/checkpointer.py: passive checkpoints on a thread of their own after commits, so
+    the writer's own checkpoint (every ``sqlite_wal_autocheckpoint_pages``) finds the pages copied;
+    closing stops the thread; what was committed is all there when the file is opened again."""
+    import sqlite3
+    import time
+
+    data = tmp_path / "data"
+    with WorldModel.open(data, embedder=HashingEmbedder(32)) as wm:
+        checkpointer = wm.store.db.checkpointer  # type: ignore[attr-defined]
+        for b in range(3):
+            wm.record_experiences("t", [{"agent_id": "a", "task_type": "k", "task_description": f"run {b} {i}",
+                                         "outcome": "success"} for i in range(100)])
+        deadline = time.monotonic() + 10
+        while checkpointer.runs == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert checkpointer.runs > 0
+        # the writer's own checkpoint is 16,384 pages away: what the database file itself holds
+        # (read without the WAL) was copied there by the background thread
+        time.sleep(1.0)
+        conn = sqlite3.connect(f"file:{data / 'worldgraph.db'}?immutable=1", uri=True)
+        in_file = conn.execute("SELECT count(*) FROM episodes WHERE tenant_id = 't'").fetchone()[0]
+        conn.close()
+        assert in_file == 300
+        thread = checkpointer._thread  # noqa: SLF001 - the thread that must end with the store
+    assert thread is not None and not thread.is_alive()
+    with WorldModel.open(data, embedder=HashingEmbedder(32)) as wm:
+        assert wm.store.stats("t")["episodes"] == 300

@@ -28,6 +28,7 @@ from typing import Any, cast
 from worldgraph.errors import ReadOnlyError, StorageError
 from worldgraph.filemodes import create_private_file
 from worldgraph.kg.embedded import sql
+from worldgraph.kg.embedded.checkpointer import Checkpointer
 from worldgraph.kg.embedded.cypher.model import EPISODE_SOURCES, WORLD_SOURCES, Gens
 from worldgraph.kg.embedded.sqlite_open import ReadOnlyConnection, connect_read_only
 from worldgraph.schema import SCHEMA_VERSIONS, check_schema_version, needs_upgrade
@@ -108,6 +109,7 @@ class SqliteConnection:
         # connection's world commits
         self._world_log: list[tuple[int, Touched]] = []
         self.opened: ReadOnlyConnection | None = None
+        self.checkpointer: Checkpointer | None = None
         if read_only:
             # No mkdir, no schema script, no pragma that writes: see sqlite_open for how WAL is read.
             self.opened = connect_read_only(self.path)
@@ -124,6 +126,7 @@ class SqliteConnection:
         self.conn = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False, isolation_level=None)
         for pragma in sql.pragmas(cache_mb, wal_autocheckpoint_pages):
             self.conn.execute(pragma)
+        self.checkpointer = Checkpointer(self.path)  # copies the WAL beside the writes (checkpointer.py)
         with self.lock:
             self.conn.executescript(sql.SCHEMA + sql.LIFECYCLE_SCHEMA + sql.IDEMPOTENCY_SCHEMA)
         with self.transaction() as cur:
@@ -149,6 +152,8 @@ class SqliteConnection:
                 gens = {part: cur.execute(sql.BUMP_PROJECTION_GEN, (part, uuid.uuid4().hex)).fetchone()[0]
                         for part in sorted(parts)}
                 cur.execute("COMMIT")
+                if self.checkpointer is not None:
+                    self.checkpointer.kick()
                 if "world" in gens:
                     self._world_log.append((gens["world"], touched[0]))
                     del self._world_log[:-WORLD_LOG_KEPT]
@@ -211,6 +216,8 @@ class SqliteConnection:
         return out
 
     def close(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.close()
         with self.lock:
             if self.opened is not None:
                 self.opened.close()

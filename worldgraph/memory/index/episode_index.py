@@ -29,6 +29,7 @@ from worldgraph.errors import InvalidInputError, ReadOnlyError
 from worldgraph.filemodes import PrivateTree, private_dir, private_umask
 from worldgraph.memory.embeddings import same_fallback_label
 from worldgraph.memory.index import objectstore
+from worldgraph.memory.index.lance_import import import_lancedb
 from worldgraph.memory.index.maintenance import run_maintenance_tasks
 from worldgraph.memory.index.mirror_files import Mirrors
 from worldgraph.memory.index.schema import (  # noqa: F401 - re-exported: the index's public names
@@ -51,6 +52,7 @@ from worldgraph.memory.index.schema import (  # noqa: F401 - re-exported: the in
 from worldgraph.memory.index.search import IndexSearch
 from worldgraph.memory.index.small import SmallTables, rows_limit
 from worldgraph.memory.index.tables import TenantTable
+from worldgraph.memory.index.worker import serve
 from worldgraph.memory.index.writes import IndexWrites
 
 log = logging.getLogger(__name__)
@@ -91,7 +93,7 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         ann_overfetch: int = 0,
         read_only: bool = False,
     ) -> None:
-        import lancedb
+        lancedb = import_lancedb()  # without the REST client it does not need (lance_import.py)
 
         if not isinstance(dimensions, int) or isinstance(dimensions, bool) or dimensions <= 0:
             raise InvalidInputError("dimensions", f"must be a positive integer, got {dimensions!r}")
@@ -124,6 +126,9 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         self._maint_lock = threading.Lock()
         self._maint_thread: threading.Thread | None = None
         self._maint_pending: set[tuple[str, str]] = set()  # (task, table name)
+        self._maint_cv = threading.Condition(self._maint_lock)
+        self._maint_active = 0
+        self._maint_worker = None
         self.maintenance_runs: list[dict[str, Any]] = []  # background runs: tasks, ok, seconds
         self._small = SmallTables(dimensions, rows_limit(self.config.mirror_min_rows))
         self._private = PrivateTree(self.path) if self._is_local and not read_only else None
@@ -216,6 +221,7 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         make what it wrote private now (worldgraph.filemodes)."""
         if wait:
             self.wait_for_maintenance()
+        self.stop_maintenance_worker()
         self._mirrors.save_all()  # before the sweep below, which makes the saved files private too
         if self._private is not None:
             self._private.close()
@@ -231,19 +237,32 @@ class EpisodeIndex(IndexWrites, IndexSearch):
 
 
 def _maintain_main(argv: list[str]) -> int:
-    """``python -m worldgraph.memory.index.episode_index maintain PATH DIMS EMBEDDER CONFIG_JSON TASKS_JSON``.
+    """``python -m worldgraph.memory.index.episode_index maintain PATH DIMS EMBEDDER CONFIG_JSON TASKS_JSON``
+    runs the tasks once; ``... serve PATH DIMS EMBEDDER CONFIG_JSON`` reads a JSON list of tasks
+    per line on stdin and answers each (the kept child, worker.py).
 
     TASKS_JSON: a list of ``[task, table name]``, task ``ann`` or ``optimize``.
     """
-    if len(argv) != 6 or argv[0] != "maintain":
-        print("usage: python -m worldgraph.memory.index.episode_index maintain PATH DIMS EMBEDDER CONFIG_JSON TASKS_JSON",
-              file=sys.stderr)
+    usage = ("usage: python -m worldgraph.memory.index.episode_index maintain PATH DIMS EMBEDDER CONFIG_JSON "
+             "TASKS_JSON | serve PATH DIMS EMBEDDER CONFIG_JSON")
+    if not ((len(argv) == 6 and argv[0] == "maintain") or (len(argv) == 5 and argv[0] == "serve")):
+        print(usage, file=sys.stderr)
         return 2
     private_umask()  # a worldgraph child: what it writes is private (worldgraph.filemodes)
-    _, path, dims, name, cfg_json, tasks_json = argv
+    path, dims, name, cfg_json = argv[1:5]
     config = WorldGraphConfig.model_validate_json(cfg_json)
-    idx = EpisodeIndex(path, int(dims), name, config)
-    run_maintenance_tasks(idx, json.loads(tasks_json))
+
+    def run(tasks: list[list[str]]) -> None:
+        # opened for each run: it then sees what other processes wrote, forgot and purged meanwhile
+        idx = EpisodeIndex(path, int(dims), name, config)
+        try:
+            run_maintenance_tasks(idx, tasks)
+        finally:
+            idx.close(wait=False)
+
+    if argv[0] == "serve":
+        return serve(run)
+    run(json.loads(argv[5]))
     return 0
 
 

@@ -6,9 +6,7 @@ Expensive work runs in a background thread that starts a child process (see
 
 from __future__ import annotations
 
-import json
 import logging
-import subprocess
 import sys
 import threading
 import time
@@ -32,8 +30,12 @@ from worldgraph.memory.index.schema import (
     VECTOR_INDEX_NAME,
 )
 from worldgraph.memory.index.tables import IndexTables, TenantTable
+from worldgraph.memory.index.worker import MaintenanceWorker
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
+
+# how long the maintenance thread (and its kept child) waits for the next task before going
+WORKER_GRACE_SECONDS = 5.0
 
 
 class IndexMaintenance(IndexTables):
@@ -42,6 +44,9 @@ class IndexMaintenance(IndexTables):
     _maint_lock: threading.Lock
     _maint_thread: threading.Thread | None
     _maint_pending: set[tuple[str, str]]
+    _maint_cv: threading.Condition  # on _maint_lock: a task was added, or a run ended
+    _maint_active: int  # runs in progress
+    _maint_worker: MaintenanceWorker | None  # the kept child (worker.py)
     maintenance_runs: list[dict[str, Any]]
 
     def _after_write(self, part: TenantTable, n_rows: int) -> None:
@@ -89,6 +94,7 @@ class IndexMaintenance(IndexTables):
         """Run index building / optimize in one background thread (writes and reads go on)."""
         with self._maint_lock:
             self._maint_pending.add((what, name))
+            self._maint_cv.notify_all()
             if self._maint_thread is not None and self._maint_thread.is_alive():
                 return
             self._maint_thread = threading.Thread(
@@ -97,33 +103,50 @@ class IndexMaintenance(IndexTables):
             self._maint_thread.start()
 
     def _maintenance_loop(self) -> None:
+        """Runs the pending tasks in the kept child (worker.py), then waits ``WORKER_GRACE_SECONDS``
+        for more (a bulk ingest asks every few seconds) before letting the child go."""
         while True:
             with self._maint_lock:
+                deadline = time.monotonic() + WORKER_GRACE_SECONDS
+                while not self._maint_pending and (left := deadline - time.monotonic()) > 0:
+                    self._maint_cv.wait(left)
                 if not self._maint_pending:
+                    # under the lock: a task added from now on starts a new thread (and child)
+                    self._maint_thread = None
+                    self.stop_maintenance_worker()  # idle: it exits at once
                     return
                 pending = sorted(self._maint_pending)  # "ann" before "optimize" for a table
                 self._maint_pending.clear()
-            started = time.perf_counter()
-            ok = False
+                self._maint_active += 1
             try:
-                self._run_maintenance_process(pending)
-                ok = True
-            except Exception as exc:
-                log.warning("episode index background maintenance failed (will retry later): %s", exc)
+                self._run_pending(pending)
             finally:
-                self.maintenance_runs.append({"tasks": [list(t) for t in pending], "ok": ok,
-                                              "seconds": round(time.perf_counter() - started, 3)})
-                for name in {n for _, n in pending}:
-                    part = self._parts.get(name)
-                    if part is None:
-                        continue
-                    try:
-                        part.table.checkout_latest()
-                        self._indexes(part, refresh=True)
-                    except Exception:  # pragma: no cover
-                        pass
-                    part.ann_partitions = None  # the child may have (re)built the ANN index
-                    part.ann_requested = False
+                with self._maint_lock:
+                    self._maint_active -= 1
+                    self._maint_cv.notify_all()
+
+    def _run_pending(self, pending: list[tuple[str, str]]) -> None:
+        started = time.perf_counter()
+        ok = False
+        try:
+            self._run_maintenance_process(pending)
+            ok = True
+        except Exception as exc:
+            log.warning("episode index background maintenance failed (will retry later): %s", exc)
+        finally:
+            self.maintenance_runs.append({"tasks": [list(t) for t in pending], "ok": ok,
+                                          "seconds": round(time.perf_counter() - started, 3)})
+            for name in {n for _, n in pending}:
+                part = self._parts.get(name)
+                if part is None:
+                    continue
+                try:
+                    part.table.checkout_latest()
+                    self._indexes(part, refresh=True)
+                except Exception:  # pragma: no cover
+                    pass
+                part.ann_partitions = None  # the child may have (re)built the ANN index
+                part.ann_requested = False
 
     def _run_maintenance_process(self, tasks: list[tuple[str, str]]) -> None:
         """ANN build / optimize of some tables in a child process.
@@ -131,30 +154,40 @@ class IndexMaintenance(IndexTables):
         lancedb's synchronous API runs every call on one background event loop per process, so
         a long create_index in a thread stalls every other read and write of the process
         (measured: a 2k-row upsert waited 115 s behind an HNSW build). A child process keeps
-        this process's recalls and writes flowing.
+        this process's recalls and writes flowing. The child is kept between runs (worker.py).
         """
         if self.path.startswith("memory://"):  # another process cannot see this one's memory
             run_maintenance_tasks(self, tasks)
             return
-        # An object store too: the child opens the same URI with the AWS_* variables it inherits.
-        pkg_root = str(Path(__file__).resolve().parents[2])
-        env = child_environment(pythonpath_first=pkg_root)
-        cmd = [sys.executable, "-m", "worldgraph.memory.index.episode_index", "maintain", self.path, str(self.dimensions),
-               self.embedder_name, self.config.model_dump_json(), json.dumps(tasks)]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"maintenance process failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        if self._maint_worker is None:
+            # An object store too: the child opens the same URI with the AWS_* variables it inherits.
+            pkg_root = str(Path(__file__).resolve().parents[2])
+            env = child_environment(pythonpath_first=pkg_root)
+            cmd = [sys.executable, "-m", "worldgraph.memory.index.episode_index", "serve", self.path,
+                   str(self.dimensions), self.embedder_name, self.config.model_dump_json()]
+            self._maint_worker = MaintenanceWorker(cmd, env)
+        self._maint_worker.run(tasks)
 
     def wait_for_maintenance(self, timeout: float | None = None) -> bool:
         """Block until background index building / optimize (and mirror building, mirror.py) is
         done; False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        thread = self._maint_thread
-        if thread is not None:
-            thread.join(timeout)
-            if thread.is_alive():
-                return False
+        with self._maint_lock:
+            while self._maint_pending or self._maint_active:
+                thread = self._maint_thread
+                if not self._maint_active and (thread is None or not thread.is_alive()):
+                    break  # no thread left to run them (it died): nothing to wait for
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._maint_cv.wait(left)
         return self._mirrors.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+    def stop_maintenance_worker(self) -> None:
+        """Let the kept maintenance child go now (it finishes the run it is in); the next run
+        starts another."""
+        if self._maint_worker is not None:
+            self._maint_worker.close()
 
     def ensure_indexes(self, vector: bool = True, tenant_id: str | None = None) -> list[str]:
         """Make the indexes of every tenant's table (or of one) ready, synchronously; returns the names created.

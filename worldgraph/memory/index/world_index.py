@@ -42,6 +42,7 @@ from worldgraph.errors import EmbeddingDimensionError, InvalidInputError, ReadOn
 from worldgraph.filemodes import private_dir
 from worldgraph.locks import file_lock
 from worldgraph.memory.index import objectstore
+from worldgraph.memory.index.lance_import import import_lancedb
 from worldgraph.memory.index.schema import PK_METADATA, VECTOR_VALUE_TYPE, sql_literal, table_name
 from worldgraph.memory.index.small import K1, B, terms
 
@@ -195,7 +196,7 @@ class WorldIndex:
 
     def __init__(self, path: str | Path, dimensions: int, config: WorldGraphConfig | None = None,
                  read_only: bool = False) -> None:
-        import lancedb
+        lancedb = import_lancedb()  # without the REST client it does not need (lance_import.py)
 
         self.config = config if config is not None else WorldGraphConfig()
         self.path = str(path)

@@ -1,0 +1,90 @@
+"""The kept maintenance child (memory/index/worker.py): one child for many runs, a new one after
+it died or went idle, its errors reported, and the index's maintenance going through it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from worldgraph.config import WorldGraphConfig, child_environment
+from worldgraph.memory.index.episode_index import EpisodeIndex
+from worldgraph.memory.index.worker import MaintenanceWorker
+
+# a child that serves with a fake run: it fails on the task "boom", records the others in a file
+CHILD = """
+import json, sys
+from worldgraph.memory.index.worker import serve
+log, idle = sys.argv[1], float(sys.argv[2])
+def run(tasks):
+    if tasks and tasks[0][0] == "boom":
+        raise ValueError("the task went boom")
+    with open(log, "a") as fh:
+        fh.write(json.dumps(tasks) + "\\n")
+raise SystemExit(serve(run, idle=idle))
+"""
+
+
+def worker(tmp_path: Path, idle: float = 30.0) -> MaintenanceWorker:
+    pkg_root = str(Path(__file__).resolve().parents[3])
+    return MaintenanceWorker([sys.executable, "-c", CHILD, str(tmp_path / "runs.jsonl"), str(idle)],
+                             child_environment(pythonpath_first=pkg_root))
+
+
+def test_one_child_serves_many_runs_and_reports_errors(tmp_path: Path) -> None:
+    w = worker(tmp_path)
+    try:
+        w.run([("optimize", "ep-a")])
+        w.run([("ann", "ep-a"), ("optimize", "ep-b")])
+        with pytest.raises(RuntimeError, match="the task went boom"):
+            w.run([("boom", "ep-a")])
+        w.run([("optimize", "ep-c")])  # a failed task does not end the child
+        assert w.started == 1
+        runs = (tmp_path / "runs.jsonl").read_text().splitlines()
+        assert runs == ['[["optimize", "ep-a"]]', '[["ann", "ep-a"], ["optimize", "ep-b"]]', '[["optimize", "ep-c"]]']
+    finally:
+        w.close()
+
+
+def test_a_killed_or_idle_child_is_replaced(tmp_path: Path) -> None:
+    w = worker(tmp_path, idle=0.5)
+    try:
+        w.run([("optimize", "ep-a")])
+        pid = w._proc.pid if w._proc is not None else None  # noqa: SLF001 - the child to kill
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+        w.run([("optimize", "ep-b")])  # sent again to a new child
+        assert w.started == 2
+        time.sleep(1.5)  # the child's idle time passes: it exits by itself
+        w.run([("optimize", "ep-c")])
+        assert w.started == 3
+        assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == 3
+    finally:
+        w.close()
+    assert w._proc is None  # noqa: SLF001
+
+
+def test_index_maintenance_runs_in_one_kept_child(tmp_path: Path) -> None:
+    cfg = WorldGraphConfig(ann_index_min_rows=100_000, optimize_every_rows=50)
+    idx = EpisodeIndex(str(tmp_path / "idx"), 8, "test-8", cfg)
+    rng = np.random.default_rng(0)
+    try:
+        for batch in range(3):
+            rows = [{"episode_id": f"e{batch}-{i}", "tenant_id": "acme", "agent_id": "a", "text": f"row {i}",
+                     "vector": rng.standard_normal(8).tolist(), "timestamp": 1.7e9 + i} for i in range(60)]
+            idx.upsert(rows)
+            assert idx.wait_for_maintenance(timeout=120)
+        runs = idx.maintenance_runs
+        assert len(runs) >= 2 and all(r["ok"] for r in runs), runs
+        kept = idx._maint_worker  # noqa: SLF001
+        assert kept is not None and kept.started == 1  # no child started per run
+        assert idx.count("acme") == 180
+    finally:
+        idx.close()
+    assert idx._maint_worker is not None and idx._maint_worker._proc is None  # noqa: SLF001 - closed

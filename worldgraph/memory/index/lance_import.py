@@ -1,0 +1,57 @@
+"""Importing ``lancedb`` without the REST namespace client it never uses here.
+
+``import lancedb`` imports ``lance_namespace``, which imports the package of its REST client
+(``lance_namespace_urllib3_client``): the package's ``__init__`` imports every API class of the
+REST service and, through them, every model (~370 pydantic models). That was ~0.75 of the ~1.7
+CPU-seconds of ``import lancedb`` measured here (``python -X importtime``), paid by every process
+that opens an index (cold start) and by every maintenance child. worldgraph opens local folders
+and object stores (``lancedb.connect(path)``), never a REST namespace: ``lance_namespace`` needs
+only the models of the client, a subpackage.
+
+So before ``lancedb`` is first imported, the client's package is registered as a bare package
+(its path, not its ``__init__``): its subpackages (the models) import as usual, and the first
+look-up of anything else on it (a REST namespace being made, say) imports the real package in
+its place. When the client is already imported, or not installed, nothing is done.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import types
+from typing import Any
+
+__all__ = ["REST_CLIENT", "import_lancedb"]
+
+REST_CLIENT = "lance_namespace_urllib3_client"
+
+
+def import_lancedb() -> Any:
+    """The ``lancedb`` module, imported with the REST client's package left bare (see above)."""
+    if "lancedb" not in sys.modules and REST_CLIENT not in sys.modules:
+        _bare_package(REST_CLIENT)
+    return importlib.import_module("lancedb")
+
+
+def _bare_package(name: str) -> None:
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.submodule_search_locations is None:
+        return
+    bare = types.ModuleType(name)
+    bare.__path__ = list(spec.submodule_search_locations)
+    bare.__spec__ = spec
+    bare.__file__ = spec.origin
+
+    def real(attr: str) -> Any:
+        # anything but a subpackage: the real package, in the bare one's place (once)
+        if sys.modules.get(name) is bare:
+            del sys.modules[name]
+            module = importlib.import_module(name)
+            bare.__dict__.update({k: v for k, v in module.__dict__.items() if k not in ("__getattr__",)})
+        else:
+            module = sys.modules[name]
+        return getattr(module, attr)
+
+    bare.__getattr__ = real  # type: ignore[method-assign]
+    sys.modules[name] = bare

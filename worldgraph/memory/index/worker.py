@@ -1,0 +1,132 @@
+"""The maintenance child process, kept between runs.
+
+Index maintenance (ANN builds, compaction, folding new rows into the indexes) runs in a child
+process (maintenance.py says why). A child started per run spent more CPU importing LanceDB
+(~1.7 CPU-seconds) than folding the rows written since the previous run (~0.11 CPU-seconds per
+1,000 rows at 1M), and during a bulk ingest runs follow each other back to back: the child is
+therefore kept, and given each run's tasks as one JSON line on its stdin, answered by one line
+on its stdout (``{"ok": true}`` or ``{"error": "..."}``).
+
+It goes away by itself: when its stdin closes (the parent closed it, exited or was killed) and
+after ``IDLE_SECONDS`` without a task (so an idle process does not hold the memory of its last
+ANN build). A run sent to a child that has just gone is sent again to a new one: every task is
+safe to run twice. Each run opens the index anew, so it sees what other processes wrote and
+forgot since the last one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from typing import IO, Any
+
+__all__ = ["IDLE_SECONDS", "MaintenanceWorker", "serve"]
+
+log = logging.getLogger("worldgraph.memory.index.episode_index")
+
+IDLE_SECONDS = 30.0
+
+
+class MaintenanceWorker:
+    """The parent's handle on its kept child; ``run`` is called by one thread at a time (the
+    maintenance thread), ``close`` from any."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str]) -> None:
+        self._cmd, self._env = cmd, env
+        self._proc: subprocess.Popen[str] | None = None
+        self._stderr: IO[bytes] | None = None
+        self._lock = threading.Lock()
+        self.started = 0  # children started (for tests and the bench)
+
+    def run(self, tasks: Sequence[Sequence[str]]) -> None:
+        """Carry out ``tasks`` in the child; raises RuntimeError with the child's error."""
+        line = json.dumps([list(t) for t in tasks])
+        for attempt in (1, 2):
+            proc = self._child()
+            try:
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write(line + "\n")
+                proc.stdin.flush()
+                answer = proc.stdout.readline()
+            except (BrokenPipeError, OSError, ValueError):
+                answer = ""
+            if answer:
+                reply = json.loads(answer)
+                if reply.get("ok"):
+                    return
+                raise RuntimeError(f"maintenance process failed: {reply.get('error')}")
+            # no answer: the child exited (idle, killed, crashed); what it said is in its stderr
+            tail = self._reap()
+            if attempt == 2 or (proc.returncode not in (0, None)):
+                raise RuntimeError(f"maintenance process failed ({proc.returncode}): {tail[-2000:]}")
+
+    def _child(self) -> subprocess.Popen[str]:
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None:
+                return self._proc
+            self._reap_locked()
+            # stderr to a file, not a pipe nobody reads while the child runs (a full pipe blocks it)
+            self._stderr = tempfile.TemporaryFile()
+            self._proc = subprocess.Popen(self._cmd, env=self._env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=self._stderr, text=True, bufsize=1)
+            self.started += 1
+            return self._proc
+
+    def _reap(self) -> str:
+        with self._lock:
+            return self._reap_locked()
+
+    def _reap_locked(self) -> str:
+        """Wait for the gone (or going) child and return the end of its stderr."""
+        tail = ""
+        if self._proc is not None:
+            for stream in (self._proc.stdin, self._proc.stdout):
+                try:
+                    if stream is not None:
+                        stream.close()
+                except OSError:  # pragma: no cover - a broken pipe
+                    pass
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # pragma: no cover - stuck: it holds no lock we need
+                self._proc.kill()
+                self._proc.wait()
+        if self._stderr is not None:
+            self._stderr.seek(0)
+            tail = self._stderr.read()[-4000:].decode("utf-8", "replace")
+            self._stderr.close()
+            self._stderr = None
+        self._proc = None
+        return tail
+
+    def close(self) -> None:
+        """End the child (it finishes the run it is in: its stdin closes, it exits)."""
+        self._reap()
+
+
+def serve(run: Callable[[list[list[str]]], None], stdin: IO[str] = sys.stdin, stdout: IO[str] = sys.stdout,
+          idle: float = IDLE_SECONDS) -> int:
+    """The child's loop: a line of tasks in, ``run(tasks)``, a line out; returns at the end of
+    stdin or after ``idle`` seconds without a line."""
+    while True:
+        ready, _, _ = select.select([stdin], [], [], idle)
+        if not ready:
+            return 0
+        line = stdin.readline()
+        if not line:
+            return 0
+        reply: dict[str, Any]
+        try:
+            run(json.loads(line))
+            reply = {"ok": True}
+        except Exception as exc:  # noqa: BLE001 - reported to the parent, which logs it and retries later
+            log.warning("episode index maintenance failed: %s", exc, exc_info=True)
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        stdout.write(json.dumps(reply) + "\n")
+        stdout.flush()
