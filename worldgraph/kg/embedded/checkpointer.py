@@ -22,12 +22,13 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from worldgraph.kg.embedded.sql.schema import CHECKPOINT_PASSIVE
+
 __all__ = ["INTERVAL_SECONDS", "Checkpointer"]
 
 log = logging.getLogger("worldgraph")
 
 INTERVAL_SECONDS = 0.5
-WAL_CHECKPOINT_PASSIVE = "PRAGMA wal_checkpoint(PASSIVE)"
 
 
 class Checkpointer:
@@ -65,7 +66,7 @@ class Checkpointer:
                     return
                 self._wake.clear()
                 try:
-                    conn.execute(WAL_CHECKPOINT_PASSIVE).fetchone()
+                    conn.execute(CHECKPOINT_PASSIVE).fetchone()
                     self.runs += 1
                 except sqlite3.Error as exc:  # a busy or closing file: the next commit asks again
                     log.debug("background checkpoint of %s: %s", self.path, exc)

@@ -132,6 +132,8 @@ FEEDBACK_GEN = "SELECT gen, stamp FROM projection_gens WHERE part = 'feedback'"
 FEEDBACK_TRIGGERS = "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'feedback_gen_%'"
 # copies the WAL into the database and empties the WAL file: (busy, log pages, checkpointed pages)
 CHECKPOINT_TRUNCATE = "PRAGMA wal_checkpoint(TRUNCATE)"
+# copies what of the WAL it can without waiting for a reader or blocking a writer (embedded.checkpointer)
+CHECKPOINT_PASSIVE = "PRAGMA wal_checkpoint(PASSIVE)"
 
 # ==================================================================== schema_info
 SCHEMA_VERSION_READ = "SELECT value FROM schema_info WHERE key = 'schema_version'"
