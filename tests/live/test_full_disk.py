@@ -50,8 +50,16 @@ def test_every_write_on_a_filling_disk_is_honest(tmp_path: Path) -> None:
         wm = WorldModel.open(data, embedder=HashingEmbedder(384))
         first = wm.record_experiences(T, [_exp("seed", i) for i in range(5)])
         wm.apply_delta(T, "yard", _delta("seed"))
+        # Full means full for SQLite too: an emptied WAL owns no block a commit could write over.
+        # (Once a checkpoint copied the whole WAL, the next commit restarts it and writes over the
+        # blocks it owns, with no byte free: the background checkpoints do that within 0.5 s of a
+        # commit, and the writer's own at 16,384 pages. Such commits are durable; the last test
+        # of this file shows it.)
+        wm.store.purge_files()
         filler = fill(disk)
         returned: list[str] = []
+        acknowledged = {"feedback": 0, "delta": 0}
+        start_version = int(wm.world_graph(T, "yard")["meta"]["graph_version"])
         outcomes: dict[str, set[bool]] = {"batch": set(), "feedback": set(), "delta": set(), "round": set()}
         states: set[str] = set()
         for step in range(21):
@@ -72,6 +80,7 @@ def test_every_write_on_a_filling_disk_is_honest(tmp_path: Path) -> None:
             after = wm.store.feedback_stats(T, [first[0]]).get(first[0], (0.0, 0))[1]
             assert after == before + ok, f"step {step}: feedback returned={ok} ({err}) but count {before} -> {after}"
             outcomes["feedback"].add(ok)
+            acknowledged["feedback"] += ok
 
             leave_free(filler, room)
             version = int(wm.world_graph(T, "yard")["meta"]["graph_version"])
@@ -81,6 +90,7 @@ def test_every_write_on_a_filling_disk_is_honest(tmp_path: Path) -> None:
             assert (f"crate s{step}" in names) == ok, f"step {step}: delta returned={ok} ({err}) vs {names}"
             assert graph["meta"]["graph_version"] == (version + 1 if ok else version)
             outcomes["delta"].add(ok)
+            acknowledged["delta"] += ok
 
             rnd = {"round": step, "action": f"open crate {step}", "after_observation": "it opens " * 100,
                    "response": "done\nFLAG_CURIOSITY: yes\nCURIOSITY_REASON: crates open"}
@@ -111,6 +121,9 @@ def test_every_write_on_a_filling_disk_is_honest(tmp_path: Path) -> None:
         # with room again, the next open indexes what the full disk left pending: all recallable
         with WorldModel.open(data, embedder=HashingEmbedder(384)) as wm:
             assert wm.store.unindexed_episodes() == []
+            # every write that returned is there, none that raised
+            assert wm.store.feedback_stats(T, [first[0]])[first[0]][1] == acknowledged["feedback"]
+            assert int(wm.world_graph(T, "yard")["meta"]["graph_version"]) == start_version + acknowledged["delta"]
             for eid in [*first, *returned]:
                 desc = wm.store.get_episodes(T, [eid])[eid]["task_description"]
                 found = [r["episode_id"] for r in wm.recall_experiences(
@@ -170,3 +183,4 @@ def test_a_cypher_projection_that_cannot_be_saved_is_built_in_a_temporary_folder
         with WorldModel.open(data, embedder=HashingEmbedder(384)) as wm:
             assert wm.cypher(T, count) == [{"n": 41}]
             assert len(list(folder_for(wm.store.path).glob("*.json"))) == 1  # saved now
+
