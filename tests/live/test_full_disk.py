@@ -5,6 +5,10 @@ reading."""
 from __future__ import annotations
 
 import logging
+import signal
+import subprocess
+import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -184,3 +188,55 @@ def test_a_cypher_projection_that_cannot_be_saved_is_built_in_a_temporary_folder
             assert wm.cypher(T, count) == [{"n": 41}]
             assert len(list(folder_for(wm.store.path).glob("*.json"))) == 1  # saved now
 
+
+def test_commits_a_full_disk_lets_through_are_kept_and_the_stalled_checkpoint_is_said(tmp_path: Path) -> None:
+    """Once a background checkpoint copied the whole WAL, commits on a full disk write over blocks
+    the WAL already owns and return: a writer killed with SIGKILL right after loses none of them.
+    The checkpoint that would copy them needs the database file to grow: it fails, and says so
+    once with a warning naming the full disk (kg/embedded/checkpointer.py)."""
+    require_mount(tmp_path)
+    with tmpfs(tmp_path / "disk", "24M") as disk:
+        data = disk / "data"
+        script = textwrap.dedent(f"""
+            import logging, os, signal, time
+            from pathlib import Path
+            from tests.live.test_full_disk import T, _delta, _exp
+            from tests.support.mounts import fill
+            from worldgraph import WorldModel
+            from worldgraph.memory.embeddings import HashingEmbedder
+
+            said = []
+            handler = logging.Handler()
+            handler.emit = lambda record: said.append(record.getMessage())
+            logging.getLogger("worldgraph").addHandler(handler)
+            wm = WorldModel.open({str(data)!r}, embedder=HashingEmbedder(384))
+            first = wm.record_experiences(T, [_exp("seed", i) for i in range(5)])
+            wm.apply_delta(T, "yard", _delta("seed"))
+            checkpointer = wm.store.db.checkpointer
+            deadline = time.monotonic() + 10
+            while checkpointer.runs < 2 and time.monotonic() < deadline:  # the WAL copied
+                time.sleep(0.05)
+            time.sleep(1.0)
+            fill(Path({str(disk)!r}))
+            ids = wm.record_experiences(T, [_exp("full", i) for i in range(8)])
+            for _ in range(3):
+                wm.submit_feedback(T, first[0], 0.5, notes="n " * 300)
+            while not any("background checkpoint" in m for m in said) and time.monotonic() < deadline + 10:
+                time.sleep(0.05)
+            print(first[0], *ids, flush=True)
+            print([m for m in said if "background checkpoint" in m], flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        """)
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             cwd=Path(__file__).parents[2])
+        assert out.returncode == -signal.SIGKILL, out.stderr[-3000:]
+        ids_line, said_line = out.stdout.splitlines()[-2:]
+        first, *ids = ids_line.split()
+        assert "database or disk is full" in said_line and "the disk is full" in said_line, said_line
+        assert said_line.count("background checkpoint") == 1  # said once, not at every commit
+        (disk / "filler").unlink()
+        with WorldModel.open(data, embedder=HashingEmbedder(384)) as wm:
+            assert not wm.read_only
+            assert sorted(wm.store.get_episodes(T, ids)) == sorted(ids)
+            assert wm.store.feedback_stats(T, [first])[first][1] == 3
+            assert wm.store.unindexed_episodes() == []

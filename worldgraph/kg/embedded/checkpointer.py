@@ -13,6 +13,13 @@ for one). The writer's own checkpoint at ``wal_autocheckpoint`` pages stays as i
 is still restarted from its beginning and bounded: it finds the pages already copied, and has
 only the newest ones left to copy. Durability is the WAL's and does not change: a commit is on
 disk when it returns, whether or not its pages were copied yet.
+
+On a full disk: once a checkpoint copied the whole WAL, the next commit restarts the WAL and
+writes over blocks the WAL file already owns, so it can succeed with no byte free, and is as
+durable as any (``synchronous=FULL``). A checkpoint that needs the database file to grow fails
+there; it is said once (a warning naming the full disk), and the commits stay in the WAL, which
+can no longer be restarted: the first commit that needs a new block of WAL fails, and the caller
+gets the store's error naming the full disk.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ class Checkpointer:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.runs = 0  # checkpoints run (for tests)
+        self.failing: str | None = None  # why the last checkpoint failed, until one succeeds again
 
     def kick(self) -> None:
         """A commit wrote to the WAL: copy it in the background soon."""
@@ -68,12 +76,28 @@ class Checkpointer:
                 try:
                     conn.execute(CHECKPOINT_PASSIVE).fetchone()
                     self.runs += 1
-                except sqlite3.Error as exc:  # a busy or closing file: the next commit asks again
-                    log.debug("background checkpoint of %s: %s", self.path, exc)
+                    self.failing = None
+                except sqlite3.Error as exc:
+                    self._failed(exc)
                 if self._halt.wait(INTERVAL_SECONDS):  # the commits of this interval: copied together next
                     return
         finally:
             conn.close()
+
+    def _failed(self, exc: sqlite3.Error) -> None:
+        """A busy or locked file is routine (the next commit asks again). Anything else, a full
+        disk first of all, is said once until a checkpoint succeeds again: the commits stay in
+        the WAL, durable, but the WAL cannot be copied nor restarted, so it grows until the
+        writer's own commits fail on the same disk."""
+        name = getattr(exc, "sqlite_errorname", "")
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+            log.debug("background checkpoint of %s: %s", self.path, exc)
+            return
+        if self.failing is None:
+            full = "; the disk is full: free space on it" if name.startswith("SQLITE_FULL") else ""
+            log.warning("background checkpoint of %s failed (%s): the commits stay in its WAL, which grows "
+                        "until they can be copied%s", self.path, exc, full)
+        self.failing = str(exc)
 
     def close(self) -> None:
         """Stop the thread (a checkpoint in progress finishes first) and close its connection."""
