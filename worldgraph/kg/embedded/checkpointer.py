@@ -89,12 +89,12 @@ class Checkpointer:
         disk first of all, is said once until a checkpoint succeeds again: the commits stay in
         the WAL, durable, but the WAL cannot be copied nor restarted, so it grows until the
         writer's own commits fail on the same disk."""
-        name = getattr(exc, "sqlite_errorname", "")
-        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        name, text = getattr(exc, "sqlite_errorname", ""), str(exc)  # the name from Python 3.11 on
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "is locked" in text:
             log.debug("background checkpoint of %s: %s", self.path, exc)
             return
         if self.failing is None:
-            full = "; the disk is full: free space on it" if name.startswith("SQLITE_FULL") else ""
+            full = "; the disk is full: free space on it" if name == "SQLITE_FULL" or "disk is full" in text else ""
             log.warning("background checkpoint of %s failed (%s): the commits stay in its WAL, which grows "
                         "until they can be copied%s", self.path, exc, full)
         self.failing = str(exc)
