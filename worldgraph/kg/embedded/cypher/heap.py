@@ -1,9 +1,9 @@
 """Blank heap memory while LadybugDB writes a file: the engine writes memory it never filled.
 
-Measured with LadybugDB 0.22 (``tests/unit/kg/test_cypher_heap.py``): each checkpoint writes the
-file's header page (4 KiB, of which the first 49 bytes are set) and the tails of a few other
-pages from buffers it takes from ``malloc`` and never fills (~12.6 KB a checkpoint, its log
-likewise). glibc hands a block out as its last owner left it, so those bytes are whatever this
+Measured with LadybugDB 0.22 (a process started with ``MALLOC_PERTURB_`` finds those bytes as the
+perturb byte, every run): each checkpoint writes the file's header page (4 KiB, of which the first
+49 bytes are set) and the tails of a few other pages from buffers it takes from ``malloc`` and
+never fills, ~12.6 KB a checkpoint. glibc hands a block out as its last owner left it, so those bytes are whatever this
 process freed there before: a forgotten episode's words, another tenant's rows. The erasure test
 found words of both its tenants, forgotten minutes before, in a tenant's projection file built
 from clean rows afterwards (written when the folder was closed).
