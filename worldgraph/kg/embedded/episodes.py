@@ -158,7 +158,7 @@ class SqliteEpisodes(EpisodeStore):
         writing) gives SQLite's data_version instead: it moves with every commit of another
         connection, and a read-only one makes none of its own."""
         if self.db.read_only and not self._triggers:
-            if self.db.query(sql.FEEDBACK_TRIGGERS)[0][0] < 3:
+            if not self.db.query(sql.FEEDBACK_TRIGGERS)[0][0]:
                 return ("data_version", self.db.query(sql.DATA_VERSION)[0][0])
             self._triggers = True
         rows = self.db.query(sql.FEEDBACK_GEN)

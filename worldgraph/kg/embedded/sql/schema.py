@@ -68,20 +68,18 @@ CREATE TABLE IF NOT EXISTS api_keys (
 -- ``stamp`` is random per commit: a file restored from a backup, or made anew at the same path,
 -- reaches the same counts again with other rows, never the same stamps.
 CREATE TABLE IF NOT EXISTS projection_gens (part TEXT PRIMARY KEY, gen INTEGER NOT NULL, stamp TEXT NOT NULL);
--- The ``feedback`` row counts the rows written to or deleted from ``feedback`` (recall's feedback
--- means are read again only when it moved, not at every recorded episode). Triggers, so that every
--- process writing the file bumps it, one of an older worldgraph too, once a process of this one
--- has opened the file.
-CREATE TRIGGER IF NOT EXISTS feedback_gen_insert AFTER INSERT ON feedback BEGIN
-  INSERT INTO projection_gens(part, gen, stamp) VALUES ('feedback', 1, hex(randomblob(16)))
-  ON CONFLICT(part) DO UPDATE SET gen = gen + 1, stamp = excluded.stamp; END;
-CREATE TRIGGER IF NOT EXISTS feedback_gen_update AFTER UPDATE ON feedback BEGIN
-  INSERT INTO projection_gens(part, gen, stamp) VALUES ('feedback', 1, hex(randomblob(16)))
-  ON CONFLICT(part) DO UPDATE SET gen = gen + 1, stamp = excluded.stamp; END;
-CREATE TRIGGER IF NOT EXISTS feedback_gen_delete AFTER DELETE ON feedback BEGIN
-  INSERT INTO projection_gens(part, gen, stamp) VALUES ('feedback', 1, hex(randomblob(16)))
-  ON CONFLICT(part) DO UPDATE SET gen = gen + 1, stamp = excluded.stamp; END;
 """
+
+# The ``feedback`` row of projection_gens counts the rows written to, changed in or deleted from
+# ``feedback`` (recall's feedback means are read again only when it moved, not at every recorded
+# episode). Triggers, one per event, so that every process writing the file bumps it, one of an
+# older worldgraph too, once a process of this one has opened the file.
+FEEDBACK_TRIGGER_EVENTS = ("insert", "update", "delete")
+SCHEMA += "".join(
+    f"CREATE TRIGGER IF NOT EXISTS feedback_gen_{event} AFTER {event.upper()} ON feedback BEGIN\n"
+    "  INSERT INTO projection_gens(part, gen, stamp) VALUES ('feedback', 1, hex(randomblob(16)))\n"
+    "  ON CONFLICT(part) DO UPDATE SET gen = gen + 1, stamp = excluded.stamp; END;\n"
+    for event in FEEDBACK_TRIGGER_EVENTS)
 
 # Added for the lifecycle: the listing order's index and the audit of forgets (who forgot which id
 # and when, never the content; ``purged_at`` is set once purge() removed the bytes).
@@ -129,7 +127,9 @@ BUMP_PROJECTION_GEN = ("INSERT INTO projection_gens(part, gen, stamp) VALUES (?,
 PROJECTION_GENS = "SELECT part, gen, stamp FROM projection_gens"
 # the feedback rows' generation (the triggers above); no row: none written since they exist
 FEEDBACK_GEN = "SELECT gen, stamp FROM projection_gens WHERE part = 'feedback'"
-FEEDBACK_TRIGGERS = "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'feedback_gen_%'"
+# 1 when the file holds every one of those triggers
+FEEDBACK_TRIGGERS = (f"SELECT count(*) = {len(FEEDBACK_TRIGGER_EVENTS)} FROM sqlite_master WHERE type = 'trigger' "
+                     f"AND name IN ({', '.join(repr(f'feedback_gen_{e}') for e in FEEDBACK_TRIGGER_EVENTS)})")
 # copies the WAL into the database and empties the WAL file: (busy, log pages, checkpointed pages)
 CHECKPOINT_TRUNCATE = "PRAGMA wal_checkpoint(TRUNCATE)"
 # copies what of the WAL it can without waiting for a reader or blocking a writer (embedded.checkpointer)
