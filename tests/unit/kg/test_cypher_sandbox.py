@@ -77,6 +77,11 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
         wm.apply_delta(tenant, "Cottage", {"entities": [{"ref": "k", "name": f"{text} key", "type": "item"}],
                                            "states": [], "edges": [], "rules": []})
         assert len(wm.cypher(tenant, "MATCH (e:Episode) RETURN e.id")) == 3
+    # what is written in the background is done before any attack: the indexes (the world facts'
+    # too), and the WAL copied into worldgraph.db up to 0.5 s after a commit (kg/embedded/checkpointer.py,
+    # stopped here), so a file that changes during an attack was changed by the attack
+    wm.wait_for_updates()
+    wm.store.db.checkpointer.close()  # type: ignore[attr-defined]
     victim = wm.store.projections.current("victim")  # type: ignore[attr-defined]
     assert wm.store.saved.holds(victim.path)  # type: ignore[attr-defined]
     canary = tmp / "canary"
