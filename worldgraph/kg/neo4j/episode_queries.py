@@ -204,6 +204,20 @@ MATCH (f:Feedback) WHERE f.tenant_id = $tenant_id AND f.episode_id IN $ids
 RETURN f.episode_id AS episode_id, avg(toFloat(f.score)) AS mean, count(f) AS n
 """
 
+# recall's feedback filter: every rated episode of the tenant and its mean score, one aggregate
+# over the (tenant_id, episode_id) index of Feedback (the IS NOT NULL lets the index serve it)
+FEEDBACK_MEANS = """
+MATCH (f:Feedback) WHERE f.tenant_id = $tenant_id AND f.episode_id IS NOT NULL
+  AND ($category IS NULL OR f.category = $category)
+RETURN f.episode_id AS episode_id, avg(toFloat(f.score)) AS mean
+"""
+
+# recall's session filter: one seek of the (tenant_id, session_id) index (SESSION_SCHEMA)
+SESSION_EPISODE_IDS = """
+MATCH (e:Episode) WHERE e.tenant_id = $tenant_id AND e.session_id = $session_id
+RETURN e.id AS id
+"""
+
 # recall's per-query read: the candidates and their feedback aggregates in one round trip
 EPISODES_WITH_FEEDBACK = """
 MATCH (e:Episode) WHERE e.tenant_id = $tenant_id AND e.id IN $ids

@@ -133,6 +133,15 @@ class Neo4jEpisodes(EpisodeStore):
                             category=category)
         return {r["episode_id"]: (float(r["mean"]), int(r["n"])) for r in rows}
 
+    def feedback_means(self, tenant_id: str, category: str | None = None) -> dict[str, float]:
+        # no cache here (the embedded store keys its cache on SQLite triggers; a server's writes
+        # have no such stamp): one aggregate per recall that filters by feedback
+        rows = self.db.rows(q.FEEDBACK_MEANS, tenant_id=tenant_id, category=category)
+        return {r["episode_id"]: float(r["mean"]) for r in rows}
+
+    def session_episode_ids(self, tenant_id: str, session_id: str) -> list[str]:
+        return [r["id"] for r in self.db.rows(q.SESSION_EPISODE_IDS, tenant_id=tenant_id, session_id=session_id)]
+
     def episodes_with_feedback(self, tenant_id: str, episode_ids: list[str],
                                category: str | None = None) -> tuple[dict[str, Record], dict[str, tuple[float, int]]]:
         episodes: dict[str, Record] = {}
