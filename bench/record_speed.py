@@ -44,7 +44,6 @@ def main(n: int, batch: int) -> dict[str, object]:
             cpus.append(time.process_time() - c1)
             emb.forget(texts)
         wm.close()
-        wm.index.close()  # WorldModel.close leaves the index's maintenance to finish: wait, reap the child
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)

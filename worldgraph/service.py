@@ -102,16 +102,21 @@ class WorldModel(WorldGraphAPI):
             raise ReadOnlyError(operation, self.read_only_reason)
 
     def close(self, timeout: float | None = None) -> None:
-        """Waits for background world updates, then closes the store. ``timeout`` (s) bounds
-        the whole close (``worldgraph serve`` on SIGTERM): updates still running then have their
-        packets handed back as pending, and a store that does not close in time is left to the
-        process's exit (every write is one transaction: nothing is half-written)."""
+        """Waits for background world updates and the episode index's maintenance (its child
+        process ends, its mirrors are saved: ``EpisodeIndex.close``), then closes the store;
+        afterwards nothing of this model writes into the folder. ``timeout`` (s) bounds the
+        whole close (``worldgraph serve`` on SIGTERM): updates still running then have their
+        packets handed back as pending, a maintenance run still going has its child killed, and
+        a store that does not close in time is left to the process's exit (every write is one
+        transaction: nothing is half-written)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         self.recorder.retrier.stop()
         self.lifecycle.purger.stop()
         self.purges.stop()
         self.world.shutdown(timeout)
-        self.index.keep_private(now=True)  # what LanceDB wrote last, private before the process goes
+        # the index's background maintenance and mirror saves end (its child too), and what
+        # LanceDB wrote last is made private before the process goes
+        self.index.close(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
         self.world_search.close(None if deadline is None else max(0.0, deadline - time.monotonic()))
         close_store(self.store, deadline)
 

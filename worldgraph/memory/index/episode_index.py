@@ -17,6 +17,7 @@ import json
 import logging
 import sys
 import threading
+import time
 from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
@@ -129,6 +130,7 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         self._maint_cv = threading.Condition(self._maint_lock)
         self._maint_active = 0
         self._maint_worker = None
+        self._maint_closed = False
         self.maintenance_runs: list[dict[str, Any]] = []  # background runs: tasks, ok, seconds
         self._small = SmallTables(dimensions, rows_limit(self.config.mirror_min_rows))
         self._private = PrivateTree(self.path) if self._is_local and not read_only else None
@@ -216,13 +218,18 @@ class EpisodeIndex(IndexWrites, IndexSearch):
                 self._after_write(part, 0)  # scalar / FTS indexes; ANN in the background
 
 
-    def close(self, wait: bool = True) -> None:
-        """Wait for background maintenance (LanceDB itself is embedded: nothing to release), and
-        make what it wrote private now (worldgraph.filemodes)."""
+    def close(self, wait: bool = True, timeout: float | None = None) -> None:
+        """Let background maintenance end (``wait``: the runs asked for so far; otherwise the one
+        in progress), end the kept child, save the changed mirrors and make what was written
+        private now (worldgraph.filemodes); LanceDB itself is embedded: nothing to release.
+        Afterwards no thread or child of this index writes into its folder. ``timeout`` (s)
+        bounds it all: a run still going then has its child killed (each of its steps is one
+        LanceDB commit), a mirror build still going is not saved (the next process builds it)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         if wait:
-            self.wait_for_maintenance()
-        self.stop_maintenance_worker()
-        self._mirrors.save_all()  # before the sweep below, which makes the saved files private too
+            self._wait_runs(deadline)
+        self._close_maintenance(deadline)
+        self._mirrors.close(deadline)  # before the sweep below, which makes the saved files private too
         if self._private is not None:
             self._private.close()
 

@@ -47,6 +47,7 @@ class IndexMaintenance(IndexTables):
     _maint_cv: threading.Condition  # on _maint_lock: a task was added, or a run ended
     _maint_active: int  # runs in progress
     _maint_worker: MaintenanceWorker | None  # the kept child (worker.py)
+    _maint_closed: bool  # the index is closed: no run starts
     maintenance_runs: list[dict[str, Any]]
 
     def _after_write(self, part: TenantTable, n_rows: int) -> None:
@@ -93,6 +94,8 @@ class IndexMaintenance(IndexTables):
     def _start_maintenance(self, what: str, name: str) -> None:
         """Run index building / optimize in one background thread (writes and reads go on)."""
         with self._maint_lock:
+            if self._maint_closed:
+                return  # (a write racing close: its rows are folded after a later write)
             self._maint_pending.add((what, name))
             self._maint_cv.notify_all()
             if self._maint_thread is not None and self._maint_thread.is_alive():
@@ -108,9 +111,9 @@ class IndexMaintenance(IndexTables):
         while True:
             with self._maint_lock:
                 deadline = time.monotonic() + WORKER_GRACE_SECONDS
-                while not self._maint_pending and (left := deadline - time.monotonic()) > 0:
+                while not self._maint_pending and not self._maint_closed and (left := deadline - time.monotonic()) > 0:
                     self._maint_cv.wait(left)
-                if not self._maint_pending:
+                if not self._maint_pending or self._maint_closed:
                     # under the lock: a task added from now on starts a new thread (and child)
                     self._maint_thread = None
                     self.stop_maintenance_worker()  # idle: it exits at once
@@ -132,7 +135,8 @@ class IndexMaintenance(IndexTables):
             self._run_maintenance_process(pending)
             ok = True
         except Exception as exc:
-            log.warning("episode index background maintenance failed (will retry later): %s", exc)
+            (log.info if self._maint_closed else log.warning)(
+                "episode index background maintenance failed (will retry later): %s", exc)
         finally:
             self.maintenance_runs.append({"tasks": [list(t) for t in pending], "ok": ok,
                                           "seconds": round(time.perf_counter() - started, 3)})
@@ -172,6 +176,11 @@ class IndexMaintenance(IndexTables):
         """Block until background index building / optimize (and mirror building, mirror.py) is
         done; False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        return self._wait_runs(deadline) and \
+            self._mirrors.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+    def _wait_runs(self, deadline: float | None) -> bool:
+        """Block until no maintenance run is pending or in progress; False at ``deadline``."""
         with self._maint_lock:
             while self._maint_pending or self._maint_active:
                 thread = self._maint_thread
@@ -181,13 +190,30 @@ class IndexMaintenance(IndexTables):
                 if left is not None and left <= 0:
                     return False
                 self._maint_cv.wait(left)
-        return self._mirrors.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return True
 
     def stop_maintenance_worker(self) -> None:
         """Let the kept maintenance child go now (it finishes the run it is in); the next run
         starts another."""
         if self._maint_worker is not None:
             self._maint_worker.close()
+
+    def _close_maintenance(self, deadline: float | None) -> None:
+        """No run starts from now on (the tasks not started are dropped: they are asked again
+        after later writes); the run in progress ends by ``deadline`` (time.monotonic()), its child
+        killed then; the maintenance thread is joined."""
+        with self._maint_lock:
+            self._maint_closed = True
+            dropped = sorted(self._maint_pending)
+            self._maint_pending.clear()
+            self._maint_cv.notify_all()
+            thread = self._maint_thread
+        if dropped:
+            log.info("episode index %s: closed before maintenance %s ran", getattr(self, "path", "?"), dropped)
+        if self._maint_worker is not None:
+            self._maint_worker.close(None if deadline is None else deadline - time.monotonic(), final=True)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def ensure_indexes(self, vector: bool = True, tenant_id: str | None = None) -> list[str]:
         """Make the indexes of every tenant's table (or of one) ready, synchronously; returns the names created.

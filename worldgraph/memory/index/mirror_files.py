@@ -213,6 +213,7 @@ class Mirrors:
         self._building: set[str] = set()  # tables whose mirror a background thread is bringing up to date
         self._listing: set[str] = set()  # tables whose lists (ivf.py) a background thread is filling
         self.built = threading.Event()  # set when a background build ends
+        self.closed = False  # the index closed: no background work starts, none saves (close)
 
     def get(self, name: str, ds: Any) -> Mirror | None:
         """The mirror of table ``name`` at ``ds``'s version, or None while it is being built or
@@ -239,6 +240,8 @@ class Mirrors:
                 self._mirrors[name] = mirror
             if mirror.coarse or mirror.behind(ds) > SYNC_ROWS:
                 with self._lock:
+                    if self.closed:
+                        return None
                     self._building.add(name)
                 threading.Thread(target=self._build, args=(name, ds, lock), daemon=True,
                                  name="worldgraph-index-mirror").start()
@@ -254,7 +257,7 @@ class Mirrors:
         if n < ivfs.MIN_ROWS or (lists is not None and lists.covered >= n and not lists.stale(n)):
             return
         with self._lock:
-            if name in self._listing:
+            if name in self._listing or self.closed:
                 return
             self._listing.add(name)
         threading.Thread(target=self._fill, args=(name, mirror, lock), daemon=True,
@@ -273,21 +276,20 @@ class Mirrors:
             while True:
                 with lock:  # only to copy the codes: searches and refreshes go on while they are assigned
                     first, n = lists.covered, mirror.cols.n
-                    if first >= n:
+                    if first >= n or self.closed:
                         break
                     codes = mirror.cols.take("codes", np.arange(first, min(first + ivfs.CHUNK, n)))
                 lists.add(first, codes)
                 if mirror.lists is None or (lists is not mirror.lists and n - lists.covered <= ivfs.TAIL_ROWS):
                     mirror.lists = lists  # new lists take the old ones' place once they cover the table
                 if folder is not None and lists is mirror.lists and lists.covered - saved >= ivfs.SAVE_ROWS:
-                    folder.mkdir(parents=True, exist_ok=True)
-                    lists.save(folder, mirror.uid)
-                    saved = lists.covered
+                    saved = self._save_lists(folder, lists, mirror.uid, lock, saved)
+            if self.closed:
+                return  # (the lists saved so far serve the next process)
             lists.compact()
             mirror.lists = lists
             if folder is not None and lists.covered > saved:
-                folder.mkdir(parents=True, exist_ok=True)
-                lists.save(folder, mirror.uid)
+                self._save_lists(folder, lists, mirror.uid, lock, saved)
         except Exception as exc:  # noqa: BLE001 - searches go on without the lists; the next one retries
             log.warning("episode index: building the lists of %s failed (%s)", name, exc)
         finally:
@@ -295,11 +297,21 @@ class Mirrors:
                 self._listing.discard(name)
             self.built.set()
 
+    def _save_lists(self, folder: Path, lists: Any, uid: str, lock: threading.Lock, saved: int) -> int:
+        """Save the lists unless the index closed (under the table's lock, which ``close`` takes:
+        nothing is written into the folder after it); returns the rows saved."""
+        with lock:
+            if self.closed:
+                return saved
+            folder.mkdir(parents=True, exist_ok=True)
+            lists.save(folder, uid)
+            return int(lists.covered)
+
     def _refresh(self, name: str, mirror: Mirror, ds: Any) -> None:
         """``mirror.refresh(ds)``, then a save when one is due (the caller holds the table's lock)."""
         mirror.refresh(ds)
         folder = folder_of(self.index_path, name) if self.index_path is not None else None
-        if folder is not None and self.writable and due(mirror):
+        if folder is not None and self.writable and not self.closed and due(mirror):
             folder.mkdir(parents=True, exist_ok=True)
             if not save(mirror, folder) and mirror.cols.n_base != _saved_rows(folder):
                 del self._mirrors[name]  # another process saved: reopen its state next time
@@ -339,16 +351,33 @@ class Mirrors:
         """The mirror of ``name`` this process holds (None: none yet)."""
         return self._mirrors.get(name)
 
-    def save_all(self) -> None:
-        """Save every changed mirror (on close)."""
+    def close(self, deadline: float | None = None) -> bool:
+        """No background build or fill starts from now on, and none saves; the running ones are
+        waited for (a fill stops at its next chunk), then every changed mirror is saved, each
+        under its table's lock, so nothing of this object writes into the folder afterwards.
+        Past ``deadline`` (time.monotonic()) it stops waiting and saving: False, and a save
+        already under way is left to the process's exit (the manifest is written last)."""
+        with self._lock:
+            self.closed = True
+        return self.wait(None if deadline is None else max(0.0, deadline - time.monotonic())) and \
+            self.save_all(deadline)
+
+    def save_all(self, deadline: float | None = None) -> bool:
+        """Save every changed mirror (on close); False if ``deadline`` came first."""
         if self.index_path is None or not self.writable:
-            return
+            return True
         for name, mirror in list(self._mirrors.items()):
-            with self._locks[name]:
+            lock = self._locks[name]
+            if not lock.acquire(timeout=-1 if deadline is None else max(0.0, deadline - time.monotonic())):
+                return False
+            try:
                 if mirror.dirty:
                     folder = folder_of(self.index_path, name)
                     folder.mkdir(parents=True, exist_ok=True)
                     save(mirror, folder)
+            finally:
+                lock.release()
+        return True
 
     def drop(self, name: str | None = None) -> None:
         """Forget the mirror of ``name`` (None: of every table), in memory and on disk (purge)."""

@@ -42,6 +42,7 @@ class MaintenanceWorker:
         self._proc: subprocess.Popen[str] | None = None
         self._stderr: IO[bytes] | None = None
         self._lock = threading.Lock()
+        self._closed = False  # closed for good (the index closed): no child starts again
         self.started = 0  # children started (for tests and the bench)
 
     def run(self, tasks: Sequence[Sequence[str]]) -> None:
@@ -68,6 +69,8 @@ class MaintenanceWorker:
 
     def _child(self) -> subprocess.Popen[str]:
         with self._lock:
+            if self._closed:
+                raise RuntimeError("the index is closed: no maintenance process starts")
             if self._proc is not None and self._proc.poll() is None:
                 return self._proc
             self._reap_locked()
@@ -82,21 +85,20 @@ class MaintenanceWorker:
         with self._lock:
             return self._reap_locked()
 
-    def _reap_locked(self) -> str:
-        """Wait for the gone (or going) child and return the end of its stderr."""
+    def _reap_locked(self, timeout: float = 30.0) -> str:
+        """Wait for the gone (or going) child, ``timeout`` s at most before killing it (it holds
+        no lock we need, and each step of a run is one LanceDB commit: a killed run leaves the
+        table as it was), and return the end of its stderr."""
         tail = ""
         if self._proc is not None:
-            for stream in (self._proc.stdin, self._proc.stdout):
-                try:
-                    if stream is not None:
-                        stream.close()
-                except OSError:  # pragma: no cover - a broken pipe
-                    pass
+            _close(self._proc.stdin)  # its end of input: it finishes the run it is in, then exits
             try:
-                self._proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:  # pragma: no cover - stuck: it holds no lock we need
+                self._proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
+            # after it is gone: closing its stdout waits for a read of it in another thread to end
+            _close(self._proc.stdout)
         if self._stderr is not None:
             self._stderr.seek(0)
             tail = self._stderr.read()[-4000:].decode("utf-8", "replace")
@@ -105,9 +107,21 @@ class MaintenanceWorker:
         self._proc = None
         return tail
 
-    def close(self) -> None:
-        """End the child (it finishes the run it is in: its stdin closes, it exits)."""
-        self._reap()
+    def close(self, timeout: float | None = None, final: bool = False) -> None:
+        """End the child: it finishes the run it is in (its stdin closes, it exits), killed if
+        that takes more than ``timeout`` s (None: 30 s). ``final``: no child starts again
+        (``run`` raises RuntimeError)."""
+        with self._lock:
+            self._closed = self._closed or final
+            self._reap_locked(30.0 if timeout is None else max(0.0, timeout))
+
+
+def _close(stream: IO[str] | None) -> None:
+    try:
+        if stream is not None:
+            stream.close()
+    except OSError:  # pragma: no cover - a broken pipe
+        pass
 
 
 def serve(run: Callable[[list[list[str]]], None], stdin: IO[str] = sys.stdin, stdout: IO[str] = sys.stdout,
