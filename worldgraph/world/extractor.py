@@ -22,15 +22,16 @@ import secrets
 import threading
 from collections.abc import Callable
 from string import Template
-from typing import Any
-
-import openai
+from typing import TYPE_CHECKING, Any
 
 from worldgraph.config import WorldGraphConfig, openai_endpoint
 from worldgraph.errors import DeltaValidationError, ExtractionError
 from worldgraph.kg.records import DroppedItem, SceneRecord
 from worldgraph.prompts import load_prompt
 from worldgraph.world.delta.parse import ParsedDelta, parse_delta
+
+if TYPE_CHECKING:  # imported at the first call: ~1 s of every process's start (cold start) otherwise
+    import openai
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,8 @@ class DeltaExtractor:
             raise
 
     def _call(self, messages: list[dict[str, str]]) -> str:
+        import openai
+
         client = self.client
         while True:
             mode = self._mode
@@ -255,6 +258,8 @@ def strip_fences(raw: str) -> str:
 
 
 def _client_from_env(config: WorldGraphConfig) -> openai.OpenAI:
+    import openai
+
     base_url, api_key = openai_endpoint()
     if api_key is None and base_url is None:
         raise ExtractionError(

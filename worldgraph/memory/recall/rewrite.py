@@ -15,11 +15,12 @@ import json
 import logging
 import re
 from functools import lru_cache
-from typing import Any
-
-import openai
+from typing import TYPE_CHECKING, Any
 
 from worldgraph.config import WorldGraphConfig, llm_configured, openai_endpoint
+
+if TYPE_CHECKING:  # imported where an LLM is asked: ~1 s that a process which never asks one does not pay
+    import openai
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +45,16 @@ def enabled(cfg: WorldGraphConfig) -> bool:
 @lru_cache(maxsize=4)
 def _client(base_url: str | None, api_key: str | None, timeout: float) -> openai.OpenAI:
     # one client (and its connection pool) per endpoint; no retries: recall does not wait twice
+    import openai
+
     return openai.OpenAI(api_key=api_key or "not-needed", base_url=base_url, timeout=timeout, max_retries=0)
 
 
 def subqueries(cfg: WorldGraphConfig, query: str) -> list[str]:
     """Up to ``recall_llm_subqueries`` search queries for ``query`` from the LLM, without the
     query itself and without repeats; [] when the LLM fails or answers nothing usable."""
+    import openai
+
     base_url, api_key = openai_endpoint()
     n = cfg.recall_llm_subqueries
     try:
