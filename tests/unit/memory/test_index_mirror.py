@@ -339,6 +339,43 @@ def test_a_big_unmirrored_table_is_searched_by_lancedb_while_its_mirror_builds(l
     assert idx.vector_search("A", q, k=1)[0]["episode_id"] == "e7"
 
 
+def test_a_saved_mirror_far_behind_is_opened_in_the_background(loaded, tmp_path, monkeypatch):
+    """After a crash mid-ingest the saved mirror lacks more rows than a search reads itself: the
+    first search does not open its files either (~0.4 s at 1M rows); it goes to LanceDB while
+    the mirror is opened and brought up to date in the background, which then reads only the
+    new rows."""
+    import threading
+
+    from worldgraph.memory.index import mirror_files
+
+    q, _, folder = _saved_mirror(loaded)
+    monkeypatch.setattr(mirror_files, "SYNC_ROWS", 100)
+    writer = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    writer.upsert(make_rows(3_000, 300, 9))  # the ingest the saved mirror has not seen
+    writer.close()
+    assert mirror_files.saved_behind(folder, writer._part("A").latest_dataset()) == 300
+    loads: list[str] = []
+    real = mirror_files.load
+
+    def watched(folder, dimensions):
+        loads.append(threading.current_thread().name)
+        return real(folder, dimensions)
+
+    monkeypatch.setattr(mirror_files, "load", watched)
+    fresh = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    fresh._small.max_rows = 0
+    try:
+        hits = fresh.vector_search("A", np.asarray(make_rows(3_000, 300, 9)[5]["vector"], np.float32), k=1)
+        assert hits[0]["episode_id"] == "e3005"  # answered (by LanceDB), the new rows included
+        assert fresh.warm_mirror("A", timeout=60)
+        assert loads == ["worldgraph-index-mirror"], loads  # opened once, not in the searching thread
+        stats = fresh.mirror_stats("A")
+        assert stats["live"] == 3_300 and stats["read_rows"] == 300  # the saved rows were not read again
+        assert fresh.vector_search("A", q, k=1)[0]["episode_id"] == "e42"
+    finally:
+        fresh.close()
+
+
 def test_lists_over_the_codes_are_extended_saved_and_reopened(loaded, tmp_path, monkeypatch):
     """The lists (ivf.py) are trained and filled in the background once a table is searched; rows
     written after them are searched exactly beside them; a forgotten row is never returned; a new

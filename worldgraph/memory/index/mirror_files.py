@@ -218,7 +218,8 @@ class Mirrors:
     def get(self, name: str, ds: Any) -> Mirror | None:
         """The mirror of table ``name`` at ``ds``'s version, or None while it is being built or
         brought up to date in the background (search LanceDB meanwhile): opened from its files the
-        first time, then refreshed here when at most ``SYNC_ROWS`` rows are new to it (a recorded
+        first time (in the background too when its manifest says it lacks more than ``SYNC_ROWS``
+        rows: a crash mid-ingest), then refreshed here when at most ``SYNC_ROWS`` rows are new to it (a recorded
         batch, a forget), in a background thread when more are (a first build, another process's
         ingest, a compaction)."""
         with self._lock:
@@ -227,28 +228,43 @@ class Mirrors:
             lock = self._locks.setdefault(name, threading.Lock())
         with lock:
             mirror = self._mirrors.get(name)
-            folder = folder_of(self.index_path, name) if self.index_path is not None else None
             if mirror is None:
-                mirror = load(folder, self.dimensions) if folder is not None else None
-                if mirror is None and folder is not None and self.writable:
-                    remove(str(self.index_path), name)  # unusable files: the mirror is built again in their place
-                mirror = mirror or Mirror(self.dimensions)
-                if folder is not None and mirror.cols.n:
-                    mirror.lists = ivfs.load_ivf(folder, mirror.uid, self.dimensions, mirror.cols.n)
-                    if self.writable:
-                        ivfs.remove_graph(folder)
-                self._mirrors[name] = mirror
+                folder = folder_of(self.index_path, name) if self.index_path is not None else None
+                if folder is not None and (saved_behind(folder, ds) or 0) > SYNC_ROWS:
+                    # the saved mirror is far behind (a crash mid-ingest, another process's ingest):
+                    # opened in the background too, not in this search (~0.4 s at 1M rows)
+                    self._start_build(name, ds, lock)
+                    return None
+                mirror = self._open(name)
             if mirror.coarse or mirror.behind(ds) > SYNC_ROWS:
-                with self._lock:
-                    if self.closed:
-                        return None
-                    self._building.add(name)
-                threading.Thread(target=self._build, args=(name, ds, lock), daemon=True,
-                                 name="worldgraph-index-mirror").start()
+                self._start_build(name, ds, lock)
                 return None
             self._refresh(name, mirror, ds)
             self._extend_lists(name, mirror, lock)
             return mirror
+
+    def _open(self, name: str) -> Mirror:
+        """The mirror of ``name`` from its files (an empty one if none are saved or they are not
+        usable: removed, it is built again in their place), with its lists; held from now on."""
+        folder = folder_of(self.index_path, name) if self.index_path is not None else None
+        mirror = load(folder, self.dimensions) if folder is not None else None
+        if mirror is None and folder is not None and self.writable:
+            remove(str(self.index_path), name)
+        mirror = mirror or Mirror(self.dimensions)
+        if folder is not None and mirror.cols.n:
+            mirror.lists = ivfs.load_ivf(folder, mirror.uid, self.dimensions, mirror.cols.n)
+            if self.writable:
+                ivfs.remove_graph(folder)
+        self._mirrors[name] = mirror
+        return mirror
+
+    def _start_build(self, name: str, ds: Any, lock: threading.Lock) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            self._building.add(name)
+        threading.Thread(target=self._build, args=(name, ds, lock), daemon=True,
+                         name="worldgraph-index-mirror").start()
 
     def _extend_lists(self, name: str, mirror: Mirror, lock: threading.Lock) -> None:
         """Start assigning the rows the mirror's lists do not hold (or training new lists: none yet,
@@ -319,8 +335,8 @@ class Mirrors:
     def _build(self, name: str, ds: Any, lock: threading.Lock) -> None:
         try:
             with lock:
-                mirror = self._mirrors.get(name)
-                if mirror is not None:
+                mirror = self._mirrors.get(name) or self._open(name)
+                if not self.closed:
                     if mirror.coarse:  # saved without residuals (format 1): read them, then save
                         mirror.refresh(ds)
                         mirror.fill_fine(ds)
@@ -388,6 +404,21 @@ class Mirrors:
                 self._mirrors.pop(name, None)
         if self.index_path is not None and self.writable:
             remove(self.index_path, name)
+
+
+def saved_behind(folder: Path, ds: Any) -> int | None:
+    """Rows of ``ds``'s version that the mirror saved in ``folder`` does not hold, from its
+    manifest (as ``Mirror.behind``: fragment metadata only, no file of the mirror read); None:
+    none saved, or an unreadable manifest."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        if int(manifest["version"]) == ds.version:
+            return 0
+        held = {int(fid): tuple(entry[0]) for fid, entry in manifest["fragments"].items()}
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+    return sum(int(frag.metadata.physical_rows) for frag in ds.get_fragments()
+               if held.get(frag.fragment_id) != tuple(d.path for d in frag.data_files()))
 
 
 def _saved_rows(folder: Path) -> int:
