@@ -282,10 +282,17 @@ class IndexSearch(MirrorSearch):
         if small is not None:  # BM25 in process, LanceDB's terms and scores (index_small.py)
             return small.rows_out(small.bm25(text, k, small.mask(where)), select, "bm25", tenant_id)
         ds = part.latest_dataset()
-        check = time_check(where, k, self._sample(part, ds) if where else None)
         # a big table's hits take their ids and vectors from its mirror (mirror.py), not LanceDB
         mirror = self._mirrors.get(part.name, ds) if self._mirrored(ds) else None
         ids_in_mirror = mirror is not None and (where or {}).get("episode_ids") is not None
+        # an episode-id filter: the passing rows' terms, searched in process (passing_text.py)
+        if mirror is not None and ids_in_mirror and not _has_metadata(where):
+            found = self._passing_text(part.name, ds, mirror, text, k, where)
+            if found is not None:
+                rows, scores = found
+                return first_per_episode(self._mirror_rows(ds, mirror, rows, mirror.unit_vectors(rows),
+                                                           [("bm25", float(x)) for x in scores], select, tenant_id))
+        check = time_check(where, k, self._sample(part, ds) if where else None)
 
         def pred_of(w: dict[str, Any] | None) -> str | None:
             return _by_address(mirror, w or {}) if ids_in_mirror else metadata_filter(w)
@@ -304,6 +311,18 @@ class IndexSearch(MirrorSearch):
             if "index" in str(exc).lower():
                 return []
             raise
+
+    def _passing_text(self, name: str, ds: Any, mirror: Mirror, text: str, k: int,
+                      where: dict[str, Any] | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """BM25's best ``k`` of the mirror rows passing ``where`` (an episode-id filter), searched
+        in process over their kept terms (passing_text.py); None: search LanceDB."""
+        rows = np.flatnonzero(mirror.mask(where))
+
+        def read(wanted: np.ndarray) -> list[str]:
+            tbl = ds._take_rows(mirror.addresses(wanted), columns=["text"])
+            return [str(t or "") for t in tbl.column("text").to_pylist()]
+
+        return self._texts.search(name, mirror, rows, text, k, read)
 
     def _matches(self, ds: Any, text: str, k: int, pred: str | None, select: Sequence[str] | None,
                  tenant_id: str, mirror: Mirror | None = None) -> list[dict[str, Any]]:
