@@ -170,3 +170,18 @@ def test_each_table_keeps_its_own_words(loaded: Any) -> None:
     assert _holds(idx, MARK) and MARK not in idx._texts.held(table_name("B")).vocab
     idx.purge([], [], ["A"])  # the tenant's table dropped: its words too
     assert idx._texts.held(table_name("A")) is None and idx._texts.held(table_name("B")) is not None
+
+
+@pytest.mark.parametrize("share", [2, 7])  # one row in 2 (a fetch of 30 hits), one in 7 (of 105)
+def test_a_filter_too_wide_to_keep_is_lancedbs_unfiltered_search_checked(loaded: Any, share: int) -> None:
+    idx, _ = loaded
+    idx._texts.max_rows = 100  # wider than this: no terms kept, LanceDB's whole-table BM25 checked
+    passing = frozenset(f"A{i}" for i in range(0, 1500, share))
+    for query in ("w001 w040", "w120 w007 w007", "w299"):
+        hits = idx.text_search("A", query, k=10, where={"episode_ids": passing}, columns=["episode_id"])
+        lance = lance_filtered(idx, query, set(passing), 10)
+        want = sorted(lance.values(), reverse=True)[:10]
+        assert [h["bm25"] for h in hits] == pytest.approx(want)  # LanceDB's filtered top 10, its scores
+        assert all(lance[h["episode_id"]] == pytest.approx(h["bm25"]) for h in hits)
+    assert idx._texts.held(table_name("A")) is None and idx._texts.counts["searches"] == 0
+    assert idx._texts.counts["wide"] == 3

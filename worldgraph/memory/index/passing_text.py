@@ -166,7 +166,8 @@ class PassingTexts:
         self._lock = threading.Lock()
         self._tables: OrderedDict[str, TableTexts] = OrderedDict()
         self._reading: dict[str, threading.Thread] = {}
-        self.counts = {"read_rows": 0, "searches": 0, "declined": 0}
+        # rows read, searches answered here, declined (unread rows: LanceDB), wide (search.py _wide_text)
+        self.counts = {"read_rows": 0, "searches": 0, "declined": 0, "wide": 0}
 
     def search(self, name: str, mirror: Any, rows: np.ndarray, query: str, k: int,
                read: Reader) -> tuple[np.ndarray, np.ndarray] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +41,8 @@ from worldgraph.memory.index.small import SmallTable
 from worldgraph.memory.index.tables import TenantTable
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
+
+WIDE_TEXT_SLACK = 1.5  # a wide episode-id filter's full-text search asks k / share x this many hits
 
 class IndexSearch(MirrorSearch):
     """The read path of ``EpisodeIndex``."""
@@ -287,7 +290,10 @@ class IndexSearch(MirrorSearch):
         ids_in_mirror = mirror is not None and (where or {}).get("episode_ids") is not None
         # an episode-id filter: the passing rows' terms, searched in process (passing_text.py)
         if mirror is not None and ids_in_mirror and not _has_metadata(where):
-            found = self._passing_text(part.name, ds, mirror, text, k, where)
+            keep = mirror.mask(where)
+            rows = np.flatnonzero(keep)
+            found = self._passing_text(part.name, ds, mirror, rows, text, k) \
+                if len(rows) <= self._texts.max_rows else self._wide_text(ds, mirror, text, k, keep, len(rows))
             if found is not None:
                 rows, scores = found
                 return first_per_episode(self._mirror_rows(ds, mirror, rows, mirror.unit_vectors(rows),
@@ -312,17 +318,43 @@ class IndexSearch(MirrorSearch):
                 return []
             raise
 
-    def _passing_text(self, name: str, ds: Any, mirror: Mirror, text: str, k: int,
-                      where: dict[str, Any] | None) -> tuple[np.ndarray, np.ndarray] | None:
-        """BM25's best ``k`` of the mirror rows passing ``where`` (an episode-id filter), searched
-        in process over their kept terms (passing_text.py); None: search LanceDB."""
-        rows = np.flatnonzero(mirror.mask(where))
+    def _passing_text(self, name: str, ds: Any, mirror: Mirror, rows: np.ndarray, text: str,
+                      k: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """BM25's best ``k`` of mirror ``rows`` (those an episode-id filter passes), searched in
+        process over their kept terms (passing_text.py): (rows, scores); None: search LanceDB."""
 
         def read(wanted: np.ndarray) -> list[str]:
             tbl = ds._take_rows(mirror.addresses(wanted), columns=["text"])
             return [str(t or "") for t in tbl.column("text").to_pylist()]
 
         return self._texts.search(name, mirror, rows, text, k, read)
+
+    def _wide_text(self, ds: Any, mirror: Mirror, text: str, k: int, keep: np.ndarray,
+                   passing: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """An episode-id filter too wide to keep its terms (more than ``passing_text.MAX_ROWS``
+        rows): LanceDB's unfiltered BM25 top ``k / share x 1.5``, the rows ``keep`` passes, best
+        first: (rows, scores), what its prefiltered search gives (its scores take the whole
+        table's statistics either way). None: fewer than ``k`` passed of a full fetch."""
+        from lance.query import MatchQuery
+
+        fetch = max(k, math.ceil(k * mirror.live / max(passing, 1) * WIDE_TEXT_SLACK))
+        try:
+            tbl = ds.to_table(columns=["_score"], with_row_address=True, full_text_query=MatchQuery(text, "text"),
+                              limit=fetch)
+        except ValueError as exc:
+            if "index" in str(exc).lower():
+                return None
+            raise
+        rows = mirror.rows_of(tbl.column("_rowaddr").to_numpy())
+        scores = np.asarray(tbl.column("_score").to_numpy(zero_copy_only=False), np.float64)
+        found = rows >= 0
+        found[found] = keep[rows[found]]
+        if int(found.sum()) < k and tbl.num_rows >= fetch:
+            return None
+        rows, scores = rows[found], scores[found]
+        order = np.argsort(-scores, kind="stable")[:k]
+        self._texts.counts["wide"] += 1
+        return rows[order], scores[order]
 
     def _matches(self, ds: Any, text: str, k: int, pred: str | None, select: Sequence[str] | None,
                  tenant_id: str, mirror: Mirror | None = None) -> list[dict[str, Any]]:
