@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from worldgraph.config import WorldGraphConfig
+from worldgraph.memory.index import search
 from worldgraph.memory.index.episode_index import EpisodeIndex
 from worldgraph.memory.index.schema import table_name
 from worldgraph.memory.index.small import K1, B, terms
@@ -54,7 +55,10 @@ def where_index(request: pytest.FixtureRequest, tmp_path: Any) -> str:
 
 
 @pytest.fixture()
-def loaded(where_index: str) -> Any:
+def loaded(where_index: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    # every filter here is wide enough for LanceDB's unfiltered search checked (search.py); in
+    # process up to passing_text.MAX_ROWS rows instead, but in the test of the wide path
+    monkeypatch.setattr(search, "WIDE_TEXT_FETCH", 0)
     idx = open_index(where_index)
     rows = make_rows("A", 1500, 1)
     for start in range(0, len(rows), 500):
@@ -172,10 +176,14 @@ def test_each_table_keeps_its_own_words(loaded: Any) -> None:
     assert idx._texts.held(table_name("A")) is None and idx._texts.held(table_name("B")) is not None
 
 
-@pytest.mark.parametrize("share", [2, 7])  # one row in 2 (a fetch of 30 hits), one in 7 (of 105)
-def test_a_filter_too_wide_to_keep_is_lancedbs_unfiltered_search_checked(loaded: Any, share: int) -> None:
+@pytest.mark.parametrize("share", [2, 7, 60])  # one row in 2 (a fetch of 30 hits), in 7 (105), in 60 (1,350)
+def test_a_wide_filter_is_lancedbs_unfiltered_search_checked(loaded: Any, share: int,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     idx, _ = loaded
-    idx._texts.max_rows = 100  # wider than this: no terms kept, LanceDB's whole-table BM25 checked
+    if share == 60:
+        monkeypatch.setattr(search, "WIDE_TEXT_FETCH", 2_000)  # a fetch of at most this many: checked
+    else:
+        idx._texts.max_rows = 100  # too many rows to keep their terms: checked whatever the fetch
     passing = frozenset(f"A{i}" for i in range(0, 1500, share))
     for query in ("w001 w040", "w120 w007 w007", "w299"):
         hits = idx.text_search("A", query, k=10, where={"episode_ids": passing}, columns=["episode_id"])

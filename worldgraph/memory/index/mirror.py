@@ -219,10 +219,7 @@ class Mirror:
             checks.append(("ts", lambda col: col <= end))
         if w.get("success_only"):
             checks.append(("ok", lambda col: col))
-        if w.get("episode_ids") is not None:
-            hashes = _id_hashes(w["episode_ids"])
-            checks.append(("eid", lambda col: np.isin(col, hashes)))
-        return checks
+        return checks  # (episode_ids: Mirror.mask and Mirror.passes, by the ids' rows)
 
     def mask(self, where: dict[str, Any] | None) -> np.ndarray:
         """Live mirror rows passing ``where``, every row of the mirror (a pass of numpy over each
@@ -260,6 +257,12 @@ class Mirror:
     def passes(self, where: dict[str, Any] | None, rows: np.ndarray) -> np.ndarray:
         """Whether each of mirror ``rows`` is live and passes ``where`` (its columns read for those
         rows only: a wide filter's candidates, without a mask of every row)."""
+        if where and where.get("episode_ids") is not None:  # the mask of those ids (kept: Mirror.mask)
+            mask = self.mask(where)
+            inside = rows < len(mask)
+            out = np.zeros(len(rows), bool)
+            out[inside] = mask[rows[inside]]
+            return out
         keep: np.ndarray = self.alive[rows]
         for field, check in self._checks(where):
             keep &= check(self.cols.take(field, rows))

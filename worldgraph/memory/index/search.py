@@ -42,7 +42,11 @@ from worldgraph.memory.index.tables import TenantTable
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
 
-WIDE_TEXT_SLACK = 1.5  # a wide episode-id filter's full-text search asks k / share x this many hits
+# An episode-id filter's full-text search over a mirrored table asks LanceDB's unfiltered search for
+# k / share x WIDE_TEXT_SLACK hits and checks them when that is at most WIDE_TEXT_FETCH (at k 50: from
+# 3.75 % of the table) or when too many rows pass to keep their terms; else it is searched in process.
+WIDE_TEXT_SLACK = 1.5
+WIDE_TEXT_FETCH = 2_000
 
 class IndexSearch(MirrorSearch):
     """The read path of ``EpisodeIndex``."""
@@ -292,8 +296,10 @@ class IndexSearch(MirrorSearch):
         if mirror is not None and ids_in_mirror and not _has_metadata(where):
             keep = mirror.mask(where)
             rows = np.flatnonzero(keep)
-            found = self._passing_text(part.name, ds, mirror, rows, text, k) \
-                if len(rows) <= self._texts.max_rows else self._wide_text(ds, mirror, text, k, keep, len(rows))
+            fetch = max(k, math.ceil(k * mirror.live / max(len(rows), 1) * WIDE_TEXT_SLACK))
+            found = self._wide_text(ds, mirror, text, k, keep, fetch) \
+                if fetch <= WIDE_TEXT_FETCH or len(rows) > self._texts.max_rows \
+                else self._passing_text(part.name, ds, mirror, rows, text, k)
             if found is not None:
                 rows, scores = found
                 return first_per_episode(self._mirror_rows(ds, mirror, rows, mirror.unit_vectors(rows),
@@ -330,14 +336,14 @@ class IndexSearch(MirrorSearch):
         return self._texts.search(name, mirror, rows, text, k, read)
 
     def _wide_text(self, ds: Any, mirror: Mirror, text: str, k: int, keep: np.ndarray,
-                   passing: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """An episode-id filter too wide to keep its terms (more than ``passing_text.MAX_ROWS``
-        rows): LanceDB's unfiltered BM25 top ``k / share x 1.5``, the rows ``keep`` passes, best
-        first: (rows, scores), what its prefiltered search gives (its scores take the whole
-        table's statistics either way). None: fewer than ``k`` passed of a full fetch."""
+                   fetch: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """A wide episode-id filter's full-text search: LanceDB's unfiltered BM25 top ``fetch``
+        (``k / share x WIDE_TEXT_SLACK``), the rows ``keep`` passes, best first: (rows, scores),
+        what its prefiltered search gives (its scores take the whole table's statistics either
+        way), without a prefilter of that many row addresses. None: fewer than ``k`` passed of a
+        full fetch."""
         from lance.query import MatchQuery
 
-        fetch = max(k, math.ceil(k * mirror.live / max(passing, 1) * WIDE_TEXT_SLACK))
         try:
             tbl = ds.to_table(columns=["_score"], with_row_address=True, full_text_query=MatchQuery(text, "text"),
                               limit=fetch)
