@@ -152,8 +152,10 @@ def test_a_forget_takes_the_words_out_of_this_process_and_of_another_at_its_next
         idx.delete(["A7"])  # a forget in this process: its copy goes at once
         assert not _holds(idx, MARK)
         assert _holds(other, MARK)  # the other process has not searched since
+        q = np.ones(D, np.float32)
+        assert "A7" not in {h["episode_id"] for h in other.vector_search("A", q, k=400, where={"episode_ids": passing})}
+        assert not _holds(other, MARK)  # its next search (a vector search too) saw the delete: the words went
         assert other.text_search("A", MARK, k=5, where={"episode_ids": passing}, columns=["episode_id"]) == []
-        assert not _holds(other, MARK)  # its next search saw the delete, and dropped the row's words
         alive = other._mirrors.held(table_name("A")).alive
         assert all(alive[r] for r in other._texts.held(table_name("A")).docs)  # only rows still there
         hits = other.text_search("A", "w000", k=5, where={"episode_ids": passing}, columns=["episode_id"])

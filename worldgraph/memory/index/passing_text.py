@@ -65,6 +65,8 @@ class TableTexts:
         self.lock = threading.Lock()
 
     def add(self, row: int, words: list[str]) -> None:
+        if row in self.docs:  # read by two searches at once: counted once, or a forget would leave its terms
+            return
         counts: dict[int, int] = {}
         for w in words:
             tid = self.vocab.get(w)
@@ -256,6 +258,8 @@ class PassingTexts:
             def run() -> None:
                 try:
                     for start in range(0, len(rows), 4096):
+                        if texts.dropped:
+                            return
                         self._fill(texts, rows[start:start + 4096], read)
                         with texts.lock:
                             self._sync(texts, mirror)
@@ -265,6 +269,21 @@ class PassingTexts:
             thread = threading.Thread(target=run, name="worldgraph-passing-texts", daemon=True)
             self._reading[name] = thread
             thread.start()
+
+    def sync(self, name: str, mirror: Any) -> None:
+        """Drop the terms table ``name`` holds of rows ``mirror`` (just brought to the table's
+        newest version) no longer holds alive, or all of them when ``mirror`` is None (the table
+        is not searched through one now): every search of the table calls it, a vector search
+        too, so a forget elsewhere takes the words out before this process's next recall."""
+        with self._lock:
+            texts = self._tables.get(name)
+        if texts is None:
+            return
+        if mirror is None or texts.uid != mirror.uid:
+            self.drop(name)
+            return
+        with texts.lock:
+            self._sync(texts, mirror)
 
     def drop(self, name: str | None = None) -> None:
         """Forget the terms of table ``name`` (None: of every table) in this process."""

@@ -291,6 +291,7 @@ class IndexSearch(MirrorSearch):
         ds = part.latest_dataset()
         # a big table's hits take their ids and vectors from its mirror (mirror.py), not LanceDB
         mirror = self._mirrors.get(part.name, ds) if self._mirrored(ds) else None
+        self._texts.sync(part.name, mirror)  # the kept terms of forgotten rows go first (passing_text.py)
         ids_in_mirror = mirror is not None and (where or {}).get("episode_ids") is not None
         # an episode-id filter: the passing rows' terms, searched in process (passing_text.py)
         if mirror is not None and ids_in_mirror and not _has_metadata(where):
