@@ -17,13 +17,16 @@ LanceDB's filtered search: bench/README.md, overlap@10).
 A row's terms are read once (its ``text`` from LanceDB by row address, then tokenized: ~0.1-0.3 ms
 a row); a search that finds more than ``SYNC_ROWS`` of its rows unread reads them in a background
 thread and answers ``None`` meanwhile (the caller searches LanceDB, as before). More than
-``MAX_ROWS`` rows passing: ``None`` too (a wide filter stays LanceDB's).
+``MAX_ROWS`` rows passing: ``None`` too. A wide filter never comes here: search.py asks LanceDB's
+unfiltered search for ``k / share x 1.5`` hits and checks them when that is at most
+``WIDE_TEXT_FETCH`` hits (at k 50: from 3.75 % of the table) or more than ``MAX_ROWS`` rows pass.
 
 What it holds is a copy of users' words (their terms, stemmed), bound to one mirror of one table
 (its ``uid``: the rows are the mirror's row numbers, which never change for a row's content):
 - a row the mirror no longer holds alive (a forget, here or in another process: the mirror's
-  generation check sees the table's deletes at every search) has its terms dropped before the
-  search (``sync``), and a term no row uses any more leaves the vocabulary with it;
+  generation check sees the table's deletes at every search) has its terms dropped before any
+  search of the table, a vector search too (``sync``), and a term no row uses any more leaves the
+  vocabulary with it;
 - a delete in this process drops the table's terms at once (``drop``), as a purge and a table's
   drop do, and a new mirror of the table (a rebuild) starts empty;
 - tenants: one ``TableTexts`` per table, and a table holds one tenant's rows only.
