@@ -445,6 +445,19 @@ def world_search(look: Look) -> Iterator[tuple[str, str]]:
         yield f"{t} context", str(wm.context(t, query, max_tokens=100_000))
 
 
+@place("the terms a process keeps of the episodes a feedback filter passes (memory/index/passing_text.py)")
+def passing_texts(look: Look) -> Iterator[tuple[str, str]]:
+    from worldgraph.memory.index.schema import table_name
+
+    wm = look.wm
+    for t in look.tenants:  # a recall with a feedback filter first: what it keeps is looked at
+        for query in _queries(look.markers):
+            wm.recall_experiences(t, None, query, limit=100, options={"min_similarity": 0.0, "min_feedback_score": 0.0})
+        texts = wm.index._texts.held(table_name(t))
+        if texts is not None:
+            yield f"{t} kept terms", " ".join(texts.vocab)
+
+
 @place("the kept answers of idempotent writes, in the store (on Neo4j outside the data folder)")
 def idempotent_records(look: Look) -> Iterator[tuple[str, str]]:
     store = look.wm.store
@@ -528,8 +541,13 @@ def check(e: Erasure, look: Look, forgotten: set[str], moment: str) -> None:
     assert not lost, f"{moment}: words not forgotten are gone: {lost}"
 
 
-@pytest.fixture(params=["embedded", "s3", pytest.param("neo4j", marks=pytest.mark.neo4j)])
-def store(request: pytest.FixtureRequest) -> dict[str, Any]:
+@pytest.fixture(params=["embedded", "mirror", "s3", pytest.param("neo4j", marks=pytest.mark.neo4j)])
+def store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    if request.param == "mirror":  # every table searched through its mirror, an id filter's text in process
+        from worldgraph.memory.index import search
+
+        monkeypatch.setattr(search, "WIDE_TEXT_FETCH", 0)
+        return {"mirror_min_rows": 1}
     if request.param == "neo4j":
         server = request.getfixturevalue("neo4j_server")
         return {"graph": "neo4j", "neo4j_uri": server["uri"], "neo4j_user": server["user"],

@@ -407,3 +407,49 @@ def test_forgetting_and_purging_while_another_process_records_loses_none(tmp_pat
         assert wm.index.count(tenant) == 150, "every recorded episode keeps its index row"
         hits = wm.recall_experiences(tenant, None, "recorded 14 9", limit=5, options={"min_similarity": 0.0})
         assert hits and all(h["episode_id"] in recorded for h in hits)
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_feedback_filters_kept_words_go_with_the_forget_in_every_process(
+        tmp_path: Path, tenant: str, where: str, request: pytest.FixtureRequest,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A big table's feedback-filtered recall keeps the terms of the rated episodes in process
+    (memory/index/passing_text.py): a forget drops the forgotten one's at once in the process that
+    forgets, and in another process at its next recall; a purge drops the tenant's."""
+    from worldgraph.config import WorldGraphConfig
+    from worldgraph.memory.index import search
+    from worldgraph.memory.index.schema import table_name
+
+    monkeypatch.setattr(search, "WIDE_TEXT_FETCH", 0)  # a third of 31 rows pass: in process, not LanceDB's checked
+
+    kw: dict[str, Any] = {"embedder": HashingEmbedder(64), "config": WorldGraphConfig(mirror_min_rows=1)}
+    if where == "s3":
+        kw["lancedb_path"] = request.getfixturevalue("s3_env")["uri"]
+    marker = f"Zq{uuid.uuid4().hex[:10]}x"
+    first, second = WorldModel.open(tmp_path / "data", **kw), WorldModel.open(tmp_path / "data", **kw)
+    try:
+        ids = first.record_experiences(tenant, [exp(f"braise the leeks {i}", minutes=i) for i in range(30)]
+                                       + [exp(f"braise the leeks {marker}", minutes=31)])
+        for eid in ids[::3] + [ids[-1]]:
+            first.submit_feedback(tenant, eid, 0.9)
+        opts = {"min_similarity": -1.0, "min_feedback_score": 0.6}
+
+        def holds(wm: WorldModel) -> bool:
+            texts = wm.index._texts.held(table_name(tenant))
+            return texts is not None and marker.lower() in texts.vocab
+
+        for wm in (first, second):
+            assert ids[-1] in {r["episode_id"] for r in wm.recall_experiences(tenant, None, marker, 20, opts)}
+            assert holds(wm) and wm.index.mirror_stats(tenant) is not None  # through the mirror, in process
+        first.forget_episode(tenant, ids[-1])
+        assert not holds(first)  # at once, before any search
+        got = second.recall_experiences(tenant, None, f"braise {marker}", 20, opts)
+        assert got and ids[-1] not in {r["episode_id"] for r in got}
+        assert not holds(second)  # its next recall saw the delete and dropped the words
+        assert second.index._texts.held(table_name(tenant)) is not None  # the others' are still kept
+        first.forget_tenant(tenant)
+        first.purge()
+        assert first.index._texts.held(table_name(tenant)) is None
+    finally:
+        first.close()
+        second.close()

@@ -33,6 +33,7 @@ from worldgraph.memory.index import objectstore
 from worldgraph.memory.index.lance_import import import_lancedb
 from worldgraph.memory.index.maintenance import run_maintenance_tasks
 from worldgraph.memory.index.mirror_files import Mirrors
+from worldgraph.memory.index.passing_text import PassingTexts
 from worldgraph.memory.index.schema import (  # noqa: F401 - re-exported: the index's public names
     FTS_INDEX_NAME,
     META_FILE,
@@ -135,6 +136,7 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         self._small = SmallTables(dimensions, rows_limit(self.config.mirror_min_rows))
         self._private = PrivateTree(self.path) if self._is_local and not read_only else None
         self._mirrors = Mirrors(dimensions, self.path if self._is_local else None, writable=not read_only)
+        self._texts = PassingTexts()
         with objectstore.object_store_errors(self.path, "opening the index"):
             if self._is_local:
                 self._open(rebuild)
@@ -150,6 +152,7 @@ class EpisodeIndex(IndexWrites, IndexSearch):
                 if is_tenant_table(name) or name == TABLE_NAME:
                     self._db.drop_table(name)
             self._mirrors.drop()  # the saved mirrors of the dropped tables
+            self._texts.drop()
             self._write_meta()
             return
         meta = self._read_meta()

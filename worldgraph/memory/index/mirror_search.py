@@ -41,6 +41,7 @@ class MirrorSearch(IndexTables):
         process, a narrow filter's rows searched exactly by their codes, otherwise the ANN index's
         hits checked against the filter; ids, vectors and cosines from the mirror (columns other
         than those read from LanceDB for the ``k`` rows only)."""
+        self._texts.sync(part.name, mirror)  # a forget elsewhere: its words leave this process (passing_text.py)
         want = 2 * k + RESCORE_MARGIN
         listed = mirror.lists is not None and mirror.cols.n - mirror.lists.covered <= ivf.TAIL_ROWS
         share = mirror.share(where) if listed and where else 0.0

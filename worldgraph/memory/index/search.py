@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +41,12 @@ from worldgraph.memory.index.small import SmallTable
 from worldgraph.memory.index.tables import TenantTable
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
+
+# An episode-id filter's full-text search over a mirrored table asks LanceDB's unfiltered search for
+# k / share x WIDE_TEXT_SLACK hits and checks them when that is at most WIDE_TEXT_FETCH (at k 50: from
+# 3.75 % of the table) or when too many rows pass to keep their terms; else it is searched in process.
+WIDE_TEXT_SLACK = 1.5
+WIDE_TEXT_FETCH = 2_000
 
 class IndexSearch(MirrorSearch):
     """The read path of ``EpisodeIndex``."""
@@ -282,10 +289,23 @@ class IndexSearch(MirrorSearch):
         if small is not None:  # BM25 in process, LanceDB's terms and scores (index_small.py)
             return small.rows_out(small.bm25(text, k, small.mask(where)), select, "bm25", tenant_id)
         ds = part.latest_dataset()
-        check = time_check(where, k, self._sample(part, ds) if where else None)
         # a big table's hits take their ids and vectors from its mirror (mirror.py), not LanceDB
         mirror = self._mirrors.get(part.name, ds) if self._mirrored(ds) else None
+        self._texts.sync(part.name, mirror)  # the kept terms of forgotten rows go first (passing_text.py)
         ids_in_mirror = mirror is not None and (where or {}).get("episode_ids") is not None
+        # an episode-id filter: the passing rows' terms, searched in process (passing_text.py)
+        if mirror is not None and ids_in_mirror and not _has_metadata(where):
+            keep = mirror.mask(where)
+            rows = np.flatnonzero(keep)
+            fetch = max(k, math.ceil(k * mirror.live / max(len(rows), 1) * WIDE_TEXT_SLACK))
+            found = self._wide_text(ds, mirror, text, k, keep, fetch) \
+                if fetch <= WIDE_TEXT_FETCH or len(rows) > self._texts.max_rows \
+                else self._passing_text(part.name, ds, mirror, rows, text, k)
+            if found is not None:
+                rows, scores = found
+                return first_per_episode(self._mirror_rows(ds, mirror, rows, mirror.unit_vectors(rows),
+                                                           [("bm25", float(x)) for x in scores], select, tenant_id))
+        check = time_check(where, k, self._sample(part, ds) if where else None)
 
         def pred_of(w: dict[str, Any] | None) -> str | None:
             return _by_address(mirror, w or {}) if ids_in_mirror else metadata_filter(w)
@@ -304,6 +324,44 @@ class IndexSearch(MirrorSearch):
             if "index" in str(exc).lower():
                 return []
             raise
+
+    def _passing_text(self, name: str, ds: Any, mirror: Mirror, rows: np.ndarray, text: str,
+                      k: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """BM25's best ``k`` of mirror ``rows`` (those an episode-id filter passes), searched in
+        process over their kept terms (passing_text.py): (rows, scores); None: search LanceDB."""
+
+        def read(wanted: np.ndarray) -> list[str]:
+            tbl = ds._take_rows(mirror.addresses(wanted), columns=["text"])
+            return [str(t or "") for t in tbl.column("text").to_pylist()]
+
+        return self._texts.search(name, mirror, rows, text, k, read)
+
+    def _wide_text(self, ds: Any, mirror: Mirror, text: str, k: int, keep: np.ndarray,
+                   fetch: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """A wide episode-id filter's full-text search: LanceDB's unfiltered BM25 top ``fetch``
+        (``k / share x WIDE_TEXT_SLACK``), the rows ``keep`` passes, best first: (rows, scores),
+        what its prefiltered search gives (its scores take the whole table's statistics either
+        way), without a prefilter of that many row addresses. None: fewer than ``k`` passed of a
+        full fetch."""
+        from lance.query import MatchQuery
+
+        try:
+            tbl = ds.to_table(columns=["_score"], with_row_address=True, full_text_query=MatchQuery(text, "text"),
+                              limit=fetch)
+        except ValueError as exc:
+            if "index" in str(exc).lower():
+                return None
+            raise
+        rows = mirror.rows_of(tbl.column("_rowaddr").to_numpy())
+        scores = np.asarray(tbl.column("_score").to_numpy(zero_copy_only=False), np.float64)
+        found = rows >= 0
+        found[found] = keep[rows[found]]
+        if int(found.sum()) < k and tbl.num_rows >= fetch:
+            return None
+        rows, scores = rows[found], scores[found]
+        order = np.argsort(-scores, kind="stable")[:k]
+        self._texts.counts["wide"] += 1
+        return rows[order], scores[order]
 
     def _matches(self, ds: Any, text: str, k: int, pred: str | None, select: Sequence[str] | None,
                  tenant_id: str, mirror: Mirror | None = None) -> list[dict[str, Any]]:

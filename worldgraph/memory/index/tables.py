@@ -24,6 +24,7 @@ from worldgraph.filemodes import PrivateTree, create_private_file
 from worldgraph.locks import file_lock
 from worldgraph.memory.index import objectstore
 from worldgraph.memory.index.mirror_files import Mirrors
+from worldgraph.memory.index.passing_text import PassingTexts
 from worldgraph.memory.index.schema import (
     COMMIT_RETRIES,
     META_FILE,
@@ -100,6 +101,7 @@ class IndexTables:
     _small: SmallTables  # small tables searched in process (index_small.py)
     _private: PrivateTree | None  # makes what LanceDB writes private (a local, writable index)
     _mirrors: Mirrors  # the in-process index of big tables (mirror.py)
+    _texts: PassingTexts  # the terms of the rows an episode-id filter passes, per mirrored table (passing_text.py)
 
     @property
     def meta_path(self) -> Path:
@@ -206,6 +208,7 @@ class IndexTables:
         with self._parts_lock:
             self._parts.pop(name, None)
         self._small.drop(name)
+        self._texts.drop(name)
 
     def tenant_tables(self) -> list[str]:
         """Names of the per-tenant tables that exist (see ``table_name``)."""

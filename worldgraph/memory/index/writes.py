@@ -205,6 +205,7 @@ class IndexWrites(IndexMaintenance):
                     self._retry(part, lambda part=part, pred=pred: part.table.delete(pred), "delete")
                     touched = True
                 if touched:
+                    self._texts.drop(part.name)  # the forgotten rows' words leave this process at once
                     self._after_write(part, 0)
 
     def delete_tenant(self, tenant_id: str) -> None:
@@ -215,6 +216,7 @@ class IndexWrites(IndexMaintenance):
             return
         with self._lock:
             self._retry(part, lambda: part.table.delete("true"), "delete_tenant")
+            self._texts.drop(part.name)
             self._after_write(part, 0)
 
     @objectstore.guarded("purging forgotten episode rows")
@@ -248,6 +250,7 @@ class IndexWrites(IndexMaintenance):
                 self._parts.pop(name, None)
                 self._small.drop(name)
                 self._mirrors.drop(name)
+                self._texts.drop(name)
             done += 1
             if progress:
                 progress(done, total)
@@ -279,6 +282,7 @@ class IndexWrites(IndexMaintenance):
                 self._indexes(part, refresh=True)
                 self._small.drop(part.name)
                 self._mirrors.drop(part.name)
+                self._texts.drop(part.name)
             if progress:
                 progress(done, total)
         self.keep_private(now=True)
