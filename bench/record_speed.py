@@ -1,16 +1,27 @@
 """Recording speed of this checkout, for before/after runs alternated between two checkouts.
 
 Records ``N`` episodes of the bench corpus (``corpus.Corpus``, vectors precomputed: no embedding
-cost) in batches into a fresh data folder, then prints one JSON line: batch wall-time medians and
-overall (episodes/s), episodes per CPU-second of the recording process, the open's wall time, and
-the CPU of this process and of its maintenance children (the index is closed before counting, so
-the children were waited for). Run from the checkout to measure:
+cost) in batches into a fresh data folder, or with ``--into FOLDER`` appends them to an existing
+one (a copy of a kept bench store: the corpus continues from the tenant's stored count, as
+bench_memory.py resumes), then prints one JSON line: batch wall-time median, slowest, 10th
+percentile and overall (episodes/s), episodes per CPU-second of the recording process and of
+its maintenance children, the open's wall time, and the CPU of this process (from the first
+batch on: the open and the count of a kept store are left out) and of its children (the index is
+closed before counting, so the children were waited for). Run from the checkout
+to measure:
 
     cd <checkout A> && nice .venv/bin/python bench/record_speed.py 20000 1000
+    cd <checkout A> && nice .venv/bin/python bench/record_speed.py 30000 1000 --into /tmp/copy/wg-bench-1000000
+
+``--gc-freeze`` calls ``gc.freeze()`` once the store is open: the cyclic garbage collector's full
+collections then skip the ~140k objects of the imports and the open (bench/README.md, "Recording at
+scale").
 """
 
 from __future__ import annotations
 
+import argparse
+import gc
 import json
 import os
 import resource
@@ -26,34 +37,59 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.corpus import Corpus, PrecomputedEmbedder  # noqa: E402
 from worldgraph import WorldModel  # noqa: E402
 
+TENANT = "bench"  # bench_memory.py's tenant: a kept store holds its episodes
+SEED = 20260101  # bench_memory.py's default --seed
+CORPUS_MAX = 10_000_000  # the corpus rows are the same for any n (chunks seeded apart): room to append
 
-def main(n: int, batch: int) -> dict[str, object]:
-    corpus = Corpus(n, seed=20260101)
+
+def main(n: int, batch: int, into: Path | None = None, gc_freeze: bool = False) -> dict[str, object]:
     emb = PrecomputedEmbedder()
-    tmp = Path(tempfile.mkdtemp(prefix="record-speed-"))
+    tmp = None if into is not None else Path(tempfile.mkdtemp(prefix="record-speed-"))
+    data = into if into is not None else Path(str(tmp)) / "data"
     try:
         t0 = time.perf_counter()
-        wm = WorldModel.open(tmp / "data", embedder=emb)
+        wm = WorldModel.open(data, embedder=emb)
         open_s = time.perf_counter() - t0
+        stored = wm.store.stats(TENANT)["episodes"] if into is not None else 0
+        if gc_freeze:  # what an application can do once it has opened: full collections skip what is frozen
+            gc.collect()
+            gc.freeze()
+        corpus = Corpus(max(CORPUS_MAX, stored + n), seed=SEED)
+        begun = resource.getrusage(resource.RUSAGE_SELF)  # the open and the count (a scan at 1M) left out
         walls, cpus = [], []
-        for exps, vectors in corpus.batches(batch):
+        for exps, vectors in corpus.batches(batch, start=stored):
             texts = emb.register(exps, vectors)
             t1, c1 = time.perf_counter(), time.process_time()
-            wm.record_experiences("bench", exps)
+            wm.record_experiences(TENANT, exps)
             walls.append(time.perf_counter() - t1)
             cpus.append(time.process_time() - c1)
             emb.forget(texts)
+            if len(walls) * batch >= n:
+                break
         wm.close()
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
     me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"checkout": str(Path.cwd()), "n": n, "batch": batch,
-            "eps_s_median": round(batch / statistics.median(walls)), "eps_s_overall": round(n / sum(walls)),
+    self_cpu = me.ru_utime + me.ru_stime - begun.ru_utime - begun.ru_stime  # the batches, the corpus and the close
+    child_cpu = children.ru_utime + children.ru_stime
+    done = len(walls) * batch
+    slow10 = sorted(walls)[-max(1, len(walls) // 10)]  # the 90th-percentile batch time
+    return {"checkout": str(Path.cwd()), "n": done, "batch": batch, "stored_before": stored,
+            "eps_s_median": round(batch / statistics.median(walls)), "eps_s_overall": round(done / sum(walls)),
+            "eps_s_min": round(batch / max(walls)), "eps_s_p10": round(batch / slow10),
             "eps_per_cpu_s_median": round(batch / statistics.median(cpus)), "slowest_batch_s": round(max(walls), 3),
-            "open_s": round(open_s, 2), "self_cpu_s": round(me.ru_utime + me.ru_stime, 1),
-            "children_cpu_s": round(children.ru_utime + children.ru_stime, 1), "load": round(os.getloadavg()[0], 1)}
+            "eps_per_process_cpu_s": round(done / self_cpu), "eps_per_children_cpu_s": round(done / max(child_cpu, 1e-9)),
+            "open_s": round(open_s, 2), "gc_freeze": gc_freeze, "self_cpu_s": round(self_cpu, 1),
+            "children_cpu_s": round(child_cpu, 1), "load": round(os.getloadavg()[0], 1)}
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(int(sys.argv[1]) if len(sys.argv) > 1 else 20000,
-                          int(sys.argv[2]) if len(sys.argv) > 2 else 1000)))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("n", type=int, nargs="?", default=20000)
+    ap.add_argument("batch", type=int, nargs="?", default=1000)
+    ap.add_argument("--into", type=Path, help="append to this data folder (a copy: it is changed) instead of a fresh one")
+    ap.add_argument("--gc-freeze", action="store_true",
+                    help="gc.freeze() after the open (the process's objects so far left out of every later collection)")
+    args = ap.parse_args()
+    print(json.dumps(main(args.n, args.batch, args.into, args.gc_freeze)))

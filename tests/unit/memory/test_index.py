@@ -107,6 +107,25 @@ def test_upsert_validates_vectors(index, bad, field):
 
 
 @pytest.mark.parametrize("bad,field", [
+    (np.full(D, np.inf), "rows[2].vector"),  # the batch converts as a whole: the row is found in the matrix
+    ([0.5] * (D + 1), "rows[2].vector"),  # it does not: row by row
+    (["x"] * D, "rows[2].vector"),
+    (np.ones((1, D)), None),  # one row of a 2-D array is a vector too
+])
+def test_upsert_names_the_bad_vector_of_a_batch(index, bad, field):
+    """The vectors of a batch are converted and checked at once; an error still names its row."""
+    rows = [row("e1", "x"), row("e2", "y", vector=list(HASH.embed(["y"])[0])), row("e3", "z", vector=bad), row("e4", "w")]
+    if field is None:
+        index.upsert(rows)
+        assert index.count() == 4
+        return
+    with pytest.raises(EmbeddingDimensionError) as info:
+        index.upsert(rows)
+    assert info.value.field == field
+    assert index.count() == 0
+
+
+@pytest.mark.parametrize("bad,field", [
     ({"episode_id": ""}, "rows[0].episode_id"),
     ({"tenant_id": None}, "rows[0].tenant_id"),
     ({"timestamp": "yesterday"}, "rows[0].timestamp"),
