@@ -6,9 +6,10 @@ timestamp written by one layer sorts and compares as text against one written by
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
 
-__all__ = ["utcnow", "to_utc", "iso", "now_iso"]
+__all__ = ["utcnow", "to_utc", "iso", "now_iso", "seconds_left"]
 
 
 def utcnow() -> datetime:
@@ -29,3 +30,9 @@ def iso(value: datetime) -> str:
 def now_iso() -> str:
     """``iso(utcnow())``: the current time as stored."""
     return iso(utcnow())
+
+
+def seconds_left(deadline: float | None) -> float | None:
+    """Seconds until ``deadline`` (a ``time.monotonic()`` value), never below 0; None (no bound)
+    for None: the timeout to hand a join or a wait inside a close bounded by one deadline."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())

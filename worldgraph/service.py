@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from worldgraph.clock import seconds_left
 from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import ReadOnlyError
 from worldgraph.facade import environments, idempotency, ids, reading
@@ -116,8 +117,8 @@ class WorldModel(WorldGraphAPI):
         self.world.shutdown(timeout)
         # the index's background maintenance and mirror saves end (its child too), and what
         # LanceDB wrote last is made private before the process goes
-        self.index.close(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
-        self.world_search.close(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        self.index.close(timeout=seconds_left(deadline))
+        self.world_search.close(seconds_left(deadline))
         close_store(self.store, deadline)
 
     def __enter__(self) -> WorldModel:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from worldgraph.clock import seconds_left
 from worldgraph.config import WorldGraphConfig
 from worldgraph.export.environment import export_environment, import_environment
 from worldgraph.facade import environments, idempotency, reading
@@ -103,7 +104,7 @@ class WorldGraphAPI:
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self.world.wait(timeout):
             return False
-        return self.world_search.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return self.world_search.wait(seconds_left(deadline))
 
     def retry_updates(self, tenant_id: str | None = None, env_name: str | None = None,
                       stale_after: float | None = 600.0) -> list[MergeReport]:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, cast
 
-from worldgraph.clock import now_iso
+from worldgraph.clock import now_iso, seconds_left
 from worldgraph.config import WorldGraphConfig, llm_configured
 from worldgraph.errors import (
     DeltaValidationError,
@@ -193,7 +193,7 @@ class WorldUpdater:
 
         thread = threading.Thread(target=release, name="worldgraph-hand-back", daemon=True)
         thread.start()
-        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        thread.join(seconds_left(deadline))
 
     # ------------------------------------------------------------------ updates
     def update(self, packet: Any, wait: bool = True) -> MergeReport:

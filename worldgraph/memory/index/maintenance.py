@@ -15,6 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from worldgraph.clock import seconds_left
 from worldgraph.config import child_environment
 from worldgraph.memory.index.policy import (
     ann_due_rows,
@@ -177,7 +178,7 @@ class IndexMaintenance(IndexTables):
         done; False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
         return self._wait_runs(deadline) and \
-            self._mirrors.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            self._mirrors.wait(seconds_left(deadline))
 
     def _wait_runs(self, deadline: float | None) -> bool:
         """Block until no maintenance run is pending or in progress; False at ``deadline``."""
@@ -213,7 +214,7 @@ class IndexMaintenance(IndexTables):
         if self._maint_worker is not None:
             self._maint_worker.close(None if deadline is None else deadline - time.monotonic(), final=True)
         if thread is not None and thread is not threading.current_thread():
-            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            thread.join(seconds_left(deadline))
 
     def ensure_indexes(self, vector: bool = True, tenant_id: str | None = None) -> list[str]:
         """Make the indexes of every tenant's table (or of one) ready, synchronously; returns the names created.

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from worldgraph.clock import seconds_left
 from worldgraph.errors import StorageError
 from worldgraph.filemodes import tighten
 from worldgraph.locks import file_lock
@@ -375,7 +376,7 @@ class Mirrors:
         already under way is left to the process's exit (the manifest is written last)."""
         with self._lock:
             self.closed = True
-        return self.wait(None if deadline is None else max(0.0, deadline - time.monotonic())) and \
+        return self.wait(seconds_left(deadline)) and \
             self.save_all(deadline)
 
     def save_all(self, deadline: float | None = None) -> bool:
