@@ -212,7 +212,7 @@ class IndexMaintenance(IndexTables):
         if dropped:
             log.info("episode index %s: closed before maintenance %s ran", getattr(self, "path", "?"), dropped)
         if self._maint_worker is not None:
-            self._maint_worker.close(None if deadline is None else deadline - time.monotonic(), final=True)
+            self._maint_worker.close(seconds_left(deadline), final=True)
         if thread is not None and thread is not threading.current_thread():
             thread.join(seconds_left(deadline))
 

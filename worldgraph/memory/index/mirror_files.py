@@ -385,7 +385,8 @@ class Mirrors:
             return True
         for name, mirror in list(self._mirrors.items()):
             lock = self._locks[name]
-            if not lock.acquire(timeout=-1 if deadline is None else max(0.0, deadline - time.monotonic())):
+            left = seconds_left(deadline)
+            if not lock.acquire(timeout=-1 if left is None else left):
                 return False
             try:
                 if mirror.dirty:
