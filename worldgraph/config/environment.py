@@ -55,7 +55,8 @@ AWS_VARIABLES: dict[str, str] = {
 def object_store_options(environ: dict[str, str] | None = None) -> dict[str, str]:
     """LanceDB storage options from the standard ``AWS_*`` variables that are set. Kept out of
     WorldGraphConfig on purpose: secrets never enter a config dump (the index maintenance child
-    process gets its config on the command line and these from its environment)."""
+    process gets its config on the command line, without the secret settings, and these from its
+    environment, which other users cannot read)."""
     environ = dict(current_variables() if environ is None else environ)
     options: dict[str, str] = {}
     for var, key in AWS_VARIABLES.items():  # the first variable of a key wins (AWS_REGION before AWS_DEFAULT_REGION)

@@ -42,6 +42,12 @@ NEO4J_VARIABLES: tuple[tuple[str, str], ...] = (
     ("NEO4J_URI", "neo4j_uri"), ("NEO4J_USER", "neo4j_user"), ("NEO4J_USERNAME", "neo4j_user"),
     ("NEO4J_PASSWORD", "neo4j_password"), ("NEO4J_DATABASE", "neo4j_database"))
 
+# Settings that are secrets: never written where another user of the machine can read them. A
+# child process's command line is one such place (/proc/PID/cmdline is readable by every user),
+# so the config a child gets there leaves these out (``child_config_json``). A new secret setting
+# goes here.
+SECRET_SETTINGS: frozenset[str] = frozenset({"neo4j_password"})
+
 
 # The settings are grouped by area, each group a model of its own module. pydantic lists the fields
 # of the bases from the last base to the first, so the groups are named last to first: the fields
@@ -73,6 +79,11 @@ class WorldGraphConfig(Neo4jSettings, LimitSettings, ServerSettings, UpkeepSetti
                 return cls(**overrides)
             except ValidationError as exc:
                 raise _config_error(exc, overrides, current_variables()) from exc
+
+    def child_config_json(self) -> str:
+        """This config as JSON for a child process's command line: every setting but the secrets
+        (``SECRET_SETTINGS``), which the child gets at their defaults."""
+        return self.model_dump_json(exclude=set(SECRET_SETTINGS))
 
 
 class _Variables(EnvSettingsSource):

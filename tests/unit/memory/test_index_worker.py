@@ -88,3 +88,24 @@ def test_index_maintenance_runs_in_one_kept_child(tmp_path: Path) -> None:
     finally:
         idx.close()
     assert idx._maint_worker is not None and idx._maint_worker._proc is None  # noqa: SLF001 - closed
+
+
+def test_the_childs_command_line_holds_no_secret(tmp_path: Path) -> None:
+    """Every user of the machine can read a process's command line (/proc/PID/cmdline): the
+    config the maintenance child gets there leaves the Neo4j password out, and keeps the rest."""
+    secret = "n30-pa55word-not-for-ps"
+    cfg = WorldGraphConfig(ann_index_min_rows=100_000, optimize_every_rows=50, neo4j_password=secret)
+    idx = EpisodeIndex(str(tmp_path / "idx"), 8, "test-8", cfg)
+    rng = np.random.default_rng(0)
+    try:
+        rows = [{"episode_id": f"e{i}", "tenant_id": "acme", "agent_id": "a", "text": f"row {i}",
+                 "vector": rng.standard_normal(8).tolist(), "timestamp": 1.7e9 + i} for i in range(60)]
+        idx.upsert(rows)
+        assert idx.wait_for_maintenance(timeout=120)
+        proc = idx._maint_worker._proc  # noqa: SLF001 - the kept child, idle now
+        assert proc is not None and proc.poll() is None
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode()
+        assert '"optimize_every_rows":50' in cmdline  # the child's config is this one ...
+        assert secret not in cmdline  # ... but for its secrets
+    finally:
+        idx.close()

@@ -169,7 +169,7 @@ class IndexMaintenance(IndexTables):
             pkg_root = str(Path(__file__).resolve().parents[2])
             env = child_environment(pythonpath_first=pkg_root)
             cmd = [sys.executable, "-m", "worldgraph.memory.index.episode_index", "serve", self.path,
-                   str(self.dimensions), self.embedder_name, self.config.model_dump_json()]
+                   str(self.dimensions), self.embedder_name, self.config.child_config_json()]
             self._maint_worker = MaintenanceWorker(cmd, env)
         self._maint_worker.run(tasks)
 
