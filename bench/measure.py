@@ -74,9 +74,19 @@ def load_average() -> list[float] | None:
 
 
 def du(p: Path) -> int:
+    """Bytes of the files under ``p`` (or of the file ``p``). The store's background cleanup
+    deletes files and folders while this walks (a 10M run's harness died of a folder gone
+    between its listing and its scan): what vanished meanwhile counts as gone."""
     if p.is_file():
         return p.stat().st_size
-    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+    total = 0
+    for root, _dirs, files in os.walk(p):  # a folder gone before its scan is skipped (onerror None)
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name), follow_symlinks=False).st_size
+            except FileNotFoundError:
+                pass
+    return total
 
 
 def disk_breakdown(data_dir: Path) -> dict[str, Any]:
