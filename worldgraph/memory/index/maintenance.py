@@ -352,8 +352,8 @@ class IndexMaintenance(IndexTables):
         """Compaction, then folding new rows into the existing indexes (no retraining), each index
         merged into one segment, of every tenant's table or of one.
 
-        Only the compaction holds the cross-process write lock; the index update, which can
-        take seconds on a large table, runs beside other processes' writes.
+        Only the compaction's commit holds the cross-process write lock (its rewrite, and the
+        index update, which can take seconds on a large table, run beside other processes' writes).
         """
         self._writable("optimizing the episode index")
         for part in self._selected_parts(tenant_id):
@@ -379,9 +379,9 @@ class IndexMaintenance(IndexTables):
                     # tier (and an explicit optimize) first merges each index into one segment
                     self._retry(part, lambda: fold_new_rows(table.to_lance(), self.config, True), "optimize indexes",
                                 lock=False)
-                if target is not None:
-                    self._retry(part, lambda: table.to_lance().optimize.compact_files(target_rows_per_fragment=target),
-                                "compact")
+                if target is not None:  # the rewrite beside the writers, its commit under the lock
+                    done = self._compact(part, target)
+                    log.info("episode index %s: compaction to %d rows per fragment: %s", part.name, target, done)
                 self._retry(part, lambda: fold_new_rows(table.to_lance(), self.config, full), "optimize indexes",
                             lock=False)
                 try:
