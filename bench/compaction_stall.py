@@ -1,6 +1,7 @@
 """How long record batches wait while a compaction of a big table runs (issue 35, the 10M run's
-"what to do next" item 2), the old way (the whole rewrite under the table's write lock) against
-the new (the rewrite beside the writers, the commit under the lock: ``IndexTables._compact``).
+"what to do next" item 2): the old way (the whole compaction under the table's write lock), the
+rewrite beside the writers with the commit under the lock (with lance's index remap in it, or
+deferred), and the library's (``IndexTables._compact``: no lock).
 
     nice -n 5 .venv/bin/python bench/compaction_stall.py COPY/lancedb --mode new --target 1048576
 
@@ -10,8 +11,8 @@ recording window of ``EpisodeIndex.adding``, the one ``record_experiences`` hold
 write; vectors random, 384-d; its background maintenance is off, so only the forced compaction
 runs) from ``--before`` batches before a child process starts the compaction until ``--after``
 batches after it ended, and prints one JSON line: each batch's wall time during the compaction
-(max, median, how many over 1 s), the median before, and the child's times (the whole
-compaction; with ``--mode new``: the rewrite, the wait for the lock and the time under it).
+(max, median, how many over 1 s), the median before and after, and the child's times (the whole
+compaction and, but for ``old``, its rewrite and its commit).
 ``--setup ROWS`` instead makes a fresh store of ROWS rows at the path (batches of 1,000, each
 its own fragment, then compacted to the background's first tier and indexed like the
 background does), for a run without a kept store.
@@ -65,7 +66,8 @@ def compactor(path: str, mode: str, target: int) -> None:
                                   "fragments_added": metrics.fragments_added}
     elif mode == "new":
         out = idx._compact(part, target)
-    else:  # what the commit costs, measured outside the library: its index remap deferred, or no lock
+    else:  # measured outside the library: the rewrite beside the writers, the commit under the lock
+        # (with lance's index remap in it, or deferred to a fragment-reuse index)
         from lance.optimize import Compaction
 
         options = {"target_rows_per_fragment": target, "defer_index_remap": mode == "defer"}
@@ -73,10 +75,7 @@ def compactor(path: str, mode: str, target: int) -> None:
         plan = Compaction.plan(ds, options)
         rewrites = [task.execute(ds) for task in plan.tasks]
         t1 = time.perf_counter()
-        if mode == "defer":
-            with idx._commit_lock(part):
-                Compaction.commit(part.latest_dataset(), rewrites, options)
-        else:
+        with idx._commit_lock(part):
             Compaction.commit(part.latest_dataset(), rewrites, options)
         out = {"tasks": len(rewrites), "rewrite_s": round(t1 - t0, 3), "commit_s": round(time.perf_counter() - t1, 3)}
     out["total_s"] = round(time.perf_counter() - t0, 2)
@@ -158,9 +157,10 @@ def main(path: str, mode: str, target: int, batch: int, before: int, after: int)
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("path", help="the lancedb folder of a (copy of a) data folder")
-    ap.add_argument("--mode", choices=("old", "new", "defer", "unlocked"), default="new",
-                    help="old: compact_files under the lock; new: IndexTables._compact; defer / unlocked (not in "
-                         "the library, to measure): the commit with lance's index remap deferred, or without the lock")
+    ap.add_argument("--mode", choices=("old", "commit-locked", "defer", "new"), default="new",
+                    help="old: compact_files under the lock; commit-locked: the rewrite beside the writers, the commit "
+                         "(with lance's index remap) under the lock; defer: the same with the remap deferred "
+                         "(defer_index_remap); new: IndexTables._compact (no lock)")
     ap.add_argument("--target", type=int, default=1 << 20, help="rows per fragment of the forced compaction")
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--before", type=int, default=5)

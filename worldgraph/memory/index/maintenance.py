@@ -352,8 +352,9 @@ class IndexMaintenance(IndexTables):
         """Compaction, then folding new rows into the existing indexes (no retraining), each index
         merged into one segment, of every tenant's table or of one.
 
-        Only the compaction's commit holds the cross-process write lock (its rewrite, and the
-        index update, which can take seconds on a large table, run beside other processes' writes).
+        Neither the compaction (but for a last attempt, IndexTables._compact) nor the index update,
+        which can take seconds on a large table, holds the cross-process write lock: both run
+        beside other processes' writes.
         """
         self._writable("optimizing the episode index")
         for part in self._selected_parts(tenant_id):
@@ -379,7 +380,7 @@ class IndexMaintenance(IndexTables):
                     # tier (and an explicit optimize) first merges each index into one segment
                     self._retry(part, lambda: fold_new_rows(table.to_lance(), self.config, True), "optimize indexes",
                                 lock=False)
-                if target is not None:  # the rewrite beside the writers, its commit under the lock
+                if target is not None:  # beside the writers: no write lock (IndexTables._compact)
                     done = self._compact(part, target)
                     log.info("episode index %s: compaction to %d rows per fragment: %s", part.name, target, done)
                 self._retry(part, lambda: fold_new_rows(table.to_lance(), self.config, full), "optimize indexes",

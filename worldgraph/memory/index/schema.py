@@ -72,7 +72,7 @@ METADATA_TERMS = "metadata_terms"
 STRING_COLUMNS = ("episode_id", "tenant_id", "agent_id", "agent_role", "task_type", "outcome", "text")
 COMMIT_RETRIES = 5  # attempts of a table commit that conflicts with another writer's
 # attempts of a compaction whose rewrite a writer changed meanwhile (IndexTables._compact); the last
-# one rewrites under the table's write lock
+# one rewrites and commits under the table's write lock
 COMPACT_ATTEMPTS = 3
 PK_METADATA = "lance-schema:unenforced-primary-key"
 

@@ -228,8 +228,8 @@ class IndexTables:
         LanceDB resolves most commit races itself, but under concurrent compaction two
         processes inserting the same new episode_id could both commit (lance issue #4585 and
         follow-ups). Writes are short, so on one machine we simply serialise them, per table
-        (``part=None``: the lock for creating tables). A compaction, which is long, holds it for
-        its commit only (``_compact``). Object stores (s3://) have no such lock and rely on
+        (``part=None``: the lock for creating tables). A compaction, which is long and adds no
+        key, does not take it but for a last attempt (``_compact``). Object stores (s3://) have no such lock and rely on
         LanceDB's conflict detection alone (docs/architecture.md, "The episode index's write lock").
         """
         with self._file_lock(WRITE_LOCK_FILE if part is None else f".write.{part.name}.lock"):
@@ -265,72 +265,82 @@ class IndexTables:
         return None  # pragma: no cover
 
     def _compact(self, part: TenantTable, target_rows: int) -> dict[str, Any]:
-        """Compact ``part``'s table to fragments of ``target_rows`` rows, holding its write lock for
-        the commit only (docs/architecture.md, "The episode index's write lock").
+        """Compact ``part``'s table to fragments of ``target_rows`` rows without holding its write
+        lock (docs/architecture.md, "The episode index's write lock"), but for a last attempt.
 
-        The rewrite (pylance's distributed compaction: ``Compaction.plan``, ``task.execute``) runs
-        beside the writers, who would otherwise wait for it (6-8 s for 1M rows). The commit
-        still holds the lock, and lance remaps every index inside it (10-19 s at 1M rows:
-        bench/README.md, "A compaction that holds the write lock for its commit only"). Under the lock, each rewritten group whose source fragments a writer changed
-        meanwhile (a delete or an update added a deletion file, or another compaction replaced
-        them) is dropped, its new files deleted, and the rest committed: what a delete did is
-        never undone by committing a copy made before it. Appends add fragments of their own and
-        never touch the rewritten ones. A group dropped, or a commit that lost a race (an index
-        update, an object store's writer), is planned again from the newest version; the last
-        attempt rewrites under the lock (the old way), so a table that keeps being written to is
-        compacted all the same. Returns what was done (counts and seconds, for the log and the
-        bench)."""
+        Writers would otherwise wait for the whole compaction: the rewrite (6-8 s for 1M rows)
+        and the commit, inside which lance remaps every index to the new row addresses (10-38 s
+        at 1M rows, the most of it: bench/README.md, "Item 2: compaction beside the writers").
+        A compaction adds and removes no key, so the writers' reason for the
+        lock (two inserts of one new key) is not its; what it must not do is undo a delete or an
+        update committed since its plan. Each rewritten group (pylance's distributed compaction:
+        ``Compaction.plan``, ``task.execute``) whose source fragments a commit since the plan
+        changed (a delete or an update gave one another deletion file, or another compaction
+        replaced it) is dropped, its new files deleted, and the rest committed; a change that
+        lands between that check and the commit makes lance refuse the commit (a Rewrite
+        preempted by a Delete or Update is a retryable conflict, as on an object store, where
+        there never was a lock), and every group is dropped. Appends only add fragments, and a
+        writer that committed after the rewrite is retried by lance against the new fragments.
+        Dropped groups are planned again from the newest version; the last attempt plans,
+        rewrites and commits under the lock, so a table that keeps being changed is compacted
+        all the same. Returns what was done (counts and seconds, for the log and the bench)."""
+        with self._compaction_lock(part):  # one compaction at a time; a purge waits for it
+            return self._compact_unlocked(part, target_rows)
+
+    @contextmanager
+    def _compaction_lock(self, part: TenantTable) -> Iterator[None]:
+        """Held by a compaction of ``part``'s table from its plan to its commit (or the deletion of
+        what it dropped), and by a purge, taken before the write lock: writers never take it. A
+        purge so never returns while a compaction started before it still holds files that
+        copy a row it forgot."""
+        with self._file_lock(f".compact.{part.name}.lock"):
+            yield
+
+    def _compact_unlocked(self, part: TenantTable, target_rows: int) -> dict[str, Any]:
         from lance.optimize import Compaction, CompactionOptions
 
         options = CompactionOptions(target_rows_per_fragment=target_rows)
-        out: dict[str, Any] = {"tasks": 0, "committed": 0, "dropped": 0, "attempts": 0, "locked_rewrite": False,
-                               "rewrite_s": 0.0, "lock_wait_s": 0.0, "commit_s": 0.0}
+        out: dict[str, Any] = {"tasks": 0, "committed": 0, "dropped": 0, "attempts": 0, "locked": False,
+                               "rewrite_s": 0.0, "commit_s": 0.0, "locked_s": 0.0}
         for attempt in range(1, COMPACT_ATTEMPTS + 1):
             out["attempts"] = attempt
             if attempt == COMPACT_ATTEMPTS:  # planned, rewritten and committed under the lock
-                t0 = time.perf_counter()
                 with self._commit_lock(part):
-                    t1 = time.perf_counter()
+                    t0 = time.perf_counter()
                     ds = part.latest_dataset()
                     plan = Compaction.plan(ds, options)
                     if plan.tasks:
                         Compaction.commit(ds, [task.execute(ds) for task in plan.tasks])
-                    out.update(locked_rewrite=True, tasks=out["tasks"] + len(plan.tasks),
+                    out.update(locked=True, tasks=out["tasks"] + len(plan.tasks),
                                committed=out["committed"] + len(plan.tasks))
-                out["lock_wait_s"] += t1 - t0
-                out["commit_s"] += time.perf_counter() - t1
+                    out["locked_s"] += time.perf_counter() - t0
                 break
             t0 = time.perf_counter()
             ds = part.latest_dataset()
             plan = Compaction.plan(ds, options)
             if not plan.tasks:
                 break
-            rewrites = [task.execute(ds) for task in plan.tasks]  # beside the writers
+            rewrites = [task.execute(ds) for task in plan.tasks]
             t1 = time.perf_counter()
             out["rewrite_s"] += t1 - t0
             out["tasks"] += len(rewrites)
-            committed = False
-            with self._commit_lock(part):
-                t2 = time.perf_counter()
-                latest = part.latest_dataset()
-                now = {f.fragment_id: f.metadata for f in latest.get_fragments()}
-                keep = [r for r in rewrites if not _sources_changed(r, now)]
-                dropped = [r for r in rewrites if _sources_changed(r, now)]
-                if keep:
-                    try:
-                        Compaction.commit(latest, keep)
-                        committed = True
-                    except Exception as exc:
-                        if not is_commit_conflict(exc):
-                            raise
-                        log.info("compaction of %s lost a commit race (attempt %d): %s", part.name, attempt, exc)
-                        dropped = rewrites
-            out["lock_wait_s"] += t2 - t1
-            out["commit_s"] += time.perf_counter() - t2
+            latest = part.latest_dataset()
+            now = {f.fragment_id: f.metadata for f in latest.get_fragments()}
+            keep = [r for r in rewrites if not _sources_changed(r, now)]
+            dropped = [r for r in rewrites if _sources_changed(r, now)]
+            if keep:
+                try:
+                    Compaction.commit(latest, keep)
+                except Exception as exc:
+                    if not is_commit_conflict(exc):
+                        raise
+                    log.info("compaction of %s lost a commit race (attempt %d): %s", part.name, attempt, exc)
+                    dropped = rewrites
+            out["commit_s"] += time.perf_counter() - t1
             self._delete_unused(latest, dropped)
             out["dropped"] += len(dropped)
             out["committed"] += len(rewrites) - len(dropped)
-            if not dropped and committed:
+            if not dropped:
                 break
         part.table.checkout_latest()
         return out

@@ -280,7 +280,8 @@ class IndexWrites(IndexMaintenance):
                 if progress:
                     progress(done, total)
                 continue
-            with self._lock, self._index_lock, self._commit_lock(part):
+            # a compaction in progress first ends: its rewrite may copy rows this purge removes
+            with self._lock, self._index_lock, self._compaction_lock(part), self._commit_lock(part):
                 ds = part.table.to_lance()
                 if any(f.metadata.deletion_file is not None for f in ds.get_fragments()):
                     ds.optimize.compact_files(target_rows_per_fragment=max(self.config.compact_target_rows, 1),
