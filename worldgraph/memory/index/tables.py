@@ -229,8 +229,9 @@ class IndexTables:
         processes inserting the same new episode_id could both commit (lance issue #4585 and
         follow-ups). Writes are short, so on one machine we simply serialise them, per table
         (``part=None``: the lock for creating tables). A compaction, which is long and adds no
-        key, does not take it but for a last attempt (``_compact``). Object stores (s3://) have no such lock and rely on
-        LanceDB's conflict detection alone (docs/architecture.md, "The episode index's write lock").
+        key, does not take it but for a last attempt (``_compact``). Object stores (s3://) have
+        no such lock and rely on LanceDB's conflict detection alone (docs/architecture.md, "The
+        episode index's write lock").
         """
         with self._file_lock(WRITE_LOCK_FILE if part is None else f".write.{part.name}.lock"):
             yield
@@ -285,7 +286,7 @@ class IndexTables:
         rewrites and commits under the lock, so a table that keeps being changed is compacted
         all the same. Returns what was done (counts and seconds, for the log and the bench)."""
         with self._compaction_lock(part):  # one compaction at a time; a purge waits for it
-            return self._compact_unlocked(part, target_rows)
+            return self._compact_attempts(part, target_rows)
 
     @contextmanager
     def _compaction_lock(self, part: TenantTable) -> Iterator[None]:
@@ -296,7 +297,8 @@ class IndexTables:
         with self._file_lock(f".compact.{part.name}.lock"):
             yield
 
-    def _compact_unlocked(self, part: TenantTable, target_rows: int) -> dict[str, Any]:
+    def _compact_attempts(self, part: TenantTable, target_rows: int) -> dict[str, Any]:
+        """``_compact``'s attempts, under the compaction lock."""
         from lance.optimize import Compaction, CompactionOptions
 
         options = CompactionOptions(target_rows_per_fragment=target_rows)
