@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -67,6 +68,7 @@ def main(n: int, batch: int, into: Path | None = None, gc_freeze: bool = False) 
             if len(walls) * batch >= n:
                 break
         wm.close()
+        runs = list(wm.index.maintenance_runs)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -81,7 +83,23 @@ def main(n: int, batch: int, into: Path | None = None, gc_freeze: bool = False) 
             "eps_per_cpu_s_median": round(batch / statistics.median(cpus)), "slowest_batch_s": round(max(walls), 3),
             "eps_per_process_cpu_s": round(done / self_cpu), "eps_per_children_cpu_s": round(done / max(child_cpu, 1e-9)),
             "open_s": round(open_s, 2), "gc_freeze": gc_freeze, "self_cpu_s": round(self_cpu, 1),
-            "children_cpu_s": round(child_cpu, 1), "load": round(os.getloadavg()[0], 1)}
+            "children_cpu_s": round(child_cpu, 1), "load": round(os.getloadavg()[0], 1),
+            "maintenance_runs": len(runs), "maintenance_failed": sum(not r["ok"] for r in runs),
+            "maintenance_steps": step_totals(runs)}
+
+
+def step_totals(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """The maintenance child's timed steps (``IndexMaintenance._timed``) summed by step, the
+    most CPU first: times run, wall seconds, CPU seconds."""
+    totals: dict[str, dict[str, float]] = {}
+    for run in runs:
+        for step in run.get("steps", []):
+            t = totals.setdefault(step["step"], {"n": 0, "s": 0.0, "cpu_s": 0.0})
+            t["n"] += 1
+            t["s"] += step["s"]
+            t["cpu_s"] += step["cpu_s"]
+    return {k: {"n": v["n"], "s": round(v["s"], 1), "cpu_s": round(v["cpu_s"], 1)}
+            for k, v in sorted(totals.items(), key=lambda kv: -kv[1]["cpu_s"])}
 
 
 if __name__ == "__main__":

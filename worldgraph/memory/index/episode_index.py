@@ -132,7 +132,8 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         self._maint_active = 0
         self._maint_worker = None
         self._maint_closed = False
-        self.maintenance_runs: list[dict[str, Any]] = []  # background runs: tasks, ok, seconds
+        self.maintenance_runs: list[dict[str, Any]] = []  # background runs: tasks, ok, seconds, steps
+        self.maintenance_steps: list[dict[str, Any]] = []  # maintenance steps run by this object (timed)
         self._small = SmallTables(dimensions, rows_limit(self.config.mirror_min_rows))
         self._private = PrivateTree(self.path) if self._is_local and not read_only else None
         self._mirrors = Mirrors(dimensions, self.path if self._is_local else None, writable=not read_only)
@@ -262,11 +263,14 @@ def _maintain_main(argv: list[str]) -> int:
     path, dims, name, cfg_json = argv[1:5]
     config = WorldGraphConfig.model_validate_json(cfg_json)
 
-    def run(tasks: list[list[str]]) -> None:
+    def run(tasks: list[list[str]]) -> list[dict[str, Any]]:
         # opened for each run: it then sees what other processes wrote, forgot and purged meanwhile
+        wall, cpu = time.perf_counter(), time.process_time()
         idx = EpisodeIndex(path, int(dims), name, config)
+        opened = {"table": "", "step": "open", "s": round(time.perf_counter() - wall, 3),
+                  "cpu_s": round(time.process_time() - cpu, 3)}
         try:
-            run_maintenance_tasks(idx, tasks)
+            return [opened, *run_maintenance_tasks(idx, tasks)]
         finally:
             idx.close(wait=False)
 

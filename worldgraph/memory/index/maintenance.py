@@ -10,7 +10,8 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,21 @@ class IndexMaintenance(IndexTables):
     _maint_worker: MaintenanceWorker | None  # the kept child (worker.py)
     _maint_closed: bool  # the index is closed: no run starts
     maintenance_runs: list[dict[str, Any]]
+    maintenance_steps: list[dict[str, Any]]  # the steps this object ran (in the child: of its run), timed
+
+    @contextmanager
+    def _timed(self, part: TenantTable, step: str) -> Iterator[None]:
+        """Time one step of maintenance (wall and this process's CPU, every thread's: LanceDB works
+        in its own threads), logged at INFO and kept in ``maintenance_steps``; the maintenance
+        child hands its run's steps to the parent (``maintenance_runs``), where the bench reads them."""
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            self.maintenance_steps.append({"table": part.name, "step": step,
+                                           "s": round(wall, 3), "cpu_s": round(cpu, 3)})
+            log.info("episode index %s: %s took %.2f s (%.2f CPU-s)", part.name, step, wall, cpu)
 
     def _after_write(self, part: TenantTable, n_rows: int) -> None:
         """Cheap bookkeeping after a write; expensive work runs in the background, rarely."""
@@ -132,15 +148,16 @@ class IndexMaintenance(IndexTables):
     def _run_pending(self, pending: list[tuple[str, str]]) -> None:
         started = time.perf_counter()
         ok = False
+        steps: list[dict[str, Any]] = []
         try:
-            self._run_maintenance_process(pending)
+            steps = self._run_maintenance_process(pending)
             ok = True
         except Exception as exc:
             (log.info if self._maint_closed else log.warning)(
                 "episode index background maintenance failed (will retry later): %s", exc)
         finally:
             self.maintenance_runs.append({"tasks": [list(t) for t in pending], "ok": ok,
-                                          "seconds": round(time.perf_counter() - started, 3)})
+                                          "seconds": round(time.perf_counter() - started, 3), "steps": steps})
             for name in {n for _, n in pending}:
                 part = self._parts.get(name)
                 if part is None:
@@ -153,17 +170,17 @@ class IndexMaintenance(IndexTables):
                 part.ann_partitions = None  # the child may have (re)built the ANN index
                 part.ann_requested = False
 
-    def _run_maintenance_process(self, tasks: list[tuple[str, str]]) -> None:
+    def _run_maintenance_process(self, tasks: list[tuple[str, str]]) -> list[dict[str, Any]]:
         """ANN build / optimize of some tables in a child process.
 
         lancedb's synchronous API runs every call on one background event loop per process, so
         a long create_index in a thread stalls every other read and write of the process
         (measured: a 2k-row upsert waited 115 s behind an HNSW build). A child process keeps
         this process's recalls and writes flowing. The child is kept between runs (worker.py).
+        Returns the run's timed steps (``_timed``).
         """
         if self.path.startswith("memory://"):  # another process cannot see this one's memory
-            run_maintenance_tasks(self, tasks)
-            return
+            return run_maintenance_tasks(self, tasks)
         if self._maint_worker is None:
             # An object store too: the child opens the same URI with the AWS_* variables it inherits.
             pkg_root = str(Path(__file__).resolve().parents[2])
@@ -171,7 +188,7 @@ class IndexMaintenance(IndexTables):
             cmd = [sys.executable, "-m", "worldgraph.memory.index.episode_index", "serve", self.path,
                    str(self.dimensions), self.embedder_name, self.config.child_config_json()]
             self._maint_worker = MaintenanceWorker(cmd, env)
-        self._maint_worker.run(tasks)
+        return self._maint_worker.run(tasks)
 
     def wait_for_maintenance(self, timeout: float | None = None) -> bool:
         """Block until background index building / optimize (and mirror building, mirror.py) is
@@ -245,7 +262,8 @@ class IndexMaintenance(IndexTables):
                 if name in names:
                     continue
                 try:
-                    self._create_index(part, column, scalar_index_config(kind), name)
+                    with self._timed(part, f"create {name}"):
+                        self._create_index(part, column, scalar_index_config(kind), name)
                 except Exception as exc:
                     if kind != "BITMAP" or "already exists" in str(exc).lower():
                         raise
@@ -253,16 +271,19 @@ class IndexMaintenance(IndexTables):
                     self._create_index(part, column, scalar_index_config("BTREE"), name)
                 created.append(name)
             if FTS_INDEX_NAME not in names:
-                self._create_index(part, "text", FTS(), FTS_INDEX_NAME)
+                with self._timed(part, f"create {FTS_INDEX_NAME}"):
+                    self._create_index(part, "text", FTS(), FTS_INDEX_NAME)
                 created.append(FTS_INDEX_NAME)
             if vector:
                 rows = int(part.table.count_rows())
                 if VECTOR_INDEX_NAME not in names and rows >= self.config.ann_index_min_rows:
-                    self._create_vector_index(part)
+                    with self._timed(part, f"create {VECTOR_INDEX_NAME}"):
+                        self._create_vector_index(part)
                     created.append(VECTOR_INDEX_NAME)
                 elif VECTOR_INDEX_NAME in names and self._ann_stale(part, rows):
                     log.info("episode index %s: retraining the ANN index for %d rows", part.name, rows)
-                    self._create_vector_index(part)
+                    with self._timed(part, f"retrain {VECTOR_INDEX_NAME}"):
+                        self._create_vector_index(part)
                     created.append(VECTOR_INDEX_NAME)
             names = self._indexes(part, refresh=True)
             if fold and self._has_unindexed_rows(part, names):
@@ -364,7 +385,8 @@ class IndexMaintenance(IndexTables):
         """Compact, fold new rows into the indexes (index_policy.fold_new_rows), drop old versions."""
         with self._index_lock:
             part.rows_since_optimize = 0
-            self._upgrade_kinds(part)  # a table written by an earlier version, upgraded in place
+            with self._timed(part, "upgrade kinds"):
+                self._upgrade_kinds(part)  # a table written by an earlier version, upgraded in place
             table = part.table
             try:
                 table.to_lance()
@@ -374,22 +396,26 @@ class IndexMaintenance(IndexTables):
                 # With lance's default target (1M rows) the growing fragment was rewritten by every
                 # compaction: the background compacts only when index_policy.compaction_target says
                 # a rewrite is due, and to the size it says.
-                target = compaction_target(table.to_lance(), self.config.compact_target_rows, full)
+                with self._timed(part, "compaction target"):
+                    target = compaction_target(table.to_lance(), self.config.compact_target_rows, full)
+                timed = lambda step: self._timed(part, step)  # noqa: E731
                 if target is not None and target > self.config.compact_target_rows:
                     # lance merges only fragments covered by the same index segments: the second
                     # tier (and an explicit optimize) first merges each index into one segment
-                    self._retry(part, lambda: fold_new_rows(table.to_lance(), self.config, True), "optimize indexes",
-                                lock=False)
+                    self._retry(part, lambda: fold_new_rows(table.to_lance(), self.config, True, timed),
+                                "optimize indexes", lock=False)
                 if target is not None:  # beside the writers: no write lock (IndexTables._compact)
-                    done = self._compact(part, target)
+                    with self._timed(part, f"compact to {target}"):
+                        done = self._compact(part, target)
                     log.info("episode index %s: compaction to %d rows per fragment: %s", part.name, target, done)
-                self._retry(part, lambda: fold_new_rows(table.to_lance(), self.config, full), "optimize indexes",
-                            lock=False)
+                self._retry(part, lambda: fold_new_rows(table.to_lance(), self.config, full, timed),
+                            "optimize indexes", lock=False)
                 try:
                     # Each compaction and index update leaves a copy of what it replaced; readers
                     # always move to the newest version, so old ones need not be kept for long.
                     keep = timedelta(seconds=self.config.index_version_retention_seconds)
-                    table.to_lance().cleanup_old_versions(older_than=keep)
+                    with self._timed(part, "cleanup old versions"):
+                        table.to_lance().cleanup_old_versions(older_than=keep)
                 except Exception as exc:  # pragma: no cover
                     log.info("cleanup of old index versions failed: %s", exc)
             table.checkout_latest()
@@ -408,10 +434,11 @@ def scalar_index_config(kind: str) -> Any:
     return Bitmap() if kind == "BITMAP" else LabelList() if kind == "LABEL_LIST" else BTree()
 
 
-def run_maintenance_tasks(idx: IndexMaintenance, tasks: Iterable[Sequence[str]]) -> None:
+def run_maintenance_tasks(idx: IndexMaintenance, tasks: Iterable[Sequence[str]]) -> list[dict[str, Any]]:
     """Carry out ``(what, table)`` tasks, ``what`` being "ann" (build the ANN index) or "optimize";
-    a table dropped meanwhile is skipped. Run in the maintenance child process, or in this one for
-    an in-memory index."""
+    a table dropped meanwhile is skipped; returns their timed steps (``IndexMaintenance._timed``).
+    Run in the maintenance child process, or in this one for an in-memory index."""
+    first = len(idx.maintenance_steps)
     for what, name in tasks:
         part = idx._part_by_name(name, create=False)
         if part is None:  # dropped meanwhile
@@ -420,3 +447,4 @@ def run_maintenance_tasks(idx: IndexMaintenance, tasks: Iterable[Sequence[str]])
             idx._ensure_part(part, vector=True, fold=False)
         elif what == "optimize":
             idx._optimize_part(part)
+    return idx.maintenance_steps[first:]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from worldgraph.config import WorldGraphConfig, set_library_defaults
@@ -147,21 +149,26 @@ def segments_to_merge(sizes: list[int], max_segments: int) -> int:
     return n
 
 
-def fold_new_rows(dataset: Any, config: WorldGraphConfig, full: bool = False) -> None:
+def fold_new_rows(dataset: Any, config: WorldGraphConfig, full: bool = False,
+                  timed: Callable[[str], AbstractContextManager[Any]] | None = None) -> None:
     """Index the rows written since the last fold, then merge segments where needed.
 
     New rows go into a new delta segment of each index, at a cost that follows the new rows
     (merging them into the full-text index instead rewrote all of it: ~30 s at 1M rows, each
     time). Segments are then merged by ``segments_to_merge``; ``full`` merges each index into one
-    segment (a search reads every segment).
+    segment (a search reads every segment). ``timed(step)`` (a context manager) times each step.
     """
-    dataset.optimize.optimize_indices(num_indices_to_merge=0)
-    dataset = dataset.checkout_version(dataset.latest_version)
+    step = timed if timed is not None else (lambda _name: nullcontext())
+    for desc in dataset.describe_indices():  # one index at a time: each timed on its own
+        with step(f"fold {desc.name}"):
+            dataset.optimize.optimize_indices(index_names=[desc.name], num_indices_to_merge=0)
+        dataset = dataset.checkout_version(dataset.latest_version)
     for desc in dataset.describe_indices():
         segs = sorted(desc.segments, key=lambda s: s.created_at)
         n = len(segs) if full and len(segs) > 1 else segments_to_merge(
             [int(s.size_bytes or 0) for s in segs], config.index_max_segments)
         if n > 1:
             log.info("merging %d of the %d segments of index %s", n, len(segs), desc.name)
-            dataset.optimize.optimize_indices(index_names=[desc.name], num_indices_to_merge=n)
+            with step(f"merge {desc.name}"):
+                dataset.optimize.optimize_indices(index_names=[desc.name], num_indices_to_merge=n)
             dataset = dataset.checkout_version(dataset.latest_version)

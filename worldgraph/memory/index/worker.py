@@ -5,7 +5,7 @@ process (maintenance.py says why). A child started per run spent more CPU import
 (~1.7 CPU-seconds) than folding the rows written since the previous run (~0.11 CPU-seconds per
 1,000 rows at 1M), and during a bulk ingest runs follow each other back to back: the child is
 therefore kept, and given each run's tasks as one JSON line on its stdin, answered by one line
-on its stdout (``{"ok": true}`` or ``{"error": "..."}``).
+on its stdout (``{"ok": true, "steps": [...]}``, the run's timed steps, or ``{"error": "..."}``).
 
 It goes away by itself: when its stdin closes (the parent closed it, exited or was killed) and
 after ``IDLE_SECONDS`` without a task (so an idle process does not hold the memory of its last
@@ -45,8 +45,9 @@ class MaintenanceWorker:
         self._closed = False  # closed for good (the index closed): no child starts again
         self.started = 0  # children started (for tests and the bench)
 
-    def run(self, tasks: Sequence[Sequence[str]]) -> None:
-        """Carry out ``tasks`` in the child; raises RuntimeError with the child's error."""
+    def run(self, tasks: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
+        """Carry out ``tasks`` in the child and return its timed steps; raises RuntimeError with
+        the child's error."""
         line = json.dumps([list(t) for t in tasks])
         for attempt in (1, 2):
             proc = self._child()
@@ -60,12 +61,13 @@ class MaintenanceWorker:
             if answer:
                 reply = json.loads(answer)
                 if reply.get("ok"):
-                    return
+                    return list(reply.get("steps") or [])
                 raise RuntimeError(f"maintenance process failed: {reply.get('error')}")
             # no answer: the child exited (idle, killed, crashed); what it said is in its stderr
             tail = self._reap()
             if attempt == 2 or (proc.returncode not in (0, None)):
                 raise RuntimeError(f"maintenance process failed ({proc.returncode}): {tail[-2000:]}")
+        raise AssertionError("unreachable")  # pragma: no cover - the second attempt returns or raises
 
     def _child(self) -> subprocess.Popen[str]:
         with self._lock:
@@ -124,10 +126,10 @@ def _close(stream: IO[str] | None) -> None:
         pass
 
 
-def serve(run: Callable[[list[list[str]]], None], stdin: IO[str] = sys.stdin, stdout: IO[str] = sys.stdout,
+def serve(run: Callable[[list[list[str]]], list[dict[str, Any]] | None], stdin: IO[str] = sys.stdin, stdout: IO[str] = sys.stdout,
           idle: float = IDLE_SECONDS) -> int:
-    """The child's loop: a line of tasks in, ``run(tasks)``, a line out; returns at the end of
-    stdin or after ``idle`` seconds without a line."""
+    """The child's loop: a line of tasks in, ``run(tasks)``, a line out (with what ``run``
+    returned: its timed steps); returns at the end of stdin or after ``idle`` seconds without a line."""
     while True:
         ready, _, _ = select.select([stdin], [], [], idle)
         if not ready:
@@ -137,8 +139,7 @@ def serve(run: Callable[[list[list[str]]], None], stdin: IO[str] = sys.stdin, st
             return 0
         reply: dict[str, Any]
         try:
-            run(json.loads(line))
-            reply = {"ok": True}
+            reply = {"ok": True, "steps": run(json.loads(line)) or []}
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which logs it and retries later
             log.warning("episode index maintenance failed: %s", exc, exc_info=True)
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
