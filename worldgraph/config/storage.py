@@ -46,6 +46,10 @@ class StorageSettings(BaseModel):
     # 2, not 4: a search probes ann_nprobes partitions whatever their size, so partitions grown 4x
     # scanned up to 4x the codes (at 1M, an index trained at 300k: 37 partitions for 122).
     ann_retrain_growth: float = Field(2.0, gt=1.0)
+    # ... and this many times for a table searched through its mirror (local, at least
+    # mirror_min_rows rows): LanceDB's index then serves only until the mirror is ready, and a
+    # retrain re-encodes every row (at 1.1M rows 78 CPU-s, 3/4 of the upkeep of 1M -> 1.2M).
+    ann_retrain_growth_mirrored: float = Field(4.0, gt=1.0)
     # Old table versions (and the files only they use) are deleted this long after they stop being
     # the newest; a reader always works on the newest, so this only needs to outlast one search.
     index_version_retention_seconds: float = Field(300.0, ge=0)

@@ -16,7 +16,13 @@ from worldgraph.config import WorldGraphConfig
 from worldgraph.errors import InvalidInputError
 from worldgraph.memory.embeddings import HashingEmbedder
 from worldgraph.memory.index.episode_index import EpisodeIndex
-from worldgraph.memory.index.policy import ann_due_rows, ann_partitions_for, ann_search_params, vector_index_config
+from worldgraph.memory.index.policy import (
+    ann_due_rows,
+    ann_mirrored,
+    ann_partitions_for,
+    ann_search_params,
+    vector_index_config,
+)
 
 
 def rows(start: int, stop: int, rng: np.random.Generator, tenant: str = "A", dims: int = 16) -> list[dict[str, Any]]:
@@ -72,6 +78,41 @@ def test_retraining_is_geometric():
     assert ann_due_rows(cfg, 4) == 16 * 8192
     assert ann_due_rows(cfg, 16) == 64 * 8192  # 524,288 rows: the last retrain before 1M
     assert ann_partitions_for(cfg, 64 * 8192) == 64
+
+
+def test_a_mirrored_tables_retrain_waits_longer():
+    cfg = WorldGraphConfig(ann_partition_rows=8192, ann_retrain_growth=2, ann_retrain_growth_mirrored=4,
+                           mirror_min_rows=20_000)
+    assert ann_due_rows(cfg, 64) == 128 * 8192  # 1,048,576: LanceDB's index alone serves the table
+    assert ann_due_rows(cfg, 64, mirrored=True) == 256 * 8192  # the mirror serves it: 2,097,152
+    assert ann_mirrored(cfg, True, 64) and not ann_mirrored(cfg, False, 64)  # an object store: no mirror
+    assert not ann_mirrored(cfg, True, 2) and ann_mirrored(cfg, True, 3)  # trained on >= 20,000 rows
+    assert not ann_mirrored(cfg.model_copy(update={"mirror_min_rows": 0}), True, 64)  # mirrors off
+
+
+def test_a_mirrored_table_is_retrained_at_its_own_growth(tmp_path: Path):
+    """The ANN index of a table its mirror serves is retrained at ann_retrain_growth_mirrored,
+    not ann_retrain_growth; the rows past its partitions are folded in meanwhile."""
+    cfg = WorldGraphConfig(ann_index_type="IVF_RQ", ann_index_min_rows=400, ann_partition_rows=200,
+                           ann_retrain_growth=2, ann_retrain_growth_mirrored=3, mirror_min_rows=400,
+                           compact_every_writes=10**6, optimize_every_rows=10**6)
+    idx = EpisodeIndex(tmp_path / "db", 16, "synthetic", cfg)
+    rng = np.random.default_rng(2)
+    vecs = rng.normal(size=(1300, 16)).astype(np.float32)
+    batch = lambda a, b: [{"episode_id": f"e{i}", "tenant_id": "A", "vector": vecs[i]} for i in range(a, b)]  # noqa: E731
+    try:
+        idx.upsert(batch(0, 500))  # 500 >= 400: built with 2 partitions, on 400 rows a mirror serves
+        assert idx.wait_for_maintenance(300) and idx.has_vector_index("A")
+        part = idx._part("A")
+        assert idx._ann_partitions(part) == 2
+        idx.upsert(batch(500, 900))  # 900 >= 2 * 2 * 200 = 800, < 3 * 2 * 200 = 1200: no retrain
+        assert idx.wait_for_maintenance(300) and idx._ann_partitions(part) == 2
+        idx.optimize("A")  # the new rows are folded into the old partitions
+        assert part.table.index_stats("vector_idx").num_unindexed_rows == 0
+        idx.upsert(batch(900, 1300))  # 1300 >= 1200: retrained with 1300 // 200 = 6 partitions
+        assert idx.wait_for_maintenance(300) and idx._ann_partitions(part) == 6
+    finally:
+        idx.close()
 
 
 def test_ann_index_is_retrained_as_the_table_grows(tmp_path: Path):

@@ -20,6 +20,7 @@ from worldgraph.clock import seconds_left
 from worldgraph.config import child_environment
 from worldgraph.memory.index.policy import (
     ann_due_rows,
+    ann_mirrored,
     compaction_target,
     fold_new_rows,
     index_partitions,
@@ -351,8 +352,10 @@ class IndexMaintenance(IndexTables):
 
     def _ann_due_rows(self, part: TenantTable) -> int:
         """Rows at which the table's ANN index is built (none yet) or retrained (index_policy.ann_due_rows)."""
-        has = VECTOR_INDEX_NAME in self._indexes(part)
-        return ann_due_rows(self.config, (self._ann_partitions(part) or 1) if has else None)
+        if VECTOR_INDEX_NAME not in self._indexes(part):
+            return ann_due_rows(self.config, None)
+        partitions = self._ann_partitions(part) or 1
+        return ann_due_rows(self.config, partitions, ann_mirrored(self.config, self._is_local, partitions))
 
     def _ann_stale(self, part: TenantTable, rows: int) -> bool:
         return rows >= self._ann_due_rows(part)

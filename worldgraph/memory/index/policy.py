@@ -71,14 +71,29 @@ def ann_search_params(config: WorldGraphConfig, k: int, overfetch: int = 0) -> d
     return params
 
 
-def ann_due_rows(config: WorldGraphConfig, partitions: int | None) -> int:
+def ann_due_rows(config: WorldGraphConfig, partitions: int | None, mirrored: bool = False) -> int:
     """Rows at which a table's ANN index is built (``partitions`` None: no index yet) or
     retrained: once its partitions, trained on the first rows, would each hold
     ``ann_retrain_growth`` times the rows they were sized for. Geometric growth keeps the total
-    training work within a small multiple of the last build."""
+    training work within a small multiple of the last build.
+
+    ``mirrored``: the table is searched through its in-process mirror (mirror.py, with its own
+    lists: ivf.py), and LanceDB's index only serves until the mirror is ready; its retrain waits
+    for ``ann_retrain_growth_mirrored`` (a retrain re-encodes every row: at 1.1M rows it took 78
+    CPU-seconds, three quarters of the upkeep of the 200k rows it fell among; bench/README.md,
+    "Less upkeep per row"). Rows past its partitions are still indexed by each fold: a search
+    of the grown partitions reads more codes, it misses no more rows."""
     if partitions is None:
         return config.ann_index_min_rows
-    return math.ceil(config.ann_retrain_growth * partitions) * config.ann_partition_rows
+    growth = config.ann_retrain_growth_mirrored if mirrored else config.ann_retrain_growth
+    return math.ceil(growth * partitions) * config.ann_partition_rows
+
+
+def ann_mirrored(config: WorldGraphConfig, local: bool, partitions: int) -> bool:
+    """Whether the table of an ANN index of ``partitions`` is searched through its mirror: a
+    local table (an object store's has none) whose index was trained on at least
+    ``mirror_min_rows`` rows (``partitions`` of ``ann_partition_rows``: it has them still)."""
+    return local and 0 < config.mirror_min_rows <= partitions * config.ann_partition_rows
 
 
 def index_partitions(dataset: Any, name: str) -> int | None:
