@@ -174,10 +174,12 @@ def fold_new_rows(dataset: Any, config: WorldGraphConfig, full: bool = False,
     segment (a search reads every segment). ``timed(step)`` (a context manager) times each step.
     """
     step = timed if timed is not None else (lambda _name: nullcontext())
-    for desc in dataset.describe_indices():  # one index at a time: each timed on its own
-        with step(f"fold {desc.name}"):
-            dataset.optimize.optimize_indices(index_names=[desc.name], num_indices_to_merge=0)
-        dataset = dataset.checkout_version(dataset.latest_version)
+    with step("fold"):
+        # every index in one call, on one version: each index's new segment covers the same
+        # fragments (a compaction merges only fragments every index covers alike). Folded one at
+        # a time (timed each), at 1M -> 1.2M: IVF_RQ 9.9 CPU-s, BM25 2.6, the 9 scalar 1.9 in all.
+        dataset.optimize.optimize_indices(num_indices_to_merge=0)
+    dataset = dataset.checkout_version(dataset.latest_version)
     for desc in dataset.describe_indices():
         segs = sorted(desc.segments, key=lambda s: s.created_at)
         n = len(segs) if full and len(segs) > 1 else segments_to_merge(
