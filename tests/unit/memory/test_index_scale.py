@@ -255,6 +255,38 @@ def test_old_versions_are_cleaned_up(tmp_path: Path):
     idx.close()
 
 
+def test_background_cleanup_runs_at_most_every_index_cleanup_every_seconds(tmp_path: Path):
+    """A background optimize (every few seconds during an ingest) deletes old versions at most every
+    index_cleanup_every_seconds (the cleanup lists every file of the table); 0: each time; an
+    explicit optimize always does."""
+    from worldgraph.memory.index import maintenance
+
+    def cleanups(every: float, runs: int, name: str) -> int:
+        cfg = WorldGraphConfig(index_version_retention_seconds=0, index_cleanup_every_seconds=every,
+                               compact_every_writes=10**6, optimize_every_rows=10**6)
+        idx = EpisodeIndex(tmp_path / name, 16, "synthetic", cfg)
+        rng = np.random.default_rng(5)
+        try:
+            for b in range(runs):
+                idx.upsert(rows(20 * b, 20 * (b + 1), rng))
+                idx._optimize_part(idx._part("A"))  # what the maintenance child runs
+            return sum(s["step"] == "cleanup old versions" for s in idx.maintenance_steps)
+        finally:
+            idx.close()
+
+    maintenance._last_cleanup.clear()
+    assert cleanups(3600.0, 3, "hourly") == 1  # the first, then not within the hour
+    assert cleanups(0.0, 3, "each") == 3
+    cfg = WorldGraphConfig(index_version_retention_seconds=0, index_cleanup_every_seconds=3600.0)
+    idx = EpisodeIndex(tmp_path / "hourly", 16, "synthetic", cfg)
+    try:
+        before = len(idx.maintenance_steps)
+        idx.optimize("A")  # explicit: cleans up within the hour all the same
+        assert [s["step"] for s in idx.maintenance_steps[before:]].count("cleanup old versions") == 1
+    finally:
+        idx.close()
+
+
 def test_segment_merging_is_size_tiered():
     from worldgraph.memory.index.policy import segments_to_merge
 

@@ -7,6 +7,7 @@ Expensive work runs in a background thread that starts a child process (see
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import threading
 import time
@@ -39,6 +40,10 @@ log = logging.getLogger("worldgraph.memory.index.episode_index")
 
 # how long the maintenance thread (and its kept child) waits for the next task before going
 WORKER_GRACE_SECONDS = 5.0
+
+# when this process last deleted old versions of a table (path, table name) -> time.monotonic();
+# module-level: the kept maintenance child opens the index anew for each run
+_last_cleanup: dict[tuple[str, str], float] = {}
 
 
 class IndexMaintenance(IndexTables):
@@ -416,9 +421,14 @@ class IndexMaintenance(IndexTables):
                 try:
                     # Each compaction and index update leaves a copy of what it replaced; readers
                     # always move to the newest version, so old ones need not be kept for long.
-                    keep = timedelta(seconds=self.config.index_version_retention_seconds)
-                    with self._timed(part, "cleanup old versions"):
-                        table.to_lance().cleanup_old_versions(older_than=keep)
+                    # The cleanup lists every file of the table: at most every
+                    # index_cleanup_every_seconds (during an ingest a run starts every few seconds).
+                    key, now = (self.path, part.name), time.monotonic()
+                    if full or now - _last_cleanup.get(key, -math.inf) >= self.config.index_cleanup_every_seconds:
+                        _last_cleanup[key] = now
+                        keep = timedelta(seconds=self.config.index_version_retention_seconds)
+                        with self._timed(part, "cleanup old versions"):
+                            table.to_lance().cleanup_old_versions(older_than=keep)
                 except Exception as exc:  # pragma: no cover
                     log.info("cleanup of old index versions failed: %s", exc)
             table.checkout_latest()
