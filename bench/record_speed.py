@@ -81,6 +81,7 @@ def main(n: int, batch: int, into: Path | None = None, gc_freeze: bool = False) 
             "eps_s_median": round(batch / statistics.median(walls)), "eps_s_overall": round(done / sum(walls)),
             "eps_s_min": round(batch / max(walls)), "eps_s_p10": round(batch / slow10),
             "eps_per_cpu_s_median": round(batch / statistics.median(cpus)), "slowest_batch_s": round(max(walls), 3),
+            "slowest_batches_s": [round(w, 2) for w in sorted(walls)[-5:]],
             "eps_per_process_cpu_s": round(done / self_cpu), "eps_per_children_cpu_s": round(done / max(child_cpu, 1e-9)),
             "open_s": round(open_s, 2), "gc_freeze": gc_freeze, "self_cpu_s": round(self_cpu, 1),
             "children_cpu_s": round(child_cpu, 1), "load": round(os.getloadavg()[0], 1),

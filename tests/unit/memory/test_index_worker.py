@@ -113,3 +113,22 @@ def test_the_childs_command_line_holds_no_secret(tmp_path: Path) -> None:
         assert secret not in cmdline  # ... but for its secrets
     finally:
         idx.close()
+
+
+def test_a_long_lived_index_keeps_the_steps_of_its_last_runs_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Maintenance runs every few seconds in a long-lived process: their timed steps are kept for the
+    last KEEP_STEPS runs (older runs keep tasks, ok and seconds), not forever."""
+    from worldgraph.memory.index import maintenance
+
+    monkeypatch.setattr(maintenance, "KEEP_STEPS", 3)
+    idx = EpisodeIndex(str(tmp_path / "idx"), 8, "test-8", WorldGraphConfig())
+    try:
+        monkeypatch.setattr(idx, "_run_maintenance_process",
+                            lambda tasks: [{"table": "ep-x", "step": "fold", "s": 0.1, "cpu_s": 0.1}])
+        for _ in range(5):
+            idx._run_pending([("optimize", "ep-nobody")])  # noqa: SLF001 - a run, without a child
+        runs = idx.maintenance_runs
+        assert len(runs) == 5 and all(r["ok"] for r in runs)
+        assert ["steps" in r for r in runs] == [False, False, True, True, True]
+    finally:
+        idx.close()

@@ -41,6 +41,10 @@ log = logging.getLogger("worldgraph.memory.index.episode_index")
 # how long the maintenance thread (and its kept child) waits for the next task before going
 WORKER_GRACE_SECONDS = 5.0
 
+# the timed steps kept: of this many runs in ``maintenance_runs`` (older runs keep their totals), and
+# this many in ``maintenance_steps`` (a long-lived process runs maintenance every few seconds)
+KEEP_STEPS = 1_000
+
 # when this process last deleted old versions of a table (path, table name) -> time.monotonic();
 # module-level: the kept maintenance child opens the index anew for each run
 _last_cleanup: dict[tuple[str, str], float] = {}
@@ -164,6 +168,8 @@ class IndexMaintenance(IndexTables):
         finally:
             self.maintenance_runs.append({"tasks": [list(t) for t in pending], "ok": ok,
                                           "seconds": round(time.perf_counter() - started, 3), "steps": steps})
+            if len(self.maintenance_runs) > KEEP_STEPS:
+                self.maintenance_runs[-KEEP_STEPS - 1].pop("steps", None)
             for name in {n for _, n in pending}:
                 part = self._parts.get(name)
                 if part is None:
@@ -451,6 +457,8 @@ def run_maintenance_tasks(idx: IndexMaintenance, tasks: Iterable[Sequence[str]])
     """Carry out ``(what, table)`` tasks, ``what`` being "ann" (build the ANN index) or "optimize";
     a table dropped meanwhile is skipped; returns their timed steps (``IndexMaintenance._timed``).
     Run in the maintenance child process, or in this one for an in-memory index."""
+    if len(idx.maintenance_steps) > KEEP_STEPS:
+        del idx.maintenance_steps[:-KEEP_STEPS // 2]
     first = len(idx.maintenance_steps)
     for what, name in tasks:
         part = idx._part_by_name(name, create=False)

@@ -177,7 +177,7 @@ def fold_new_rows(dataset: Any, config: WorldGraphConfig, full: bool = False,
     with step("fold"):
         # every index in one call, on one version: each index's new segment covers the same
         # fragments (a compaction merges only fragments every index covers alike). Folded one at
-        # a time (timed each), at 1M -> 1.2M: IVF_RQ 9.9 CPU-s, BM25 2.6, the 9 scalar 1.9 in all.
+        # a time (timed each), at 1M -> 1.2M: IVF_RQ 9.9 CPU-s, BM25 2.6, the 8 scalar 1.5 in all.
         dataset.optimize.optimize_indices(num_indices_to_merge=0)
     dataset = dataset.checkout_version(dataset.latest_version)
     for desc in dataset.describe_indices():
