@@ -16,10 +16,10 @@ LanceDB's filtered search: bench/README.md, overlap@10).
 
 A row's terms are read once (its ``text`` from LanceDB by row address, then tokenized: ~0.1-0.3 ms
 a row); a search that finds more than ``SYNC_ROWS`` of its rows unread reads them in a background
-thread and answers ``None`` meanwhile (the caller searches LanceDB, as before). More than
-``MAX_ROWS`` rows passing: ``None`` too. A wide filter never comes here: search.py asks LanceDB's
-unfiltered search for ``k / share x 1.5`` hits and checks them when that is at most
-``WIDE_TEXT_FETCH`` hits (at k 50: from 3.75 % of the table) or more than ``MAX_ROWS`` rows pass.
+thread and answers ``None`` meanwhile (the caller has LanceDB search the passing rows by their
+addresses: search.py ``_allowed_text``). More than ``MAX_ROWS`` rows passing: ``None`` too. A wide
+filter never comes here: search.py asks LanceDB's unfiltered search for ``k / share x 1.5`` hits
+and checks them when that is at most ``WIDE_TEXT_FETCH`` hits (at k 50: from 3.75 % of the table).
 
 What it holds is a copy of users' words (their terms, stemmed), bound to one mirror of one table
 (its ``uid``: the rows are the mirror's row numbers, which never change for a row's content):
@@ -171,8 +171,9 @@ class PassingTexts:
         self._lock = threading.Lock()
         self._tables: OrderedDict[str, TableTexts] = OrderedDict()
         self._reading: dict[str, threading.Thread] = {}
-        # rows read, searches answered here, declined (unread rows: LanceDB), wide (search.py _wide_text)
-        self.counts = {"read_rows": 0, "searches": 0, "declined": 0, "wide": 0}
+        # rows read, searches answered here, declined (unread rows: LanceDB); searches of a filter the
+        # mirror evaluated answered from LanceDB's unfiltered hits (wide) or by row addresses (allowed)
+        self.counts = {"read_rows": 0, "searches": 0, "declined": 0, "wide": 0, "allowed": 0}
 
     def search(self, name: str, mirror: Any, rows: np.ndarray, query: str, k: int,
                read: Reader) -> tuple[np.ndarray, np.ndarray] | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,9 +44,17 @@ log = logging.getLogger("worldgraph.memory.index.episode_index")
 
 # An episode-id filter's full-text search over a mirrored table asks LanceDB's unfiltered search for
 # k / share x WIDE_TEXT_SLACK hits and checks them when that is at most WIDE_TEXT_FETCH (at k 50: from
-# 3.75 % of the table) or when too many rows pass to keep their terms; else it is searched in process.
+# 3.75 % of the table); else it is searched in process when the rows' terms are held, else by LanceDB
+# over the rows' addresses.
 WIDE_TEXT_SLACK = 1.5
 WIDE_TEXT_FETCH = 2_000
+# A filter of the mirror's columns (role, agent, canvases, dates, success) that a sample of
+# WIDE_SAMPLE rows says passes at least this share of the rows is checked the same way (a fetch of
+# at most k x 6; above 1: never). At 1M rows: success (75 %) 6.5 ms p50 checked against 8.5 by
+# LanceDB's prefilter; a role (12 %, a fetch of ~640) 7.7 against 5.9 (bench/README.md, "Full-text
+# search of the mirror's filters").
+WIDE_FILTER_SHARE = 0.25
+WIDE_SAMPLE = 2_048
 
 class IndexSearch(MirrorSearch):
     """The read path of ``EpisodeIndex``."""
@@ -293,37 +301,74 @@ class IndexSearch(MirrorSearch):
         mirror = self._mirrors.get(part.name, ds) if self._mirrored(ds) else None
         self._texts.sync(part.name, mirror)  # the kept terms of forgotten rows go first (passing_text.py)
         ids_in_mirror = mirror is not None and (where or {}).get("episode_ids") is not None
-        # an episode-id filter: the passing rows' terms, searched in process (passing_text.py)
-        if mirror is not None and ids_in_mirror and not _has_metadata(where):
-            keep = mirror.mask(where)
-            rows = np.flatnonzero(keep)
-            fetch = max(k, math.ceil(k * mirror.live / max(len(rows), 1) * WIDE_TEXT_SLACK))
-            found = self._wide_text(ds, mirror, text, k, keep, fetch) \
-                if fetch <= WIDE_TEXT_FETCH or len(rows) > self._texts.max_rows \
-                else self._passing_text(part.name, ds, mirror, rows, text, k)
+        # a filter the mirror can evaluate: a wide one checked on LanceDB's unfiltered hits, episode
+        # ids searched in process or by their rows' addresses (_mirror_text); else LanceDB's prefilter
+        if mirror is not None and where and not _has_metadata(where):
+            found = self._mirror_text(part.name, ds, mirror, text, k, where)
             if found is not None:
                 rows, scores = found
                 return first_per_episode(self._mirror_rows(ds, mirror, rows, mirror.unit_vectors(rows),
                                                            [("bm25", float(x)) for x in scores], select, tenant_id))
         check = time_check(where, k, self._sample(part, ds) if where else None)
+        allow = None
+        if mirror is not None and where and ids_in_mirror:  # (with metadata terms) the ids as their rows'
+            id_rows = np.flatnonzero(mirror.mask({"episode_ids": where["episode_ids"]}))  # addresses, the rest SQL
+            if not len(id_rows):
+                return []
+            allow = row_addr_set(mirror.cols.addr[id_rows])
 
         def pred_of(w: dict[str, Any] | None) -> str | None:
-            return _by_address(mirror, w or {}) if ids_in_mirror else metadata_filter(w)
+            return metadata_filter({key: v for key, v in (w or {}).items() if key != "episode_ids"}) \
+                if ids_in_mirror else metadata_filter(w)
 
-        if ids_in_mirror:
-            pred = pred_of(where)
+        pred = pred_of(where)
         try:
             if check is not None:  # a wide date range, checked on the hits (plan.py)
                 hits = self._matches(ds, text, check.fetch, pred_of(split_time(where)[0]),
-                                     self._with_time(select), tenant_id, mirror)
+                                     self._with_time(select), tenant_id, mirror, allow)
                 kept = [r for r in hits if check.keeps(r["timestamp"])]
                 if len(kept) >= k or len(hits) < check.fetch:
                     return self._strip_time(kept, select)[:k]
-            return self._matches(ds, text, k, pred, select, tenant_id, mirror)
+            return self._matches(ds, text, k, pred, select, tenant_id, mirror, allow)
         except ValueError as exc:
             if "index" in str(exc).lower():
                 return []
             raise
+
+    def _mirror_text(self, name: str, ds: Any, mirror: Mirror, text: str, k: int,
+                     where: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
+        """BM25's best ``k`` of the mirror rows passing ``where`` (no metadata terms), ranked and
+        scored as LanceDB's prefiltered search does: (mirror rows, scores), best first; None:
+        search LanceDB with the filter as SQL (a prefilter from its scalar indexes).
+
+        - A filter of the mirror's columns that ``WIDE_SAMPLE`` rows spread over the mirror say
+          at least ``WIDE_FILTER_SHARE`` of the rows pass: LanceDB's unfiltered top ``k / share x
+          WIDE_TEXT_SLACK`` checked on the mirror's columns of the hits (no prefilter of most of
+          the table). A narrower one goes to LanceDB: its prefilter from a BITMAP or BTREE index
+          costs less than the mirror's mask and the rows' addresses, and its search of the
+          passing rows costs the same either way (at 1M rows, an agent: 10.6 ms prefiltered,
+          10.2 by the addresses, 12.3 with the addresses written).
+        - Episode ids: checked on LanceDB's unfiltered hits when that fetch is at most
+          ``WIDE_TEXT_FETCH``, else searched in process (passing_text.py) when their terms are
+          held, else LanceDB's search over their rows' addresses (``_allowed_text``)."""
+        if where.get("episode_ids") is None:
+            if WIDE_FILTER_SHARE > 1.0:
+                return None
+            n = mirror.cols.n
+            sample = np.linspace(0, n - 1, min(n, WIDE_SAMPLE)).astype(np.int64)
+            share = float(mirror.passes(where, sample).sum()) / max(int(mirror.alive[sample].sum()), 1)
+            if share <= 0 or share < WIDE_FILTER_SHARE:
+                return None
+            return self._wide_text(ds, mirror, text, k, lambda r: mirror.passes(where, r),
+                                   _fetch(k, mirror.live, share * mirror.live))
+        keep = mirror.mask(where)
+        rows = np.flatnonzero(keep)
+        if not len(rows):
+            return rows, np.zeros(0)
+        fetch = _fetch(k, mirror.live, len(rows))
+        found = self._wide_text(ds, mirror, text, k, lambda r: keep[r], fetch) if fetch <= WIDE_TEXT_FETCH \
+            else self._passing_text(name, ds, mirror, rows, text, k)
+        return found if found is not None else self._allowed_text(ds, mirror, text, k, rows)
 
     def _passing_text(self, name: str, ds: Any, mirror: Mirror, rows: np.ndarray, text: str,
                       k: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -336,13 +381,12 @@ class IndexSearch(MirrorSearch):
 
         return self._texts.search(name, mirror, rows, text, k, read)
 
-    def _wide_text(self, ds: Any, mirror: Mirror, text: str, k: int, keep: np.ndarray,
+    def _wide_text(self, ds: Any, mirror: Mirror, text: str, k: int, passes: Callable[[np.ndarray], np.ndarray],
                    fetch: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """A wide episode-id filter's full-text search: LanceDB's unfiltered BM25 top ``fetch``
-        (``k / share x WIDE_TEXT_SLACK``), the rows ``keep`` passes, best first: (rows, scores),
-        what its prefiltered search gives (its scores take the whole table's statistics either
-        way), without a prefilter of that many row addresses. None: fewer than ``k`` passed of a
-        full fetch."""
+        """A wide filter's full-text search: LanceDB's unfiltered BM25 top ``fetch`` (``k / share x
+        WIDE_TEXT_SLACK``), the mirror rows ``passes`` accepts, best first: (rows, scores), what
+        its prefiltered search gives (its scores take the whole table's statistics either way),
+        without a prefilter. None: fewer than ``k`` passed of a full fetch (or no full-text index)."""
         from lance.query import MatchQuery
 
         try:
@@ -355,7 +399,7 @@ class IndexSearch(MirrorSearch):
         rows = mirror.rows_of(tbl.column("_rowaddr").to_numpy())
         scores = np.asarray(tbl.column("_score").to_numpy(zero_copy_only=False), np.float64)
         found = rows >= 0
-        found[found] = keep[rows[found]]
+        found[found] = passes(rows[found])
         if int(found.sum()) < k and tbl.num_rows >= fetch:
             return None
         rows, scores = rows[found], scores[found]
@@ -363,18 +407,42 @@ class IndexSearch(MirrorSearch):
         self._texts.counts["wide"] += 1
         return rows[order], scores[order]
 
+    def _allowed_text(self, ds: Any, mirror: Mirror, text: str, k: int,
+                      rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """LanceDB's BM25 top ``k`` of mirror ``rows`` (a filter's passing rows): their addresses
+        are the search's prefilter (``row_addr_allowlist``), so no scalar index is read and no SQL
+        predicate evaluated; the ranking and scores are those of the same search with the filter
+        (the whole table's statistics). None: no full-text index."""
+        from lance.query import MatchQuery
+
+        allow = row_addr_set(mirror.cols.addr[rows])
+        try:
+            tbl = ds.scanner(columns=["_score"], with_row_address=True, full_text_query=MatchQuery(text, "text"),
+                             row_addr_allowlist=allow, limit=k).to_table()
+        except ValueError as exc:
+            if "index" in str(exc).lower():
+                return None
+            raise
+        found = mirror.rows_of(tbl.column("_rowaddr").to_numpy())
+        scores = np.asarray(tbl.column("_score").to_numpy(zero_copy_only=False), np.float64)
+        scores, found = scores[found >= 0], found[found >= 0]
+        order = np.argsort(-scores, kind="stable")
+        self._texts.counts["allowed"] += 1
+        return found[order], scores[order]
+
     def _matches(self, ds: Any, text: str, k: int, pred: str | None, select: Sequence[str] | None,
-                 tenant_id: str, mirror: Mirror | None = None) -> list[dict[str, Any]]:
+                 tenant_id: str, mirror: Mirror | None = None, allow: bytes | None = None) -> list[dict[str, Any]]:
         """LanceDB's top ``k`` of ``ds`` by BM25 on ``text``, ``pred`` pushed into the search, best
-        first (with a mirror: row addresses and scores from LanceDB, the rows from the mirror)."""
+        first (with a mirror: row addresses and scores from LanceDB, the rows from the mirror; and
+        ``allow``, row addresses (``row_addr_set``) the search is restricted to beside ``pred``)."""
         from lance.query import MatchQuery
 
         # The dataset directly, as in vector_search (lancedb's query builder adds ~4 ms); a
         # MatchQuery of the text, as lancedb makes of a plain string (no query syntax).
         query = MatchQuery(text, "text")
         if mirror is not None:
-            tbl = ds.to_table(columns=["_score"], with_row_address=True, full_text_query=query, filter=pred,
-                              prefilter=pred is not None, limit=k)
+            tbl = ds.scanner(columns=["_score"], with_row_address=True, full_text_query=query, filter=pred,
+                             prefilter=pred is not None, row_addr_allowlist=allow, limit=k).to_table()
             rows = mirror.rows_of(tbl.column("_rowaddr").to_numpy())
             found = rows >= 0
             rows = rows[found]
@@ -389,15 +457,45 @@ class IndexSearch(MirrorSearch):
         return first_per_episode(results)
 
 
-def _by_address(mirror: Any, where: dict[str, Any]) -> str:
-    """The predicate of ``where`` with its episode ids as the row addresses the mirror holds for
-    them (a full-text search's prefilter of 5k addresses: ~21 ms at 1M rows, of 5k episode ids
-    looked up in the id index: ~58 ms)."""
-    rows = np.flatnonzero(mirror.mask({"episode_ids": where["episode_ids"]}))
-    addresses = ",".join(map(str, mirror.addresses(rows))) if len(rows) else None
-    rest = metadata_filter({k: v for k, v in where.items() if k != "episode_ids"})
-    parts = [p for p in (rest, f"_rowaddr IN ({addresses})" if addresses else "false") if p]
-    return " AND ".join(f"({p})" for p in parts)
+def _fetch(k: int, live: int, passing: float) -> int:
+    """Hits of an unfiltered search that hold ``k`` of a filter ``passing`` rows of ``live`` pass,
+    with ``WIDE_TEXT_SLACK`` for chance."""
+    return max(k, math.ceil(k * live / max(passing, 1.0) * WIDE_TEXT_SLACK))
+
+
+def row_addr_set(addrs: np.ndarray) -> bytes:
+    """Row addresses as lance's ``RowAddrTreeMap::serialize_into`` writes them (what
+    ``lance.dataset.serialize_row_addrs`` makes of a list, ~10x faster for 100k addresses): per
+    fragment, its id, the byte size and a portable roaring bitmap of its offsets (no run containers:
+    arrays of up to 4,096 offsets, else bitmaps of 65,536 bits)."""
+    a = np.asarray(addrs, np.int64)
+    if len(a) > 1 and not bool(np.all(a[1:] > a[:-1])):  # a mirror's rows are mostly in address order
+        a = np.sort(a, kind="stable")  # (np.unique: 5x slower, it hashes first)
+        a = a[np.r_[True, a[1:] != a[:-1]]]
+    frags = a >> 32
+    starts = np.flatnonzero(np.r_[True, frags[1:] != frags[:-1]]) if len(a) else np.zeros(0, np.int64)
+    out = [np.uint32(len(starts)).tobytes()]
+    for start, end in zip(starts.tolist(), [*starts[1:].tolist(), len(a)]):
+        offsets = (a[start:end] & 0xFFFFFFFF).astype(np.uint32)
+        keys = offsets >> 16
+        firsts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+        cards = np.diff(np.r_[firsts, len(offsets)])
+        blocks = []
+        for first, card in zip(firsts.tolist(), cards.tolist()):
+            low = (offsets[first:first + card] & 0xFFFF).astype("<u2")
+            if card <= 4096:
+                blocks.append(low.tobytes())
+            else:
+                bits = np.zeros(65536, bool)
+                bits[low] = True
+                blocks.append(np.packbits(bits, bitorder="little").tobytes())
+        n = len(firsts)
+        head = np.empty(2 * n, "<u2")
+        head[0::2], head[1::2] = keys[firsts], cards - 1
+        at = 8 + 8 * n + np.cumsum([0, *[len(b) for b in blocks[:-1]]])
+        body = b"".join([np.array([12346, n], "<u4").tobytes(), head.tobytes(), at.astype("<u4").tobytes(), *blocks])
+        out += [np.array([int(a[start] >> 32), len(body)], "<u4").tobytes(), body]
+    return b"".join(out)
 
 
 def _has_metadata(where: dict[str, Any] | None) -> bool:
