@@ -50,7 +50,7 @@ WIDE_TEXT_SLACK = 1.5
 WIDE_TEXT_FETCH = 2_000
 # A filter of the mirror's columns (role, agent, canvases, dates, success) that a sample of
 # WIDE_SAMPLE rows says passes at least this share of the rows is checked the same way (a fetch of
-# at most k x 6; above 1: never). At 1M rows: success (75 %) 6.5 ms p50 checked against 8.5 by
+# at most k x 6; above 1: never). At 1M rows: success (75 %) 7.0 ms p50 checked against 9.2 by
 # LanceDB's prefilter; a role (12 %, a fetch of ~640) 7.7 against 5.9 (bench/README.md, "Full-text
 # search of the mirror's filters").
 WIDE_FILTER_SHARE = 0.25
