@@ -167,3 +167,14 @@ def test_row_addr_set_writes_what_lances_serializer_writes() -> None:
         addrs = (frags << 32) | offsets
         given = rng.permutation(addrs) if trial % 2 else np.unique(addrs)
         assert row_addr_set(given) == serialize_row_addrs(sorted(set(addrs.tolist())))
+
+
+def test_a_pylance_that_serializes_otherwise_gets_its_own_serializer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """row_addr_set checks its encoder against lance's once; on a mismatch lance's bytes are used."""
+    from lance.dataset import serialize_row_addrs
+
+    monkeypatch.setattr(search, "_ROW_ADDR_SET_OK", [])
+    monkeypatch.setattr(search, "_row_addr_set", lambda addrs: b"not lance's format")
+    addrs = np.array([7, 3, 3, (2 << 32) + 5], np.int64)
+    assert search.row_addr_set(addrs) == bytes(serialize_row_addrs([3, 7, (2 << 32) + 5]))
+    assert search._ROW_ADDR_SET_OK == [False]

@@ -467,7 +467,39 @@ def row_addr_set(addrs: np.ndarray) -> bytes:
     """Row addresses as lance's ``RowAddrTreeMap::serialize_into`` writes them (what
     ``lance.dataset.serialize_row_addrs`` makes of a list, ~10x faster for 100k addresses): per
     fragment, its id, the byte size and a portable roaring bitmap of its offsets (no run containers:
-    arrays of up to 4,096 offsets, else bitmaps of 65,536 bits)."""
+    arrays of up to 4,096 offsets, else bitmaps of 65,536 bits).
+
+    The format is lance's, not a documented one: the first call checks this encoder against
+    lance's own serializer on a sample with both container kinds, and a pylance that writes
+    otherwise gets its own serializer's bytes (slower, never wrong)."""
+    if not _ROW_ADDR_SET_OK:
+        _ROW_ADDR_SET_OK.append(_encodes_like_lance())
+    if not _ROW_ADDR_SET_OK[0]:
+        from lance.dataset import serialize_row_addrs
+
+        return bytes(serialize_row_addrs(sorted(set(np.asarray(addrs, np.int64).tolist()))))
+    return _row_addr_set(addrs)
+
+
+_ROW_ADDR_SET_OK: list[bool] = []  # [whether _row_addr_set writes what this pylance writes], once checked
+
+
+def _encodes_like_lance() -> bool:
+    """Whether ``_row_addr_set`` writes what the installed lance's ``serialize_row_addrs`` writes,
+    on addresses of two fragments, one with an array container and one with a bitmap."""
+    try:
+        from lance.dataset import serialize_row_addrs
+    except ImportError:  # pragma: no cover - a pylance without it has no allowlist either
+        return True
+    sample = np.r_[np.arange(3, 9000, 2, dtype=np.int64), (np.int64(5) << 32) + np.array([1, 70_000, 70_001])]
+    same = _row_addr_set(sample) == bytes(serialize_row_addrs(sample.tolist()))
+    if not same:
+        log.warning("this pylance serializes row addresses otherwise: its own serializer is used (slower)")
+    return bool(same)
+
+
+def _row_addr_set(addrs: np.ndarray) -> bytes:
+    """``row_addr_set``'s encoder (see there)."""
     a = np.asarray(addrs, np.int64)
     if len(a) > 1 and not bool(np.all(a[1:] > a[:-1])):  # a mirror's rows are mostly in address order
         a = np.sort(a, kind="stable")  # (np.unique: 5x slower, it hashes first)
