@@ -72,6 +72,21 @@ class StorageSettings(BaseModel):
     mirror_min_rows: int = Field(20_000, ge=0)
     mirror_exact_rows: int = Field(50_000, ge=0)
 
+    # Memory of a process (docs/architecture.md, "Memory of a process"). LanceDB's caches of
+    # opened indexes (BM25 postings, scalar and ANN index pages) and of file metadata, in MiB, for
+    # the whole process: one LanceDB and one pylance session shared by every table and dataset
+    # (lance's defaults, 6 GiB and 1 GiB, held per connection and per dataset opened).
+    lance_index_cache_mb: int = Field(1024, ge=0)
+    lance_metadata_cache_mb: int = Field(256, ge=0)
+    # The maintenance child's glibc malloc arenas (MALLOC_ARENA_MAX in its environment; 0: glibc's
+    # default of 8 per core). LanceDB's many threads each got an arena of their own that kept the
+    # memory of the last ANN build or compaction; the child also gives free memory back to the
+    # system (malloc_trim) after each run.
+    maintenance_malloc_arena_max: int = Field(2, ge=0)
+    # Rows a mirror build holds in memory before it writes them to its files (mirror_files.py):
+    # a build from the table (10M rows) held every row's codes in memory until its end.
+    mirror_build_rows: int = Field(262_144, gt=0)
+
 
 class UpkeepSettings(BaseModel):
     """The background work of a long-running process on what is stored: re-indexing, purging, and

@@ -30,7 +30,7 @@ from worldgraph.errors import InvalidInputError, ReadOnlyError
 from worldgraph.filemodes import PrivateTree, private_dir, private_umask
 from worldgraph.memory.embeddings import same_fallback_label
 from worldgraph.memory.index import objectstore
-from worldgraph.memory.index.lance_import import import_lancedb
+from worldgraph.memory.index.lance_import import import_lancedb, sessions
 from worldgraph.memory.index.maintenance import run_maintenance_tasks
 from worldgraph.memory.index.mirror_files import Mirrors
 from worldgraph.memory.index.passing_text import PassingTexts
@@ -120,7 +120,8 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         with objectstore.object_store_errors(self.path, "opening the index"):
             self._db: Any = None if self._absent else lancedb.connect(
                 self.path, read_consistency_interval=read_consistency_interval,
-                storage_options=objectstore.storage_options(self.path, deadline))
+                storage_options=objectstore.storage_options(self.path, deadline),
+                session=sessions(self.config)[0])  # the process's, its caches bounded (lance_import.py)
         self._lock = threading.RLock()  # serialises this object's writes
         self._index_lock = threading.RLock()  # serialises index creation / optimize
         self._parts_lock = threading.Lock()  # guards opening / creating tables
@@ -136,7 +137,8 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         self.maintenance_steps: list[dict[str, Any]] = []  # maintenance steps run by this object (timed)
         self._small = SmallTables(dimensions, rows_limit(self.config.mirror_min_rows))
         self._private = PrivateTree(self.path) if self._is_local and not read_only else None
-        self._mirrors = Mirrors(dimensions, self.path if self._is_local else None, writable=not read_only)
+        self._mirrors = Mirrors(dimensions, self.path if self._is_local else None, writable=not read_only,
+                                build_rows=self.config.mirror_build_rows)
         self._texts = PassingTexts()
         with objectstore.object_store_errors(self.path, "opening the index"):
             if self._is_local:

@@ -12,6 +12,11 @@ So before ``lancedb`` is first imported, the client's package is registered as a
 (its path, not its ``__init__``): its subpackages (the models) import as usual, and the first
 look-up of anything else on it (a REST namespace being made, say) imports the real package in
 its place. When the client is already imported, or not installed, nothing is done.
+
+``sessions`` gives the process its one LanceDB session and its one pylance session: their caches
+(opened indexes, file metadata) are bounded by the config, not by lance's defaults (6 GB of
+index cache and 1 GB of metadata cache per session, and every ``lancedb.connect`` and every
+``table.to_lance()`` made a session of its own). docs/architecture.md, "Memory of a process".
 """
 
 from __future__ import annotations
@@ -19,12 +24,17 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import threading
 import types
 from typing import Any
 
-__all__ = ["REST_CLIENT", "import_lancedb"]
+__all__ = ["REST_CLIENT", "import_lancedb", "sessions", "to_lance"]
 
 REST_CLIENT = "lance_namespace_urllib3_client"
+
+MB = 1 << 20
+_sessions: dict[tuple[int, int], tuple[Any, Any]] = {}  # (index, metadata cache MiB) -> the two sessions
+_sessions_lock = threading.Lock()
 
 
 def import_lancedb() -> Any:
@@ -32,6 +42,32 @@ def import_lancedb() -> Any:
     if "lancedb" not in sys.modules and REST_CLIENT not in sys.modules:
         _bare_package(REST_CLIENT)
     return importlib.import_module("lancedb")
+
+
+def sessions(config: Any) -> tuple[Any, Any]:
+    """This process's LanceDB session (``lancedb.connect(session=)``) and pylance session
+    (``lance.dataset`` / ``table.to_lance(session=)``), each with an index cache of
+    ``config.lance_index_cache_mb`` and a metadata cache of ``config.lance_metadata_cache_mb``
+    MiB; made once per process (per pair of sizes) and shared by every connection and dataset,
+    so the bound holds for the process, not for each of its tables. The two libraries' session
+    types are not interchangeable (pylance refuses a LanceDB session), hence two."""
+    key = (int(config.lance_index_cache_mb), int(config.lance_metadata_cache_mb))
+    with _sessions_lock:
+        held = _sessions.get(key)
+        if held is None:
+            lancedb = import_lancedb()
+            lance: Any = importlib.import_module("lance")
+            index, metadata = key[0] * MB, key[1] * MB
+            held = _sessions[key] = (
+                lancedb.Session(index_cache_size_bytes=index, metadata_cache_size_bytes=metadata),
+                lance.Session(index_cache_size_bytes=index, metadata_cache_size_bytes=metadata))
+        return held
+
+
+def to_lance(table: Any, config: Any) -> Any:
+    """The pylance dataset of LanceDB ``table`` at the table's version, in the process's pylance
+    session (``sessions``)."""
+    return table.to_lance(session=sessions(config)[1])
 
 
 def _bare_package(name: str) -> None:

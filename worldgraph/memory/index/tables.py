@@ -23,6 +23,7 @@ from worldgraph.errors import ReadOnlyError
 from worldgraph.filemodes import PrivateTree, create_private_file
 from worldgraph.locks import file_lock
 from worldgraph.memory.index import objectstore
+from worldgraph.memory.index.lance_import import sessions
 from worldgraph.memory.index.mirror_files import Mirrors
 from worldgraph.memory.index.passing_text import PassingTexts
 from worldgraph.memory.index.schema import (
@@ -55,12 +56,14 @@ class TenantTable:
         "rows_since_optimize",
         "table",
         "sample",
+        "session",
         "writes",
     )
 
-    def __init__(self, name: str, table: Any) -> None:
+    def __init__(self, name: str, table: Any, session: Any = None) -> None:
         self.name = name
         self.table = table
+        self.session = session  # the process's pylance session (lance_import.sessions; None: lance's own)
         self.index_names: dict[str, str] | None = None  # cache of the table's indexes: name -> type
         self.writes = 0  # writes through this process
         self.rows_since_optimize = 0  # rows written through this process since the last optimize
@@ -76,10 +79,18 @@ class TenantTable:
         commits). Opening one costs ~50 ms; checking its version ~2 ms, so it is kept."""
         ds = self.dataset
         if ds is None:
-            ds = self.dataset = self.table.to_lance()
+            ds = self.dataset = self.open_dataset()
         elif ds.latest_version != ds.version:
             ds = self.dataset = ds.checkout_version(ds.latest_version)
         return ds
+
+
+    def open_dataset(self) -> Any:
+        """The table's pylance dataset at the table's version, in the process's pylance session
+        (its caches bounded by the config: lance_import.sessions)."""
+        if self.session is None:
+            return self.table.to_lance()
+        return self.table.to_lance(session=self.session)
 
 
 class IndexTables:
@@ -185,7 +196,7 @@ class IndexTables:
                     table.checkout_latest()
                     if METADATA_TERMS not in table.schema.names:
                         table.add_columns(pa.field(METADATA_TERMS, pa.list_(pa.string())))
-            part = TenantTable(name, table)
+            part = TenantTable(name, table, sessions(self.config)[1])
             self._parts[name] = part
             return part
 

@@ -282,7 +282,7 @@ class IndexWrites(IndexMaintenance):
                 continue
             # a compaction in progress first ends: its rewrite may copy rows this purge removes
             with self._lock, self._index_lock, self._compaction_lock(part), self._commit_lock(part):
-                ds = part.table.to_lance()
+                ds = part.open_dataset()
                 if any(f.metadata.deletion_file is not None for f in ds.get_fragments()):
                     ds.optimize.compact_files(target_rows_per_fragment=max(self.config.compact_target_rows, 1),
                                               materialize_deletions=True, materialize_deletions_threshold=0.0)
@@ -296,7 +296,7 @@ class IndexWrites(IndexMaintenance):
                                                     replace=True)
                     if FTS_INDEX_NAME in names:
                         part.table.create_index("text", config=FTS(), name=FTS_INDEX_NAME, replace=True)
-                part.table.to_lance().cleanup_old_versions(older_than=timedelta(0), delete_unverified=False)
+                part.open_dataset().cleanup_old_versions(older_than=timedelta(0), delete_unverified=False)
                 part.table.checkout_latest()
                 self._indexes(part, refresh=True)
                 self._small.drop(part.name)
