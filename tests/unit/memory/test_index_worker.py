@@ -132,3 +132,61 @@ def test_a_long_lived_index_keeps_the_steps_of_its_last_runs_only(tmp_path: Path
         assert ["steps" in r for r in runs] == [False, False, True, True, True]
     finally:
         idx.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_child_runs_with_few_malloc_arenas(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kept child gets MALLOC_ARENA_MAX from the config (docs/architecture.md, "Memory of a
+    process"); 0 leaves glibc's default, and a value the parent's environment sets is kept."""
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    for arenas, want in ((3, "3"), (0, None)):
+        cfg = WorldGraphConfig(ann_index_min_rows=100_000, optimize_every_rows=50, maintenance_malloc_arena_max=arenas)
+        idx = EpisodeIndex(str(tmp_path / f"idx{arenas}"), 8, "test-8", cfg)
+        rng = np.random.default_rng(0)
+        try:
+            rows = [{"episode_id": f"e{i}", "tenant_id": "acme", "agent_id": "a", "text": f"row {i}",
+                     "vector": rng.standard_normal(8).tolist(), "timestamp": 1.7e9 + i} for i in range(60)]
+            idx.upsert(rows)
+            assert idx.wait_for_maintenance(timeout=120)
+            assert all(r["ok"] for r in idx.maintenance_runs) and idx.maintenance_runs
+            proc = idx._maint_worker._proc  # noqa: SLF001 - the kept child, idle now
+            assert proc is not None and proc.poll() is None
+            environ = dict(v.split("=", 1) for v in Path(f"/proc/{proc.pid}/environ").read_bytes().decode()
+                           .split("\0") if "=" in v)
+            assert environ.get("MALLOC_ARENA_MAX") == want
+        finally:
+            idx.close()
+    from worldgraph.memory.index.worker import child_env
+
+    assert child_env({"MALLOC_ARENA_MAX": "4"}, 2)["MALLOC_ARENA_MAX"] == "4"
+
+
+def test_the_child_gives_freed_memory_back_after_each_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After each run, failed or not, the child calls malloc_trim before it waits for the next."""
+    import io
+    import json
+
+    from worldgraph.memory.index import worker as worker_module
+
+    trims: list[int] = []
+    monkeypatch.setattr(worker_module, "release_memory", lambda: trims.append(1) or True)
+
+    def run(tasks: list[list[str]]) -> None:
+        if tasks[0][0] == "boom":
+            raise ValueError("boom")
+
+    r, w = os.pipe()
+    os.write(w, b'[["optimize", "a"]]\n[["boom", "a"]]\n')
+    os.close(w)
+    out = io.StringIO()
+    with os.fdopen(r) as stdin:
+        assert worker_module.serve(run, stdin=stdin, stdout=out, idle=5) == 0
+    assert [json.loads(x)["ok"] for x in out.getvalue().splitlines()] == [True, False]
+    assert len(trims) == 2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc")
+def test_release_memory_calls_glibc() -> None:
+    from worldgraph.memory.index.worker import release_memory
+
+    assert release_memory() is True

@@ -34,7 +34,7 @@ from worldgraph.memory.index.schema import (
     VECTOR_INDEX_NAME,
 )
 from worldgraph.memory.index.tables import IndexTables, TenantTable
-from worldgraph.memory.index.worker import MaintenanceWorker
+from worldgraph.memory.index.worker import MaintenanceWorker, child_env
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
 
@@ -196,7 +196,7 @@ class IndexMaintenance(IndexTables):
         if self._maint_worker is None:
             # An object store too: the child opens the same URI with the AWS_* variables it inherits.
             pkg_root = str(Path(__file__).resolve().parents[2])
-            env = child_environment(pythonpath_first=pkg_root)
+            env = child_env(child_environment(pythonpath_first=pkg_root), self.config.maintenance_malloc_arena_max)
             cmd = [sys.executable, "-m", "worldgraph.memory.index.episode_index", "serve", self.path,
                    str(self.dimensions), self.embedder_name, self.config.child_config_json()]
             self._maint_worker = MaintenanceWorker(cmd, env)
@@ -403,7 +403,7 @@ class IndexMaintenance(IndexTables):
                 self._upgrade_kinds(part)  # a table written by an earlier version, upgraded in place
             table = part.table
             try:
-                table.to_lance()
+                part.open_dataset()
             except Exception:  # pragma: no cover - no pylance: lancedb's all-in-one optimize
                 self._retry(part, lambda: table.optimize(), "optimize")
             else:
@@ -411,18 +411,18 @@ class IndexMaintenance(IndexTables):
                 # compaction: the background compacts only when index_policy.compaction_target says
                 # a rewrite is due, and to the size it says.
                 with self._timed(part, "compaction target"):
-                    target = compaction_target(table.to_lance(), self.config.compact_target_rows, full)
+                    target = compaction_target(part.open_dataset(), self.config.compact_target_rows, full)
                 timed = lambda step: self._timed(part, step)  # noqa: E731
                 if target is not None and target > self.config.compact_target_rows:
                     # lance merges only fragments covered by the same index segments: the second
                     # tier (and an explicit optimize) first merges each index into one segment
-                    self._retry(part, lambda: fold_new_rows(table.to_lance(), self.config, True, timed),
+                    self._retry(part, lambda: fold_new_rows(part.open_dataset(), self.config, True, timed),
                                 "optimize indexes", lock=False)
                 if target is not None:  # beside the writers: no write lock (IndexTables._compact)
                     with self._timed(part, f"compact to {target}"):
                         done = self._compact(part, target)
                     log.info("episode index %s: compaction to %d rows per fragment: %s", part.name, target, done)
-                self._retry(part, lambda: fold_new_rows(table.to_lance(), self.config, full, timed),
+                self._retry(part, lambda: fold_new_rows(part.open_dataset(), self.config, full, timed),
                             "optimize indexes", lock=False)
                 try:
                     # Each compaction and index update leaves a copy of what it replaced; readers
@@ -434,7 +434,7 @@ class IndexMaintenance(IndexTables):
                         _last_cleanup[key] = now
                         keep = timedelta(seconds=self.config.index_version_retention_seconds)
                         with self._timed(part, "cleanup old versions"):
-                            table.to_lance().cleanup_old_versions(older_than=keep)
+                            part.open_dataset().cleanup_old_versions(older_than=keep)
                 except Exception as exc:  # pragma: no cover
                     log.info("cleanup of old index versions failed: %s", exc)
             table.checkout_latest()

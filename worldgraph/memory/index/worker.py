@@ -12,10 +12,18 @@ after ``IDLE_SECONDS`` without a task (so an idle process does not hold the memo
 ANN build). A run sent to a child that has just gone is sent again to a new one: every task is
 safe to run twice. Each run opens the index anew, so it sees what other processes wrote and
 forgot since the last one.
+
+Its memory (docs/architecture.md, "Memory of a process"): glibc gives each thread that allocates
+an arena of its own (up to 8 per core), and LanceDB's thread pools allocate from many threads, so
+the memory of an ANN build or a compaction stayed in arenas after the run. The child is started
+with ``MALLOC_ARENA_MAX`` (``config.maintenance_malloc_arena_max``) and, after each run, gives
+free memory back to the system (``release_memory``: glibc's ``malloc_trim``).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import logging
 import select
@@ -26,11 +34,39 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
-__all__ = ["IDLE_SECONDS", "MaintenanceWorker", "serve"]
+__all__ = ["IDLE_SECONDS", "MaintenanceWorker", "child_env", "release_memory", "serve"]
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
 
 IDLE_SECONDS = 30.0
+
+
+def child_env(env: dict[str, str], malloc_arena_max: int) -> dict[str, str]:
+    """``env`` with ``MALLOC_ARENA_MAX`` set for the child (0: as it is). A value the parent's
+    own environment sets is left alone (whoever set it meant it for the whole process tree)."""
+    if malloc_arena_max > 0 and "MALLOC_ARENA_MAX" not in env:
+        return {**env, "MALLOC_ARENA_MAX": str(int(malloc_arena_max))}
+    return env
+
+
+_libc: Any = None
+
+
+def release_memory() -> bool:
+    """Give the memory malloc holds free back to the system (glibc's ``malloc_trim(0)``: every
+    arena, not only the main heap's top); False where there is no glibc (musl, macOS)."""
+    global _libc
+    if _libc is None:
+        name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
+        try:
+            lib = ctypes.CDLL(name) if name else None
+            _libc = lib if lib is not None and hasattr(lib, "malloc_trim") else False
+        except OSError:  # pragma: no cover
+            _libc = False
+    if not _libc:
+        return False
+    _libc.malloc_trim(0)
+    return True
 
 
 class MaintenanceWorker:
@@ -143,5 +179,6 @@ def serve(run: Callable[[list[list[str]]], list[dict[str, Any]] | None], stdin: 
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which logs it and retries later
             log.warning("episode index maintenance failed: %s", exc, exc_info=True)
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        release_memory()  # what the run freed goes back to the system before the child waits
         stdout.write(json.dumps(reply) + "\n")
         stdout.flush()
