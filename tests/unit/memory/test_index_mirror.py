@@ -474,3 +474,58 @@ def test_lists_are_trained_again_as_the_table_grows(monkeypatch):
     assert big.covered == 4_000 and big.nlist == ivf.lists_for(4_000)
     assert sorted(big.probe(codes[0].astype(np.float32), big.nlist).tolist()) == list(range(4_000))
     assert 0 in big.probe(codes[0].astype(np.float32), 1).tolist()  # a row is in its own nearest list
+
+
+def test_a_build_from_the_table_holds_a_bounded_number_of_rows(loaded, tmp_path, monkeypatch):
+    """A mirror built from the table (its saved files gone) writes its rows to its files every
+    ``mirror_build_rows`` rows and maps them from there (docs/architecture.md, "Memory of a
+    process"): it holds at most that many rows in memory (plus one read batch), where it held
+    the whole table's; the mirror it saves is the one a build in memory makes, field by field,
+    and a new process opens it without reading a row."""
+    from worldgraph.memory.index import mirror as mirror_module
+    from worldgraph.memory.index import mirror_files
+    from worldgraph.memory.index.columns import FIELDS, Columns
+
+    idx, rows = loaded
+    q = np.asarray(rows[42]["vector"], np.float32)
+    want = [h["episode_id"] for h in idx.vector_search("A", q, k=10, where={"agent_role": "Ops"})]
+    idx.close()
+    mirror_files.remove(idx.path)
+    monkeypatch.setattr(mirror_module, "READ_BATCH", 100)
+    monkeypatch.setattr(mirror_files, "SYNC_ROWS", 100)  # built in the background, as a big table's is
+    held: list[int] = []
+    real = Columns.append
+
+    def watched(self, tbl, codes, fine, addrs):
+        out = real(self, tbl, codes, fine, addrs)
+        held.append(self.n_tail)
+        return out
+
+    monkeypatch.setattr(Columns, "append", watched)
+    cfg = config().model_copy(update={"mirror_build_rows": 400})
+    built = EpisodeIndex(tmp_path / "db", D, "test-embedder", cfg)
+    built._small.max_rows = 0
+    try:
+        assert built.warm_mirror("A", timeout=60)
+        assert sum(1 for n in held if n == 100) >= 3_000 // 500  # the tail began again after each write
+        assert max(held) < 400 + 100, max(held)  # not the table's 3,000 rows
+        got = built._mirrors.held("eph-41")
+        assert got.cols.n == 3_000 and got.cols.n_tail == 0 and got.saved_rows == 3_000
+        ds = built._part("A").latest_dataset()
+        monkeypatch.setattr(Columns, "append", real)
+        memory = mirror_module.Mirror(D)
+        memory.refresh(ds)  # the same rows, held in memory (no files)
+        every = np.arange(3_000)
+        assert memory.cols.episode_ids(every) == got.cols.episode_ids(every)
+        for field in FIELDS:
+            assert np.array_equal(memory.cols.take(field, every), got.cols.take(field, every)), field
+        assert np.array_equal(memory.cols.addr[:3_000], got.cols.addr[:3_000])
+        assert [h["episode_id"] for h in built.vector_search("A", q, k=10, where={"agent_role": "Ops"})] == want
+    finally:
+        built.close()
+    again = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    try:
+        mirror = again._mirrors.get("eph-41", again._part("A").latest_dataset())
+        assert mirror is not None and mirror.counts["read_rows"] == 0 and mirror.live == 3_000
+    finally:
+        again.close()

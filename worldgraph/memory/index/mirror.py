@@ -77,6 +77,8 @@ class Mirror:
         self.uid = uuid.uuid4().hex  # names this mirror's rows: lists of another mirror's rows are not used
         self.lists: Any = None  # ivf.Ivf over the codes of the first rows (None: none yet)
         self.dirty = False  # changed since it was last saved (mirror_files.py)
+        self.saved_rows = 0  # rows of the saved state (manifest) this mirror continues (mirror_files.py)
+        self._spill: tuple[int, Any] | None = None  # during a refresh: (rows, write the tail to files)
         self.coarse = False  # saved by a version without residuals, not read yet (fill_fine)
         self.saved_at = 0.0  # time.monotonic() of the last save
         self.counts = {"read_rows": 0, "moved_rows": 0, "refreshes": 0}
@@ -84,7 +86,7 @@ class Mirror:
 
     def stats(self) -> dict[str, Any]:
         """Rows held, live, saved; rows read from LanceDB and moved by compactions so far."""
-        return {"rows": self.cols.n, "live": self.live, "saved_rows": self.cols.n_base, "version": self.version,
+        return {"rows": self.cols.n, "live": self.live, "saved_rows": self.saved_rows, "version": self.version,
                 **self.counts}
 
     def behind(self, ds: Any) -> int:
@@ -101,10 +103,20 @@ class Mirror:
 
     # -- the generation check -----------------------------------------------------------------
 
-    def refresh(self, ds: Any) -> None:
-        """Bring the mirror to ``ds``'s version (see the module docstring)."""
+    def refresh(self, ds: Any, spill: Any = None, spill_rows: int = 0) -> None:
+        """Bring the mirror to ``ds``'s version (see the module docstring). ``spill``: called
+        (to write the rows held in memory to the mirror's files, mirror_files.write_rows) each
+        time ``spill_rows`` new rows are held, so a build from the table holds that many rows in
+        memory, not the table's."""
         if ds.version == self.version:
             return
+        self._spill = (spill_rows, spill) if spill is not None and spill_rows > 0 else None
+        try:
+            self._refresh(ds)
+        finally:
+            self._spill = None
+
+    def _refresh(self, ds: Any) -> None:
         cols = self.cols
         current = {f.fragment_id: f for f in ds.get_fragments()}
         keys = {fid: fragment_key(f) for fid, f in current.items()}
@@ -150,6 +162,8 @@ class Mirror:
             tbl = pa.Table.from_batches([batch])
             addrs = tbl.column("_rowaddr").to_numpy().astype(np.int64)
             by_offset[addrs & OFFSET_MASK] = self._read_rows(ds, tbl, addrs, moved)
+            if self._spill is not None and self.cols.n_tail >= self._spill[0]:
+                self._spill[1]()
         return by_offset
 
     def _read_rows(self, ds: Any, tbl: pa.Table, addrs: np.ndarray, moved: dict[str, int]) -> np.ndarray:

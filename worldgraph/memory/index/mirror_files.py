@@ -29,6 +29,7 @@ import shutil
 import threading
 import time
 import uuid
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,11 @@ FIELDS_OF = {1: [f for f in FIELDS if f not in ("fine", "eid")], 2: [f for f in 
 SAVE_ROWS = 50_000  # rows added in memory that make a search save the mirror at once
 SAVE_SECONDS = 60.0  # otherwise a changed mirror is saved at most this often (and on close)
 SYNC_ROWS = 20_000  # at most this many rows new to a mirror are read in the search that finds them
+BUILD_ROWS = 262_144  # rows a build holds in memory before writing them to the files (config.mirror_build_rows)
+
+
+class BuildStopped(Exception):
+    """A build ended early: the index was closed (``Mirrors.close`` stopped waiting for it)."""
 
 
 def folder_of(index_path: str, table: str) -> Path:
@@ -101,9 +107,7 @@ def load(folder: Path, dimensions: int) -> Mirror | None:
         cols = mirror.cols
         cols.set_base(_base(folder, rows, dimensions, fmt), rows)
         for start, name in manifest["ids"]:
-            with pa.memory_map(str(folder / name)) as source:
-                ids = pa.ipc.open_file(source).read_all().column(0).combine_chunks()
-            cols.ids.append(ids)
+            cols.ids.append(_map_ids(folder / name))
             cols.id_starts.append(int(start))
         if sum(len(c) for c in cols.ids) != rows:
             raise ValueError("the id files do not hold every row")
@@ -122,6 +126,7 @@ def load(folder: Path, dimensions: int) -> Mirror | None:
             alive[by_offset[live]] = True
         mirror.alive, mirror.live = alive, int(alive.sum())
         mirror.version = int(manifest["version"])
+        mirror.saved_rows = rows
         mirror.uid = str(manifest["uid"])
         mirror.saved_at = time.monotonic()
         if upgraded:  # saved in the new format by the next search (Mirrors.get)
@@ -132,58 +137,86 @@ def load(folder: Path, dimensions: int) -> Mirror | None:
         return None
 
 
-def save(mirror: Mirror, folder: Path) -> bool:
+def save(mirror: Mirror, folder: Path, locked: bool = False) -> bool:
     """Append the mirror's new rows and write its manifest; False when another process saved rows
-    this one does not have (reopen the saved state then) or holds the lock now."""
-    cols = mirror.cols
+    this one does not have (reopen the saved state then) or holds the lock now. ``locked``: the
+    caller holds the folder's lock (``build_lock``)."""
     if mirror.coarse:  # a format-1 mirror whose residuals are not read yet: saved once they are
         return False
     try:
+        if locked:
+            return _save_locked(mirror, folder)
         with file_lock(folder / ".lock", timeout=0):
-            path = folder / "manifest.json"
-            if _saved_rows(folder) != cols.n_base:  # (an unreadable manifest counts as none)
-                return False
-            d = cols.dimensions
-            for field in FIELDS:
-                with open(folder / f"{field}.bin", "ab") as fh:
-                    if fh.tell() < cols.n_base * _width(field, d):  # a field the saved format had not: all its rows
-                        fh.truncate(0)
-                        fh.write(np.ascontiguousarray(cols.base[field][:cols.n_base]).tobytes())
-                    fh.truncate(cols.n_base * _width(field, d))  # rows a killed save left past the count
-                    fh.write(np.ascontiguousarray(cols.tail[field][:cols.n_tail]).tobytes())
-            if len(cols.ids) > cols.saved_ids + 1:  # the chunks added since the last save, as one file
-                merged = pa.concat_arrays(cols.ids[cols.saved_ids:])
-                del cols.ids[cols.saved_ids:], cols.id_starts[cols.saved_ids + 1:]
-                cols.ids.append(merged)
-            ids = list(zip(cols.id_starts, [f"ids-{s}.arrow" for s in cols.id_starts]))
-            for (_, name), chunk in list(zip(ids, cols.ids))[cols.saved_ids:]:
-                table = pa.table({"episode_id": chunk})
-                with pa.OSFile(str(folder / name), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-                    writer.write_table(table)
-            fragments = {}
-            for fid, held in mirror.frags.items():
-                if held.file is None:
-                    held.file = f"map-{fid}-{uuid.uuid4().hex[:12]}.npy"
-                    np.save(folder / held.file, held.by_offset)
-                fragments[str(fid)] = [list(held.files), held.deletion, held.file]
-            manifest = {"format": FORMAT, "dimensions": d, "rows": cols.n, "version": mirror.version, "uid": mirror.uid,
-                        "ids": [[s, n] for s, n in ids], "fragments": fragments}
-            tmp = folder / f".manifest.{os.getpid()}.tmp"
-            tmp.write_text(json.dumps(manifest))
-            os.replace(tmp, path)
-            named = {n for _, n in ids} | {h.file for h in mirror.frags.values()}
-            for stale in folder.iterdir():
-                if stale.name.startswith(("map-", "ids-", ".manifest.")) and stale.name not in named \
-                        and stale != tmp:
-                    stale.unlink(missing_ok=True)
-            cols.set_base(_base(folder, cols.n, d), cols.n)
-            cols.saved_ids = len(cols.ids)
-            tighten(folder)  # the codes are the vectors' (derived from the user's words): 0600 as the rest
+            return _save_locked(mirror, folder)
     except StorageError:
         return False
+
+
+def _save_locked(mirror: Mirror, folder: Path) -> bool:
+    cols = mirror.cols
+    path = folder / "manifest.json"
+    if _saved_rows(folder) != mirror.saved_rows:  # (an unreadable manifest counts as none)
+        return False
+    d = cols.dimensions
+    ids = write_rows(mirror, folder)
+    fragments = {}
+    for fid, held in mirror.frags.items():
+        if held.file is None:
+            held.file = f"map-{fid}-{uuid.uuid4().hex[:12]}.npy"
+            np.save(folder / held.file, held.by_offset)
+        fragments[str(fid)] = [list(held.files), held.deletion, held.file]
+    manifest = {"format": FORMAT, "dimensions": d, "rows": cols.n, "version": mirror.version, "uid": mirror.uid,
+                "ids": [[s, n] for s, n in ids], "fragments": fragments}
+    tmp = folder / f".manifest.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(manifest))
+    os.replace(tmp, path)
+    named = {n for _, n in ids} | {h.file for h in mirror.frags.values()}
+    for stale in folder.iterdir():
+        if stale.name.startswith(("map-", "ids-", ".manifest.")) and stale.name not in named \
+                and stale != tmp:
+            stale.unlink(missing_ok=True)
+    mirror.saved_rows = cols.n
+    tighten(folder)  # the codes are the vectors' (derived from the user's words): 0600 as the rest
     mirror.dirty = False
     mirror.saved_at = time.monotonic()
     return True
+
+
+def write_rows(mirror: Mirror, folder: Path) -> list[tuple[int, str]]:
+    """Append the rows held in memory (the tail) to the field files and the ids added since the
+    last write to an id file, then map them from there (the tail is empty after); returns every
+    id file as (first row, name). The caller holds the folder's lock; the rows count once a
+    manifest names them (``save``): until then they are past the manifest's count, which a
+    process that opens the folder ignores and the next save overwrites."""
+    cols = mirror.cols
+    d = cols.dimensions
+    for field in FIELDS:
+        with open(folder / f"{field}.bin", "ab") as fh:
+            if fh.tell() < cols.n_base * _width(field, d):  # a field the saved format had not: all its rows
+                fh.truncate(0)
+                fh.write(np.ascontiguousarray(cols.base[field][:cols.n_base]).tobytes())
+            fh.truncate(cols.n_base * _width(field, d))  # rows a killed save left past the count
+            fh.write(np.ascontiguousarray(cols.tail[field][:cols.n_tail]).tobytes())
+    if len(cols.ids) > cols.saved_ids + 1:  # the chunks added since the last save, as one file
+        merged = pa.concat_arrays(cols.ids[cols.saved_ids:])
+        del cols.ids[cols.saved_ids:], cols.id_starts[cols.saved_ids + 1:]
+        cols.ids.append(merged)
+    ids = list(zip(cols.id_starts, [f"ids-{s}.arrow" for s in cols.id_starts]))
+    for i, ((_, name), chunk) in enumerate(zip(ids, cols.ids)):
+        if i < cols.saved_ids:
+            continue
+        table = pa.table({"episode_id": chunk})
+        with pa.OSFile(str(folder / name), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        cols.ids[i] = _map_ids(folder / name)  # read from the file's pages, not held in memory
+    cols.set_base(_base(folder, cols.n, d), cols.n)
+    cols.saved_ids = len(cols.ids)
+    return ids
+
+
+def _map_ids(path: Path) -> pa.Array:
+    with pa.memory_map(str(path)) as source:
+        return pa.ipc.open_file(source).read_all().column(0).combine_chunks()
 
 
 def due(mirror: Mirror) -> bool:
@@ -204,10 +237,12 @@ class Mirrors:
     their files but never saved, an index opened read-only). One thread refreshes a table's mirror
     while the others wait for it."""
 
-    def __init__(self, dimensions: int, index_path: str | None, writable: bool = True) -> None:
+    def __init__(self, dimensions: int, index_path: str | None, writable: bool = True,
+                 build_rows: int = BUILD_ROWS) -> None:
         self.dimensions = dimensions
         self.index_path = index_path
         self.writable = writable
+        self.build_rows = build_rows  # rows a build holds in memory (config.mirror_build_rows)
         self._lock = threading.Lock()
         self._mirrors: dict[str, Mirror] = {}
         self._locks: dict[str, threading.Lock] = {}
@@ -330,8 +365,39 @@ class Mirrors:
         folder = folder_of(self.index_path, name) if self.index_path is not None else None
         if folder is not None and self.writable and not self.closed and due(mirror):
             folder.mkdir(parents=True, exist_ok=True)
-            if not save(mirror, folder) and mirror.cols.n_base != _saved_rows(folder):
+            if not save(mirror, folder) and mirror.saved_rows != _saved_rows(folder):
                 del self._mirrors[name]  # another process saved: reopen its state next time
+
+    def _refresh_bounded(self, name: str, mirror: Mirror, ds: Any) -> None:
+        """A build's refresh (many rows: from the table, or far behind it), holding at most
+        ``build_rows`` new rows in memory: the folder's lock is held for the whole build, the rows
+        are written to the field files every ``build_rows`` rows (past the manifest's count: not
+        the saved state until the save at the end names them) and mapped from there. Without the
+        lock (another process saves or builds), without a folder (an object store, a read-only
+        index) or for a mirror whose residuals are not read yet: ``_refresh``, in memory."""
+        folder = folder_of(self.index_path, name) if self.index_path is not None else None
+        if folder is None or not self.writable or mirror.coarse:
+            self._refresh(name, mirror, ds)
+            return
+        folder.mkdir(parents=True, exist_ok=True)
+        with ExitStack() as held:
+            try:
+                held.enter_context(file_lock(folder / ".lock", timeout=0))
+            except StorageError:
+                self._refresh(name, mirror, ds)
+                return
+            if mirror.saved_rows != _saved_rows(folder):  # another process saved since it was opened
+                del self._mirrors[name]  # its state is opened by the next search
+                return
+
+            def spill() -> None:
+                if self.closed:  # nothing is written into the folder once close gave up waiting
+                    raise BuildStopped("the index was closed during the mirror's build")
+                write_rows(mirror, folder)
+
+            mirror.refresh(ds, spill, self.build_rows)
+            if not self.closed:
+                save(mirror, folder, locked=True)
 
     def _build(self, name: str, ds: Any, lock: threading.Lock) -> None:
         try:
@@ -341,7 +407,10 @@ class Mirrors:
                     if mirror.coarse:  # saved without residuals (format 1): read them, then save
                         mirror.refresh(ds)
                         mirror.fill_fine(ds)
-                    self._refresh(name, mirror, ds)
+                    self._refresh_bounded(name, mirror, ds)
+        except BuildStopped:
+            with self._lock:
+                self._mirrors.pop(name, None)
         except Exception as exc:  # noqa: BLE001 - searches go on through LanceDB; the next one retries
             log.warning("episode index: building the mirror of %s failed (%s)", name, exc)
             with self._lock:
