@@ -132,8 +132,9 @@ def mirror(data: Path) -> dict[str, Any]:
     wm.index.wait_for_maintenance()
     built = time.perf_counter() - t0 - opened
     stats = wm.index.mirror_stats(TENANT)
+    cache = lance_cache_mb(wm)
     wm.close()
-    return {"open_s": round(opened, 2), "mirror_s": round(built, 2), "mirror": stats}
+    return {"open_s": round(opened, 2), "mirror_s": round(built, 2), "mirror": stats, "lance_cache_mb": cache}
 
 
 def recall(data: Path, queries: int) -> dict[str, Any]:
@@ -155,10 +156,22 @@ def recall(data: Path, queries: int) -> dict[str, Any]:
         wm.recall_experiences(TENANT, None, text, 5, {"hybrid": True})
         walls.append((time.perf_counter() - t0) * 1000)
         cpus.append((time.process_time() - c0) * 1000)
+    cache = lance_cache_mb(wm)
     wm.close()
     walls.sort()
     return {"queries": len(walls), "p50_ms": round(statistics.median(walls), 2),
-            "p90_ms": round(walls[int(len(walls) * 0.9)], 2), "cpu_p50_ms": round(statistics.median(cpus), 2)}
+            "p90_ms": round(walls[int(len(walls) * 0.9)], 2), "cpu_p50_ms": round(statistics.median(cpus), 2),
+            "lance_cache_mb": cache}
+
+
+def lance_cache_mb(wm: Any) -> float | None:
+    """MB held by the process's LanceDB and pylance sessions (None: a checkout without them)."""
+    try:
+        from worldgraph.memory.index.lance_import import sessions
+    except ImportError:
+        return None
+    connection, dataset = sessions(wm.config)
+    return round((connection.size_bytes + dataset.size_bytes()) / 2**20, 1)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -322,13 +322,13 @@ def test_a_big_unmirrored_table_is_searched_by_lancedb_while_its_mirror_builds(l
     idx, rows = loaded
     monkeypatch.setattr(mirror_files, "SYNC_ROWS", 100)
     release = __import__("threading").Event()
-    real = mirror_files.Mirrors._refresh
+    real = mirror_files.Mirrors._refresh_bounded  # a build's refresh
 
     def slow(self, name, mirror, ds):
         release.wait(30)
         return real(self, name, mirror, ds)
 
-    monkeypatch.setattr(mirror_files.Mirrors, "_refresh", slow)
+    monkeypatch.setattr(mirror_files.Mirrors, "_refresh_bounded", slow)
     q = np.asarray(rows[7]["vector"], np.float32)
     hits = idx.vector_search("A", q, k=3, where={"agent_role": rows[7]["agent_role"]})
     assert hits[0]["episode_id"] == "e7"  # answered by LanceDB: no mirror yet
@@ -491,7 +491,8 @@ def test_a_build_from_the_table_holds_a_bounded_number_of_rows(loaded, tmp_path,
     want = [h["episode_id"] for h in idx.vector_search("A", q, k=10, where={"agent_role": "Ops"})]
     idx.close()
     mirror_files.remove(idx.path)
-    monkeypatch.setattr(mirror_module, "READ_BATCH", 100)
+    monkeypatch.setattr(mirror_module, "VECTOR_BATCH", 100)
+    monkeypatch.setattr(mirror_module, "QUANTIZE_ROWS", 30)  # a batch quantized in parts
     monkeypatch.setattr(mirror_files, "SYNC_ROWS", 100)  # built in the background, as a big table's is
     held: list[int] = []
     real = Columns.append
@@ -513,8 +514,9 @@ def test_a_build_from_the_table_holds_a_bounded_number_of_rows(loaded, tmp_path,
         assert got.cols.n == 3_000 and got.cols.n_tail == 0 and got.saved_rows == 3_000
         ds = built._part("A").latest_dataset()
         monkeypatch.setattr(Columns, "append", real)
+        monkeypatch.setattr(mirror_module, "QUANTIZE_ROWS", 10**9)
         memory = mirror_module.Mirror(D)
-        memory.refresh(ds)  # the same rows, held in memory (no files)
+        memory.refresh(ds)  # the same rows, held in memory (no files), each batch quantized at once
         every = np.arange(3_000)
         assert memory.cols.episode_ids(every) == got.cols.episode_ids(every)
         for field in FIELDS:

@@ -39,7 +39,12 @@ from worldgraph.memory.index.schema import as_timestamp
 
 FILTER_COLUMNS = ("episode_id", "agent_role", "agent_id", "canvas_id", "timestamp", "success")
 OFFSET_MASK = np.int64(0xFFFFFFFF)  # a row address: fragment id << 32 | row offset in the fragment
-READ_BATCH = 65_536  # rows read at a time while a fragment is mirrored
+READ_BATCH = 65_536  # rows read at a time while a fragment is mirrored (their filter columns only)
+# ... and with their vectors, quantized QUANTIZE_ROWS at a time: a batch's read buffers and
+# float32 temporaries were most of a build's memory (1M rows: 1.1 GB over the process's at
+# 65,536 rows quantized at once, ~0.45 GB at these; bench/README.md, "Bounded memory").
+VECTOR_BATCH = 16_384
+QUANTIZE_ROWS = 8_192
 SHARE_SAMPLE = 16_384  # rows a filter's share is estimated from (Mirror.share)
 
 
@@ -58,6 +63,17 @@ class Fragment:
     def rows(self) -> np.ndarray:
         """The mirror rows of the fragment's live rows."""
         return self.by_offset[self.by_offset >= 0]
+
+
+def quantize_rows(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``quantize_fine`` of ``vectors``, ``QUANTIZE_ROWS`` rows at a time (its float32
+    temporaries are ~8 times the float16 rows it is given)."""
+    n, d = vectors.shape
+    codes, fine = np.empty((n, d), np.int8), np.empty((n, (d + 1) // 2), np.uint8)
+    for start in range(0, n, QUANTIZE_ROWS):
+        codes[start:start + QUANTIZE_ROWS], fine[start:start + QUANTIZE_ROWS] = \
+            quantize_fine(vectors[start:start + QUANTIZE_ROWS])
+    return codes, fine
 
 
 def fragment_key(frag: Any) -> tuple[tuple[str, ...], str | None]:
@@ -158,7 +174,7 @@ class Mirror:
         by_offset = np.full(int(frag.metadata.physical_rows), -1, np.int64)
         columns = list(FILTER_COLUMNS) if moved else [*FILTER_COLUMNS, "vector"]  # vectors: of new rows only
         for batch in ds.scanner(columns=columns, fragments=[frag], with_row_address=True,
-                                batch_size=READ_BATCH).to_batches():
+                                batch_size=READ_BATCH if moved else VECTOR_BATCH).to_batches():
             tbl = pa.Table.from_batches([batch])
             addrs = tbl.column("_rowaddr").to_numpy().astype(np.int64)
             by_offset[addrs & OFFSET_MASK] = self._read_rows(ds, tbl, addrs, moved)
@@ -184,7 +200,7 @@ class Mirror:
             sub = tbl if len(fresh) == tbl.num_rows else tbl.take(pa.array(fresh))
             vec_tbl = sub if "vector" in tbl.column_names else ds._take_rows(addrs[fresh].tolist(), columns=["vector"])
             vectors = vec_tbl.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-            codes, fine = quantize_fine(vectors.reshape(len(fresh), cols.dimensions))
+            codes, fine = quantize_rows(vectors.reshape(len(fresh), cols.dimensions))
             out[fresh] = cols.append(sub, codes, fine, addrs[fresh])
             self.counts["read_rows"] += len(fresh)
         return out
@@ -193,11 +209,11 @@ class Mirror:
         """Read the residuals of every live row from ``ds`` (the mirror's version): a mirror saved
         before they existed (format 1) keeps its rows, row numbers and lists, and gains them."""
         cols = self.cols
-        for batch in ds.scanner(columns=["vector"], with_row_address=True, batch_size=READ_BATCH).to_batches():
+        for batch in ds.scanner(columns=["vector"], with_row_address=True, batch_size=VECTOR_BATCH).to_batches():
             rows = self.rows_of(batch.column("_rowaddr").to_numpy().astype(np.int64))
             found = rows >= 0
             vectors = batch.column("vector").flatten().to_numpy(zero_copy_only=False).reshape(-1, cols.dimensions)
-            cols.put("fine", rows[found], quantize_fine(vectors[found])[1])
+            cols.put("fine", rows[found], quantize_rows(vectors[found])[1])
         self.coarse = False
         self.dirty = True
 

@@ -43,6 +43,7 @@ from worldgraph.locks import file_lock
 from worldgraph.memory.index import ivf as ivfs
 from worldgraph.memory.index.columns import FIELDS, NO_RESIDUAL, id_hashes, row_shape
 from worldgraph.memory.index.mirror import Fragment, Mirror
+from worldgraph.memory.index.worker import release_memory
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
 
@@ -345,6 +346,7 @@ class Mirrors:
         except Exception as exc:  # noqa: BLE001 - searches go on without the lists; the next one retries
             log.warning("episode index: building the lists of %s failed (%s)", name, exc)
         finally:
+            release_memory()
             with self._lock:
                 self._listing.discard(name)
             self.built.set()
@@ -416,6 +418,7 @@ class Mirrors:
             with self._lock:
                 self._mirrors.pop(name, None)
         finally:
+            release_memory()  # the build's read buffers, freed, go back to the system (~0.2 GB at 1M)
             with self._lock:
                 self._building.discard(name)
             self.built.set()
