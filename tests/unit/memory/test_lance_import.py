@@ -67,3 +67,7 @@ def test_one_lance_session_per_process_with_the_configs_cache_sizes(tmp_path: Pa
             idx.close()
             other.close()
     assert held[0] < 1_000 < 50_000 < held[63], held
+    from worldgraph.memory.index.lance_import import drop_sessions
+
+    drop_sessions()  # (the maintenance child, after each run): the next index gets new, empty ones
+    assert sessions(cfg)[0] is not connection and sessions(cfg)[0].size_bytes < 1_000

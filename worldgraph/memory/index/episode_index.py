@@ -30,7 +30,7 @@ from worldgraph.errors import InvalidInputError, ReadOnlyError
 from worldgraph.filemodes import PrivateTree, private_dir, private_umask
 from worldgraph.memory.embeddings import same_fallback_label
 from worldgraph.memory.index import objectstore
-from worldgraph.memory.index.lance_import import import_lancedb, sessions
+from worldgraph.memory.index.lance_import import drop_sessions, import_lancedb, sessions
 from worldgraph.memory.index.maintenance import run_maintenance_tasks
 from worldgraph.memory.index.mirror_files import Mirrors
 from worldgraph.memory.index.passing_text import PassingTexts
@@ -275,6 +275,8 @@ def _maintain_main(argv: list[str]) -> int:
             return [opened, *run_maintenance_tasks(idx, tasks)]
         finally:
             idx.close(wait=False)
+            del idx
+            drop_sessions()  # this run's caches go with its index (worker.serve then trims the heap)
 
     if argv[0] == "serve":
         return serve(run)

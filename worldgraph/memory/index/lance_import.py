@@ -28,7 +28,7 @@ import threading
 import types
 from typing import Any
 
-__all__ = ["REST_CLIENT", "import_lancedb", "sessions", "to_lance"]
+__all__ = ["REST_CLIENT", "drop_sessions", "import_lancedb", "sessions"]
 
 REST_CLIENT = "lance_namespace_urllib3_client"
 
@@ -64,10 +64,13 @@ def sessions(config: Any) -> tuple[Any, Any]:
         return held
 
 
-def to_lance(table: Any, config: Any) -> Any:
-    """The pylance dataset of LanceDB ``table`` at the table's version, in the process's pylance
-    session (``sessions``)."""
-    return table.to_lance(session=sessions(config)[1])
+def drop_sessions() -> None:
+    """Forget this process's sessions: the next ``sessions`` makes new ones, and the old ones'
+    caches go with the last connection or dataset that holds them. The maintenance child does
+    this after each run (it opens the index anew for each): what a run's ANN build or
+    compaction cached is not kept while the child waits for the next."""
+    with _sessions_lock:
+        _sessions.clear()
 
 
 def _bare_package(name: str) -> None:
