@@ -387,20 +387,13 @@ class IndexSearch(MirrorSearch):
         WIDE_TEXT_SLACK``), the mirror rows ``passes`` accepts, best first: (rows, scores), what
         its prefiltered search gives (its scores take the whole table's statistics either way),
         without a prefilter. None: fewer than ``k`` passed of a full fetch (or no full-text index)."""
-        from lance.query import MatchQuery
-
-        try:
-            tbl = ds.to_table(columns=["_score"], with_row_address=True, full_text_query=MatchQuery(text, "text"),
-                              limit=fetch)
-        except ValueError as exc:
-            if "index" in str(exc).lower():
-                return None
-            raise
-        rows = mirror.rows_of(tbl.column("_rowaddr").to_numpy())
-        scores = np.asarray(tbl.column("_score").to_numpy(zero_copy_only=False), np.float64)
+        hits = _mirror_hits(ds, mirror, text, fetch)
+        if hits is None:
+            return None
+        rows, scores = hits
         found = rows >= 0
         found[found] = passes(rows[found])
-        if int(found.sum()) < k and tbl.num_rows >= fetch:
+        if int(found.sum()) < k and len(rows) >= fetch:
             return None
         rows, scores = rows[found], scores[found]
         order = np.argsort(-scores, kind="stable")[:k]
@@ -413,18 +406,10 @@ class IndexSearch(MirrorSearch):
         are the search's prefilter (``row_addr_allowlist``), so no scalar index is read and no SQL
         predicate evaluated; the ranking and scores are those of the same search with the filter
         (the whole table's statistics). None: no full-text index."""
-        from lance.query import MatchQuery
-
-        allow = row_addr_set(mirror.cols.addr[rows])
-        try:
-            tbl = ds.scanner(columns=["_score"], with_row_address=True, full_text_query=MatchQuery(text, "text"),
-                             row_addr_allowlist=allow, limit=k).to_table()
-        except ValueError as exc:
-            if "index" in str(exc).lower():
-                return None
-            raise
-        found = mirror.rows_of(tbl.column("_rowaddr").to_numpy())
-        scores = np.asarray(tbl.column("_score").to_numpy(zero_copy_only=False), np.float64)
+        hits = _mirror_hits(ds, mirror, text, k, row_addr_set(mirror.cols.addr[rows]))
+        if hits is None:
+            return None
+        found, scores = hits
         scores, found = scores[found >= 0], found[found >= 0]
         order = np.argsort(-scores, kind="stable")
         self._texts.counts["allowed"] += 1
@@ -461,6 +446,23 @@ def _fetch(k: int, live: int, passing: float) -> int:
     """Hits of an unfiltered search that hold ``k`` of a filter ``passing`` rows of ``live`` pass,
     with ``WIDE_TEXT_SLACK`` for chance."""
     return max(k, math.ceil(k * live / max(passing, 1.0) * WIDE_TEXT_SLACK))
+
+
+def _mirror_hits(ds: Any, mirror: Mirror, text: str, limit: int,
+                 allow: bytes | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """LanceDB's BM25 top ``limit`` of ``ds`` (restricted to the row addresses ``allow``, if
+    given) as mirror rows (-1: a row the mirror does not hold) and scores; None: no full-text index."""
+    from lance.query import MatchQuery
+
+    try:
+        tbl = ds.scanner(columns=["_score"], with_row_address=True, full_text_query=MatchQuery(text, "text"),
+                         row_addr_allowlist=allow, limit=limit).to_table()
+    except ValueError as exc:
+        if "index" in str(exc).lower():
+            return None
+        raise
+    return (mirror.rows_of(tbl.column("_rowaddr").to_numpy()),
+            np.asarray(tbl.column("_score").to_numpy(zero_copy_only=False), np.float64))
 
 
 def row_addr_set(addrs: np.ndarray) -> bytes:
