@@ -7,6 +7,8 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -99,7 +101,17 @@ def test_the_childs_command_line_holds_no_secret(tmp_path: Path) -> None:
     config the maintenance child gets there leaves the Neo4j password out, and keeps the rest."""
     secret = "n30-pa55word-not-for-ps"
     cfg = WorldGraphConfig(ann_index_min_rows=100_000, optimize_every_rows=50, neo4j_password=secret)
-    idx = EpisodeIndex(str(tmp_path / "idx"), 8, "test-8", cfg)
+    with idle_child(tmp_path / "idx", cfg) as (_, pid):
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+        assert '"optimize_every_rows":50' in cmdline  # the child's config is this one ...
+        assert secret not in cmdline  # ... but for its secrets
+
+
+@contextmanager
+def idle_child(path: Path, cfg: WorldGraphConfig) -> Iterator[tuple[EpisodeIndex, int]]:
+    """An index at ``path`` whose 60 rows made it start its kept maintenance child, the run done:
+    (the index, the idle child's pid); the index is closed after."""
+    idx = EpisodeIndex(str(path), 8, "test-8", cfg)
     rng = np.random.default_rng(0)
     try:
         rows = [{"episode_id": f"e{i}", "tenant_id": "acme", "agent_id": "a", "text": f"row {i}",
@@ -108,9 +120,7 @@ def test_the_childs_command_line_holds_no_secret(tmp_path: Path) -> None:
         assert idx.wait_for_maintenance(timeout=120)
         proc = idx._maint_worker._proc  # noqa: SLF001 - the kept child, idle now
         assert proc is not None and proc.poll() is None
-        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode()
-        assert '"optimize_every_rows":50' in cmdline  # the child's config is this one ...
-        assert secret not in cmdline  # ... but for its secrets
+        yield idx, proc.pid
     finally:
         idx.close()
 
@@ -141,21 +151,11 @@ def test_the_child_runs_with_few_malloc_arenas(tmp_path: Path, monkeypatch: pyte
     monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
     for arenas, want in ((3, "3"), (0, None)):
         cfg = WorldGraphConfig(ann_index_min_rows=100_000, optimize_every_rows=50, maintenance_malloc_arena_max=arenas)
-        idx = EpisodeIndex(str(tmp_path / f"idx{arenas}"), 8, "test-8", cfg)
-        rng = np.random.default_rng(0)
-        try:
-            rows = [{"episode_id": f"e{i}", "tenant_id": "acme", "agent_id": "a", "text": f"row {i}",
-                     "vector": rng.standard_normal(8).tolist(), "timestamp": 1.7e9 + i} for i in range(60)]
-            idx.upsert(rows)
-            assert idx.wait_for_maintenance(timeout=120)
+        with idle_child(tmp_path / f"idx{arenas}", cfg) as (idx, pid):
             assert all(r["ok"] for r in idx.maintenance_runs) and idx.maintenance_runs
-            proc = idx._maint_worker._proc  # noqa: SLF001 - the kept child, idle now
-            assert proc is not None and proc.poll() is None
-            environ = dict(v.split("=", 1) for v in Path(f"/proc/{proc.pid}/environ").read_bytes().decode()
+            environ = dict(v.split("=", 1) for v in Path(f"/proc/{pid}/environ").read_bytes().decode()
                            .split("\0") if "=" in v)
             assert environ.get("MALLOC_ARENA_MAX") == want
-        finally:
-            idx.close()
     from worldgraph.memory.index.worker import child_env
 
     assert child_env({"MALLOC_ARENA_MAX": "4"}, 2)["MALLOC_ARENA_MAX"] == "4"
