@@ -27,6 +27,9 @@ between them, so a before/after comparison shares the machine's load.
         --work /work/tmp/cold/trials --checkout /work/tmp/cold-base --checkout . \\
         --scenarios clean,kill:40,kill:fold --repeat 2 --out /work/tmp/cold/cold.json
 
+``--in-place`` runs the trials on the store itself, for a store too big to copy (10M): its kill
+trials append to it, so it is the last thing done with a kept store.
+
 The copy's recorder continues the corpus of ``bench_memory.py`` (``--seed``): the new process
 re-indexes the batch that was committed but not acknowledged with a placeholder vector (its
 embedder knows the query only), which changes no timing.
@@ -223,11 +226,14 @@ def cold_process(copy: Path, checkout: Path, query: tuple[str, np.ndarray, str],
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
-def trial(store: Path, work: Path, checkout: Path, scenario: str, query: tuple[str, np.ndarray, str],
+def trial(store: Path, work: Path | None, checkout: Path, scenario: str, query: tuple[str, np.ndarray, str],
           args: argparse.Namespace) -> dict[str, Any]:
-    copy = work / "trial"
-    shutil.rmtree(copy, ignore_errors=True)
-    subprocess.run(["cp", "-a", str(store), str(copy)], check=True)
+    """One trial on a copy of ``store`` made in ``work`` (deleted after), or on ``store`` itself
+    (``work`` None: ``--in-place``)."""
+    copy = store if work is None else work / "trial"
+    if work is not None:
+        shutil.rmtree(copy, ignore_errors=True)
+        subprocess.run(["cp", "-a", str(store), str(copy)], check=True)
     try:
         row: dict[str, Any] = {"checkout": str(checkout), "scenario": scenario, "load": load_average()}
         killed = record_and_kill(copy, checkout, scenario, args) if scenario.startswith("kill:") else {}
@@ -238,7 +244,8 @@ def trial(store: Path, work: Path, checkout: Path, scenario: str, query: tuple[s
         row["load_after"] = load_average()
         return row
     finally:
-        shutil.rmtree(copy, ignore_errors=True)
+        if work is not None:
+            shutil.rmtree(copy, ignore_errors=True)
 
 
 def fmt(row: dict[str, Any]) -> str:
@@ -258,8 +265,13 @@ def fmt(row: dict[str, Any]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--store", required=True, help="the kept store (a bench_memory.py --keep folder), never modified")
-    ap.add_argument("--work", required=True, help="where each trial's copy is made (and deleted)")
+    ap.add_argument("--store", required=True, help="the kept store (a bench_memory.py --keep folder), never modified "
+                                                   "(unless --in-place)")
+    ap.add_argument("--work", help="where each trial's copy is made (and deleted)")
+    ap.add_argument("--in-place", action="store_true",
+                    help="no copy: each trial runs on --store itself, whose kill trials append the corpus's next "
+                         "episodes to it (for a store too big to copy, e.g. 10M: ~30 GB; afterwards it holds more "
+                         "than bench_memory.py's --sizes and that script refuses it)")
     ap.add_argument("--checkout", action="append", default=[], help="a checkout whose worldgraph is used (repeat)")
     ap.add_argument("--scenarios", default="clean,kill:40,kill:fold", help="clean, kill:S, kill:fold, kill:save")
     ap.add_argument("--repeat", type=int, default=1)
@@ -269,8 +281,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=20260101)
     ap.add_argument("--out", help="JSON file of every trial")
     args = ap.parse_args()
-    store, work = Path(args.store), Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
+    if (args.work is None) == (not args.in_place):
+        ap.error("give --work (trials on copies) or --in-place (trials on --store itself), one of them")
+    store, work = Path(args.store), None if args.in_place else Path(args.work)
+    if work is not None:
+        work.mkdir(parents=True, exist_ok=True)
     checkouts = [Path(c).resolve() for c in (args.checkout or ["."])]
     corpus = Corpus(1000, seed=args.seed)
     text, vec, topic = corpus.queries(1, seed=args.seed + 2)[0]
