@@ -5,8 +5,10 @@ rows another writer appended, deleted (a forget) or compacted."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from worldgraph.config import WorldGraphConfig
@@ -531,3 +533,100 @@ def test_a_build_from_the_table_holds_a_bounded_number_of_rows(loaded, tmp_path,
         assert mirror is not None and mirror.counts["read_rows"] == 0 and mirror.live == 3_000
     finally:
         again.close()
+
+
+# -- what a process holds of a saved mirror: the ids on their file's pages, not copied into memory;
+# the residuals of a search's final rows and the codes the lists are filled from read from their
+# files, so their pages do not stay resident (bench/README.md, "What a recalling process holds")
+
+SMAPS = Path("/proc/self/smaps")
+
+
+def resident_kb(path: Path) -> int:
+    """kB of ``path``'s pages mapped in this process and resident (every mapping of it)."""
+    total, current = 0, False
+    for line in SMAPS.read_text().splitlines():
+        parts = line.split()
+        if parts and "-" in parts[0] and len(parts) >= 5 and not parts[0].endswith(":"):
+            current = len(parts) >= 6 and parts[5] == str(path)
+        elif current and parts and parts[0] == "Rss:":
+            total += int(parts[1])
+    return total
+
+
+needs_proc = pytest.mark.skipif(not SMAPS.exists(), reason="reads /proc/self/smaps (Linux)")
+
+
+def test_the_episode_ids_are_not_copied_into_memory(loaded, tmp_path):
+    """Opening a saved mirror maps its id files: Arrow allocates nothing for them (before, the
+    ids were copied out of the map: 40 bytes a row of anonymous memory, 400 MB at 10M rows)."""
+    from worldgraph.memory.index import mirror_files
+
+    _, _, folder = _saved_mirror(loaded)
+    before = pa.total_allocated_bytes()
+    mirror = mirror_files.load(folder, D)
+    assert mirror is not None and mirror.cols.n == 3_000
+    assert pa.total_allocated_bytes() - before < 1_000
+    assert mirror.cols.episode_ids(np.array([0, 1_234, 2_999])) == ["e0", "e1234", "e2999"]
+
+
+def test_read_gives_what_take_gives_from_the_maps_own_file(loaded, tmp_path):
+    """``Columns.read`` of rows of the saved base and of the tail, in any order, with runs and
+    repeats, equals ``take``; it reads the file the base was mapped from, not whatever is at its
+    path later (a rebuild in another process writes new files there)."""
+    q, _, folder = _saved_mirror(loaded)
+    other = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    other._small.max_rows = 0
+    other.upsert(make_rows(3_000, 100, 7))
+    other.vector_search("A", q, k=5)
+    cols = other._mirrors.held("eph-41").cols
+    assert cols.n_base == 3_000 and cols.n_tail == 100
+    rows = np.concatenate([np.random.default_rng(3).integers(0, 3_100, 500), np.arange(2_990, 3_010),
+                           np.array([5, 5, 3_099, 0])])
+    for field in ("fine", "codes"):
+        assert np.array_equal(cols.read(field, rows), cols.take(field, rows))
+    want = cols.take("fine", rows)
+    path = folder / "fine.bin"
+    path.unlink()
+    path.write_bytes(b"\x00" * (3_000 * (D // 2)))
+    assert np.array_equal(cols.read("fine", rows), want)
+    other.close()
+
+
+@needs_proc
+def test_searches_leave_the_residuals_file_unmapped(loaded, tmp_path):
+    """A search reads its final rows' residuals from the file: none of ``fine.bin``'s pages stay
+    mapped, while the codes its scan compares are (before: 64 KB mapped around each final row,
+    every page of the file after 200 recalls at 1M rows)."""
+    q, want, folder = _saved_mirror(loaded)
+    before = resident_kb(folder / "codes.bin")
+    other = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    other._small.max_rows = 0
+    for where in (None, {"agent_role": "Ops"}, {"success_only": True}):
+        assert other.vector_search("A", q, k=10, where=where)
+    assert [h["episode_id"] for h in other.vector_search("A", q, k=10, where={"agent_role": "Ops"})] == want
+    assert resident_kb(folder / "codes.bin") > before  # the scan's codes: through the new map
+    assert resident_kb(folder / "fine.bin") == 0
+    other.close()
+
+
+@needs_proc
+def test_lists_are_trained_and_filled_without_mapping_the_codes(loaded, tmp_path, monkeypatch):
+    """Lists trained and filled from a saved mirror read its codes from the file: a process that
+    only makes the mirror ready (a recording process, a warm-up) holds none of the codes' pages
+    (before: every page of codes.bin, 3.8 GB at 10M rows)."""
+    from worldgraph.memory.index import ivf
+
+    monkeypatch.setattr(ivf, "MIN_ROWS", 100)
+    monkeypatch.setattr(ivf, "CHUNK", 700)
+    q, _, folder = _saved_mirror(loaded)
+    for name in ("ivf.npz", "ivf.json"):
+        (folder / name).unlink(missing_ok=True)
+    before = resident_kb(folder / "codes.bin")  # (the closed index's own map, which its searches read)
+    other = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    assert other.warm_mirror("A") and other.wait_for_maintenance(120)
+    lists = other._mirrors.held("eph-41").lists
+    assert lists is not None and lists.covered == 3_000
+    assert resident_kb(folder / "codes.bin") == before
+    assert other.vector_search("A", q, k=1)[0]["episode_id"] == "e42"
+    other.close()

@@ -5,6 +5,7 @@ saved base (memory-mapped files, mirror_files.py) and an in-memory tail of the r
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import Any
 
 import numpy as np
@@ -117,6 +118,7 @@ class Columns:
         self.id_starts: list[int] = []
         self.saved_ids = 0  # chunks of ids already in files
         self.by_eid: tuple[np.ndarray, np.ndarray] | None = None  # (eid sorted, their rows) of the first rows
+        self.files: dict[str, Any] = {}  # field -> its base's file, open (``read``: the map's file, not the path's)
 
     def _empty(self, field: str, n: int) -> np.ndarray:
         return np.zeros(row_shape(field, n, self.dimensions), FIELDS[field])
@@ -138,6 +140,29 @@ class Columns:
         out[~inside] = _take(self.tail[field], rows[~inside] - self.n_base)
         return out
 
+    def read(self, field: str, rows: np.ndarray) -> np.ndarray:
+        """``field`` of mirror ``rows``, like ``take``, but the base's rows read from its file
+        (``os.pread``) instead of through its memory map:
+        for reads of rows scattered over the table that no search needs resident, the residuals
+        of a search's final rows and the codes the lists are trained on and filled from. A page
+        read through the map stays in the process's resident memory, with the 15 pages the
+        kernel maps around it (fault-around: 64 KB for one row of 192 bytes); 1M rows: 200
+        recalls left every page of the residuals' file resident (183 MB, 192 bytes a row;
+        bench/README.md, "What a recalling process holds"). The base without an open file (in
+        memory: a format-1 mirror's residuals): ``take``."""
+        fh = self.files.get(field)
+        if fh is None or not self.n_base:
+            return self.take(field, rows)
+        rows = np.asarray(rows, np.int64)
+        inside = rows < self.n_base
+        base = self.base[field]
+        out = np.empty((len(rows), *base.shape[1:]), FIELDS[field])
+        if inside.any():
+            out[inside] = _pread_rows(fh, base, rows[inside])
+        if not inside.all():
+            out[~inside] = _take(self.tail[field], rows[~inside] - self.n_base)
+        return out
+
     def put(self, field: str, rows: np.ndarray, values: np.ndarray) -> None:
         """Set ``field`` of mirror ``rows`` (the base's array must be writable: in memory)."""
         inside = rows < self.n_base
@@ -148,9 +173,11 @@ class Columns:
         """``field`` of every row, as the base's and the tail's arrays (a mask is made segment by segment)."""
         return [self.base[field][:self.n_base], self.tail[field][:self.n_tail]]
 
-    def set_base(self, base: dict[str, np.ndarray], n: int) -> None:
-        """The saved rows, memory-mapped (the tail must be empty or just saved)."""
-        self.base, self.n_base = base, n
+    def set_base(self, base: dict[str, np.ndarray], n: int, files: dict[str, Any] | None = None) -> None:
+        """The saved rows, memory-mapped (the tail must be empty or just saved), and the files
+        ``read`` reads some of them from (opened with the maps: a file replaced by a rebuild
+        elsewhere is not read in their place; closed once no map and no reader holds them)."""
+        self.base, self.n_base, self.files = base, n, dict(files or {})
         self.tail, self.n_tail = {f: self._empty(f, 0) for f in FIELDS}, 0
         if len(self.addr) < n:
             addr = np.full(n, -1, np.int64)
@@ -201,7 +228,8 @@ class Columns:
         if self.by_eid is None or n - len(self.by_eid[0]) > RESORT_ROWS:
             every = np.concatenate(self.segments("eid"))
             order = np.argsort(every, kind="stable")
-            self.by_eid = (every[order], order.astype(np.int64))
+            # their rows as int32 while they fit (12 bytes a row, not 16)
+            self.by_eid = (every[order], order.astype(np.int32 if n <= np.iinfo(np.int32).max else np.int64))
         keys, rows = self.by_eid
         wanted = np.unique(np.asarray(hashes, np.uint64))
         lo, hi = np.searchsorted(keys, wanted, "left"), np.searchsorted(keys, wanted, "right")
@@ -227,6 +255,23 @@ class Columns:
                             & (self.take("ok", rows)
                                == tbl.column("success").fill_null(False).to_numpy(zero_copy_only=False)))
         return same
+
+
+def _pread_rows(fh: Any, base: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` of the memory-mapped ``base`` read from its open file ``fh`` by ``os.pread``:
+    one call for a run of consecutive rows (the lists' fill), else one per row (~1.3 us a row:
+    a search's final 220 rows in ~0.3 ms)."""
+    width = base.itemsize * int(np.prod(base.shape[1:], dtype=np.int64))
+    fd, start = fh.fileno(), int(base.offset)
+    first = int(rows[0])
+    if int(rows[-1]) - first == len(rows) - 1 and bool((np.diff(rows) == 1).all()):
+        data = os.pread(fd, width * len(rows), start + first * width)
+    else:
+        data = b"".join([os.pread(fd, width, start + r * width) for r in rows.tolist()])
+    if len(data) != width * len(rows):
+        raise OSError(f"{fh.name}: {len(data)} of {width * len(rows)} bytes read")
+    out: np.ndarray = np.frombuffer(data, base.dtype).reshape(len(rows), *base.shape[1:])
+    return out
 
 
 def _take(values: np.ndarray, rows: np.ndarray) -> np.ndarray:

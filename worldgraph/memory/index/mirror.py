@@ -330,9 +330,10 @@ class Mirror:
         return rows[np.argsort(-sims, kind="stable")]
 
     def unit_vectors(self, rows: np.ndarray) -> np.ndarray:
-        """The unit vectors (float32) of mirror ``rows``, from their codes and residuals."""
+        """The unit vectors (float32) of mirror ``rows``, from their codes and residuals (the
+        residuals read from their file: Columns.read; the codes are what the searches' scans read)."""
         cols = self.cols
-        scaled = decode(cols.take("codes", rows), cols.take("fine", rows))
+        scaled = decode(cols.take("codes", rows), cols.read("fine", rows))
         unit: np.ndarray = scaled / np.maximum(np.linalg.norm(scaled, axis=1), 1e-9)[:, None]
         return unit
 

@@ -57,6 +57,9 @@ FIELDS_OF = {1: [f for f in FIELDS if f not in ("fine", "eid")], 2: [f for f in 
 SAVE_ROWS = 50_000  # rows added in memory that make a search save the mirror at once
 SAVE_SECONDS = 60.0  # otherwise a changed mirror is saved at most this often (and on close)
 SYNC_ROWS = 20_000  # at most this many rows new to a mirror are read in the search that finds them
+# fields whose scattered rows are read from their files, not through their maps (Columns.read):
+# the residuals (a search's final rows) and the codes (lists trained on a sample and filled)
+READ = ("codes", "fine")
 BUILD_ROWS = 262_144  # rows a build holds in memory before writing them to the files (config.mirror_build_rows)
 
 
@@ -72,10 +75,12 @@ def _width(field: str, dimensions: int) -> int:
     return int(np.dtype(FIELDS[field]).itemsize) * int(np.prod(row_shape(field, 1, dimensions)))
 
 
-def _base(folder: Path, rows: int, dimensions: int, fmt: int = FORMAT) -> dict[str, np.ndarray]:
+def _base(folder: Path, rows: int, dimensions: int, fmt: int = FORMAT) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The field files memory-mapped, ``rows`` rows each (read-only); a format-1 folder's
-    residuals in memory, as none (filled by ``Mirror.fill_fine``)."""
+    residuals in memory, as none (filled by ``Mirror.fill_fine``). And the files of ``READ``,
+    open: what ``Columns.read`` reads their scattered rows from."""
     out: dict[str, np.ndarray] = {}
+    files: dict[str, Any] = {}
     for field, dtype in FIELDS.items():
         shape = row_shape(field, rows, dimensions)
         if field not in FIELDS_OF[fmt]:  # filled by the caller (load)
@@ -87,8 +92,10 @@ def _base(folder: Path, rows: int, dimensions: int, fmt: int = FORMAT) -> dict[s
         path = folder / f"{field}.bin"
         if path.stat().st_size < rows * _width(field, dimensions):
             raise ValueError(f"{path} holds fewer than {rows} rows")
+        if field in READ:
+            files[field] = open(path, "rb", buffering=0)  # noqa: SIM115 - held by the columns, closed with them
         out[field] = np.memmap(path, dtype=dtype, mode="r", shape=shape)
-    return out
+    return out, files
 
 
 def load(folder: Path, dimensions: int) -> Mirror | None:
@@ -106,7 +113,7 @@ def load(folder: Path, dimensions: int) -> Mirror | None:
         mirror = Mirror(dimensions)
         mirror.coarse = fmt < 2 and rows > 0  # saved before residuals: Mirrors.get reads them first
         cols = mirror.cols
-        cols.set_base(_base(folder, rows, dimensions, fmt), rows)
+        _set_base(cols, folder, rows, dimensions, fmt)
         for start, name in manifest["ids"]:
             cols.ids.append(_map_ids(folder / name))
             cols.id_starts.append(int(start))
@@ -210,14 +217,23 @@ def write_rows(mirror: Mirror, folder: Path) -> list[tuple[int, str]]:
         with pa.OSFile(str(folder / name), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
         cols.ids[i] = _map_ids(folder / name)  # read from the file's pages, not held in memory
-    cols.set_base(_base(folder, cols.n, d), cols.n)
+    _set_base(cols, folder, cols.n, d)
     cols.saved_ids = len(cols.ids)
     return ids
 
 
+def _set_base(cols: Any, folder: Path, rows: int, dimensions: int, fmt: int = FORMAT) -> None:
+    maps, files = _base(folder, rows, dimensions, fmt)
+    cols.set_base(maps, rows, files)
+
+
 def _map_ids(path: Path) -> pa.Array:
+    """The episode ids of an id file, on the file's pages (memory-mapped: a page is resident
+    once a search reads an id on it). ``combine_chunks`` copies even a single chunk into
+    memory (pyarrow 26: 40 MB at 1M rows, 40 bytes a row): one chunk is taken as it is."""
     with pa.memory_map(str(path)) as source:
-        return pa.ipc.open_file(source).read_all().column(0).combine_chunks()
+        column = pa.ipc.open_file(source).read_all().column(0)
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 def due(mirror: Mirror) -> bool:
@@ -323,7 +339,7 @@ class Mirrors:
             if lists is None or lists.stale(mirror.cols.n):  # new lists, filled beside the old ones
                 with lock:
                     n = mirror.cols.n
-                    sample = mirror.cols.take("codes", ivfs.sample_rows(n, ivfs.lists_for(n)))
+                    sample = mirror.cols.read("codes", ivfs.sample_rows(n, ivfs.lists_for(n)))
                 lists = ivfs.build(sample, n)
             saved = lists.covered
             while True:
@@ -331,7 +347,7 @@ class Mirrors:
                     first, n = lists.covered, mirror.cols.n
                     if first >= n or self.closed:
                         break
-                    codes = mirror.cols.take("codes", np.arange(first, min(first + ivfs.CHUNK, n)))
+                    codes = mirror.cols.read("codes", np.arange(first, min(first + ivfs.CHUNK, n)))
                 lists.add(first, codes)
                 if mirror.lists is None or (lists is not mirror.lists and n - lists.covered <= ivfs.TAIL_ROWS):
                     mirror.lists = lists  # new lists take the old ones' place once they cover the table
