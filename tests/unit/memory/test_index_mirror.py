@@ -628,5 +628,6 @@ def test_lists_are_trained_and_filled_without_mapping_the_codes(loaded, tmp_path
     lists = other._mirrors.held("eph-41").lists
     assert lists is not None and lists.covered == 3_000
     assert resident_kb(folder / "codes.bin") == before
+    assert lists.rows_in(np.arange(lists.nlist)).dtype == np.int32  # postings: 4 bytes a row, not 8
     assert other.vector_search("A", q, k=1)[0]["episode_id"] == "e42"
     other.close()

@@ -262,7 +262,7 @@ def _pread_rows(fh: Any, base: np.ndarray, rows: np.ndarray) -> np.ndarray:
     one call for a run of consecutive rows (the lists' fill), else one per row (~1.3 us a row:
     a search's final 220 rows in ~0.3 ms)."""
     width = base.itemsize * int(np.prod(base.shape[1:], dtype=np.int64))
-    fd, start = fh.fileno(), int(base.offset)
+    fd, start = fh.fileno(), int(getattr(base, "offset", 0))  # (np.memmap: where its rows start in the file)
     first = int(rows[0])
     if int(rows[-1]) - first == len(rows) - 1 and bool((np.diff(rows) == 1).all()):
         data = os.pread(fd, width * len(rows), start + first * width)

@@ -109,7 +109,7 @@ class Ivf:
     def _postings(self, assign: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The rows of each list, list after list, and where each list starts (CSR). Rows as
         int32 while they fit (4 bytes a row, not 8: 40 MB at 10M rows)."""
-        order = np.argsort(assign, kind="stable").astype(row_dtype(len(assign)))
+        order: np.ndarray = np.argsort(assign, kind="stable").astype(row_dtype(len(assign)))
         offsets = np.concatenate([[0], np.cumsum(np.bincount(assign, minlength=len(self.centroids)))])
         return order, offsets.astype(np.int64)
 
