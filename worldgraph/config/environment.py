@@ -134,10 +134,20 @@ class LauncherSettings:
 
 
 # Variables a library reads itself, set for this process (and the processes it starts) unless the
-# operator set them: lance's vector index statistics include every centroid unless told otherwise
-# (and warn about it on each call); the episode index reads only the partition count, so it opts in
-# to lance's announced default.
-LIBRARY_DEFAULTS: dict[str, str] = {"LANCE_INCLUDE_VECTOR_CENTROIDS": "false"}
+# operator set them:
+# - lance's vector index statistics include every centroid unless told otherwise (and warn about
+#   it on each call); the episode index reads only the partition count, so it opts in to lance's
+#   announced default.
+# - lance's full-text search under a prefilter (a metadata filter, or row addresses) first lists
+#   the passing rows' documents when at most LANCE_FLAT_SEARCH_PERCENT_THRESHOLD % of the index's
+#   rows pass (lance's default: 10), else checks each scored posting against the filter. Listing
+#   wins only for very few rows: at 10M rows an agent's 1.5 % took 88 ms of CPU listed and 49
+#   checked, at 1M 2 % of the row addresses 10.7-12.8 against 6.4-7.0, while 0.08 % took 2.0 listed
+#   against 6.9-9.3 checked and 0.5 % about the same either way; the results are the same
+#   (bench/README.md, "Full-text search at 10M rows"). Read once per process, at its first
+#   full-text search.
+LIBRARY_DEFAULTS: dict[str, str] = {"LANCE_INCLUDE_VECTOR_CENTROIDS": "false",
+                                    "LANCE_FLAT_SEARCH_PERCENT_THRESHOLD": "1"}
 
 
 def set_library_defaults() -> None:
