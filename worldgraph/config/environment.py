@@ -141,11 +141,10 @@ class LauncherSettings:
 # - lance's full-text search under a prefilter (a metadata filter, or row addresses) first lists
 #   the passing rows' documents when at most LANCE_FLAT_SEARCH_PERCENT_THRESHOLD % of the index's
 #   rows pass (lance's default: 10), else checks each scored posting against the filter. Listing
-#   wins only for very few rows: at 10M rows an agent's 1.5 % took 88 ms of CPU listed and 49
-#   checked, at 1M 2 % of the row addresses 10.7-12.8 against 6.4-7.0, while 0.08 % took 2.0 listed
-#   against 6.9-9.3 checked and 0.5 % about the same either way; the results are the same
-#   (bench/README.md, "Full-text search at 10M rows"). Read once per process, at its first
-#   full-text search.
+#   wins only for very few rows: at 10M rows, CPU per search, an agent's 1.5 % took 88 ms listed
+#   and 49 checked, 2 % of the row addresses 91 and 49, 1.1 % 63 and 48, while 0.5 % took 36 and 45
+#   and 0.08 % 11 and 45; the results are the same either way (bench/README.md, "Full-text search
+#   at 10M rows"). Read once per process, at its first full-text search.
 LIBRARY_DEFAULTS: dict[str, str] = {"LANCE_INCLUDE_VECTOR_CENTROIDS": "false",
                                     "LANCE_FLAT_SEARCH_PERCENT_THRESHOLD": "1"}
 
