@@ -366,14 +366,14 @@ def test_background_compaction_waits_for_a_full_fragment(tmp_path: Path):
     assert len(fragments()) == 5
     with idx.adding("A") as add:
         add(rows(250, 300, rng))
-    idx._optimize_part(part)  # 300 rows in small fragments: compacted (lance keeps fragments
-    assert len(fragments()) <= 3  # covered by an index apart from the ones that are not)
+    idx._optimize_part(part)  # 300 rows in small fragments: folded, their index segments merged,
+    assert fragments() == [(300, False)]  # then compacted into one (policy.merge_for_compaction)
     before = fragments()
     idx.upsert([dict(r, text="again") for r in rows(0, 1, rng)])  # an update leaves a deleted row
     assert any(deleted for _, deleted in fragments())
-    idx._optimize_part(part)  # 1 of 50 rows deleted: below lance's 10 %, not worth a rewrite
+    idx._optimize_part(part)  # 1 of 300 rows deleted: below lance's 10 %, not worth a rewrite
     assert len(fragments()) == len(before) + 1
-    idx.upsert([dict(r, text="again") for r in rows(0, 10, rng)])  # 10 of 50: now it is
+    idx.upsert([dict(r, text="again") for r in rows(0, 31, rng)])  # 31 of 300: now it is
     idx._optimize_part(part)
     assert not any(deleted for _, deleted in fragments())
     assert idx.count("A") == 300 and idx.get("A", ["e0"])[0]["text"] == "again"

@@ -25,6 +25,8 @@ from worldgraph.memory.index.policy import (
     compaction_target,
     fold_new_rows,
     index_partitions,
+    index_segments,
+    merge_for_compaction,
     vector_index_config,
 )
 from worldgraph.memory.index.schema import (
@@ -407,23 +409,33 @@ class IndexMaintenance(IndexTables):
             except Exception:  # pragma: no cover - no pylance: lancedb's all-in-one optimize
                 self._retry(part, lambda: table.optimize(), "optimize")
             else:
+                # New rows first: every index then covers every small fragment (a compaction
+                # merges only fragments the same segments of every index cover).
+                timed = lambda step: self._timed(part, step)  # noqa: E731
+                ds = self._retry(part, lambda: fold_new_rows(part.open_dataset(), self.config, full, timed),
+                                 "optimize indexes", lock=False)
                 # With lance's default target (1M rows) the growing fragment was rewritten by every
                 # compaction: the background compacts only when index_policy.compaction_target says
                 # a rewrite is due, and to the size it says.
                 with self._timed(part, "compaction target"):
-                    target = compaction_target(part.open_dataset(), self.config.compact_target_rows, full)
-                timed = lambda step: self._timed(part, step)  # noqa: E731
-                if target is not None and target > self.config.compact_target_rows:
-                    # lance merges only fragments covered by the same index segments: the second
-                    # tier (and an explicit optimize) first merges each index into one segment
-                    self._retry(part, lambda: fold_new_rows(part.open_dataset(), self.config, True, timed),
-                                "optimize indexes", lock=False)
-                if target is not None:  # beside the writers: no write lock (IndexTables._compact)
+                    target = compaction_target(ds, self.config.compact_target_rows, full, index_segments(ds))
+                if target is not None:
+                    # lance merges only neighbouring fragments covered by the same index segments:
+                    # the second tier first merges each index into one segment (an explicit
+                    # optimize did above), the first tier the segments of the small fragments
+                    if target > self.config.compact_target_rows and not full:
+                        self._retry(part, lambda: fold_new_rows(part.open_dataset(), self.config, True, timed),
+                                    "optimize indexes", lock=False)
+                    elif target == self.config.compact_target_rows:
+                        self._retry(part, lambda: merge_for_compaction(
+                            part.open_dataset(), self.config.compact_target_rows, timed), "merge indexes", lock=False)
+                    # beside the writers: no write lock (IndexTables._compact)
                     with self._timed(part, f"compact to {target}"):
                         done = self._compact(part, target)
                     log.info("episode index %s: compaction to %d rows per fragment: %s", part.name, target, done)
-                self._retry(part, lambda: fold_new_rows(part.open_dataset(), self.config, full, timed),
-                            "optimize indexes", lock=False)
+                if full:  # what was written meanwhile, folded too
+                    self._retry(part, lambda: fold_new_rows(part.open_dataset(), self.config, full, timed),
+                                "optimize indexes", lock=False)
                 try:
                     # Each compaction and index update leaves a copy of what it replaced; readers
                     # always move to the newest version, so old ones need not be kept for long.

@@ -112,7 +112,37 @@ DELETED_SHARE = 0.1  # lance's compaction rewrites a fragment for its deletions 
 COMPACT_TIER = 4  # fragments of compact_target_rows merge into one COMPACT_TIER times as big
 
 
-def compaction_target(dataset: Any, target_rows: int, full: bool = False) -> int | None:
+def index_segments(dataset: Any) -> dict[str, list[set[int]]]:
+    """The fragments each index segment covers: index name -> one set of fragment ids per segment,
+    oldest first."""
+    out: dict[str, list[set[int]]] = {}
+    for desc in dataset.describe_indices():
+        segs = sorted(desc.segments, key=lambda s: s.created_at)
+        out[desc.name] = [set(int(f) for f in s.fragment_ids) for s in segs]
+    return out
+
+
+def fragment_rows(dataset: Any) -> dict[int, int]:
+    """Physical rows of each fragment of a pylance dataset, by fragment id (in the table's order)."""
+    return {int(f.fragment_id): int(f.metadata.physical_rows) for f in dataset.get_fragments()}
+
+
+def free_small_fragments(rows: dict[int, int], segments: dict[str, list[set[int]]], target_rows: int) -> dict[int, int]:
+    """The small fragments (under ``target_rows``) a first-tier compaction can merge: those no index
+    segment covers together with a full-size fragment. Lance merges only neighbouring fragments
+    that the same segments of every index cover, and a full-size fragment is never merged again
+    by the first tier, so a small fragment beside one in a segment (a remainder of the last merge)
+    waits for the second tier (an index merged into one segment)."""
+    stuck: set[int] = set()
+    for segs in segments.values():
+        for frags in segs:
+            if any(rows.get(f, 0) >= target_rows for f in frags):
+                stuck |= frags
+    return {f: r for f, r in rows.items() if r < target_rows and f not in stuck}
+
+
+def compaction_target(dataset: Any, target_rows: int, full: bool = False,
+                      segments: dict[str, list[set[int]]] | None = None) -> int | None:
     """The fragment size a compaction should aim at now, or None when none is worth a rewrite.
 
     Each write adds a small fragment. Compacting at every optimize rewrote the growing merged
@@ -124,19 +154,26 @@ def compaction_target(dataset: Any, target_rows: int, full: bool = False) -> int
     to ``COMPACT_TIER * target_rows`` rows exist, they are merged into fragments of up to
     ``COMPACT_TIER * target_rows``. Each row is so rewritten about twice. ``full`` (an
     explicit optimize) merges everything below the second tier's size at once.
+
+    ``segments`` (``index_segments``): the small fragments counted for the first tier are only
+    those it can merge (``free_small_fragments``); counting the others kept the trigger true at
+    every run while lance merged only the few newest fragments (bench/README.md, "The first
+    compaction tier").
     """
     big = target_rows * COMPACT_TIER
     if full:
         return big
     small = count = mid = 0
+    free = None if segments is None else free_small_fragments(fragment_rows(dataset), segments, target_rows)
     for frag in dataset.get_fragments():
         meta = frag.metadata
         deleted = meta.deletion_file.num_deleted_rows if meta.deletion_file is not None else 0
         if deleted > DELETED_SHARE * meta.physical_rows:
             return target_rows
         if meta.physical_rows < target_rows:
-            small += meta.physical_rows
-            count += 1
+            if free is None or int(frag.fragment_id) in free:
+                small += meta.physical_rows
+                count += 1
         elif meta.physical_rows < big:
             mid += 1
     if mid >= COMPACT_TIER:
@@ -164,13 +201,73 @@ def segments_to_merge(sizes: list[int], max_segments: int) -> int:
     return n
 
 
+def newest_covering(segs: list[set[int]], frags: set[int]) -> int:
+    """How many of an index's newest segments (``segs``, oldest first) it takes to cover ``frags``
+    (those of them the index covers: a fragment written since its last fold is in none)."""
+    want = frags & set().union(*segs)
+    covered: set[int] = set()
+    n = 0
+    for seg in reversed(segs):
+        if want <= covered:
+            break
+        covered |= seg
+        n += 1
+    return n
+
+
+def merges_covering(segments: dict[str, list[set[int]]], frags: set[int]) -> dict[str, int]:
+    """Per index, how many of its newest segments to merge so that one segment covers ``frags``
+    (indexes where that is already so are left out)."""
+    plan = {name: newest_covering(segs, frags) for name, segs in segments.items()}
+    return {name: n for name, n in plan.items() if n >= 2}
+
+
+def aligned_merges(segments: dict[str, list[set[int]]], rows: dict[int, int], max_segments: int) -> dict[str, int]:
+    """Per index, how many of its newest segments to merge (``segments_to_merge``), chosen once for
+    every index: from the rows each segment of the index with the most segments covers, then, for
+    every index, the newest segments covering the same fragments.
+
+    Each index chose on its own from its own bytes, so their segments came to cover different
+    fragments (at 1.06M rows the 10 indexes' second segments covered 42 to 46 of the newest
+    fragments), and lance merges only fragments the same segments of every index cover: the
+    first compaction tier could merge only the newest, unindexed fragments (26-27 compactions
+    per 200k rows, where ~3 were meant). Every fold adds one segment covering the same
+    fragments to every index, so merges chosen alike keep the indexes' segments alike."""
+    if not segments:
+        return {}
+    ref = max(sorted(segments), key=lambda name: len(segments[name]))
+    segs = segments[ref]
+    n = segments_to_merge([sum(rows.get(f, 0) for f in seg) for seg in segs], max_segments)
+    if n < 2:
+        return {}
+    return merges_covering(segments, set().union(*segs[-n:]))
+
+
+def merge_segments(dataset: Any, plan: dict[str, int],
+                   timed: Callable[[str], AbstractContextManager[Any]] | None = None) -> Any:
+    """Merge each index's newest ``plan[name]`` segments into one: the indexes merging as many in
+    one call (one version: rows written meanwhile are folded into every index's merged segment
+    alike). Returns the dataset at its newest version."""
+    step = timed if timed is not None else (lambda _name: nullcontext())
+    by_count: dict[int, list[str]] = {}
+    for name, n in sorted(plan.items()):
+        by_count.setdefault(n, []).append(name)
+    for n, names in sorted(by_count.items()):
+        log.info("merging the %d newest segments of indexes %s", n, ", ".join(names))
+        with step("merge segments"):
+            dataset.optimize.optimize_indices(index_names=names, num_indices_to_merge=n)
+        dataset = dataset.checkout_version(dataset.latest_version)
+    return dataset
+
+
 def fold_new_rows(dataset: Any, config: WorldGraphConfig, full: bool = False,
-                  timed: Callable[[str], AbstractContextManager[Any]] | None = None) -> None:
-    """Index the rows written since the last fold, then merge segments where needed.
+                  timed: Callable[[str], AbstractContextManager[Any]] | None = None) -> Any:
+    """Index the rows written since the last fold, then merge segments where needed; returns the
+    dataset at its newest version.
 
     New rows go into a new delta segment of each index, at a cost that follows the new rows
     (merging them into the full-text index instead rewrote all of it: ~30 s at 1M rows, each
-    time). Segments are then merged by ``segments_to_merge``; ``full`` merges each index into one
+    time). Segments are then merged by ``aligned_merges``; ``full`` merges each index into one
     segment (a search reads every segment). ``timed(step)`` (a context manager) times each step.
     """
     step = timed if timed is not None else (lambda _name: nullcontext())
@@ -180,12 +277,20 @@ def fold_new_rows(dataset: Any, config: WorldGraphConfig, full: bool = False,
         # a time (timed each), at 1M -> 1.2M: IVF_RQ 9.9 CPU-s, BM25 2.6, the 8 scalar 1.5 in all.
         dataset.optimize.optimize_indices(num_indices_to_merge=0)
     dataset = dataset.checkout_version(dataset.latest_version)
-    for desc in dataset.describe_indices():
-        segs = sorted(desc.segments, key=lambda s: s.created_at)
-        n = len(segs) if full and len(segs) > 1 else segments_to_merge(
-            [int(s.size_bytes or 0) for s in segs], config.index_max_segments)
-        if n > 1:
-            log.info("merging %d of the %d segments of index %s", n, len(segs), desc.name)
-            with step(f"merge {desc.name}"):
-                dataset.optimize.optimize_indices(index_names=[desc.name], num_indices_to_merge=n)
-            dataset = dataset.checkout_version(dataset.latest_version)
+    segments = index_segments(dataset)
+    if full:
+        plan = {name: len(segs) for name, segs in segments.items() if len(segs) > 1}
+    else:
+        plan = aligned_merges(segments, fragment_rows(dataset), config.index_max_segments)
+    return merge_segments(dataset, plan, timed)
+
+
+def merge_for_compaction(dataset: Any, target_rows: int,
+                         timed: Callable[[str], AbstractContextManager[Any]] | None = None) -> Any:
+    """Before a first-tier compaction: merge, in every index, the newest segments covering the
+    small fragments it can merge (``free_small_fragments``) into one, so lance merges them all
+    (it merges only neighbouring fragments the same segments cover). Returns the dataset at its
+    newest version."""
+    segments = index_segments(dataset)
+    free = free_small_fragments(fragment_rows(dataset), segments, target_rows)
+    return merge_segments(dataset, merges_covering(segments, set(free)), timed)
