@@ -298,6 +298,66 @@ def test_segment_merging_is_size_tiered():
     assert segments_to_merge([10, 10, 10], 2) == 3  # equal sizes: everything
 
 
+def test_segments_are_merged_alike_in_every_index():
+    """One count, chosen from the rows the segments of the index with the most cover, then for every
+    index the newest segments covering the same fragments (policy.aligned_merges)."""
+    from worldgraph.memory.index.policy import aligned_merges, merges_covering, newest_covering
+
+    rows = {1: 100, 2: 40, 3: 5, 4: 5, 5: 5, 6: 5}
+    alike = [{1}, {2}, {3}, {4}, {5}, {6}]
+    # by rows: 5+5+5+5 = 20 < 40, so the 40 waits, whatever bytes each index's segments hold
+    assert aligned_merges({"a": alike, "b": list(alike)}, rows, 4) == {"a": 4, "b": 4}
+    assert aligned_merges({"a": alike, "b": list(alike)}, rows, 6) == {}  # within the limit
+    # an index whose segments drifted (an older version's merges): the newest covering the same
+    drifted = [{1}, {2, 3}, {4, 5, 6}]
+    assert aligned_merges({"a": alike, "b": drifted}, rows, 4) == {"a": 4, "b": 2}
+    assert newest_covering(drifted, {7}) == 0  # written since the fold: in no segment
+    assert merges_covering({"a": alike, "b": drifted}, {5, 6}) == {"a": 2}
+
+
+def test_the_first_tier_counts_only_the_small_fragments_it_can_merge() -> None:
+    """A small fragment that a segment covers together with a full-size one (the remainder of the
+    last merge) is not merged by the first tier: it does not count towards it."""
+    from types import SimpleNamespace
+
+    from worldgraph.memory.index.policy import compaction_target, free_small_fragments
+
+    sizes = {1: 100, 2: 90, 3: 40, 4: 30}
+    frags = [SimpleNamespace(fragment_id=i, metadata=SimpleNamespace(physical_rows=r, deletion_file=None))
+             for i, r in sizes.items()]
+    ds = SimpleNamespace(get_fragments=lambda: frags)
+    stuck = {"a": [{1, 2}, {3, 4}]}  # 90 rows beside the full 100 in one segment
+    assert free_small_fragments(sizes, stuck, 100) == {3: 40, 4: 30}
+    assert compaction_target(ds, 100) == 100  # without the segments: 160 small rows
+    assert compaction_target(ds, 100, segments=stuck) is None  # 70 it can merge
+    assert compaction_target(ds, 100, segments={"a": [{1}, {2, 3, 4}]}) == 100
+
+
+def test_background_upkeep_merges_small_fragments_once_they_fill_one(tmp_path: Path) -> None:
+    """Batches of 20 rows, the background optimize every 5 (as during an ingest): the first tier
+    compacts about once per compact_target_rows rows, and every index's segments cover the same
+    fragments. Each index merging its segments on its own schedule (by its bytes) made lance merge
+    only the newest fragments, at nearly every run (bench/README.md, "The first compaction tier")."""
+    cfg = WorldGraphConfig(ann_index_min_rows=10**6, compact_every_writes=10**6, optimize_every_rows=10**6,
+                           compact_target_rows=400, index_max_segments=8, index_cleanup_every_seconds=3600)
+    idx = EpisodeIndex(tmp_path / "db", 16, "synthetic", cfg)
+    rng = np.random.default_rng(8)
+    try:
+        for b in range(100):
+            with idx.adding("A") as add:
+                add(rows(20 * b, 20 * (b + 1), rng))
+            if b % 5 == 4:
+                idx._optimize_part(idx._part("A"))
+        steps = [s["step"] for s in idx.maintenance_steps]
+        assert 3 <= steps.count("compact to 400") <= 2000 // 400 + 1, steps.count("compact to 400")
+        ds = idx.table_for("A").to_lance()
+        covered = {d.name: sorted(sorted(s.fragment_ids) for s in d.segments) for d in ds.describe_indices()}
+        assert len({repr(c) for c in covered.values()}) == 1, covered
+        assert idx.count("A") == 2000 and len(idx.text_search("A", "word3", k=400)) == len(range(3, 2000, 7))
+    finally:
+        idx.close()
+
+
 def test_compaction_target_tiers() -> None:
     """Small fragments merge once they fill one; COMPACT_TIER full ones merge into one COMPACT_TIER
     times as big; deletions past lance's share force a rewrite; an explicit optimize merges all."""
