@@ -56,8 +56,7 @@ class DuringRewrite:
     def plan(self, dataset: Any, options: Any) -> Any:
         real = self.real.plan(dataset, options)
         return SimpleNamespace(read_version=real.read_version,
-                               tasks=[SimpleNamespace(execute=self._execute(t), fragments=t.fragments)
-                                      for t in real.tasks])
+                               tasks=[SimpleNamespace(execute=self._execute(t)) for t in real.tasks])
 
     def _execute(self, task: Any) -> Any:
         def execute(dataset: Any) -> Any:

@@ -422,8 +422,8 @@ def test_background_compaction_waits_for_a_full_fragment(tmp_path: Path):
                 for f in idx.table_for("A").to_lance().get_fragments()]
 
     assert len(fragments()) == 5
-    idx._optimize_part(part)  # what the background runs: the 4 fragments written since the indexes
-    assert fragments() == [(50, False), (200, False)]  # were made merged; 250 small rows < 300
+    idx._optimize_part(part)  # what the background runs: 250 small rows < 300, nothing rewritten
+    assert len(fragments()) == 5
     with idx.adding("A") as add:
         add(rows(250, 300, rng))
     idx._optimize_part(part)  # 300 rows in small fragments: folded, their index segments merged,

@@ -27,7 +27,6 @@ from worldgraph.memory.index.policy import (
     index_partitions,
     index_segments,
     merge_for_compaction,
-    unindexed_fragments,
     vector_index_config,
 )
 from worldgraph.memory.index.schema import (
@@ -410,19 +409,9 @@ class IndexMaintenance(IndexTables):
             except Exception:  # pragma: no cover - no pylance: lancedb's all-in-one optimize
                 self._retry(part, lambda: table.optimize(), "optimize")
             else:
+                # New rows first: every index then covers every small fragment (a compaction
+                # merges only fragments the same segments of every index cover).
                 timed = lambda step: self._timed(part, step)  # noqa: E731
-                if not full:
-                    # The fragments of the writes since the last fold (one per write), merged into
-                    # one before they are indexed: the first tier merges small fragments only once
-                    # they fill one, and every search reads from each fragment; a fold also costs
-                    # per fragment. No index covers them, so no index is remapped.
-                    ds = part.open_dataset()
-                    new = unindexed_fragments(ds, index_segments(ds))
-                    if len(new) >= 2:
-                        with self._timed(part, "compact new rows"):
-                            self._compact(part, self.config.compact_target_rows, only=new)
-                # New rows indexed first: every index then covers every small fragment (a
-                # compaction merges only fragments the same segments of every index cover).
                 ds = self._retry(part, lambda: fold_new_rows(part.open_dataset(), self.config, full, timed),
                                  "optimize indexes", lock=False)
                 # With lance's default target (1M rows) the growing fragment was rewritten by every

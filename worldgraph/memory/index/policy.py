@@ -127,14 +127,6 @@ def fragment_rows(dataset: Any) -> dict[int, int]:
     return {int(f.fragment_id): int(f.metadata.physical_rows) for f in dataset.get_fragments()}
 
 
-def unindexed_fragments(dataset: Any, segments: dict[str, list[set[int]]]) -> set[int]:
-    """The ids of the fragments no index segment covers (written since the last fold)."""
-    covered: set[int] = set()
-    for segs in segments.values():
-        covered = covered.union(*segs)
-    return {int(f.fragment_id) for f in dataset.get_fragments()} - covered
-
-
 def free_small_fragments(rows: dict[int, int], segments: dict[str, list[set[int]]], target_rows: int) -> dict[int, int]:
     """The small fragments (under ``target_rows``) a first-tier compaction can merge: those no index
     segment covers together with a full-size fragment. Lance merges only neighbouring fragments

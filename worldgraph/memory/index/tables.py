@@ -276,7 +276,7 @@ class IndexTables:
                     pass
         return None  # pragma: no cover
 
-    def _compact(self, part: TenantTable, target_rows: int, only: set[int] | None = None) -> dict[str, Any]:
+    def _compact(self, part: TenantTable, target_rows: int) -> dict[str, Any]:
         """Compact ``part``'s table to fragments of ``target_rows`` rows without holding its write
         lock (docs/architecture.md, "The episode index's write lock"), but for a last attempt.
 
@@ -295,10 +295,9 @@ class IndexTables:
         writer that committed after the rewrite is retried by lance against the new fragments.
         Dropped groups are planned again from the newest version; the last attempt plans,
         rewrites and commits under the lock, so a table that keeps being changed is compacted
-        all the same. ``only``: the groups of these fragments (ids) alone. Returns what was done
-        (counts and seconds, for the log and the bench)."""
+        all the same. Returns what was done (counts and seconds, for the log and the bench)."""
         with self._compaction_lock(part):  # one compaction at a time; a purge waits for it
-            return self._compact_attempts(part, target_rows, only)
+            return self._compact_attempts(part, target_rows)
 
     @contextmanager
     def _compaction_lock(self, part: TenantTable) -> Iterator[None]:
@@ -309,12 +308,9 @@ class IndexTables:
         with self._file_lock(f".compact.{part.name}.lock"):
             yield
 
-    def _compact_attempts(self, part: TenantTable, target_rows: int, only: set[int] | None = None) -> dict[str, Any]:
+    def _compact_attempts(self, part: TenantTable, target_rows: int) -> dict[str, Any]:
         """``_compact``'s attempts, under the compaction lock."""
         from lance.optimize import Compaction, CompactionOptions
-
-        def tasks(plan: Any) -> list[Any]:
-            return [t for t in plan.tasks if only is None or all(f.id in only for f in t.fragments)]
 
         options = CompactionOptions(target_rows_per_fragment=target_rows)
         out: dict[str, Any] = {"tasks": 0, "committed": 0, "dropped": 0, "attempts": 0, "locked": False,
@@ -325,18 +321,19 @@ class IndexTables:
                 with self._commit_lock(part):
                     t0 = time.perf_counter()
                     ds = part.latest_dataset()
-                    todo = tasks(Compaction.plan(ds, options))
-                    if todo:
-                        Compaction.commit(ds, [task.execute(ds) for task in todo])
-                    out.update(locked=True, tasks=out["tasks"] + len(todo), committed=out["committed"] + len(todo))
+                    plan = Compaction.plan(ds, options)
+                    if plan.tasks:
+                        Compaction.commit(ds, [task.execute(ds) for task in plan.tasks])
+                    out.update(locked=True, tasks=out["tasks"] + len(plan.tasks),
+                               committed=out["committed"] + len(plan.tasks))
                     out["locked_s"] += time.perf_counter() - t0
                 break
             t0 = time.perf_counter()
             ds = part.latest_dataset()
-            todo = tasks(Compaction.plan(ds, options))
-            if not todo:
+            plan = Compaction.plan(ds, options)
+            if not plan.tasks:
                 break
-            rewrites = [task.execute(ds) for task in todo]
+            rewrites = [task.execute(ds) for task in plan.tasks]
             t1 = time.perf_counter()
             out["rewrite_s"] += t1 - t0
             out["tasks"] += len(rewrites)
