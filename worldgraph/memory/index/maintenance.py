@@ -398,7 +398,8 @@ class IndexMaintenance(IndexTables):
             self._optimize_part(part, full=True)
 
     def _optimize_part(self, part: TenantTable, full: bool = False) -> None:
-        """Compact, fold new rows into the indexes (index_policy.fold_new_rows), drop old versions."""
+        """Fold new rows into the indexes (index_policy.fold_new_rows), compact, drop old versions
+        (docs/architecture.md, "Compaction and index segments")."""
         with self._index_lock:
             part.rows_since_optimize = 0
             with self._timed(part, "upgrade kinds"):
