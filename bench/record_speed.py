@@ -5,7 +5,9 @@ cost) in batches into a fresh data folder, or with ``--into FOLDER`` appends the
 one (a copy of a kept bench store: the corpus continues from the tenant's stored count, as
 bench_memory.py resumes), then prints one JSON line: batch wall-time median, slowest, 10th
 percentile and overall (episodes/s), episodes per CPU-second of the recording process and of
-its maintenance children, the open's wall time, and the CPU of this process (from the first
+its maintenance children, the CPU the bench's own corpus took in this process (making each batch's
+experiences and registering their vectors: ``corpus_cpu_s``) and episodes per CPU-second of the
+process without it (``eps_per_library_cpu_s``: the library's share), the open's wall time, and the CPU of this process (from the first
 batch on: the open and the count of a kept store are left out) and of its children (the index is
 closed before counting, so the children were waited for). Run from the checkout
 to measure:
@@ -58,15 +60,24 @@ def main(n: int, batch: int, into: Path | None = None, gc_freeze: bool = False) 
         corpus = Corpus(max(CORPUS_MAX, stored + n), seed=SEED)
         begun = resource.getrusage(resource.RUSAGE_SELF)  # the open and the count (a scan at 1M) left out
         walls, cpus = [], []
-        for exps, vectors in corpus.batches(batch, start=stored):
+        corpus_cpu = 0.0  # this thread's CPU making the corpus's batches (the bench's, not the library's)
+        batches = corpus.batches(batch, start=stored)
+        while len(walls) * batch < n:
+            c0 = time.thread_time()
+            got = next(batches, None)
+            if got is None:
+                break
+            exps, vectors = got
             texts = emb.register(exps, vectors)
+            corpus_cpu += time.thread_time() - c0
             t1, c1 = time.perf_counter(), time.process_time()
             wm.record_experiences(TENANT, exps)
             walls.append(time.perf_counter() - t1)
             cpus.append(time.process_time() - c1)
+            c0 = time.thread_time()
             emb.forget(texts)
-            if len(walls) * batch >= n:
-                break
+            del exps, vectors, texts, got
+            corpus_cpu += time.thread_time() - c0
         wm.close()
         runs = list(wm.index.maintenance_runs)
     finally:
@@ -83,6 +94,7 @@ def main(n: int, batch: int, into: Path | None = None, gc_freeze: bool = False) 
             "eps_per_cpu_s_median": round(batch / statistics.median(cpus)), "slowest_batch_s": round(max(walls), 3),
             "slowest_batches_s": [round(w, 2) for w in sorted(walls)[-5:]],
             "eps_per_process_cpu_s": round(done / self_cpu), "eps_per_children_cpu_s": round(done / max(child_cpu, 1e-9)),
+            "corpus_cpu_s": round(corpus_cpu, 1), "eps_per_library_cpu_s": round(done / max(self_cpu - corpus_cpu, 1e-9)),
             "open_s": round(open_s, 2), "gc_freeze": gc_freeze, "self_cpu_s": round(self_cpu, 1),
             "children_cpu_s": round(child_cpu, 1), "load": round(os.getloadavg()[0], 1),
             "maintenance_runs": len(runs), "maintenance_failed": sum(not r["ok"] for r in runs),
