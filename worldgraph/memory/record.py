@@ -6,8 +6,9 @@ Storing (step 3) and indexing (step 5) are the service's job; this module is pur
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
@@ -17,7 +18,7 @@ from worldgraph.kg.derived import INPUT_SUMMARY_MAX, TURN_TASK_TYPE, summarize
 from worldgraph.memory.metadata import metadata_terms
 from worldgraph.memory.models import AgentExperience, CanvasAudit, CanvasContext
 
-__all__ = ["INPUT_SUMMARY_MAX", "CONVERSATION_TASK_TYPE", "build_episode", "date_text", "index_row", "index_text",
+__all__ = ["INPUT_SUMMARY_MAX", "CONVERSATION_TASK_TYPE", "EpisodeRows", "build_episode", "date_text", "index_row", "index_text",
            "parse_canvas", "parse_experience", "parse_model", "pydantic_error", "searchable_text", "summarize"]
 
 
@@ -181,3 +182,54 @@ def index_row(episode: dict[str, Any], vector: Any, max_text_bytes: int | None =
         "vector": vector,
         "metadata_terms": metadata_terms(episode.get("metadata")),
     }
+
+
+class EpisodeRows(Sequence[dict[str, Any]]):
+    """The index rows of a batch of episode records, as ``index_row`` makes them one by one
+    (indexing or iterating), or all at once column by column (``columns``): the episode index
+    builds its Arrow table from the columns, without a dict per row (~8 ms of CPU per 1,000
+    episodes less when recording; bench/README.md, "The recording process's own CPU")."""
+
+    def __init__(self, episodes: list[dict[str, Any]], vectors: Any, max_text_bytes: int | None = None) -> None:
+        self.episodes = episodes
+        self.vectors = vectors
+        self.max_text_bytes = max_text_bytes
+
+    def __len__(self) -> int:
+        return min(len(self.episodes), len(self.vectors))
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return index_row(self.episodes[i], self.vectors[i], self.max_text_bytes)
+
+    def columns(self) -> dict[str, list[Any]]:
+        """Every column of ``index_row`` but the vector, each a list in the episodes' order (the
+        vectors are ``self.vectors``)."""
+        eps = self.episodes[:len(self)]
+        max_text = self.max_text_bytes
+        return {
+            "episode_id": [e["id"] for e in eps],
+            "tenant_id": [e["tenant_id"] for e in eps],
+            "agent_id": [e["agent_id"] for e in eps],
+            "agent_role": [e.get("agent_role") or "" for e in eps],
+            "task_type": [e["task_type"] for e in eps],
+            "outcome": [e["outcome"] for e in eps],
+            "success": [bool(e["success"]) for e in eps],
+            "confidence": [float(e["confidence_score"]) for e in eps],
+            "timestamp": [float(e["ts"]) for e in eps],
+            "canvas_id": [e.get("canvas_id") for e in eps],
+            "canvas_action_ids": [list(e.get("canvas_action_ids") or []) for e in eps],
+            "text": [index_text(e, max_text) for e in eps],
+            "metadata_terms": [metadata_terms(e.get("metadata")) for e in eps],
+        }

@@ -610,3 +610,41 @@ def test_table_of_float32_vectors_from_an_earlier_version_keeps_working(tmp_path
     fresh = EpisodeIndex(tmp_path / "new", D, HASH.name, WorldGraphConfig())
     fresh.upsert([row("e1", "alpha report")])
     assert fresh.table_for("A").schema.field("vector").type.value_type == pa.float16()
+
+
+def test_episode_rows_make_the_same_table_as_their_rows_one_by_one(index) -> None:
+    """``EpisodeRows`` (the recording path's index rows) is converted column by column; the table
+    must be the one the row-by-row path makes of ``index_row``'s dicts, for records of every shape
+    (a canvas and its actions, metadata, a conversation turn, no role), and what the column path
+    does not take (a repeated id, a value of another type) goes the row path's way."""
+    from worldgraph.clock import utcnow
+    from worldgraph.memory.record import EpisodeRows, build_episode, index_row, parse_canvas, parse_experience
+
+    now = utcnow()
+    raws = [
+        ({"agent_id": "fin-1", "agent_role": "Finance", "task_type": "reconcile", "task_description": "Reconcile SKU-1",
+          "outcome": "success", "metadata": {"team": "emea", "tags": ["q3", "audit"], "n": 3}}, None),
+        ({"agent_id": "ops-2", "task_type": "deploy", "task_description": "Deploy the gateway", "outcome": "failure",
+          "error_message": "timeout", "canvas_action_ids": ["a0"]},
+         {"id": "canvas-7", "name": "Board", "actions": [{"id": "a1", "type": "click"}]}),
+        ({"agent_id": "Caroline", "task_type": "conversation", "task_description": "I went to the support group",
+          "input_summary": "Mel: how was your week?", "outcome": "success", "session_id": "chat-1",
+          "timestamp": "2023-05-08T10:00:00Z"}, None),
+    ]
+    eps = [build_episode("A", parse_experience(r), parse_canvas(c), now=now)[0] for r, c in raws]
+    vecs = HASH.embed([e["task_description"] for e in eps])
+    rows = EpisodeRows(eps, vecs, 65_536)
+    assert len(rows) == 3 and rows[1]["canvas_id"] == "canvas-7" and rows[-1]["episode_id"] == eps[2]["id"]
+    by_rows = index._to_arrow([index_row(e, v, 65_536) for e, v in zip(eps, vecs)])
+    assert index._columns_to_arrow(rows) is not None  # the column path was taken
+    assert index._to_arrow(rows).equals(by_rows)
+    assert index._to_arrow(rows).column("canvas_action_ids").to_pylist()[1] == ["a0", "a1"]
+
+    twice = EpisodeRows([eps[0], eps[1], dict(eps[0], outcome="failure")], HASH.embed(["x", "y", "z"]))
+    assert index._columns_to_arrow(twice) is None
+    assert index._to_arrow(twice).equals(index._to_arrow(list(twice)))  # the last row of an id wins
+    odd = EpisodeRows([dict(eps[0], agent_role=7)], HASH.embed(["x"]))
+    assert index._columns_to_arrow(odd) is None
+    assert index._to_arrow(odd).column("agent_role").to_pylist() == ["7"]
+    with pytest.raises(EmbeddingDimensionError):
+        index._to_arrow(EpisodeRows(eps[:1], np.full((1, D), np.nan, dtype=np.float32)))

@@ -18,7 +18,7 @@ from worldgraph.config import WorldGraphConfig
 from worldgraph.kg.store import EpisodeStore
 from worldgraph.memory.embeddings import Embedder, check_embeddings
 from worldgraph.memory.index.episode_index import EpisodeIndex
-from worldgraph.memory.record import index_row, searchable_text
+from worldgraph.memory.record import EpisodeRows, searchable_text
 
 __all__ = ["EpisodeIndexer", "Progress"]
 
@@ -70,7 +70,7 @@ class EpisodeIndexer:
         ids = [e["id"] for e in episodes]
         max_text = self.config.max_search_text_bytes
         try:
-            (write or self.index.upsert)([index_row(e, v, max_text) for e, v in zip(episodes, vectors)])
+            (write or self.index.upsert)(EpisodeRows(episodes, vectors, max_text))
         except Exception as exc:  # noqa: BLE001 - the store holds them; retry_indexing re-runs them
             log.warning("indexing %d episodes failed (%s); marked for retry", len(ids), exc)
             self.mark(tenant_id, ids, "failed", f"indexing failed: {exc}")

@@ -27,6 +27,7 @@ from worldgraph.memory.index.schema import (
     table_name,
 )
 from worldgraph.memory.index.tables import TenantTable
+from worldgraph.memory.record import EpisodeRows
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
 
@@ -35,6 +36,11 @@ class IndexWrites(IndexMaintenance):
     """The write path of ``EpisodeIndex``; each write is followed by cheap bookkeeping (``_after_write``)."""
 
     def _to_arrow(self, rows: Sequence[dict[str, Any]]) -> pa.Table:
+        if isinstance(rows, EpisodeRows):
+            table = self._columns_to_arrow(rows)
+            if table is not None:
+                return table
+            rows = list(rows)  # anything unusual: row by row, so an error names the row
         n = len(rows)
         d = self.dimensions
         vecs: list[Any] = []
@@ -94,6 +100,40 @@ class IndexWrites(IndexMaintenance):
             table = table.take(pa.array([i for i in keep if i >= 0]))
         return table
 
+    def _columns_to_arrow(self, rows: EpisodeRows) -> pa.Table | None:
+        """The table ``_to_arrow`` makes of these rows, built from their columns (``EpisodeRows``:
+        records the store holds, so every check of the row path holds by construction, and is
+        only confirmed here per column); None when a column needs the row path's conversions or
+        errors (a value of another type, a repeated id, a timestamp that is not finite)."""
+        cols: dict[str, Any] = rows.columns()
+        n = len(rows)
+        if n == 0:
+            return None
+        ids = cols["episode_id"]
+        if not all(type(x) is str and x for x in ids) or not all(type(x) is str and x for x in cols["tenant_id"]):
+            return None
+        if len(set(ids)) != n:  # the row path keeps the last row of an id
+            return None
+        for name in STRING_COLUMNS:
+            if not all(type(x) is str for x in cols[name]):
+                return None
+        cols["canvas_id"] = [None if c in (None, "") else c for c in cols["canvas_id"]]
+        if not all(c is None or type(c) is str for c in cols["canvas_id"]):
+            return None
+        if not all(type(a) is str for acts in cols["canvas_action_ids"] for a in acts):
+            return None
+        if not np.isfinite(np.asarray(cols["timestamp"], dtype=np.float64)).all():
+            return None
+        vectors = self._vector_matrix(list(rows.vectors[:n]))
+        arrays: list[pa.Array] = []
+        for field in self.schema:
+            if field.name == "vector":
+                values = pa.array(vectors.reshape(-1)).cast(field.type.value_type)
+                arrays.append(pa.FixedSizeListArray.from_arrays(values, self.dimensions))
+            else:
+                arrays.append(pa.array(cols[field.name], type=field.type))
+        return pa.Table.from_arrays(arrays, schema=self.schema)
+
     def _vector_matrix(self, vecs: list[Any]) -> np.ndarray:
         """The rows' vectors as one float32 matrix, each checked: ``dimensions`` finite numbers.
         One conversion and one check for the whole batch (per row they were ~4 us each, the
@@ -125,7 +165,8 @@ class IndexWrites(IndexMaintenance):
     def upsert(self, rows: list[dict[str, Any]]) -> None:
         """Insert or replace rows by ``episode_id`` within their tenant (every column is overwritten)."""
         self._writable("writing episode index rows")
-        rows = list(rows)
+        if not isinstance(rows, EpisodeRows):
+            rows = list(rows)
         if not rows:
             return
         with self._lock:
@@ -188,7 +229,7 @@ class IndexWrites(IndexMaintenance):
         appended: list[int] = []
 
         def add(rows: list[dict[str, Any]]) -> None:
-            data = self._to_arrow(list(rows))
+            data = self._to_arrow(rows if isinstance(rows, EpisodeRows) else list(rows))
             if data.num_rows == 0:
                 return
             if any(t != tenant_id for t in data.column("tenant_id").unique().to_pylist()):
