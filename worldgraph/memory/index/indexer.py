@@ -9,7 +9,7 @@ the episode half of the store only.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,7 +63,7 @@ class EpisodeIndexer:
         return np.concatenate(out) if out else np.zeros((0, int(self.embedder.dimensions)), dtype=np.float32)
 
     def index_rows(self, tenant_id: str, episodes: list[dict[str, Any]], vectors: Any,
-                   write: Callable[[list[dict[str, Any]]], None] | None = None) -> bool:
+                   write: Callable[[Sequence[dict[str, Any]]], None] | None = None) -> bool:
         """Write the episodes' index rows (``write``, default ``index.upsert``), then mark them
         "indexed" (in that order: an episode marked indexed always has its row); True if both
         happened. Never raises."""

@@ -162,7 +162,7 @@ class IndexWrites(IndexMaintenance):
         return matrix
 
     @objectstore.guarded("writing episode rows")
-    def upsert(self, rows: list[dict[str, Any]]) -> None:
+    def upsert(self, rows: Sequence[dict[str, Any]]) -> None:
         """Insert or replace rows by ``episode_id`` within their tenant (every column is overwritten)."""
         self._writable("writing episode index rows")
         if not isinstance(rows, EpisodeRows):
@@ -198,7 +198,7 @@ class IndexWrites(IndexMaintenance):
          .execute(data))
 
     @contextmanager
-    def adding(self, tenant_id: str) -> Iterator[Callable[[list[dict[str, Any]]], None]]:
+    def adding(self, tenant_id: str) -> Iterator[Callable[[Sequence[dict[str, Any]]], None]]:
         """A window for indexing episodes that are being stored for the first time; yields ``add(rows)``.
 
         A merge-insert joins its batch against the whole table, so its cost grows with the table
@@ -228,7 +228,7 @@ class IndexWrites(IndexMaintenance):
             return
         appended: list[int] = []
 
-        def add(rows: list[dict[str, Any]]) -> None:
+        def add(rows: Sequence[dict[str, Any]]) -> None:
             data = self._to_arrow(rows if isinstance(rows, EpisodeRows) else list(rows))
             if data.num_rows == 0:
                 return
