@@ -7,13 +7,17 @@ bench_memory.py resumes), then prints one JSON line: batch wall-time median, slo
 percentile and overall (episodes/s), episodes per CPU-second of the recording process and of
 its maintenance children, the CPU the bench's own corpus took in this process (making each batch's
 experiences and registering their vectors: ``corpus_cpu_s``) and episodes per CPU-second of the
-process without it (``eps_per_library_cpu_s``: the library's share), the open's wall time, and the CPU of this process (from the first
-batch on: the open and the count of a kept store are left out) and of its children (the index is
-closed before counting, so the children were waited for). Run from the checkout
-to measure:
+process without it (``eps_per_library_cpu_s``: the library's share), the open's wall time, and
+the CPU of this process (from the first batch on: the open and the count of a kept store are left
+out) and of its children (the index is closed before counting, so the children were waited for).
+Run from the checkout to measure:
 
     cd <checkout A> && nice .venv/bin/python bench/record_speed.py 20000 1000
     cd <checkout A> && nice .venv/bin/python bench/record_speed.py 30000 1000 --into /tmp/copy/wg-bench-1000000
+
+``--now-timestamps`` stamps each experience with the current time instead of the corpus's (drawn
+over 90 days: each lands at a random place of SQLite's time and agent indexes, bench/README.md
+"The recording process's own CPU per episode").
 
 ``--gc-freeze`` calls ``gc.freeze()`` once the store is open: the cyclic garbage collector's full
 collections then skip the ~140k objects of the imports and the open (bench/README.md, "Recording at
@@ -32,6 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +50,8 @@ SEED = 20260101  # bench_memory.py's default --seed
 CORPUS_MAX = 10_000_000  # the corpus rows are the same for any n (chunks seeded apart): room to append
 
 
-def main(n: int, batch: int, into: Path | None = None, gc_freeze: bool = False) -> dict[str, object]:
+def main(n: int, batch: int, into: Path | None = None, gc_freeze: bool = False,
+         now_timestamps: bool = False) -> dict[str, object]:
     emb = PrecomputedEmbedder()
     tmp = None if into is not None else Path(tempfile.mkdtemp(prefix="record-speed-"))
     data = into if into is not None else Path(str(tmp)) / "data"
@@ -68,6 +74,10 @@ def main(n: int, batch: int, into: Path | None = None, gc_freeze: bool = False) 
             if got is None:
                 break
             exps, vectors = got
+            if now_timestamps:  # as an agent records as it goes: "now", rising (the corpus draws 90 days)
+                start = time.time()
+                for j, e in enumerate(exps):
+                    e["timestamp"] = datetime.fromtimestamp(start + j * 1e-4, timezone.utc).isoformat()
             texts = emb.register(exps, vectors)
             corpus_cpu += time.thread_time() - c0
             t1, c1 = time.perf_counter(), time.process_time()
@@ -95,7 +105,8 @@ def main(n: int, batch: int, into: Path | None = None, gc_freeze: bool = False) 
             "slowest_batches_s": [round(w, 2) for w in sorted(walls)[-5:]],
             "eps_per_process_cpu_s": round(done / self_cpu), "eps_per_children_cpu_s": round(done / max(child_cpu, 1e-9)),
             "corpus_cpu_s": round(corpus_cpu, 1), "eps_per_library_cpu_s": round(done / max(self_cpu - corpus_cpu, 1e-9)),
-            "open_s": round(open_s, 2), "gc_freeze": gc_freeze, "self_cpu_s": round(self_cpu, 1),
+            "open_s": round(open_s, 2), "gc_freeze": gc_freeze, "now_timestamps": now_timestamps,
+            "self_cpu_s": round(self_cpu, 1),
             "children_cpu_s": round(child_cpu, 1), "load": round(os.getloadavg()[0], 1),
             "maintenance_runs": len(runs), "maintenance_failed": sum(not r["ok"] for r in runs),
             "maintenance_steps": step_totals(runs)}
@@ -122,5 +133,9 @@ if __name__ == "__main__":
     ap.add_argument("--into", type=Path, help="append to this data folder (a copy: it is changed) instead of a fresh one")
     ap.add_argument("--gc-freeze", action="store_true",
                     help="gc.freeze() after the open (the process's objects so far left out of every later collection)")
+    ap.add_argument("--now-timestamps", action="store_true",
+                    help="each experience stamped with the current time (rising), as an agent records as it goes, "
+                         "instead of the corpus's times drawn over 90 days (which land at random places of the "
+                         "store's time indexes)")
     args = ap.parse_args()
-    print(json.dumps(main(args.n, args.batch, args.into, args.gc_freeze)))
+    print(json.dumps(main(args.n, args.batch, args.into, args.gc_freeze, args.now_timestamps)))
