@@ -188,7 +188,7 @@ class EpisodeRows(Sequence[dict[str, Any]]):
     """The index rows of a batch of episode records, as ``index_row`` makes them one by one
     (indexing or iterating), or all at once column by column (``columns``): the episode index
     builds its Arrow table from the columns, without a dict per row (~8 ms of CPU per 1,000
-    episodes less when recording; bench/README.md, "The recording process's own CPU")."""
+    episodes less when recording; bench/README.md, "The recording process's own CPU per episode")."""
 
     def __init__(self, episodes: list[dict[str, Any]], vectors: Any, max_text_bytes: int | None = None) -> None:
         self.episodes = episodes
