@@ -6,7 +6,7 @@ Storing (step 3) and indexing (step 5) are the service's job; this module is pur
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any, TypeVar, overload
 
@@ -164,24 +164,30 @@ def index_text(episode: dict[str, Any], max_bytes: int | None = None) -> str:
     return _cut("\n".join(parts), max_bytes)
 
 
+# The columns of an index row but its vector, each made from an episode record: ``index_row`` makes
+# one row of them, ``EpisodeRows.columns`` every row's column by column (one definition for both).
+_ROW_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any], int | None], Any]], ...] = (
+    ("episode_id", lambda e, _m: e["id"]),
+    ("tenant_id", lambda e, _m: e["tenant_id"]),
+    ("agent_id", lambda e, _m: e["agent_id"]),
+    ("agent_role", lambda e, _m: e.get("agent_role") or ""),
+    ("task_type", lambda e, _m: e["task_type"]),
+    ("outcome", lambda e, _m: e["outcome"]),
+    ("success", lambda e, _m: bool(e["success"])),
+    ("confidence", lambda e, _m: float(e["confidence_score"])),
+    ("timestamp", lambda e, _m: float(e["ts"])),
+    ("canvas_id", lambda e, _m: e.get("canvas_id")),
+    ("canvas_action_ids", lambda e, _m: list(e.get("canvas_action_ids") or [])),
+    ("text", index_text),
+    ("metadata_terms", lambda e, _m: metadata_terms(e.get("metadata"))),
+)
+
+
 def index_row(episode: dict[str, Any], vector: Any, max_text_bytes: int | None = None) -> dict[str, Any]:
     """The index row (lance_record) (its text cut at ``max_text_bytes``, see searchable_text)."""
-    return {
-        "episode_id": episode["id"],
-        "tenant_id": episode["tenant_id"],
-        "agent_id": episode["agent_id"],
-        "agent_role": episode.get("agent_role") or "",
-        "task_type": episode["task_type"],
-        "outcome": episode["outcome"],
-        "success": bool(episode["success"]),
-        "confidence": float(episode["confidence_score"]),
-        "timestamp": float(episode["ts"]),
-        "canvas_id": episode.get("canvas_id"),
-        "canvas_action_ids": list(episode.get("canvas_action_ids") or []),
-        "text": index_text(episode, max_text_bytes),
-        "vector": vector,
-        "metadata_terms": metadata_terms(episode.get("metadata")),
-    }
+    row = {name: make(episode, max_text_bytes) for name, make in _ROW_COLUMNS}
+    row["vector"] = vector
+    return row
 
 
 class EpisodeRows(Sequence[dict[str, Any]]):
@@ -218,18 +224,4 @@ class EpisodeRows(Sequence[dict[str, Any]]):
         vectors are ``self.vectors``)."""
         eps = self.episodes[:len(self)]
         max_text = self.max_text_bytes
-        return {
-            "episode_id": [e["id"] for e in eps],
-            "tenant_id": [e["tenant_id"] for e in eps],
-            "agent_id": [e["agent_id"] for e in eps],
-            "agent_role": [e.get("agent_role") or "" for e in eps],
-            "task_type": [e["task_type"] for e in eps],
-            "outcome": [e["outcome"] for e in eps],
-            "success": [bool(e["success"]) for e in eps],
-            "confidence": [float(e["confidence_score"]) for e in eps],
-            "timestamp": [float(e["ts"]) for e in eps],
-            "canvas_id": [e.get("canvas_id") for e in eps],
-            "canvas_action_ids": [list(e.get("canvas_action_ids") or []) for e in eps],
-            "text": [index_text(e, max_text) for e in eps],
-            "metadata_terms": [metadata_terms(e.get("metadata")) for e in eps],
-        }
+        return {name: [make(e, max_text) for e in eps] for name, make in _ROW_COLUMNS}
