@@ -438,3 +438,120 @@ def test_background_compaction_waits_for_a_full_fragment(tmp_path: Path):
     assert not any(deleted for _, deleted in fragments())
     assert idx.count("A") == 300 and idx.get("A", ["e0"])[0]["text"] == "again"
     idx.close()
+
+
+def test_segments_double_in_size_towards_the_oldest() -> None:
+    """The second tier takes an older segment into its merge only once the newer rows have grown
+    to its size (policy.settled_run), so a big segment is rewritten about once per doubling."""
+    from worldgraph.memory.index.policy import settled_run
+
+    assert settled_run([1000, 400, 100, 100], 2) == 2  # 400 > 200: the run stays
+    assert settled_run([1000, 200, 100, 100], 2) == 3  # 200 <= 200: taken in; 1000 > 400
+    assert settled_run([400, 200, 100, 100], 2) == 4  # the whole index: the table doubled
+    assert settled_run([100, 100], 0) == 0
+
+
+def test_tier_merges_leave_the_settled_segments_alone() -> None:
+    """A second tier merges the newest segments covering its fragments, not a bigger older
+    segment, and its compaction may rewrite only the fragments under its size that those cover."""
+    from worldgraph.memory.index.policy import settled_segments, tier_merges
+
+    rows = {1: 800, 2: 10, 3: 100, 4: 100, 5: 100, 6: 100, 7: 5}
+    segs = [{1, 2}, {3}, {4}, {5}, {6, 7}]
+    plan, only = tier_merges({"a": segs, "b": list(segs)}, rows, 100, 400)
+    assert plan == {"a": 4, "b": 4} and only == {3, 4, 5, 6, 7}  # not 2: beside 1 in its segment
+    assert settled_segments(segs, rows, 400) == 1
+    # the first tier: only the small fragments no segment covers with a full one
+    plan, only = tier_merges({"a": segs}, rows, 100, 100)
+    assert plan == {} and only == set()
+    plan, only = tier_merges({"a": segs + [{8}, {9}]}, {**rows, 8: 5, 9: 5}, 100, 100)
+    assert plan == {"a": 2} and only == {8, 9}
+
+
+def _segment_ids(idx: EpisodeIndex, tenant: str = "A") -> dict[str, list[str]]:
+    ds = idx.table_for(tenant).to_lance()
+    return {d.name: [s.uuid for s in sorted(d.segments, key=lambda s: s.created_at)] for d in ds.describe_indices()}
+
+
+def test_the_second_tier_rewrites_no_bigger_older_segment(tmp_path: Path) -> None:
+    """Fragments of 800 rows, then 4 x 100 (compact_target_rows 100: the second tier merges them
+    into 400): the segment of the 800 rows is neither merged nor remapped. The second tier merged
+    every index into one segment first, and the compaction then remapped that one segment: two
+    rewrites of the whole of every index each time (bench/README.md, "Whole index rewrites during
+    the ingest"). Another 400 rows: the newer rows have grown to the older segments' size, and
+    the merge takes in all of them (a doubling)."""
+    cfg = WorldGraphConfig(ann_index_min_rows=10**6, compact_every_writes=10**6, optimize_every_rows=10**6,
+                           compact_target_rows=100, index_cleanup_every_seconds=3600)
+    idx = EpisodeIndex(tmp_path / "db", 16, "synthetic", cfg)
+    rng = np.random.default_rng(9)
+    part = idx._part("A", create=True)
+    try:
+        with idx.adding("A") as add:
+            add(rows(0, 800, rng))
+        idx._ensure_part(part, vector=False, fold=False)  # every index: one segment over the 800 rows
+        first = {name: ids[0] for name, ids in _segment_ids(idx).items()}
+
+        def sizes() -> list[int]:
+            return [f.metadata.physical_rows for f in idx.table_for("A").to_lance().get_fragments()]
+        for b in range(4):
+            with idx.adding("A") as add:
+                add(rows(800 + 100 * b, 900 + 100 * b, rng))
+            idx._optimize_part(part)
+        assert sizes() == [800, 400]
+        after = _segment_ids(idx)
+        assert all(ids[0] == first[name] and len(ids) == 2 for name, ids in after.items()), (first, after)
+        for b in range(4):
+            with idx.adding("A") as add:
+                add(rows(1200 + 100 * b, 1300 + 100 * b, rng))
+            idx._optimize_part(part)
+        assert sizes() == [800, 400, 400]
+        assert all(len(ids) == 1 and ids[0] != first[name] for name, ids in _segment_ids(idx).items())
+        assert idx.count("A") == 1600 and len(idx.text_search("A", "word3", k=400)) == len(range(3, 1600, 7))
+        assert idx.get("A", ["e5", "e1599"])[1]["episode_id"] == "e1599"
+    finally:
+        idx.close()
+
+
+def test_a_compaction_leaves_small_fragments_beside_a_big_one_in_its_segment(tmp_path: Path) -> None:
+    """Two small fragments that one segment covers with a big one (indexed together) are not
+    rewritten by a first-tier compaction of newer ones: lance would merge them (neighbours, the
+    same segments) and remap the big fragment's whole segment with them."""
+    cfg = WorldGraphConfig(ann_index_min_rows=10**6, compact_every_writes=10**6, optimize_every_rows=10**6,
+                           compact_target_rows=100, index_cleanup_every_seconds=3600)
+    idx = EpisodeIndex(tmp_path / "db", 16, "synthetic", cfg)
+    rng = np.random.default_rng(10)
+    part = idx._part("A", create=True)
+    try:
+        for start, stop in ((0, 800), (800, 810), (810, 820)):
+            with idx.adding("A") as add:
+                add(rows(start, stop, rng))
+        idx._optimize_part(part)  # the 10 + 10 folded in (no compaction: 20 small rows)
+        part.open_dataset().optimize.optimize_indices(num_indices_to_merge=2)  # one segment over 800, 10, 10
+        assert all(len(ids) == 1 for ids in _segment_ids(idx).values())
+        first = {name: ids[0] for name, ids in _segment_ids(idx).items()}
+        for b in range(5):
+            with idx.adding("A") as add:
+                add(rows(820 + 20 * b, 840 + 20 * b, rng))
+        idx._optimize_part(part)  # 100 rows in 5 free small fragments: the first tier
+        sizes = [f.metadata.physical_rows for f in idx.table_for("A").to_lance().get_fragments()]
+        assert sizes == [800, 10, 10, 100], sizes
+        assert all(ids[0] == first[name] for name, ids in _segment_ids(idx).items())
+        assert idx.count("A") == 920 and len(idx.text_search("A", "word3", k=400)) == len(range(3, 920, 7))
+    finally:
+        idx.close()
+
+
+def test_the_second_tier_counts_only_the_fragments_it_can_merge() -> None:
+    """A mid-size fragment that a segment covers together with a fragment of the second tier's size
+    (its remainder) is not merged by it (tier_merges), so it does not count towards it."""
+    from types import SimpleNamespace
+
+    from worldgraph.memory.index.policy import compaction_target
+
+    sizes = {1: 400, 2: 150, 3: 150, 4: 150, 5: 150}
+    frags = [SimpleNamespace(fragment_id=i, metadata=SimpleNamespace(physical_rows=r, deletion_file=None))
+             for i, r in sizes.items()]
+    ds = SimpleNamespace(get_fragments=lambda: frags)
+    assert compaction_target(ds, 100, segments={"a": [{1, 2}, {3}, {4}, {5}]}) is None  # 3 it can merge
+    assert compaction_target(ds, 100, segments={"a": [{1}, {2}, {3}, {4}, {5}]}) == 400
+    assert compaction_target(ds, 100) == 400  # without the segments: every mid-size fragment

@@ -23,6 +23,7 @@ from worldgraph.memory.index.policy import (
     ann_due_rows,
     ann_mirrored,
     compaction_target,
+    deleted_fragments,
     fold_new_rows,
     index_partitions,
     index_segments,
@@ -421,18 +422,21 @@ class IndexMaintenance(IndexTables):
                 with self._timed(part, "compaction target"):
                     target = compaction_target(ds, self.config.compact_target_rows, full, index_segments(ds))
                 if target is not None:
-                    # lance merges only neighbouring fragments covered by the same index segments:
-                    # the second tier first merges each index into one segment (an explicit
-                    # optimize did above), the first tier the segments of the small fragments
-                    if target > self.config.compact_target_rows and not full:
-                        self._retry(part, lambda: fold_new_rows(part.open_dataset(), self.config, True, timed),
-                                    "optimize indexes", lock=False)
-                    elif target == self.config.compact_target_rows:
-                        self._retry(part, lambda: merge_for_compaction(
-                            part.open_dataset(), self.config.compact_target_rows, timed), "merge indexes", lock=False)
+                    # lance merges only neighbouring fragments covered by the same index segments,
+                    # and remaps every segment covering a fragment it rewrites: an explicit
+                    # optimize merged each index into one segment above and compacts everything;
+                    # the background merges the newest segments covering the fragments of the tier
+                    # (policy.tier_merges) and rewrites only those fragments, and the ones past
+                    # lance's deleted share
+                    only: set[int] | None = None
+                    if not full:
+                        _, only = self._retry(part, lambda: merge_for_compaction(
+                            part.open_dataset(), self.config.compact_target_rows, target, timed),
+                            "merge indexes", lock=False)
+                        only |= deleted_fragments(part.open_dataset())
                     # beside the writers: no write lock (IndexTables._compact)
                     with self._timed(part, f"compact to {target}"):
-                        done = self._compact(part, target)
+                        done = self._compact(part, target, only)
                     log.info("episode index %s: compaction to %d rows per fragment: %s", part.name, target, done)
                 if full:  # what was written meanwhile, folded too
                     self._retry(part, lambda: fold_new_rows(part.open_dataset(), self.config, full, timed),

@@ -109,6 +109,18 @@ def index_partitions(dataset: Any, name: str) -> int | None:
 DELETED_SHARE = 0.1  # lance's compaction rewrites a fragment for its deletions past this share
 
 
+def deleted_fragments(dataset: Any) -> set[int]:
+    """The fragments of a pylance dataset with more than ``DELETED_SHARE`` of their rows deleted
+    (a compaction rewrites them to drop those rows)."""
+    out = set()
+    for frag in dataset.get_fragments():
+        meta = frag.metadata
+        deleted = meta.deletion_file.num_deleted_rows if meta.deletion_file is not None else 0
+        if deleted > DELETED_SHARE * meta.physical_rows:
+            out.add(int(frag.fragment_id))
+    return out
+
+
 COMPACT_TIER = 4  # fragments of compact_target_rows merge into one COMPACT_TIER times as big
 
 
@@ -128,11 +140,12 @@ def fragment_rows(dataset: Any) -> dict[int, int]:
 
 
 def free_small_fragments(rows: dict[int, int], segments: dict[str, list[set[int]]], target_rows: int) -> dict[int, int]:
-    """The small fragments (under ``target_rows``) a first-tier compaction can merge: those no index
-    segment covers together with a full-size fragment. Lance merges only neighbouring fragments
-    that the same segments of every index cover, and a full-size fragment is never merged again
-    by the first tier, so a small fragment beside one in a segment (a remainder of the last merge)
-    waits for the second tier (an index merged into one segment)."""
+    """The small fragments (under ``target_rows``) a compaction to ``target_rows`` can merge: those
+    no index segment covers together with a fragment of ``target_rows`` or more. Lance merges only
+    neighbouring fragments that the same segments of every index cover, and a fragment of the
+    target size is never merged again by that tier, so a small fragment beside one in a segment (a
+    remainder of the last merge) waits for a later merge that takes in that segment
+    (``tier_merges``)."""
     stuck: set[int] = set()
     for segs in segments.values():
         for frags in segs:
@@ -158,13 +171,17 @@ def compaction_target(dataset: Any, target_rows: int, full: bool = False,
     ``segments`` (``index_segments``): the small fragments counted for the first tier are only
     those it can merge (``free_small_fragments``); counting the others kept the trigger true at
     every run while lance merged only the few newest fragments (bench/README.md, "The first
-    compaction tier").
+    compaction tier"). Likewise the second tier counts only the fragments no segment covers
+    together with one of its size (``tier_merges``: it rewrites no other).
     """
     big = target_rows * COMPACT_TIER
     if full:
         return big
     small = count = mid = 0
-    free = None if segments is None else free_small_fragments(fragment_rows(dataset), segments, target_rows)
+    free = free_mid = None
+    if segments is not None:
+        rows = fragment_rows(dataset)
+        free, free_mid = free_small_fragments(rows, segments, target_rows), free_small_fragments(rows, segments, big)
     for frag in dataset.get_fragments():
         meta = frag.metadata
         deleted = meta.deletion_file.num_deleted_rows if meta.deletion_file is not None else 0
@@ -175,7 +192,8 @@ def compaction_target(dataset: Any, target_rows: int, full: bool = False,
                 small += meta.physical_rows
                 count += 1
         elif meta.physical_rows < big:
-            mid += 1
+            if free_mid is None or int(frag.fragment_id) in free_mid:
+                mid += 1
     if mid >= COMPACT_TIER:
         return big
     return target_rows if count >= 2 and small >= target_rows else None
@@ -222,7 +240,8 @@ def merges_covering(segments: dict[str, list[set[int]]], frags: set[int]) -> dic
     return {name: n for name, n in plan.items() if n >= 2}
 
 
-def aligned_merges(segments: dict[str, list[set[int]]], rows: dict[int, int], max_segments: int) -> dict[str, int]:
+def aligned_merges(segments: dict[str, list[set[int]]], rows: dict[int, int], max_segments: int,
+                   settled_rows: int | None = None) -> dict[str, int]:
     """Per index, how many of its newest segments to merge (``segments_to_merge``), chosen once for
     every index: from the rows each segment of the index with the most segments covers, then, for
     every index, the newest segments covering the same fragments.
@@ -232,11 +251,19 @@ def aligned_merges(segments: dict[str, list[set[int]]], rows: dict[int, int], ma
     fragments), and lance merges only fragments the same segments of every index cover: the
     first compaction tier could merge only the newest, unindexed fragments (26-27 compactions
     per 200k rows, where ~3 were meant). Every fold adds one segment covering the same
-    fragments to every index, so merges chosen alike keep the indexes' segments alike."""
+    fragments to every index, so merges chosen alike keep the indexes' segments alike.
+
+    ``settled_rows``: only the segments after the newest one covering a fragment of that many rows
+    (a second compaction tier's output: ``settled_segments``) count and merge here; those are
+    merged by the second tier (``tier_merges``), in sizes doubling from the newest to the oldest.
+    Counted here, a few of them would leave room for as few as two newer segments, and every fold
+    would then merge its rows into the newest."""
     if not segments:
         return {}
     ref = max(sorted(segments), key=lambda name: len(segments[name]))
     segs = segments[ref]
+    if settled_rows is not None:
+        segs = segs[settled_segments(segs, rows, settled_rows):]
     n = segments_to_merge([sum(rows.get(f, 0) for f in seg) for seg in segs], max_segments)
     if n < 2:
         return {}
@@ -281,16 +308,67 @@ def fold_new_rows(dataset: Any, config: WorldGraphConfig, full: bool = False,
     if full:
         plan = {name: len(segs) for name, segs in segments.items() if len(segs) > 1}
     else:
-        plan = aligned_merges(segments, fragment_rows(dataset), config.index_max_segments)
+        plan = aligned_merges(segments, fragment_rows(dataset), config.index_max_segments,
+                              config.compact_target_rows * COMPACT_TIER)
     return merge_segments(dataset, plan, timed)
 
 
-def merge_for_compaction(dataset: Any, target_rows: int,
-                         timed: Callable[[str], AbstractContextManager[Any]] | None = None) -> Any:
-    """Before a first-tier compaction: merge, in every index, the newest segments covering the
-    small fragments it can merge (``free_small_fragments``) into one, so lance merges them all
-    (it merges only neighbouring fragments the same segments cover). Returns the dataset at its
-    newest version."""
+def merge_for_compaction(dataset: Any, target_rows: int, tier_rows: int,
+                         timed: Callable[[str], AbstractContextManager[Any]] | None = None) -> tuple[Any, set[int]]:
+    """Before a background compaction to ``tier_rows``: merge, in every index, the newest segments
+    covering the fragments it can merge into one (``tier_merges``), so lance merges them all (it
+    merges only neighbouring fragments the same segments cover). Returns the dataset at its newest
+    version and the fragments the compaction may rewrite."""
     segments = index_segments(dataset)
-    free = free_small_fragments(fragment_rows(dataset), segments, target_rows)
-    return merge_segments(dataset, merges_covering(segments, set(free)), timed)
+    plan, only = tier_merges(segments, fragment_rows(dataset), target_rows, tier_rows)
+    return merge_segments(dataset, plan, timed), only
+
+
+def settled_run(sizes: list[int], n: int) -> int:
+    """How many of an index's newest segments (``sizes``: their rows, oldest first) to merge when the
+    newest ``n`` must be: each older one is taken in while it holds no more rows than the run so
+    far. Segments so double in size from the newest to the oldest, as a binary counter's bits: a
+    segment of R rows is rewritten once R more rows have come after it, the whole index about
+    once each time the table doubles."""
+    run = sum(sizes[len(sizes) - n:])
+    while 0 < n < len(sizes) and sizes[-n - 1] <= run:
+        run += sizes[-n - 1]
+        n += 1
+    return n
+
+
+def tier_merges(segments: dict[str, list[set[int]]], rows: dict[int, int], target_rows: int,
+                tier_rows: int) -> tuple[dict[str, int], set[int]]:
+    """Before a background compaction to ``tier_rows`` (``target_rows``: the first tier; COMPACT_TIER
+    times it: the second): per index, how many of its newest segments to merge so that one
+    segment covers the fragments it can merge (``free_small_fragments`` at ``tier_rows``), and the
+    fragments the compaction may rewrite (those under ``tier_rows`` the merged segments cover).
+
+    A compaction rewrites every index segment covering a fragment it merges (lance remaps the row
+    addresses of the whole segment), and lance merges only fragments the same segments cover. The
+    second tier merged each index into one segment first, so each one (every ~300-400k rows at
+    4-5M) rewrote the whole of every index twice, the merge and the remap (bench/README.md, "Whole
+    index rewrites during the ingest"). It now merges the newest segments covering its fragments,
+    taking in older ones only by ``settled_run``: a big segment is rewritten once the rows after it
+    have grown to its size. The compaction is kept to the returned fragments (the others stay
+    where they are), so no segment but the merged one is remapped."""
+    free = free_small_fragments(rows, segments, tier_rows)
+    if not segments:
+        return {}, set(free)
+    ref = max(sorted(segments), key=lambda name: len(segments[name]))
+    segs = segments[ref]
+    n = newest_covering(segs, set(free)) if free else 0
+    if n and tier_rows > target_rows:
+        n = settled_run([sum(rows.get(f, 0) for f in seg) for seg in segs], n)
+    frags = set(free).union(*segs[len(segs) - n:]) if n else set(free)
+    only = {f for f in frags if rows.get(f, 0) < tier_rows}
+    return merges_covering(segments, frags), only
+
+
+def settled_segments(segments: list[set[int]], rows: dict[int, int], settled_rows: int) -> int:
+    """How many of an index's segments (oldest first) up to the newest one covering a fragment of
+    ``settled_rows`` or more (a second tier's output, never compacted again by size)."""
+    for i in range(len(segments) - 1, -1, -1):
+        if any(rows.get(f, 0) >= settled_rows for f in segments[i]):
+            return i + 1
+    return 0

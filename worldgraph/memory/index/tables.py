@@ -276,7 +276,7 @@ class IndexTables:
                     pass
         return None  # pragma: no cover
 
-    def _compact(self, part: TenantTable, target_rows: int) -> dict[str, Any]:
+    def _compact(self, part: TenantTable, target_rows: int, only: set[int] | None = None) -> dict[str, Any]:
         """Compact ``part``'s table to fragments of ``target_rows`` rows without holding its write
         lock (docs/architecture.md, "The episode index's write lock"), but for a last attempt.
 
@@ -295,9 +295,11 @@ class IndexTables:
         writer that committed after the rewrite is retried by lance against the new fragments.
         Dropped groups are planned again from the newest version; the last attempt plans,
         rewrites and commits under the lock, so a table that keeps being changed is compacted
-        all the same. Returns what was done (counts and seconds, for the log and the bench)."""
+        all the same. ``only``: the fragments it may rewrite (lance's ``excluded_fragment_ids``: every
+        other, those written since included), None: any. Returns what was done (counts and seconds,
+        for the log and the bench)."""
         with self._compaction_lock(part):  # one compaction at a time; a purge waits for it
-            return self._compact_attempts(part, target_rows)
+            return self._compact_attempts(part, target_rows, only)
 
     @contextmanager
     def _compaction_lock(self, part: TenantTable) -> Iterator[None]:
@@ -308,11 +310,17 @@ class IndexTables:
         with self._file_lock(f".compact.{part.name}.lock"):
             yield
 
-    def _compact_attempts(self, part: TenantTable, target_rows: int) -> dict[str, Any]:
+    def _compact_attempts(self, part: TenantTable, target_rows: int, only: set[int] | None = None) -> dict[str, Any]:
         """``_compact``'s attempts, under the compaction lock."""
         from lance.optimize import Compaction, CompactionOptions
 
-        options = CompactionOptions(target_rows_per_fragment=target_rows)
+        def options(ds: Any) -> CompactionOptions:
+            opts = CompactionOptions(target_rows_per_fragment=target_rows)
+            if only is not None:
+                opts["excluded_fragment_ids"] = [int(f.fragment_id) for f in ds.get_fragments()
+                                                 if int(f.fragment_id) not in only]
+            return opts
+
         out: dict[str, Any] = {"tasks": 0, "committed": 0, "dropped": 0, "attempts": 0, "locked": False,
                                "rewrite_s": 0.0, "commit_s": 0.0, "locked_s": 0.0}
         for attempt in range(1, COMPACT_ATTEMPTS + 1):
@@ -321,7 +329,7 @@ class IndexTables:
                 with self._commit_lock(part):
                     t0 = time.perf_counter()
                     ds = part.latest_dataset()
-                    plan = Compaction.plan(ds, options)
+                    plan = Compaction.plan(ds, options(ds))
                     if plan.tasks:
                         Compaction.commit(ds, [task.execute(ds) for task in plan.tasks])
                     out.update(locked=True, tasks=out["tasks"] + len(plan.tasks),
@@ -330,7 +338,7 @@ class IndexTables:
                 break
             t0 = time.perf_counter()
             ds = part.latest_dataset()
-            plan = Compaction.plan(ds, options)
+            plan = Compaction.plan(ds, options(ds))
             if not plan.tasks:
                 break
             rewrites = [task.execute(ds) for task in plan.tasks]
