@@ -64,7 +64,9 @@ class StorageSettings(BaseModel):
     # 11.0 ms, 4 fragments 9.5 ms for a recall's two searches).
     compact_target_rows: int = Field(65_536, gt=0)
     # New rows are indexed as small delta segments; an index with more segments than this (every
-    # search reads each one) is merged back into one by the next background optimize.
+    # search reads each one) has its newest ones merged by the next background optimize. The
+    # segments covering the second compaction tier's fragments are not counted: they are merged
+    # as the table doubles (docs/architecture.md, "Compaction and index segments").
     index_max_segments: int = Field(8, ge=1)
     # The in-process index in front of a table of at least mirror_min_rows rows (memory/index/
     # mirror.py; 0: never): its filter columns and int8 vector codes in this process. A filter
