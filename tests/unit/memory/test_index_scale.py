@@ -442,12 +442,13 @@ def test_background_compaction_waits_for_a_full_fragment(tmp_path: Path):
 
 def test_segments_double_in_size_towards_the_oldest() -> None:
     """The second tier takes an older segment into its merge only once the newer rows have grown
-    to its size (policy.settled_run), so a big segment is rewritten about once per doubling."""
+    to about its size (policy.settled_run), so a big segment is rewritten about once per doubling."""
     from worldgraph.memory.index.policy import settled_run
 
-    assert settled_run([1000, 400, 100, 100], 2) == 2  # 400 > 200: the run stays
-    assert settled_run([1000, 200, 100, 100], 2) == 3  # 200 <= 200: taken in; 1000 > 400
+    assert settled_run([1000, 400, 100, 100], 2) == 2  # 400 > 1.5 x 200: the run stays
+    assert settled_run([1000, 200, 100, 100], 2) == 3  # 200 <= 1.5 x 200: taken in; 1000 > 1.5 x 400
     assert settled_run([400, 200, 100, 100], 2) == 4  # the whole index: the table doubled
+    assert settled_run([1000, 296, 283], 1) == 2  # a run a little smaller than its neighbour takes it in
     assert settled_run([100, 100], 0) == 0
 
 
