@@ -333,9 +333,9 @@ def settled_run(sizes: list[int], n: int) -> int:
     the rows of the run so far. Segments so grow about twofold from the newest to the oldest, as a
     binary counter's bits: a segment is rewritten once about as many rows have come after it, the
     whole index about once each time the table doubles. The slack: a second tier's rows vary
-    (~280-420k at 1-5M rows), and with none, a newer run a little smaller than its neighbour left
-    it alone, and each later one too (1M -> 1.8M rows: settled segments of 295k and 323k rows side
-    by side)."""
+    (~280-420k at 1-5M rows), and with none, a newer run a little smaller than its neighbour would
+    leave it alone, and so would each later one (simulated with such tiers: 6-11 settled segments
+    at 5-10M rows instead of 4-5; bench/README.md, "Whole index rewrites during the ingest")."""
     run = sum(sizes[len(sizes) - n:])
     while 0 < n < len(sizes) and sizes[-n - 1] <= SETTLED_SLACK * run:
         run += sizes[-n - 1]
