@@ -256,7 +256,7 @@ def test_a_mirror_saved_before_residuals_gains_them_in_place(loaded, tmp_path):
     assert not mirror.coarse and mirror.uid == manifest["uid"] and mirror.counts["read_rows"] == 0
     assert [h["episode_id"] for h in other.vector_search("A", q, k=10, where={"agent_role": "Ops"})] == want
     other._mirrors.save_all()
-    assert json.loads((folder / "manifest.json").read_text())["format"] == mirror_files.FORMAT == 3
+    assert json.loads((folder / "manifest.json").read_text())["format"] == mirror_files.FORMAT == 4
     assert (folder / "fine.bin").read_bytes() == fine and (folder / "eid.bin").read_bytes() == eid
     assert not (folder / "graph.usearch").exists() and not (folder / "graph.json").exists()
     other.close()
@@ -288,7 +288,7 @@ def test_a_mirror_saved_before_the_id_hashes_gains_them_on_opening(loaded, tmp_p
     assert mirror is not None and mirror.counts["read_rows"] == 0 and mirror.uid == manifest["uid"]
     assert len(set(got) & set(want)) >= 9
     other._mirrors.save_all()
-    assert json.loads((folder / "manifest.json").read_text())["format"] == 3
+    assert json.loads((folder / "manifest.json").read_text())["format"] == mirror_files.FORMAT
     assert (folder / "eid.bin").read_bytes() == eid
     other.close()
 
@@ -631,3 +631,116 @@ def test_lists_are_trained_and_filled_without_mapping_the_codes(loaded, tmp_path
     assert lists.rows_in(np.arange(lists.nlist)).dtype == np.int32  # postings: 4 bytes a row, not 8
     assert other.vector_search("A", q, k=1)[0]["episode_id"] == "e42"
     other.close()
+
+
+# the codes in list order (mirror_files.order_codes): each list's codes contiguous in codes' file,
+# a probe reads them by pread (bench/README.md, "Codes in list order")
+
+def _ordered(tmp_path, monkeypatch, loaded):
+    """The loaded index's saved mirror opened by a new index object whose lists (from 100 rows)
+    are filled and its codes put in list order: (index, query, Ops answer, folder, codes before)."""
+    from worldgraph.memory.index import ivf
+
+    q, want, folder = _saved_mirror(loaded)  # (saved without lists: fewer rows than MIN_ROWS)
+    monkeypatch.setattr(ivf, "MIN_ROWS", 100)
+    monkeypatch.setattr(ivf, "CHUNK", 700)
+    before = np.fromfile(folder / "codes.bin", np.int8).reshape(-1, D)[:3_000].copy()
+    other = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    other._small.max_rows = 0
+    assert other.warm_mirror("A") and other.wait_for_maintenance(120)
+    return other, q, want, folder, before
+
+
+def test_codes_are_put_in_list_order_replacing_the_arrival_order(loaded, tmp_path, monkeypatch):
+    """Once the lists cover a saved mirror its codes are rewritten list after list into a new
+    file that replaces codes.bin (not beside it), with each row's place; every row's code is the
+    one it had, each list's rows are one run of the file, and searches answer as before."""
+    import json
+
+    other, q, want, folder, before = _ordered(tmp_path, monkeypatch, loaded)
+    mirror = other._mirrors.held("eph-41")
+    cols, lists = mirror.cols, mirror.lists
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["codes"].startswith("codes-") and manifest["order"]["rows"] == 3_000 == cols.ordered
+    assert manifest["order"]["lists"] == lists.key
+    assert not (folder / "codes.bin").exists() and len(list(folder.glob("codes*"))) == 1
+    assert (folder / manifest["codes"]).stat().st_size == 3_000 * D
+    rows = np.arange(3_000)
+    assert np.array_equal(cols.take("codes", rows), before) and np.array_equal(cols.read("codes", rows), before)
+    on_disk = np.fromfile(folder / manifest["codes"], np.int8).reshape(-1, D)
+    assert np.array_equal(on_disk[cols.slots(rows)], before)
+    for x in range(lists.nlist):  # a list's rows: one run of places
+        places = np.sort(cols.slots(lists.rows_in(np.array([x]))))
+        assert len(places) == 0 or places[-1] - places[0] == len(places) - 1
+    assert [h["episode_id"] for h in other.vector_search("A", q, k=10, where={"agent_role": "Ops"})] == want
+    rng = np.random.default_rng(4)
+    rows_ = make_rows(0, 3_000, 1)
+    for where in (None, {"success_only": True}):
+        recalls = []
+        for i in range(6):
+            v = np.asarray(rows_[i * 101]["vector"], np.float32) + 0.6 * rng.standard_normal(D).astype(np.float32)
+            got = {h["episode_id"] for h in other.vector_search("A", v, k=10, where=where)}
+            recalls.append(len(set(exact(rows_, v, 10, where)) & got) / 10)
+        assert np.mean(recalls) >= 0.95
+    other.close()
+    third = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())  # reopened: in order, nothing read
+    third._small.max_rows = 0
+    assert [h["episode_id"] for h in third.vector_search("A", q, k=10, where={"agent_role": "Ops"})] == want
+    held = third._mirrors.held("eph-41")
+    assert held.counts["read_rows"] == 0 and held.cols.ordered == 3_000
+    assert np.array_equal(held.cols.take("codes", rows), before)
+    third.close()
+
+
+@needs_proc
+def test_a_probe_of_ordered_codes_maps_none_of_their_pages(loaded, tmp_path, monkeypatch):
+    """Searches through the lists read the ordered codes from the file: none of their pages stay
+    mapped in the process (in arrival order, a probe's rows mapped 64 KB each: every page of
+    codes.bin after a few searches)."""
+    import json
+
+    other, q, _, folder, _ = _ordered(tmp_path, monkeypatch, loaded)
+    codes = folder / json.loads((folder / "manifest.json").read_text()).get("codes", "codes.bin")
+    rows = make_rows(0, 3_000, 1)
+    for i in range(20):
+        assert other.vector_search("A", np.asarray(rows[i * 97]["vector"], np.float32), k=10)
+    assert other.vector_search("A", q, k=10)[0]["episode_id"] == "e42"
+    assert resident_kb(codes) == 0
+    other.close()
+
+
+def test_ordered_codes_stay_right_under_forgets_appends_and_another_process(loaded, tmp_path, monkeypatch):
+    """After the codes are put in order: a forget elsewhere is never returned, rows appended
+    after them are found (searched from the tail, saved past the ordered rows), and a process
+    that held the old codes' file neither saves over the new state nor reads the wrong codes."""
+    from worldgraph.memory.index import ivf, mirror_files
+
+    q, want, folder = _saved_mirror(loaded)
+    stale = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())  # opens codes.bin, arrival order
+    stale._small.max_rows = 0
+    assert [h["episode_id"] for h in stale.vector_search("A", q, k=10, where={"agent_role": "Ops"})] == want
+    assert stale.wait_for_maintenance(120) and stale._mirrors.held("eph-41").cols.codes_name == "codes.bin"
+    monkeypatch.setattr(ivf, "MIN_ROWS", 100)  # (from now on the stale process fills lists too)
+    monkeypatch.setattr(ivf, "CHUNK", 700)
+    other = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    other._small.max_rows = 0
+    assert other.warm_mirror("A") and other.wait_for_maintenance(120)
+    assert other._mirrors.held("eph-41").cols.ordered == 3_000
+    new = make_rows(3_000, 50, 3)
+    new[0]["vector"] = q * 1.0001
+    other.upsert(new)
+    other.delete(["e42"])
+    for idx in (other, stale):  # the stale process: its map still reads codes.bin's inode
+        hits = [h["episode_id"] for h in idx.vector_search("A", q, k=3)]
+        assert hits[0] == "e3000" and "e42" not in hits
+    stale._mirrors.save_all()  # the saved state is not the one it continues: not saved over
+    assert mirror_files.current(folder, other._mirrors.held("eph-41"))
+    other.close()
+    stale.close()
+    third = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())
+    third._small.max_rows = 0
+    hits = [h["episode_id"] for h in third.vector_search("A", q, k=3)]
+    assert hits[0] == "e3000" and "e42" not in hits
+    held = third._mirrors.held("eph-41")
+    assert held.cols.ordered == 3_000 and held.cols.n == 3_050 and held.counts["read_rows"] == 0
+    third.close()

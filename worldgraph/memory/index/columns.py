@@ -100,6 +100,7 @@ def one_of(column: np.ndarray, values: list[int]) -> np.ndarray:
 FIELDS: dict[str, Any] = {"codes": np.int8, "role": np.uint64, "agent": np.uint64, "canvas": np.uint64,
                           "ts": np.float64, "ok": np.bool_, "norms": np.float32, "fine": np.uint8,
                           "eid": np.uint64}
+RUN_GAP = 16  # rows between two read in one pread (~6 KB of codes: about what a call costs)
 RESORT_ROWS = 50_000  # rows appended past the sorted hashes that make the next lookup sort them again
 
 
@@ -119,6 +120,13 @@ class Columns:
         self.saved_ids = 0  # chunks of ids already in files
         self.by_eid: tuple[np.ndarray, np.ndarray] | None = None  # (eid sorted, their rows) of the first rows
         self.files: dict[str, Any] = {}  # field -> its base's file, open (``read``: the map's file, not the path's)
+        # the codes in list order (mirror_files.order_codes): the base's first rows have their codes
+        # at a place of their own in codes' file, ``slot[row]`` (int32), each list's rows contiguous;
+        # the rows past them at their own row (the arrival order). None: every row at its own row.
+        self.slot: np.ndarray | None = None
+        self.codes_name = "codes.bin"  # codes' file in the mirror's folder (a new one each time they are ordered)
+        self.order_name: str | None = None  # the file ``slot`` is saved in
+        self.order_lists: str | None = None  # the key (ivf.Ivf.key) of the lists whose order ``slot`` is
 
     def _empty(self, field: str, n: int) -> np.ndarray:
         return np.zeros(row_shape(field, n, self.dimensions), FIELDS[field])
@@ -127,16 +135,44 @@ class Columns:
     def n(self) -> int:
         return self.n_base + self.n_tail
 
+    @property
+    def ordered(self) -> int:
+        """The base's first rows whose codes are in list order (``slot``)."""
+        return 0 if self.slot is None else len(self.slot)
+
+    def slots(self, rows: np.ndarray) -> np.ndarray:
+        """Where the codes of base ``rows`` are in codes' file (``slot``; the row itself past the
+        ordered rows)."""
+        rows = np.asarray(rows, np.int64)
+        if self.slot is None or not len(rows):
+            return rows
+        out = rows.copy()
+        inside = rows < len(self.slot)
+        out[inside] = self.slot[rows[inside]]
+        return out
+
+    def order_key(self, rows: np.ndarray) -> np.ndarray:
+        """A key that sorts ``rows`` by where their codes are read from: codes' file order, then
+        the tail's rows (after every base row)."""
+        rows = np.asarray(rows, np.int64)
+        if self.slot is None:
+            return rows
+        out = rows.copy()
+        inside = rows < self.n_base
+        out[inside] = self.slots(rows[inside])
+        return out
+
     def take(self, field: str, rows: np.ndarray) -> np.ndarray:
         """``field`` of mirror ``rows`` (``ndarray.take`` on a plain view of the memory map: 3x
-        faster than indexing the map for 16k rows of codes, and faster still for sorted rows)."""
+        faster than indexing the map for 16k rows of codes, and faster still for sorted rows;
+        the codes of the base's rows at their ``slots``)."""
         if not self.n_tail:
-            return _take(self.base[field], rows)
+            return _take(self.base[field], self.slots(rows) if field == "codes" else rows)
         if not self.n_base:
             return _take(self.tail[field], rows)
         inside = rows < self.n_base
         out = np.empty((len(rows), *self.base[field].shape[1:]), FIELDS[field])
-        out[inside] = _take(self.base[field], rows[inside])
+        out[inside] = _take(self.base[field], self.slots(rows[inside]) if field == "codes" else rows[inside])
         out[~inside] = _take(self.tail[field], rows[~inside] - self.n_base)
         return out
 
@@ -158,9 +194,28 @@ class Columns:
         base = self.base[field]
         out = np.empty((len(rows), *base.shape[1:]), FIELDS[field])
         if inside.any():
-            out[inside] = _pread_rows(fh, base, rows[inside])
+            out[inside] = _pread_rows(fh, base, self.slots(rows[inside]) if field == "codes" else rows[inside])
         if not inside.all():
             out[~inside] = _take(self.tail[field], rows[~inside] - self.n_base)
+        return out
+
+    def probe_codes(self, rows: np.ndarray) -> np.ndarray:
+        """The codes of ``rows`` sorted by ``order_key`` (a probe's lists): those in list order read
+        from codes' file by ``os.pread``, a run of nearby rows at a time (a list's rows are one
+        run, a filter's gaps up to ``RUN_GAP`` rows read over), so a probe maps none of their
+        pages; the rest (past the ordered rows, scattered) through the map, as ``take``. In
+        arrival order a list's rows are spread over the whole file and a probe's reads, mapped,
+        left every page of it resident after a few searches (1M rows: 366 MB; bench/README.md,
+        "Codes in list order")."""
+        rows = np.asarray(rows, np.int64)
+        fh = self.files.get("codes")
+        ordered = rows < self.ordered
+        if fh is None or not ordered.any():
+            return self.take("codes", rows)
+        out = np.empty((len(rows), self.dimensions), np.int8)
+        out[ordered] = _pread_rows(fh, self.base["codes"], self.slots(rows[ordered]), RUN_GAP)
+        if not ordered.all():
+            out[~ordered] = self.take("codes", rows[~ordered])
         return out
 
     def put(self, field: str, rows: np.ndarray, values: np.ndarray) -> None:
@@ -173,11 +228,13 @@ class Columns:
         """``field`` of every row, as the base's and the tail's arrays (a mask is made segment by segment)."""
         return [self.base[field][:self.n_base], self.tail[field][:self.n_tail]]
 
-    def set_base(self, base: dict[str, np.ndarray], n: int, files: dict[str, Any] | None = None) -> None:
-        """The saved rows, memory-mapped (the tail must be empty or just saved), and the files
+    def set_base(self, base: dict[str, np.ndarray], n: int, files: dict[str, Any] | None = None,
+                 slot: np.ndarray | None = None) -> None:
+        """The saved rows, memory-mapped (the tail must be empty or just saved), the files
         ``read`` reads some of them from (opened with the maps: a file replaced by a rebuild
-        elsewhere is not read in their place; closed once no map and no reader holds them)."""
-        self.base, self.n_base, self.files = base, n, dict(files or {})
+        elsewhere is not read in their place; closed once no map and no reader holds them), and
+        where the codes of the first rows are in codes' file (``slot``; None: in row order)."""
+        self.base, self.n_base, self.files, self.slot = base, n, dict(files or {}), slot
         self.tail, self.n_tail = {f: self._empty(f, 0) for f in FIELDS}, 0
         if len(self.addr) < n:
             addr = np.full(n, -1, np.int64)
@@ -257,17 +314,29 @@ class Columns:
         return same
 
 
-def _pread_rows(fh: Any, base: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def _pread_rows(fh: Any, base: np.ndarray, rows: np.ndarray, gap: int = 1) -> np.ndarray:
     """Rows ``rows`` of the memory-mapped ``base`` read from its open file ``fh`` by ``os.pread``:
-    one call for a run of consecutive rows (the lists' fill), else one per row (~1.3 us a row:
-    a search's final 220 rows in ~0.3 ms)."""
+    one call for a run of ascending rows at most ``gap`` apart (the lists' fill, a list's rows
+    in list order; the rows between read and dropped), so one per row for scattered rows
+    (~1.3 us a row: a search's final 220 rows in ~0.3 ms)."""
     width = base.itemsize * int(np.prod(base.shape[1:], dtype=np.int64))
     fd, start = fh.fileno(), int(getattr(base, "offset", 0))  # (np.memmap: where its rows start in the file)
-    first = int(rows[0])
-    if int(rows[-1]) - first == len(rows) - 1 and bool((np.diff(rows) == 1).all()):
-        data = os.pread(fd, width * len(rows), start + first * width)
-    else:
-        data = b"".join([os.pread(fd, width, start + r * width) for r in rows.tolist()])
+    step = np.diff(rows)
+    breaks = np.flatnonzero((step < 1) | (step > gap)) + 1
+    firsts = np.concatenate([[0], breaks]).astype(np.int64)
+    ends = np.concatenate([breaks, [len(rows)]]).astype(np.int64)
+    if gap == 1:
+        data = b"".join([os.pread(fd, width * (b - a), start + int(rows[a]) * width)
+                         for a, b in zip(firsts.tolist(), ends.tolist())])
+    else:  # each run's span read whole, its rows picked out
+        lows, highs = rows[firsts], rows[ends - 1] + 1
+        spans = [os.pread(fd, width * (h - lo), start + lo * width) for lo, h in zip(lows.tolist(), highs.tolist())]
+        if sum(len(x) for x in spans) != width * int((highs - lows).sum()):
+            raise OSError(f"{fh.name}: a run was read short")
+        read = np.frombuffer(b"".join(spans), base.dtype).reshape(-1, *base.shape[1:])
+        at = np.repeat(np.cumsum(highs - lows) - (highs - lows) - lows, ends - firsts) + rows
+        picked: np.ndarray = read[at]
+        return picked
     if len(data) != width * len(rows):
         raise OSError(f"{fh.name}: {len(data)} of {width * len(rows)} bytes read")
     out: np.ndarray = np.frombuffer(data, base.dtype).reshape(len(rows), *base.shape[1:])

@@ -31,6 +31,7 @@ import logging
 import math
 import os
 import threading
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +101,8 @@ class Ivf:
     def __init__(self, centroids: np.ndarray, trained_rows: int, assign: np.ndarray | None = None) -> None:
         self.centroids = np.ascontiguousarray(centroids, np.float32)
         self.trained_rows = trained_rows
+        # names the centroids: codes put in list order by other lists are not in this one's order
+        self.key = f"{zlib.crc32(self.centroids.tobytes()):08x}-{len(self.centroids)}"
         self.assign = np.zeros(0, np.int32) if assign is None else np.asarray(assign, np.int32)
         self.covered = len(self.assign)
         self.lock = threading.Lock()  # one writer; searches read a consistent state

@@ -97,6 +97,7 @@ class Mirror:
         self._spill: tuple[int, Any] | None = None  # during a refresh: (rows, write the tail to files)
         self.coarse = False  # saved by a version without residuals, not read yet (fill_fine)
         self.saved_at = 0.0  # time.monotonic() of the last save
+        self.order_tried = -1e9  # time.monotonic() when its codes were last put in list order (mirror_files.order_codes)
         self.counts = {"read_rows": 0, "moved_rows": 0, "refreshes": 0}
         self._id_masks: dict[int, tuple[Any, tuple[str, Any, int], np.ndarray]] = {}  # Mirror.mask of episode ids
 
@@ -309,20 +310,24 @@ class Mirror:
         live = self.alive[rows]
         return float(self.passes(where, rows).sum()) / max(int(live.sum()), 1)
 
-    def nearest(self, q: np.ndarray, k: int, rows: np.ndarray) -> np.ndarray:
+    def nearest(self, q: np.ndarray, k: int, rows: np.ndarray, probe: bool = False) -> np.ndarray:
         """The ``k`` of mirror ``rows`` nearest to ``q`` by the cosine of their codes (the query's
-        own int8 code against theirs, SIMD: ~0.5 ms for 15k rows), best first."""
+        own int8 code against theirs, SIMD: ~0.5 ms for 15k rows), best first. ``probe``: the
+        rows of the lists nearest the query (a few runs of the codes in list order: read from
+        the file, not mapped, Columns.probe_codes); else (a filter's rows, scattered) through
+        the map."""
         import numkong
 
         if not len(rows):
             return rows
-        rows = np.sort(rows)  # codes read in file order
         cols = self.cols
+        rows = rows[np.argsort(cols.order_key(rows), kind="stable")]  # codes read in file order
         qc = quantize(np.asarray(q, np.float32).reshape(1, -1))
         sims = np.empty(len(rows), np.float64)
         for start in range(0, len(rows), READ_BATCH):  # a block of codes at a time
             part = rows[start:start + READ_BATCH]
-            dots = np.asarray(numkong.cdist(cols.take("codes", part), qc, metric="dot")).reshape(-1)
+            codes = cols.probe_codes(part) if probe else cols.take("codes", part)
+            dots = np.asarray(numkong.cdist(codes, qc, metric="dot")).reshape(-1)
             sims[start:start + len(part)] = dots / np.maximum(cols.take("norms", part), 1e-9)
         if len(rows) > k:
             top = np.argpartition(-sims, k - 1)[:k]
@@ -330,10 +335,10 @@ class Mirror:
         return rows[np.argsort(-sims, kind="stable")]
 
     def unit_vectors(self, rows: np.ndarray) -> np.ndarray:
-        """The unit vectors (float32) of mirror ``rows``, from their codes and residuals (the
-        residuals read from their file: Columns.read; the codes are what the searches' scans read)."""
+        """The unit vectors (float32) of mirror ``rows``, from their codes and residuals, both read
+        from their files (Columns.read: a search's final rows, scattered, would map 64 KB each)."""
         cols = self.cols
-        scaled = decode(cols.take("codes", rows), cols.read("fine", rows))
+        scaled = decode(cols.read("codes", rows), cols.read("fine", rows))
         unit: np.ndarray = scaled / np.maximum(np.linalg.norm(scaled, axis=1), 1e-9)[:, None]
         return unit
 

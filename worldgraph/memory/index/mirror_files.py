@@ -51,9 +51,12 @@ FOLDER = "_mirror"  # beside the tables of a local index
 # 2: with the codes' residuals (fine.bin); a format-1 mirror gets them read in the background.
 # 3: with the hashes of the episode ids (eid.bin); an older mirror gets them from its id files on
 # opening (no table read: ~0.6 s at 1M rows), saved with its next save.
-FORMAT = 3
+# 4: the codes in list order (``order_codes``): the manifest names codes' file ("codes", else
+# codes.bin) and the order ("order": the file of each ordered row's place, their count, the lists'
+# key); a format-3 mirror opens as one none of whose rows is ordered yet, and is ordered in the background.
+FORMAT = 4
 FIELDS_OF = {1: [f for f in FIELDS if f not in ("fine", "eid")], 2: [f for f in FIELDS if f != "eid"],
-             3: list(FIELDS)}
+             3: list(FIELDS), 4: list(FIELDS)}
 SAVE_ROWS = 50_000  # rows added in memory that make a search save the mirror at once
 SAVE_SECONDS = 60.0  # otherwise a changed mirror is saved at most this often (and on close)
 SYNC_ROWS = 20_000  # at most this many rows new to a mirror are read in the search that finds them
@@ -61,6 +64,9 @@ SYNC_ROWS = 20_000  # at most this many rows new to a mirror are read in the sea
 # the residuals (a search's final rows) and the codes (lists trained on a sample and filled)
 READ = ("codes", "fine")
 BUILD_ROWS = 262_144  # rows a build holds in memory before writing them to the files (config.mirror_build_rows)
+ORDER_SLACK = 4  # codes are put in list order again once the rows the lists hold past the ordered ones are 1/4 of them
+ORDER_RETRY_SECONDS = 60.0  # codes that could not be put in order (the folder's lock busy) are tried again after
+ORDER_CHUNK = 131_072  # rows of codes copied at a time while they are put in order (50 MB at 384 bytes)
 
 
 class BuildStopped(Exception):
@@ -75,7 +81,8 @@ def _width(field: str, dimensions: int) -> int:
     return int(np.dtype(FIELDS[field]).itemsize) * int(np.prod(row_shape(field, 1, dimensions)))
 
 
-def _base(folder: Path, rows: int, dimensions: int, fmt: int = FORMAT) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def _base(folder: Path, rows: int, dimensions: int, fmt: int = FORMAT,
+          codes_name: str = "codes.bin") -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The field files memory-mapped, ``rows`` rows each (read-only); a format-1 folder's
     residuals in memory, as none (filled by ``Mirror.fill_fine``). And the files of ``READ``,
     open: what ``Columns.read`` reads their scattered rows from."""
@@ -89,7 +96,7 @@ def _base(folder: Path, rows: int, dimensions: int, fmt: int = FORMAT) -> tuple[
         if rows == 0:
             out[field] = np.zeros(shape, dtype)
             continue
-        path = folder / f"{field}.bin"
+        path = folder / (codes_name if field == "codes" else f"{field}.bin")
         if path.stat().st_size < rows * _width(field, dimensions):
             raise ValueError(f"{path} holds fewer than {rows} rows")
         if field in READ:
@@ -113,6 +120,14 @@ def load(folder: Path, dimensions: int) -> Mirror | None:
         mirror = Mirror(dimensions)
         mirror.coarse = fmt < 2 and rows > 0  # saved before residuals: Mirrors.get reads them first
         cols = mirror.cols
+        cols.codes_name = str(manifest.get("codes", "codes.bin"))
+        order = manifest.get("order")
+        if order:
+            slot = np.load(folder / order["file"])
+            if slot.ndim != 1 or len(slot) != int(order["rows"]) or len(slot) > rows:
+                raise ValueError("the codes' order does not match the rows")
+            cols.slot = slot.astype(np.int32 if rows <= np.iinfo(np.int32).max else np.int64, copy=False)
+            cols.order_name, cols.order_lists = str(order["file"]), str(order["lists"])
         _set_base(cols, folder, rows, dimensions, fmt)
         for start, name in manifest["ids"]:
             cols.ids.append(_map_ids(folder / name))
@@ -160,13 +175,13 @@ def save(mirror: Mirror, folder: Path, locked: bool = False) -> bool:
         return False
 
 
-def _save_locked(mirror: Mirror, folder: Path) -> bool:
+def _save_locked(mirror: Mirror, folder: Path, order: tuple[str, str, str, np.ndarray] | None = None) -> bool:
     cols = mirror.cols
     path = folder / "manifest.json"
-    if _saved_rows(folder) != mirror.saved_rows:  # (an unreadable manifest counts as none)
+    if not current(folder, mirror):  # (an unreadable manifest counts as none)
         return False
     d = cols.dimensions
-    ids = write_rows(mirror, folder)
+    ids = write_rows(mirror, folder, order)
     fragments = {}
     for fid, held in mirror.frags.items():
         if held.file is None:
@@ -174,15 +189,17 @@ def _save_locked(mirror: Mirror, folder: Path) -> bool:
             np.save(folder / held.file, held.by_offset)
         fragments[str(fid)] = [list(held.files), held.deletion, held.file]
     manifest = {"format": FORMAT, "dimensions": d, "rows": cols.n, "version": mirror.version, "uid": mirror.uid,
-                "ids": [[s, n] for s, n in ids], "fragments": fragments}
+                "ids": [[s, n] for s, n in ids], "fragments": fragments, "codes": cols.codes_name}
+    if cols.order_name is not None:
+        manifest["order"] = {"file": cols.order_name, "rows": cols.ordered, "lists": cols.order_lists}
     tmp = folder / f".manifest.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(manifest))
     os.replace(tmp, path)
-    named = {n for _, n in ids} | {h.file for h in mirror.frags.values()}
+    named = {n for _, n in ids} | {h.file for h in mirror.frags.values()} | {cols.codes_name, cols.order_name}
     for stale in folder.iterdir():
-        if stale.name.startswith(("map-", "ids-", ".manifest.")) and stale.name not in named \
-                and stale != tmp:
-            stale.unlink(missing_ok=True)
+        if (stale.name.startswith(("map-", "ids-", ".manifest.", "codes-", "order-")) or stale.name == "codes.bin") \
+                and stale.name not in named and stale != tmp:
+            stale.unlink(missing_ok=True)  # (a process that mapped codes' old file reads it on: its inode stays)
     mirror.saved_rows = cols.n
     tighten(folder)  # the codes are the vectors' (derived from the user's words): 0600 as the rest
     mirror.dirty = False
@@ -190,16 +207,20 @@ def _save_locked(mirror: Mirror, folder: Path) -> bool:
     return True
 
 
-def write_rows(mirror: Mirror, folder: Path) -> list[tuple[int, str]]:
+def write_rows(mirror: Mirror, folder: Path,
+               order: tuple[str, str, str, np.ndarray] | None = None) -> list[tuple[int, str]]:
     """Append the rows held in memory (the tail) to the field files and the ids added since the
     last write to an id file, then map them from there (the tail is empty after); returns every
     id file as (first row, name). The caller holds the folder's lock; the rows count once a
     manifest names them (``save``): until then they are past the manifest's count, which a
-    process that opens the folder ignores and the next save overwrites."""
+    process that opens the folder ignores and the next save overwrites. ``order``: codes' new
+    file, in list order (``order_codes``: its name, the order's file and lists, each ordered
+    row's place), mapped in the old one's place."""
     cols = mirror.cols
     d = cols.dimensions
+    codes_name = cols.codes_name if order is None else order[0]
     for field in FIELDS:
-        with open(folder / f"{field}.bin", "ab") as fh:
+        with open(folder / (codes_name if field == "codes" else f"{field}.bin"), "ab") as fh:
             if fh.tell() < cols.n_base * _width(field, d):  # a field the saved format had not: all its rows
                 fh.truncate(0)
                 fh.write(np.ascontiguousarray(cols.base[field][:cols.n_base]).tobytes())
@@ -217,14 +238,19 @@ def write_rows(mirror: Mirror, folder: Path) -> list[tuple[int, str]]:
         with pa.OSFile(str(folder / name), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
         cols.ids[i] = _map_ids(folder / name)  # read from the file's pages, not held in memory
-    _set_base(cols, folder, cols.n, d)
+    if order is not None:
+        cols.codes_name, cols.order_name, cols.order_lists = order[0], order[1], order[2]
+    _set_base(cols, folder, cols.n, d, slot=cols.slot if order is None else order[3])
     cols.saved_ids = len(cols.ids)
     return ids
 
 
-def _set_base(cols: Any, folder: Path, rows: int, dimensions: int, fmt: int = FORMAT) -> None:
-    maps, files = _base(folder, rows, dimensions, fmt)
-    cols.set_base(maps, rows, files)
+def _set_base(cols: Any, folder: Path, rows: int, dimensions: int, fmt: int = FORMAT,
+              slot: Any = "held") -> None:
+    """Map the base's files (codes' current file; ``slot``: where its ordered rows are, by
+    default the ones the columns hold)."""
+    maps, files = _base(folder, rows, dimensions, fmt, cols.codes_name)
+    cols.set_base(maps, rows, files, cols.slot if isinstance(slot, str) else slot)
 
 
 def _map_ids(path: Path) -> pa.Array:
@@ -321,9 +347,12 @@ class Mirrors:
 
     def _extend_lists(self, name: str, mirror: Mirror, lock: threading.Lock) -> None:
         """Start assigning the rows the mirror's lists do not hold (or training new lists: none yet,
-        or the table grew ``ivf.RETRAIN_GROWTH`` times since), in the background (ivf.py)."""
+        or the table grew ``ivf.RETRAIN_GROWTH`` times since), then putting the saved codes in
+        their order when due (``order_codes``), in the background (ivf.py)."""
         lists, n = mirror.lists, mirror.cols.n
-        if n < ivfs.MIN_ROWS or (lists is not None and lists.covered >= n and not lists.stale(n)):
+        if n < ivfs.MIN_ROWS or (lists is not None and lists.covered >= n and not lists.stale(n)
+                                 and not (self._orders() and order_due(mirror)
+                                          and time.monotonic() - mirror.order_tried >= ORDER_RETRY_SECONDS)):
             return
         with self._lock:
             if name in self._listing or self.closed:
@@ -359,6 +388,9 @@ class Mirrors:
             mirror.lists = lists
             if folder is not None and lists.covered > saved:
                 self._save_lists(folder, lists, mirror.uid, lock, saved)
+            if folder is not None and order_due(mirror):
+                mirror.order_tried = time.monotonic()  # (not done: tried again at most this often)
+                order_codes(mirror, folder, lock, lambda: self.closed)
         except Exception as exc:  # noqa: BLE001 - searches go on without the lists; the next one retries
             log.warning("episode index: building the lists of %s failed (%s)", name, exc)
         finally:
@@ -366,6 +398,10 @@ class Mirrors:
             with self._lock:
                 self._listing.discard(name)
             self.built.set()
+
+    def _orders(self) -> bool:
+        """Whether this object puts saved codes in list order (a local, writable index)."""
+        return self.index_path is not None and self.writable
 
     def _save_lists(self, folder: Path, lists: Any, uid: str, lock: threading.Lock, saved: int) -> int:
         """Save the lists unless the index closed (under the table's lock, which ``close`` takes:
@@ -383,7 +419,7 @@ class Mirrors:
         folder = folder_of(self.index_path, name) if self.index_path is not None else None
         if folder is not None and self.writable and not self.closed and due(mirror):
             folder.mkdir(parents=True, exist_ok=True)
-            if not save(mirror, folder) and mirror.saved_rows != _saved_rows(folder):
+            if not save(mirror, folder) and not current(folder, mirror):
                 del self._mirrors[name]  # another process saved: reopen its state next time
 
     def _refresh_bounded(self, name: str, mirror: Mirror, ds: Any) -> None:
@@ -404,7 +440,7 @@ class Mirrors:
             except StorageError:
                 self._refresh(name, mirror, ds)
                 return
-            if mirror.saved_rows != _saved_rows(folder):  # another process saved since it was opened
+            if not current(folder, mirror):  # another process saved since it was opened
                 del self._mirrors[name]  # its state is opened by the next search
                 return
 
@@ -516,3 +552,90 @@ def _saved_rows(folder: Path) -> int:
         return int(json.loads((folder / "manifest.json").read_text())["rows"])
     except (OSError, ValueError, KeyError):
         return 0
+
+
+def current(folder: Path, mirror: Mirror) -> bool:
+    """Whether the state saved in ``folder`` is the one ``mirror`` continues: as many rows, in
+    the same codes' file (another process that put them in list order named a new one)."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        rows, codes = int(manifest["rows"]), manifest.get("codes", "codes.bin")
+    except (OSError, ValueError, KeyError, TypeError):
+        return mirror.saved_rows == 0
+    return rows == mirror.saved_rows and (rows == 0 or codes == mirror.cols.codes_name)
+
+
+def order_due(mirror: Mirror) -> bool:
+    """Whether the mirror's codes should be put in the order of its lists (``order_codes``): they
+    are in another lists' order (or none), or the saved rows its lists hold past the ordered
+    ones are more than 1 / ``ORDER_SLACK`` of those (read scattered, through the map)."""
+    lists, cols = mirror.lists, mirror.cols
+    if lists is None or mirror.coarse:
+        return False
+    held = min(lists.covered, cols.n_base)
+    if cols.order_lists != lists.key:
+        return held >= ivfs.MIN_ROWS
+    return held - cols.ordered > max(ivfs.MIN_ROWS, cols.ordered // ORDER_SLACK)
+
+
+def order_codes(mirror: Mirror, folder: Path, lock: threading.Lock, closed: Any = lambda: False) -> bool:
+    """Put the saved codes in the order of the mirror's lists: a new codes' file with the rows the
+    lists hold, list after list (each list's rows contiguous, ascending), then the other saved
+    rows in arrival order, and each ordered row's place (``order-<token>.npy``, 4 bytes a row),
+    saved with the rows held in memory and a manifest naming both (the old file is deleted; a
+    process that mapped it reads on from its inode, then reopens: ``current``). A probe of 16
+    lists then reads 16 runs of the file instead of rows spread over all of it (bench/README.md,
+    "Codes in list order"). The codes are copied ``ORDER_CHUNK`` rows at a time, by ``os.pread``
+    (nothing of either file mapped), holding the folder's lock (no process saves meanwhile) but
+    not the table's (searches go on, from the old file). False: not done (the lock busy, the
+    saved state not this mirror's, the index closed)."""
+    from worldgraph.memory.index.columns import RUN_GAP, _pread_rows
+
+    written: Path | None = None
+    try:
+        with file_lock(folder / ".lock", timeout=0):
+            with lock:
+                cols, lists = mirror.cols, mirror.lists
+                if lists is None or mirror.coarse or not current(folder, mirror) or not cols.n_base:
+                    return False
+                n, base, fh, old_slot = cols.n_base, cols.base["codes"], cols.files.get("codes"), cols.slot
+                with lists.lock:
+                    assign = lists.assign[:min(lists.covered, n)]
+                key = lists.key
+            if fh is None:
+                return False
+            place = np.argsort(assign, kind="stable").astype(ivfs.row_dtype(n))  # new place -> row
+            token = uuid.uuid4().hex[:12]
+            written = folder / f"codes-{token}.bin"
+            with open(written, "wb") as out:
+                for start in range(0, n, ORDER_CHUNK):
+                    if closed():
+                        return False
+                    end = min(start + ORDER_CHUNK, n)  # the ordered rows, then the rest in arrival order
+                    rows = np.concatenate([place[start:end], np.arange(max(start, len(place)), end)])
+                    old = rows.astype(np.int64)
+                    if old_slot is not None:
+                        inside = old < len(old_slot)
+                        old[inside] = old_slot[old[inside]]
+                    by_old = np.argsort(old, kind="stable")
+                    codes = np.empty((len(rows), cols.dimensions), np.int8)
+                    codes[by_old] = _pread_rows(fh, base, old[by_old], RUN_GAP)
+                    out.write(codes.tobytes())
+            slot = np.empty(len(place), place.dtype)
+            slot[place] = np.arange(len(place), dtype=place.dtype)
+            order_name = f"order-{token}.npy"
+            np.save(folder / order_name, slot)
+            with lock:
+                done = not closed() and cols.n_base == n and mirror.lists is lists \
+                    and _save_locked(mirror, folder, (written.name, order_name, key, slot))
+            if not done:
+                (folder / order_name).unlink(missing_ok=True)
+                return False
+            written = None
+            log.info("episode index: the codes of %d rows put in list order in %s", len(place), folder)
+            return True
+    except StorageError:
+        return False
+    finally:
+        if written is not None:
+            written.unlink(missing_ok=True)

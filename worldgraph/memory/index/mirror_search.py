@@ -130,7 +130,7 @@ class MirrorSearch(IndexTables):
             if got >= target:
                 break
             step *= 2
-        return mirror.nearest(q, want, np.concatenate(found))
+        return mirror.nearest(q, want, np.concatenate(found), probe=True)
 
     def _ann_rows(self, part: TenantTable, ds: Any, mirror: Mirror, q: np.ndarray, want: int,
                   keep: np.ndarray | None, passing: int) -> np.ndarray:
