@@ -224,7 +224,9 @@ def held_parts(wm: Any) -> dict[str, float]:
         out.update({"rows": cols.n, "row addresses": mb(cols.addr.nbytes), "live mask": mb(m.alive.nbytes),
                     "fragment maps": mb(sum(f.by_offset.nbytes for f in m.frags.values())),
                     "tail": mb(sum(v.nbytes for v in cols.tail.values())),
-                    "id lookup": mb(sum(x.nbytes for x in cols.by_eid) if cols.by_eid else 0)})
+                    "id lookup": mb(sum(x.nbytes for x in cols.by_eid) if cols.by_eid else 0),
+                    "codes' places": mb(getattr(cols, "slot", None).nbytes if getattr(cols, "slot", None) is not None
+                                        else 0)})
         if m.lists is not None:
             out["lists"] = mb(m.lists.assign.nbytes + m.lists.rows_in(np.arange(m.lists.nlist)).nbytes
                               + m.lists.centroids.nbytes)
