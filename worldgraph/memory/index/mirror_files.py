@@ -586,10 +586,10 @@ def order_codes(mirror: Mirror, folder: Path, lock: threading.Lock, closed: Any 
     process that mapped it reads on from its inode, then reopens: ``current``). A probe of 16
     lists then reads 16 runs of the file instead of rows spread over all of it (bench/README.md,
     "Codes in list order"). The codes are copied ``ORDER_CHUNK`` rows at a time, by ``os.pread``
-    (nothing of either file mapped), holding the folder's lock (no process saves meanwhile) but
+    (nothing of either file mapped; a call per run of the old file, so per row from arrival order), holding the folder's lock (no process saves meanwhile) but
     not the table's (searches go on, from the old file). False: not done (the lock busy, the
     saved state not this mirror's, the index closed)."""
-    from worldgraph.memory.index.columns import RUN_GAP, _pread_rows
+    from worldgraph.memory.index.columns import _pread_rows
 
     written: Path | None = None
     try:
@@ -619,7 +619,7 @@ def order_codes(mirror: Mirror, folder: Path, lock: threading.Lock, closed: Any 
                         old[inside] = old_slot[old[inside]]
                     by_old = np.argsort(old, kind="stable")
                     codes = np.empty((len(rows), cols.dimensions), np.int8)
-                    codes[by_old] = _pread_rows(fh, base, old[by_old], RUN_GAP)
+                    codes[by_old] = _pread_rows(fh, base, old[by_old])  # (a gap read over: the whole file a chunk)
                     out.write(codes.tobytes())
             slot = np.empty(len(place), place.dtype)
             slot[place] = np.arange(len(place), dtype=place.dtype)
