@@ -586,8 +586,9 @@ def order_codes(mirror: Mirror, folder: Path, lock: threading.Lock, closed: Any 
     process that mapped it reads on from its inode, then reopens: ``current``). A probe of 16
     lists then reads 16 runs of the file instead of rows spread over all of it (bench/README.md,
     "Codes in list order"). The codes are copied ``ORDER_CHUNK`` rows at a time, by ``os.pread``
-    (nothing of either file mapped; a call per run of the old file, so per row from arrival order), holding the folder's lock (no process saves meanwhile) but
-    not the table's (searches go on, from the old file). False: not done (the lock busy, the
+    (nothing of either file mapped; a call per run of the old file, so per row from arrival
+    order), holding the folder's lock (no process saves meanwhile) but not the table's
+    (searches go on, from the old file). False: not done (the lock busy, the
     saved state not this mirror's, the index closed)."""
     from worldgraph.memory.index.columns import _pread_rows
 
