@@ -146,7 +146,7 @@ class Columns:
         rows = np.asarray(rows, np.int64)
         if self.slot is None or not len(rows):
             return rows
-        out = rows.copy()
+        out: np.ndarray = rows.copy()
         inside = rows < len(self.slot)
         out[inside] = self.slot[rows[inside]]
         return out
@@ -157,7 +157,7 @@ class Columns:
         rows = np.asarray(rows, np.int64)
         if self.slot is None:
             return rows
-        out = rows.copy()
+        out: np.ndarray = rows.copy()
         inside = rows < self.n_base
         out[inside] = self.slots(rows[inside])
         return out

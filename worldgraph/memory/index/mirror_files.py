@@ -188,8 +188,8 @@ def _save_locked(mirror: Mirror, folder: Path, order: tuple[str, str, str, np.nd
             held.file = f"map-{fid}-{uuid.uuid4().hex[:12]}.npy"
             np.save(folder / held.file, held.by_offset)
         fragments[str(fid)] = [list(held.files), held.deletion, held.file]
-    manifest = {"format": FORMAT, "dimensions": d, "rows": cols.n, "version": mirror.version, "uid": mirror.uid,
-                "ids": [[s, n] for s, n in ids], "fragments": fragments, "codes": cols.codes_name}
+    manifest: dict[str, Any] = {"format": FORMAT, "dimensions": d, "rows": cols.n, "version": mirror.version, "uid": mirror.uid,
+                                "ids": [[s, n] for s, n in ids], "fragments": fragments, "codes": cols.codes_name}
     if cols.order_name is not None:
         manifest["order"] = {"file": cols.order_name, "rows": cols.ordered, "lists": cols.order_lists}
     tmp = folder / f".manifest.{os.getpid()}.tmp"
@@ -572,10 +572,10 @@ def order_due(mirror: Mirror) -> bool:
     lists, cols = mirror.lists, mirror.cols
     if lists is None or mirror.coarse:
         return False
-    held = min(lists.covered, cols.n_base)
+    held, least = min(int(lists.covered), cols.n_base), int(ivfs.MIN_ROWS)
     if cols.order_lists != lists.key:
-        return held >= ivfs.MIN_ROWS
-    return held - cols.ordered > max(ivfs.MIN_ROWS, cols.ordered // ORDER_SLACK)
+        return held >= least
+    return held - cols.ordered > max(least, cols.ordered // ORDER_SLACK)
 
 
 def order_codes(mirror: Mirror, folder: Path, lock: threading.Lock, closed: Any = lambda: False) -> bool:
@@ -605,7 +605,7 @@ def order_codes(mirror: Mirror, folder: Path, lock: threading.Lock, closed: Any 
                 key = lists.key
             if fh is None:
                 return False
-            place = np.argsort(assign, kind="stable").astype(ivfs.row_dtype(n))  # new place -> row
+            place: np.ndarray = np.argsort(assign, kind="stable").astype(ivfs.row_dtype(n))  # new place -> row
             token = uuid.uuid4().hex[:12]
             written = folder / f"codes-{token}.bin"
             with open(written, "wb") as out:
