@@ -296,8 +296,8 @@ def test_folder_of_257ae78_opens_with_its_saved_mirror_and_graph(tmp_path: Path,
         # (ivf.py) in place of the graph, whose files are gone
         assert wm.index.warm_mirror("acme", timeout=60) and wm.index.mirror_stats("acme")["read_rows"] == 0
         assert answers(wm) == want and not (saved / "graph.usearch").exists()
-        wm.index._mirrors.save_all()  # format 3: with the residuals and the hashes of the episode ids
-        assert json.loads((saved / "manifest.json").read_text())["format"] == 3 and (saved / "fine.bin").exists()
+        wm.index._mirrors.save_all()  # format 3 and on: with the residuals and the hashes of the episode ids
+        assert json.loads((saved / "manifest.json").read_text())["format"] == 4 and (saved / "fine.bin").exists()
         assert (saved / "eid.bin").stat().st_size == 8 * 152
         # the filters only the store holds, through the upgraded mirror: a session, a feedback floor
         opts = {"min_similarity": -1.0}
@@ -327,17 +327,22 @@ def test_folder_of_257ae78_opens_with_its_saved_mirror_and_graph(tmp_path: Path,
         assert answers(wm)[1] == got[1]
 
 
-def test_folder_of_9c2889b_gains_the_id_hashes_and_answers_store_filters(tmp_path: Path) -> None:
+def test_folder_of_9c2889b_gains_the_id_hashes_and_answers_store_filters(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """9c2889b saved its mirror as format 2 (codes, residuals, lists; no hashes of the episode ids:
     tests/fixtures/make_data_9c2889b_mirror.py). A later main opens it without reading the table,
     makes the hashes from the mirror's id files, answers the session and feedback filters through
-    it with LanceDB's answers, saves it as format 3, and sees a rating another process writes."""
+    it with LanceDB's answers, saves it (format 4), puts its codes in the order of its saved lists
+    in the background (a new codes' file in codes.bin's place: the answers the same), and sees a
+    rating another process writes."""
     import subprocess
     import sys
 
     from worldgraph.config import WorldGraphConfig
+    from worldgraph.memory.index import ivf
 
     data = unpack(tmp_path, "data_9c2889b_mirror")
+    monkeypatch.setattr(ivf, "MIN_ROWS", 100)  # (as the fixture was made: its 153 rows have lists)
     saved = next(data.glob("**/_mirror/*/manifest.json")).parent
     assert json.loads((saved / "manifest.json").read_text())["format"] == 2 and not (saved / "eid.bin").exists()
     query, opts = "reconcile the ledger", {"min_similarity": -1.0}
@@ -359,15 +364,19 @@ def test_folder_of_9c2889b_gains_the_id_hashes_and_answers_store_filters(tmp_pat
         stats = wm.index.mirror_stats("acme")
         assert stats is not None and stats["read_rows"] == 0 and stats["live"] == 153  # no table read
         wm.index._mirrors.save_all()
-        assert json.loads((saved / "manifest.json").read_text())["format"] == 3
+        assert json.loads((saved / "manifest.json").read_text())["format"] == 4
         assert (saved / "eid.bin").stat().st_size == 8 * 153
+        assert wm.index.wait_for_maintenance(120)  # the codes put in the lists' order meanwhile
+        manifest = json.loads((saved / "manifest.json").read_text())
+        assert manifest["codes"].startswith("codes-") and manifest["order"]["rows"] == manifest["rows"]
+        assert not (saved / "codes.bin").exists() and answers(wm) == want
         unrated = next(e for e in answers(wm)[0])  # a turn of chat-1: never rated
         code = ("from worldgraph import WorldModel\n"
                 f"with WorldModel.open({str(data)!r}) as wm:\n"
                 f"    wm.submit_feedback('acme', {unrated!r}, 1.0, category='accuracy')\n")
         subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
         assert unrated in answers(wm)[3]
-    with WorldModel.open(data, config=mirrored) as wm:  # reopened: format 3, nothing read again
+    with WorldModel.open(data, config=mirrored) as wm:  # reopened: format 4, in list order, nothing read again
         assert answers(wm)[3] == sorted([*want[3], unrated])
         assert wm.index.mirror_stats("acme")["read_rows"] == 0
 

@@ -328,14 +328,19 @@ def _pread_rows(fh: Any, base: np.ndarray, rows: np.ndarray, gap: int = 1) -> np
     if gap == 1:
         data = b"".join([os.pread(fd, width * (b - a), start + int(rows[a]) * width)
                          for a, b in zip(firsts.tolist(), ends.tolist())])
-    else:  # each run's span read whole, its rows picked out
+    else:  # each run's span read whole into one buffer (preadv: no copy), its rows picked out
         lows, highs = rows[firsts], rows[ends - 1] + 1
-        spans = [os.pread(fd, width * (h - lo), start + lo * width) for lo, h in zip(lows.tolist(), highs.tolist())]
-        if sum(len(x) for x in spans) != width * int((highs - lows).sum()):
-            raise OSError(f"{fh.name}: a run was read short")
-        read = np.frombuffer(b"".join(spans), base.dtype).reshape(-1, *base.shape[1:])
-        at = np.repeat(np.cumsum(highs - lows) - (highs - lows) - lows, ends - firsts) + rows
-        picked: np.ndarray = read[at]
+        sizes = highs - lows
+        read = np.empty((int(sizes.sum()), *base.shape[1:]), base.dtype)
+        flat = memoryview(read.reshape(-1).view(np.uint8))
+        at_byte = 0
+        for lo, size in zip(lows.tolist(), sizes.tolist()):
+            if os.preadv(fd, [flat[at_byte:at_byte + size * width]], start + lo * width) != size * width:
+                raise OSError(f"{fh.name}: a run was read short")
+            at_byte += size * width
+        if len(read) == len(rows):  # no gaps: the runs are the rows
+            return read
+        picked: np.ndarray = read[np.repeat(np.cumsum(sizes) - sizes - lows, ends - firsts) + rows]
         return picked
     if len(data) != width * len(rows):
         raise OSError(f"{fh.name}: {len(data)} of {width * len(rows)} bytes read")
