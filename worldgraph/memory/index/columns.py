@@ -5,6 +5,7 @@ saved base (memory-mapped files, mirror_files.py) and an in-memory tail of the r
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 from typing import Any
 
@@ -100,7 +101,8 @@ def one_of(column: np.ndarray, values: list[int]) -> np.ndarray:
 FIELDS: dict[str, Any] = {"codes": np.int8, "role": np.uint64, "agent": np.uint64, "canvas": np.uint64,
                           "ts": np.float64, "ok": np.bool_, "norms": np.float32, "fine": np.uint8,
                           "eid": np.uint64}
-RUN_GAP = 16  # rows between two read in one pread (~6 KB of codes: about what a call costs)
+FAULT_AROUND = 65_536  # bytes the kernel maps around a page fault of a file map (Linux's default fault_around_bytes)
+DROP_GAP = 4_096  # rows (1.5 MB of codes) between two a probe's pages are dropped in one call
 RESORT_ROWS = 50_000  # rows appended past the sorted hashes that make the next lookup sort them again
 
 
@@ -200,23 +202,44 @@ class Columns:
         return out
 
     def probe_codes(self, rows: np.ndarray) -> np.ndarray:
-        """The codes of ``rows`` sorted by ``order_key`` (a probe's lists): those in list order read
-        from codes' file by ``os.pread``, a run of nearby rows at a time (a list's rows are one
-        run, a filter's gaps up to ``RUN_GAP`` rows read over), so a probe maps none of their
-        pages; the rest (past the ordered rows, scattered) through the map, as ``take``. In
-        arrival order a list's rows are spread over the whole file and a probe's reads, mapped,
-        left every page of it resident after a few searches (1M rows: 366 MB; bench/README.md,
-        "Codes in list order")."""
+        """The codes of ``rows`` sorted by ``order_key`` (a probe's lists: a few runs of the codes in
+        list order), read through the map like ``take``, then the pages of those runs dropped from
+        the process (``MADV_DONTNEED``; they stay in the page cache): a probe leaves none of the
+        ordered codes resident. In arrival order a list's rows were spread over the whole file and
+        a probe's reads mapped 64 KB each: every page of it after a few recalls (1M rows: 366 MB;
+        bench/README.md, "Codes in list order"). Mapping the runs and dropping them cost less than
+        reading them by ``os.pread`` (measured: ~0.2 against ~1.2 ms of CPU a recall at 1M)."""
         rows = np.asarray(rows, np.int64)
-        fh = self.files.get("codes")
+        out = self.take("codes", rows)
         ordered = rows < self.ordered
-        if fh is None or not ordered.any():
-            return self.take("codes", rows)
-        out = np.empty((len(rows), self.dimensions), np.int8)
-        out[ordered] = _pread_rows(fh, self.base["codes"], self.slots(rows[ordered]), RUN_GAP)
-        if not ordered.all():
-            out[~ordered] = self.take("codes", rows[~ordered])
+        if ordered.any():
+            self._drop_codes(self.slots(rows[ordered]))
         return out
+
+    def _drop_codes(self, slots: np.ndarray) -> None:
+        """``MADV_DONTNEED`` the pages of codes' map that hold ``slots`` (ascending), one call per
+        run of slots at most ``DROP_GAP`` apart (a filter's gaps dropped with them: pages a narrow
+        filter's scan mapped there are mapped again when it next reads them)."""
+        base = self.base["codes"]
+        held = getattr(base, "_mmap", None)
+        if held is None or not len(slots):
+            return
+        # the kernel maps the pages around a faulting one too (fault-around: the 64 KB window
+        # around it), so a run's pages are dropped out to those windows' edges
+        width, page = self.dimensions, max(mmap.PAGESIZE, FAULT_AROUND)
+        skip = int(getattr(base, "offset", 0)) % mmap.ALLOCATIONGRANULARITY  # (where row 0 is in the map)
+        breaks = np.flatnonzero(np.diff(slots) > DROP_GAP) + 1
+        lows = slots[np.concatenate([[0], breaks]).astype(np.int64)]
+        highs = slots[np.concatenate([breaks - 1, [len(slots) - 1]]).astype(np.int64)] + 1
+        try:
+            size = len(held)
+            for lo, hi in zip(lows.tolist(), highs.tolist()):
+                first = (skip + lo * width) // page * page
+                end = min(size, -(-(skip + hi * width) // page) * page)
+                if end > first:
+                    held.madvise(mmap.MADV_DONTNEED, first, end - first)
+        except (OSError, ValueError):  # a map closed meanwhile (a save mapped the files anew)
+            pass
 
     def put(self, field: str, rows: np.ndarray, values: np.ndarray) -> None:
         """Set ``field`` of mirror ``rows`` (the base's array must be writable: in memory)."""
@@ -314,34 +337,17 @@ class Columns:
         return same
 
 
-def _pread_rows(fh: Any, base: np.ndarray, rows: np.ndarray, gap: int = 1) -> np.ndarray:
+def _pread_rows(fh: Any, base: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Rows ``rows`` of the memory-mapped ``base`` read from its open file ``fh`` by ``os.pread``:
-    one call for a run of ascending rows at most ``gap`` apart (the lists' fill, a list's rows
-    in list order; the rows between read and dropped), so one per row for scattered rows
-    (~1.3 us a row: a search's final 220 rows in ~0.3 ms)."""
+    one call for each run of consecutive rows (the lists' fill, a copy of codes put in list
+    order), so one per row for scattered rows (~1.3 us a row: a search's final 220 rows in
+    ~0.3 ms)."""
     width = base.itemsize * int(np.prod(base.shape[1:], dtype=np.int64))
     fd, start = fh.fileno(), int(getattr(base, "offset", 0))  # (np.memmap: where its rows start in the file)
-    step = np.diff(rows)
-    breaks = np.flatnonzero((step < 1) | (step > gap)) + 1
-    firsts = np.concatenate([[0], breaks]).astype(np.int64)
-    ends = np.concatenate([breaks, [len(rows)]]).astype(np.int64)
-    if gap == 1:
-        data = b"".join([os.pread(fd, width * (b - a), start + int(rows[a]) * width)
-                         for a, b in zip(firsts.tolist(), ends.tolist())])
-    else:  # each run's span read whole into one buffer (preadv: no copy), its rows picked out
-        lows, highs = rows[firsts], rows[ends - 1] + 1
-        sizes = highs - lows
-        read = np.empty((int(sizes.sum()), *base.shape[1:]), base.dtype)
-        flat = memoryview(read.reshape(-1).view(np.uint8))
-        at_byte = 0
-        for lo, size in zip(lows.tolist(), sizes.tolist()):
-            if os.preadv(fd, [flat[at_byte:at_byte + size * width]], start + lo * width) != size * width:
-                raise OSError(f"{fh.name}: a run was read short")
-            at_byte += size * width
-        if len(read) == len(rows):  # no gaps: the runs are the rows
-            return read
-        picked: np.ndarray = read[np.repeat(np.cumsum(sizes) - sizes - lows, ends - firsts) + rows]
-        return picked
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    firsts = np.concatenate([[0], breaks]).astype(np.int64).tolist()
+    ends = np.concatenate([breaks, [len(rows)]]).astype(np.int64).tolist()
+    data = b"".join([os.pread(fd, width * (b - a), start + int(rows[a]) * width) for a, b in zip(firsts, ends)])
     if len(data) != width * len(rows):
         raise OSError(f"{fh.name}: {len(data)} of {width * len(rows)} bytes read")
     out: np.ndarray = np.frombuffer(data, base.dtype).reshape(len(rows), *base.shape[1:])

@@ -313,9 +313,9 @@ class Mirror:
     def nearest(self, q: np.ndarray, k: int, rows: np.ndarray, probe: bool = False) -> np.ndarray:
         """The ``k`` of mirror ``rows`` nearest to ``q`` by the cosine of their codes (the query's
         own int8 code against theirs, SIMD: ~0.5 ms for 15k rows), best first. ``probe``: the
-        rows of the lists nearest the query (a few runs of the codes in list order: read from
-        the file, not mapped, Columns.probe_codes); else (a filter's rows, scattered) through
-        the map."""
+        rows of the lists nearest the query (a few runs of the codes in list order, their pages
+        dropped after: Columns.probe_codes); else (a filter's rows, scattered) through the map,
+        left mapped (dropped, they would cost a fault each at the next scan)."""
         import numkong
 
         if not len(rows):

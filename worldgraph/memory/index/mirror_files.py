@@ -620,7 +620,7 @@ def order_codes(mirror: Mirror, folder: Path, lock: threading.Lock, closed: Any 
                         old[inside] = old_slot[old[inside]]
                     by_old = np.argsort(old, kind="stable")
                     codes = np.empty((len(rows), cols.dimensions), np.int8)
-                    codes[by_old] = _pread_rows(fh, base, old[by_old])  # (a gap read over: the whole file a chunk)
+                    codes[by_old] = _pread_rows(fh, base, old[by_old])  # (a call per run of the old file)
                     out.write(codes.tobytes())
             slot = np.empty(len(place), place.dtype)
             slot[place] = np.arange(len(place), dtype=place.dtype)
