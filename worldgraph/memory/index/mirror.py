@@ -321,7 +321,10 @@ class Mirror:
         if not len(rows):
             return rows
         cols = self.cols
-        rows = rows[np.argsort(cols.order_key(rows), kind="stable")]  # codes read in file order
+        # a probe's rows come list by list, each list's a run of the codes' file (in list order);
+        # a filter's rows are read in row order (in list order as scattered as in arrival order:
+        # sorting them by place costs more, ~2 ms for 40k rows, than it saves on mapped pages)
+        rows = rows if probe else np.sort(rows)
         qc = quantize(np.asarray(q, np.float32).reshape(1, -1))
         sims = np.empty(len(rows), np.float64)
         for start in range(0, len(rows), READ_BATCH):  # a block of codes at a time
