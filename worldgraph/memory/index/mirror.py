@@ -311,44 +311,56 @@ class Mirror:
         return float(self.passes(where, rows).sum()) / max(int(live.sum()), 1)
 
     def nearest(self, q: np.ndarray, k: int, rows: np.ndarray, probe: bool = False) -> np.ndarray:
+        """The ``k`` of mirror ``rows`` nearest to ``q`` by the cosine of their codes, best first
+        (``nearest_codes`` without the codes)."""
+        return self.nearest_codes(q, k, rows, probe)[0]
+
+    def nearest_codes(self, q: np.ndarray, k: int, rows: np.ndarray,
+                      probe: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` of mirror ``rows`` nearest to ``q`` by the cosine of their codes (the query's
-        own int8 code against theirs, SIMD: ~0.5 ms for 15k rows), best first. ``probe``: the
-        rows of the lists nearest the query (a few runs of the codes in list order, their pages
-        dropped after: Columns.probe_codes); else (a filter's rows, scattered) through the map,
-        left mapped (dropped, they would cost a fault each at the next scan)."""
+        own int8 code against theirs, SIMD: ~0.5 ms for 15k rows), best first, and their codes
+        (``results`` re-ranks them without reading them again). ``probe``: the rows of the lists
+        nearest the query (a few runs of the codes in list order, their pages dropped after:
+        Columns.probe_codes); else (a filter's rows, scattered) through the map, left mapped
+        (dropped, they would cost a fault each at the next scan)."""
         import numkong
 
-        if not len(rows):
-            return rows
         cols = self.cols
+        if not len(rows):
+            return rows, np.zeros((0, cols.dimensions), np.int8)
         # a probe's rows come list by list, each list's a run of the codes' file (in list order);
         # a filter's rows are read in row order (in list order as scattered as in arrival order:
         # sorting them by place costs more, ~2 ms for 40k rows, than it saves on mapped pages)
         rows = rows if probe else np.sort(rows)
         qc = quantize(np.asarray(q, np.float32).reshape(1, -1))
         sims = np.empty(len(rows), np.float64)
+        blocks = []
         for start in range(0, len(rows), READ_BATCH):  # a block of codes at a time
             part = rows[start:start + READ_BATCH]
             codes = cols.probe_codes(part) if probe else cols.take("codes", part)
+            blocks.append(codes)
             dots = np.asarray(numkong.cdist(codes, qc, metric="dot")).reshape(-1)
             sims[start:start + len(part)] = dots / np.maximum(cols.take("norms", part), 1e-9)
-        if len(rows) > k:
-            top = np.argpartition(-sims, k - 1)[:k]
-            rows, sims = rows[top], sims[top]
-        return rows[np.argsort(-sims, kind="stable")]
+        top = np.argpartition(-sims, k - 1)[:k] if len(rows) > k else np.arange(len(rows))
+        top = top[np.argsort(-sims[top], kind="stable")]
+        kept = blocks[0][top] if len(blocks) == 1 else np.concatenate(blocks)[top]
+        return rows[top], kept
 
-    def unit_vectors(self, rows: np.ndarray) -> np.ndarray:
-        """The unit vectors (float32) of mirror ``rows``, from their codes and residuals, both read
-        from their files (Columns.read: a search's final rows, scattered, would map 64 KB each)."""
+    def unit_vectors(self, rows: np.ndarray, codes: np.ndarray | None = None) -> np.ndarray:
+        """The unit vectors (float32) of mirror ``rows``, from their codes (given: ``nearest_codes``
+        read them; else read) and residuals, read from their files (Columns.read: a search's
+        final rows, scattered, would map 64 KB each)."""
         cols = self.cols
-        scaled = decode(cols.read("codes", rows), cols.read("fine", rows))
+        scaled = decode(cols.read("codes", rows) if codes is None else codes, cols.read("fine", rows))
         unit: np.ndarray = scaled / np.maximum(np.linalg.norm(scaled, axis=1), 1e-9)[:, None]
         return unit
 
-    def results(self, rows: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def results(self, rows: np.ndarray, q: np.ndarray, k: int,
+                codes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The best ``k`` of mirror ``rows`` by the cosine of the float query with their codes plus
-        residuals: the rows, their unit vectors (float32) and their cosines, best first."""
-        unit = self.unit_vectors(rows)
+        residuals: the rows, their unit vectors (float32) and their cosines, best first
+        (``codes``: the rows' codes, when the caller holds them)."""
+        unit = self.unit_vectors(rows, codes)
         sims = unit @ (np.asarray(q, np.float32) / (float(np.linalg.norm(q)) or 1.0))
         order = np.argsort(-sims, kind="stable")[:k]
         return rows[order], unit[order], sims[order]

@@ -48,25 +48,26 @@ class MirrorSearch(IndexTables):
         if share * mirror.live > WIDE_MARGIN * self.config.mirror_exact_rows:
             # clearly wide (a sample says so): its filter is checked on the lists' rows only, no mask
             # of every row (18-34 ms a column at 10M rows)
-            rows = self._list_rows(mirror, q, want, lambda r: mirror.passes(where, r), share)
-            return self._mirror_out(ds, mirror, rows, q, k, select, tenant_id)
+            found = self._list_rows(mirror, q, want, lambda r: mirror.passes(where, r), share)
+            return self._mirror_out(ds, mirror, found, q, k, select, tenant_id)
         keep = mirror.mask(where) if where else None
         passing = mirror.live if keep is None else int(np.count_nonzero(keep))
         if passing == 0:
             return []
         if (keep is not None and passing <= self.config.mirror_exact_rows) or VECTOR_INDEX_NAME not in self._indexes(part):
-            rows = mirror.nearest(q, want, np.flatnonzero(keep if keep is not None else mirror.alive))
+            found = mirror.nearest_codes(q, want, np.flatnonzero(keep if keep is not None else mirror.alive))
         elif listed:
             passes = mirror.alive if keep is None else keep
-            rows = self._list_rows(mirror, q, want, lambda r: passes[r], passing / max(mirror.live, 1))
+            found = self._list_rows(mirror, q, want, lambda r: passes[r], passing / max(mirror.live, 1))
         else:  # no lists yet: LanceDB's IVF index
-            rows = self._ann_rows(part, ds, mirror, q, want, keep, passing)
-        return self._mirror_out(ds, mirror, rows, q, k, select, tenant_id)
+            found = self._ann_rows(part, ds, mirror, q, want, keep, passing)
+        return self._mirror_out(ds, mirror, found, q, k, select, tenant_id)
 
-    def _mirror_out(self, ds: Any, mirror: Mirror, rows: np.ndarray, q: np.ndarray, k: int,
+    def _mirror_out(self, ds: Any, mirror: Mirror, found: tuple[np.ndarray, np.ndarray], q: np.ndarray, k: int,
                     select: Sequence[str] | None, tenant_id: str) -> list[dict[str, Any]]:
-        """The best ``k`` of the candidate mirror ``rows`` by code plus residual, as result dicts."""
-        rows, vectors, sims = mirror.results(rows, q, k)
+        """The best ``k`` of the candidate mirror rows (with their codes: ``Mirror.nearest_codes``)
+        by code plus residual, as result dicts."""
+        rows, vectors, sims = mirror.results(found[0], q, k, found[1])
         return self._mirror_rows(ds, mirror, rows, vectors, [("similarity", s) for s in sims.tolist()], select,
                                  tenant_id)
 
@@ -105,7 +106,7 @@ class MirrorSearch(IndexTables):
 
     @staticmethod
     def _list_rows(mirror: Mirror, q: np.ndarray, want: int, passes: Callable[[np.ndarray], np.ndarray],
-                   share: float) -> np.ndarray:
+                   share: float) -> tuple[np.ndarray, np.ndarray]:
         """Mirror rows of the best ``want`` by their codes among the rows of the lists nearest the
         query and the rows not in a list yet, those ``passes`` accepts (ivf.py). The lists are
         taken nearest first, ``ivf.NPROBE`` then twice as many each time, until as many of their
@@ -130,10 +131,10 @@ class MirrorSearch(IndexTables):
             if got >= target:
                 break
             step *= 2
-        return mirror.nearest(q, want, np.concatenate(found), probe=True)
+        return mirror.nearest_codes(q, want, np.concatenate(found), probe=True)
 
     def _ann_rows(self, part: TenantTable, ds: Any, mirror: Mirror, q: np.ndarray, want: int,
-                  keep: np.ndarray | None, passing: int) -> np.ndarray:
+                  keep: np.ndarray | None, passing: int) -> tuple[np.ndarray, np.ndarray]:
         """Mirror rows of the best ``want`` by their codes among the ANN index's hits that pass
         ``keep``: it is asked ``want / share x 1.5`` hits (row addresses only), and once more with
         the filter pushed in if too few pass."""
@@ -147,4 +148,4 @@ class MirrorSearch(IndexTables):
             rows = rows[keep[rows]]
             if len(rows) < want and hits.num_rows >= fetch:  # too few passed: every row that passes, exactly
                 rows = np.flatnonzero(keep)
-        return mirror.nearest(q, want, rows)
+        return mirror.nearest_codes(q, want, rows)
