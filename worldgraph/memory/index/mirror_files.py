@@ -41,7 +41,7 @@ from worldgraph.errors import StorageError
 from worldgraph.filemodes import tighten
 from worldgraph.locks import file_lock
 from worldgraph.memory.index import ivf as ivfs
-from worldgraph.memory.index.columns import FIELDS, NO_RESIDUAL, id_hashes, row_shape
+from worldgraph.memory.index.columns import FIELDS, NO_RESIDUAL, id_hashes, pread_rows, row_shape
 from worldgraph.memory.index.mirror import Fragment, Mirror
 from worldgraph.memory.index.worker import release_memory
 
@@ -590,8 +590,6 @@ def order_codes(mirror: Mirror, folder: Path, lock: threading.Lock, closed: Any 
     order), holding the folder's lock (no process saves meanwhile) but not the table's
     (searches go on, from the old file). False: not done (the lock busy, the
     saved state not this mirror's, the index closed)."""
-    from worldgraph.memory.index.columns import _pread_rows
-
     written: Path | None = None
     try:
         with file_lock(folder / ".lock", timeout=0):
@@ -620,7 +618,7 @@ def order_codes(mirror: Mirror, folder: Path, lock: threading.Lock, closed: Any 
                         old[inside] = old_slot[old[inside]]
                     by_old = np.argsort(old, kind="stable")
                     codes = np.empty((len(rows), cols.dimensions), np.int8)
-                    codes[by_old] = _pread_rows(fh, base, old[by_old])  # (a call per run of the old file)
+                    codes[by_old] = pread_rows(fh, base, old[by_old])  # (a call per run of the old file)
                     out.write(codes.tobytes())
             slot = np.empty(len(place), place.dtype)
             slot[place] = np.arange(len(place), dtype=place.dtype)
