@@ -424,3 +424,46 @@ def test_episode_records_of_9eed448_read_as_written_beside_format_2(old_data: Pa
     assert new not in now and old_one not in now
     assert {i: old_rows[i] for i in now} == now  # the old rows untouched: format 1 as they were
     assert files_holding(old_data, "kestrel") == [] and files_holding(old_data, old_words) == []
+
+
+def test_folder_of_6728ec7_gets_its_codes_in_list_order_in_place(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """6728ec7 saved its mirror as format 3 (codes in arrival order, lists over them:
+    tests/fixtures/make_data_6728ec7_mirror.py). A later main opens it without reading the table,
+    answers with LanceDB's answers, puts the codes in the order of the saved lists in the
+    background (a new codes' file in codes.bin's place, each row's place beside it: format 4),
+    answers the same from them, forgets through them, and a new process opens them as they are."""
+    from worldgraph.config import WorldGraphConfig
+    from worldgraph.memory.index import ivf
+
+    data = unpack(tmp_path, "data_6728ec7_mirror")
+    monkeypatch.setattr(ivf, "MIN_ROWS", 100)  # (as the fixture was made: its 153 rows have lists)
+    saved = next(data.glob("**/_mirror/*/manifest.json")).parent
+    assert json.loads((saved / "manifest.json").read_text())["format"] == 3 and (saved / "codes.bin").exists()
+    query, opts = "reconcile the ledger", {"min_similarity": -1.0}
+    options = [{}, {"agent_id": "agent-3"}, {"session_id": "chat-1"}, {"min_feedback_score": 0.2}]
+
+    def answers(wm: WorldModel) -> list[list[str]]:
+        wm.index._small.max_rows = 0  # not the in-process copy of small tables: the path under test
+        return [sorted(h["episode_id"] for h in wm.recall_experiences("acme", None, query, limit=10,
+                                                                       options={**opts, **o})) for o in options]
+
+    with WorldModel.open(data, config=WorldGraphConfig(mirror_min_rows=0)) as wm:
+        want = answers(wm)
+    assert all(want)
+    mirrored = WorldGraphConfig(mirror_min_rows=50, mirror_exact_rows=40)
+    with WorldModel.open(data, config=mirrored) as wm:
+        assert answers(wm) == want
+        assert wm.index.wait_for_maintenance(120)
+        manifest = json.loads((saved / "manifest.json").read_text())
+        assert manifest["format"] == 4 and manifest["codes"].startswith("codes-")
+        assert manifest["order"]["rows"] == manifest["rows"] == 153 and not (saved / "codes.bin").exists()
+        assert answers(wm) == want and wm.index.mirror_stats("acme")["read_rows"] == 0
+        gone = want[0][0]
+        wm.forget_episode("acme", gone)
+        assert all(gone not in got for got in answers(wm))
+    with WorldModel.open(data, config=mirrored) as wm:  # reopened: in list order, nothing read again
+        assert all(gone not in got for got in answers(wm))
+        assert wm.index._mirrors.held(next(iter(wm.index._mirrors._mirrors))).cols.ordered == 153
+        assert wm.index.mirror_stats("acme")["read_rows"] == 0
+        assert json.loads((saved / "manifest.json").read_text())["codes"] == manifest["codes"]
