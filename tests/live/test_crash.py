@@ -230,3 +230,60 @@ def test_index_write_failure_marks_failed_and_open_retries(tmp_path: Path, monke
         assert wm2.stats("t1")["indexed"] == wm2.stats("t1")["episodes"] == 6
         res = wm2.recall_experiences("t1", None, "reconcile freight number 2", options={"min_similarity": 0.0})
         assert res[0]["episode_id"] == ids[2]
+
+
+KILLED_AFTER_COMMIT = textwrap.dedent('''
+    import os, signal, sys
+    from worldgraph import WorldModel
+    from worldgraph.memory.embeddings import HashingEmbedder
+    from worldgraph.memory.index.indexer import EpisodeIndexer
+
+    path, tenant = sys.argv[1], sys.argv[2]
+    calls = []
+    index_rows = EpisodeIndexer.index_rows
+
+    def killed_on_the_third(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:  # the third batch is committed to the store; its rows are not appended
+            os.kill(os.getpid(), signal.SIGKILL)
+        return index_rows(self, *args, **kwargs)
+
+    EpisodeIndexer.index_rows = killed_on_the_third
+    wm = WorldModel.open(path, embedder=HashingEmbedder(384))
+    for b in range(3):
+        wm.record_experiences(tenant, [{"episode_id": f"ep-{b}-{i:03d}", "agent_id": "ops-1", "task_type": "deploy",
+                                        "task_description": f"deploy service {b} shard {i}", "outcome": "success"}
+                                       for i in range(50)])
+''')
+
+
+@pytest.mark.slow
+def test_sigkill_between_store_commit_and_index_append(tmp_path: Path) -> None:
+    """A writer killed after a batch's store commit, before its index rows are appended: the
+    batch is stored (the store's one commit of it: "indexed", with its append journal entry),
+    and the next open indexes what has no row, so every stored episode is recallable."""
+    script = tmp_path / "writer.py"
+    script.write_text(KILLED_AFTER_COMMIT)
+    data = tmp_path / "data"
+    proc = subprocess.run([sys.executable, str(script), str(data), TENANT], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    rows = _stored_rows(data / "worldgraph.db")
+    assert len(rows) == 150 and {s for _, s in rows.values()} == {"indexed"}
+    conn = sqlite3.connect(str(data / "worldgraph.db"))
+    try:
+        entries = conn.execute("SELECT tenant_id, first_rowid, last_rowid FROM index_appends").fetchall()
+    finally:
+        conn.close()
+    assert (TENANT, 101, 150) in entries  # the third batch's entry; the second's may be there too
+    with WorldModel.open(data, embedder=HashingEmbedder(384)) as wm:
+        assert wm.index.count(TENANT) == 150
+        assert {r["episode_id"] for r in wm.index.get(TENANT, sorted(rows))} == set(rows)
+        assert wm.store.unindexed_episodes() == []
+        hit = wm.recall_experiences(TENANT, None, "deploy service 2 shard 17", options={"min_similarity": 0.0})
+        assert hit[0]["episode_id"] == "ep-2-017"
+    conn = sqlite3.connect(str(data / "worldgraph.db"))
+    try:
+        assert conn.execute("SELECT COUNT(*) FROM index_appends").fetchone()[0] == 0
+    finally:
+        conn.close()

@@ -150,9 +150,12 @@ class Recorder:
         if the store commit fails (then nothing is stored)."""
         # New episodes are appended to the index, not merged: the window holds the table's write
         # lock around the store commit (see EpisodeIndex.adding); it neither fails to open nor raises.
+        # One store commit: the episodes go in "indexed" with an entry of the store's append
+        # journal (GraphStore.add_appending), which the next open re-indexes if the append never
+        # happened; a store without a journal stores them pending and they are marked after.
         with self.index.adding(tenant_id) as add:
-            self.store.add_episodes(tenant_id, episodes, canvases, audits)
-            self.indexer.index_rows(tenant_id, episodes, vectors, add)
+            entry = self.store.add_appending(tenant_id, episodes, canvases, audits)
+            self.indexer.index_rows(tenant_id, episodes, vectors, add, entry)
 
     def conversation(self, tenant_id: str, session_id: str, turns: Iterable[dict[str, Any]],
                      progress: Progress | None = None) -> list[str]:

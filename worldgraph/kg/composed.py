@@ -115,6 +115,19 @@ class ComposedStore(GraphStore):
     def add_episodes(self, tenant_id: str, episodes: list[Record], canvases: list[Record], audits: list[Record]) -> None:
         self.episodes.add_episodes(tenant_id, episodes, canvases, audits)
 
+    def add_appending(self, tenant_id: str, episodes: list[Record], canvases: list[Record],
+                      audits: list[Record]) -> Any:
+        return self.episodes.add_appending(tenant_id, episodes, canvases, audits)
+
+    def appended(self, entry: Any) -> None:
+        self.episodes.appended(entry)
+
+    def append_entries(self) -> list[tuple[Any, str, list[str]]]:
+        return self.episodes.append_entries()
+
+    def close_append(self, entry: Any, tenant_id: str, pending_ids: list[str]) -> None:
+        self.episodes.close_append(entry, tenant_id, pending_ids)
+
     def get_episodes(self, tenant_id: str, episode_ids: list[str]) -> dict[str, Record]:
         return self.episodes.get_episodes(tenant_id, episode_ids)
 

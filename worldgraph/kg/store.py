@@ -54,6 +54,29 @@ class EpisodeStore(_Store):
         """Insert episodes (with their Agent, Canvas and CanvasAudit records) in one transaction.
         Episodes with a ``session_id`` are linked into their session's time order (kg.sessions)."""
 
+    def add_appending(self, tenant_id: str, episodes: list[Record], canvases: list[Record],
+                      audits: list[Record]) -> Any:
+        """``add_episodes`` of new episodes whose index rows the caller writes next, under the
+        index's write lock (``EpisodeIndex.adding``). A store with an append journal stores them
+        "indexed" with a journal entry of the batch in the same commit and returns the entry; the
+        caller hands it to ``appended`` once the rows are written, and ``append_entries`` /
+        ``close_append`` let ``retry_indexing`` mark "pending" what a killed writer left without
+        rows. This default has no journal: the episodes are stored "pending" (the caller marks
+        them) and it returns None."""
+        self.add_episodes(tenant_id, episodes, canvases, audits)
+        return None
+
+    def appended(self, entry: Any) -> None:
+        """The index rows of the batch of ``entry`` (from ``add_appending``) are written."""
+
+    def append_entries(self) -> list[tuple[Any, str, list[str]]]:
+        """(entry, tenant, episode ids) of every batch of the append journal whose rows may not
+        be written yet; none without a journal."""
+        return []
+
+    def close_append(self, entry: Any, tenant_id: str, pending_ids: list[str]) -> None:
+        """Mark ``pending_ids`` of ``entry``'s batch "pending" and drop the entry."""
+
     @abstractmethod
     def get_episodes(self, tenant_id: str, episode_ids: list[str]) -> dict[str, Record]:
         """The episodes of this tenant among ``episode_ids`` (missing ids are simply absent)."""

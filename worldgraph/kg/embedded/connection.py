@@ -40,7 +40,8 @@ WORLD_LOG_KEPT = 256  # world commits whose written rows are remembered (for a p
 
 _WRITE_RE = re.compile(r"\s*(?:INSERT|REPLACE|UPDATE|DELETE)\b", re.I)
 _PARTS = {**{t: "episodes" for t in EPISODE_SOURCES}, **{t: "world" for t in WORLD_SOURCES}}
-_NOT_PROJECTED = ("api_keys", "schema_info", "projection_gens", "forget_log", "idempotency", "purge_gens")
+_NOT_PROJECTED = ("api_keys", "schema_info", "projection_gens", "forget_log", "idempotency", "purge_gens",
+                  "index_appends")
 
 # Upserts whose parameters name the world row they write: (table, how many parameters after
 # tenant_id make its key in cypher.load.WorldRows). scene_links is not read by the projection.

@@ -31,24 +31,77 @@ class SqliteEpisodes(EpisodeStore):
         self._means: dict[tuple[str, str | None], tuple[Any, dict[str, float]]] = {}
         self._means_lock = threading.Lock()
         self._triggers = False  # the feedback generation's triggers seen in the file (sql/schema.py)
+        self._appended: list[int] = []  # append journal entries whose rows are written (add_appending)
+        self._appends_lock = threading.Lock()
 
     # ---------------------------------------------------------------- episodes
     def add_episodes(self, tenant_id: str, episodes: list[Record], canvases: list[Record], audits: list[Record]) -> None:
         with self.db.transaction() as cur:
-            cur.executemany(
-                sql.INSERT_EPISODE,
-                [(tenant_id, e["id"], e["agent_id"], e["ts"], e.get("index_status", "pending"), pack(e)) for e in episodes],
-            )
-            agents = {e["agent_id"]: {"id": e["agent_id"], "tenant_id": tenant_id, "agent_role": e.get("agent_role", "")}
-                      for e in episodes}
-            cur.executemany(sql.UPSERT_AGENT, [(tenant_id, a["id"], dumps(a)) for a in agents.values()])
-            cur.executemany(sql.UPSERT_CANVAS, [(tenant_id, c["id"], dumps(c)) for c in canvases])
-            cur.executemany(
-                sql.INSERT_CANVAS_AUDIT,
-                [(tenant_id, a["id"], a["episode_id"], a["canvas_id"], a["timestamp"], dumps(a)) for a in audits],
-            )
-            for session_id, eps in by_session(episodes).items():
-                _link_session(cur, tenant_id, session_id, eps)
+            _insert(cur, tenant_id, episodes, canvases, audits, None)
+
+    def add_appending(self, tenant_id: str, episodes: list[Record], canvases: list[Record],
+                      audits: list[Record]) -> int:
+        """``add_episodes`` of new episodes stored "indexed", with an entry of the append journal
+        (``index_appends``: the batch's rowid range) in the same commit, and the entries of batches
+        whose rows were appended since (``appended``) deleted in it: one commit a batch instead of
+        a second one that marks it indexed (bench/README.md, "The recording process's batch").
+        Returns the entry."""
+        with self._appends_lock:
+            done, self._appended = self._appended, []
+        try:
+            with self.db.transaction() as cur:
+                if done:
+                    cur.executemany(sql.DELETE_APPEND, [(d,) for d in done])
+                (before,) = cur.execute(sql.MAX_EPISODE_ROWID).fetchone()
+                _insert(cur, tenant_id, episodes, canvases, audits, "indexed")
+                (last,) = cur.execute(sql.MAX_EPISODE_ROWID).fetchone()  # its rows: after `before`
+                (entry,) = cur.execute(sql.INSERT_APPEND, (tenant_id, (before or 0) + 1, last)).fetchone()
+        except BaseException:
+            with self._appends_lock:  # not deleted: the next commit deletes them
+                self._appended[:0] = done
+            raise
+        return int(entry)
+
+    def appended(self, entry: int) -> None:
+        """The index rows of ``entry``'s batch are written: its entry goes with this connection's
+        next append commit (or ``flush_appended``), not in a commit of its own."""
+        with self._appends_lock:
+            self._appended.append(entry)
+
+    def flush_appended(self) -> None:
+        """Delete the entries ``appended`` holds (at close, and before the journal is read)."""
+        with self._appends_lock:
+            done, self._appended = self._appended, []
+        if not done:
+            return
+        try:
+            with self.db.transaction() as cur:
+                cur.executemany(sql.DELETE_APPEND, [(d,) for d in done])
+        except BaseException:
+            with self._appends_lock:
+                self._appended[:0] = done
+            raise
+
+    def append_entries(self) -> list[tuple[int, str, list[str]]]:
+        """The append journal: (entry, tenant, ids of its episodes still stored) of every batch
+        whose index rows may not be written (a writer killed between its commit and its append,
+        or one appending now); this connection's ``appended`` entries are deleted first."""
+        self.flush_appended()
+        if not self.db.query(sql.ANY_APPEND):
+            return []
+        out = []
+        for entry, tenant, first, last in self.db.query(sql.APPENDS):
+            ids = [r[0] for r in self.db.query(sql.APPEND_EPISODE_IDS, (tenant, first, last))]
+            out.append((int(entry), str(tenant), ids))
+        return out
+
+    def close_append(self, entry: int, tenant_id: str, pending_ids: list[str]) -> None:
+        """Mark ``pending_ids`` (of ``entry``'s batch) "pending" where they are still "indexed",
+        and delete the entry, in one commit."""
+        with self.db.transaction() as cur:
+            for chunk in chunks(list(pending_ids)):
+                cur.execute(sql.reopen_appended(len(chunk)), [tenant_id, *chunk])
+            cur.execute(sql.DELETE_APPEND, (entry,))
 
     def session_neighbors(self, tenant_id: str, episode_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
         out: dict[str, tuple[str | None, str | None]] = {}
@@ -196,6 +249,26 @@ class SqliteEpisodes(EpisodeStore):
                         "feedback": self.feedback_for(tenant_id, eid), "scenes": scenes,
                         "nodes": _unique_by_id(nodes), "rules": _unique_by_id(rules)}
         return out
+
+
+def _insert(cur: sqlite3.Cursor, tenant_id: str, episodes: list[Record], canvases: list[Record], audits: list[Record],
+            status: str | None) -> None:
+    """The writes of ``add_episodes`` (``status``: the episodes' index status, None: as their records say)."""
+    cur.executemany(
+        sql.INSERT_EPISODE,
+        [(tenant_id, e["id"], e["agent_id"], e["ts"], status or e.get("index_status", "pending"), pack(e))
+         for e in episodes],
+    )
+    agents = {e["agent_id"]: {"id": e["agent_id"], "tenant_id": tenant_id, "agent_role": e.get("agent_role", "")}
+              for e in episodes}
+    cur.executemany(sql.UPSERT_AGENT, [(tenant_id, a["id"], dumps(a)) for a in agents.values()])
+    cur.executemany(sql.UPSERT_CANVAS, [(tenant_id, c["id"], dumps(c)) for c in canvases])
+    cur.executemany(
+        sql.INSERT_CANVAS_AUDIT,
+        [(tenant_id, a["id"], a["episode_id"], a["canvas_id"], a["timestamp"], dumps(a)) for a in audits],
+    )
+    for session_id, eps in by_session(episodes).items():
+        _link_session(cur, tenant_id, session_id, eps)
 
 
 def _link_session(cur: sqlite3.Cursor, tenant_id: str, session_id: str, episodes: list[Record]) -> None:

@@ -138,4 +138,9 @@ class EmbeddedGraphStore(ComposedStore):
 
     def close(self) -> None:
         self.cypher_runner.close()
+        if not self.db.read_only:
+            try:  # entries of appended batches left in the journal: else the next open re-reads them
+                self.episodes.flush_appended()
+            except Exception as exc:  # noqa: BLE001 - harmless: the next retry_indexing finds their rows
+                log.info("append journal not flushed at close (%s)", exc)
         self.db.close()

@@ -63,20 +63,42 @@ class EpisodeIndexer:
         return np.concatenate(out) if out else np.zeros((0, int(self.embedder.dimensions)), dtype=np.float32)
 
     def index_rows(self, tenant_id: str, episodes: list[dict[str, Any]], vectors: Any,
-                   write: Callable[[Sequence[dict[str, Any]]], None] | None = None) -> bool:
+                   write: Callable[[Sequence[dict[str, Any]]], None] | None = None, entry: Any = None) -> bool:
         """Write the episodes' index rows (``write``, default ``index.upsert``), then mark them
-        "indexed" (in that order: an episode marked indexed always has its row); True if both
-        happened. Never raises."""
+        "indexed" (in that order: an episode marked indexed always has its row, or its batch is
+        in the store's append journal); True if both happened. Never raises. ``entry``: the
+        journal entry of episodes the store holds "indexed" already (``GraphStore.add_appending``):
+        instead of a mark, the store is told the rows are written (``appended``)."""
         ids = [e["id"] for e in episodes]
         max_text = self.config.max_search_text_bytes
         try:
             (write or self.index.upsert)(EpisodeRows(episodes, vectors, max_text))
         except Exception as exc:  # noqa: BLE001 - the store holds them; retry_indexing re-runs them
             log.warning("indexing %d episodes failed (%s); marked for retry", len(ids), exc)
-            self.mark(tenant_id, ids, "failed", f"indexing failed: {exc}")
+            if self.mark(tenant_id, ids, "failed", f"indexing failed: {exc}") and entry is not None:
+                self.store.appended(entry)  # else the entry stays: retry_indexing reopens it
             self.on_failure()
             return False
+        if entry is not None:
+            self.store.appended(entry)
+            return True
         return self.mark(tenant_id, ids, "indexed")
+
+    def reopen_appends(self) -> int:
+        """The batches left in the store's append journal (a writer killed between its commit and
+        its index append, or one appending now): those of their episodes without an index row
+        are marked "pending", for ``retry`` to index, and the entries dropped. Returns how many."""
+        reopened = 0
+        for entry, tenant, ids in self.store.append_entries():
+            try:
+                held = {r["episode_id"] for r in self.index.get(tenant, ids)} if ids else set()
+            except Exception as exc:  # noqa: BLE001 - the index cannot say: index them all again
+                log.warning("episode index unreadable (%s); re-indexing a batch of %d", exc, len(ids))
+                held = set()
+            missing = [i for i in ids if i not in held]
+            self.store.close_append(entry, tenant, missing)
+            reopened += len(missing)
+        return reopened
 
     def index_ids(self, tenant_id: str, episode_ids: list[str]) -> bool:
         """Write the index rows of these stored episodes again (a forget derived their text anew);
@@ -95,7 +117,9 @@ class EpisodeIndexer:
         return self.index_rows(tenant_id, episodes, vectors)
 
     def retry(self, progress: Progress | None = None) -> int:
-        """Index every episode whose indexing is pending or failed; returns how many were indexed."""
+        """Index every episode whose indexing is pending or failed (those of the append journal's
+        batches without rows first made pending: ``reopen_appends``); returns how many were indexed."""
+        self.reopen_appends()
         done = 0
         while True:
             pending = self.store.unindexed_episodes(limit=1000)

@@ -53,6 +53,14 @@ ITER_TENANT_EPISODES = ("SELECT data, index_status, index_error, tenant_id, id F
 COUNT_INDEXED = "SELECT COUNT(*) FROM episodes WHERE tenant_id = ? AND index_status = 'indexed'"
 UNINDEXED_EPISODES = ("SELECT data, index_status, index_error FROM episodes WHERE index_status != 'indexed' "
                       "ORDER BY ts, id LIMIT ?")
+# the append journal (schema.py, index_appends): the last rowid before and after a batch, its entry, the
+# entries and their episodes, an entry's episodes marked pending (those still "indexed"), deletes
+MAX_EPISODE_ROWID = "SELECT max(rowid) FROM episodes"
+INSERT_APPEND = "INSERT INTO index_appends(tenant_id, first_rowid, last_rowid) VALUES (?, ?, ?) RETURNING id"
+APPENDS = "SELECT id, tenant_id, first_rowid, last_rowid FROM index_appends ORDER BY id"
+ANY_APPEND = "SELECT 1 FROM index_appends LIMIT 1"
+APPEND_EPISODE_IDS = "SELECT id FROM episodes WHERE tenant_id = ? AND rowid BETWEEN ? AND ?"
+DELETE_APPEND = "DELETE FROM index_appends WHERE id = ?"
 MARK_ALL_PENDING = "UPDATE episodes SET index_status = 'pending', index_error = NULL WHERE index_status != 'pending'"
 MARK_TENANT_PENDING = ("UPDATE episodes SET index_status = 'pending', index_error = NULL "
                        "WHERE tenant_id = ? AND index_status != 'pending'")
@@ -61,6 +69,11 @@ MARK_TENANT_PENDING = ("UPDATE episodes SET index_status = 'pending', index_erro
 def episodes_by_id(n: int) -> str:
     return (f"SELECT data, index_status, index_error FROM episodes WHERE tenant_id = ? "
             f"AND id IN ({placeholders(n)})")
+
+
+def reopen_appended(n: int) -> str:
+    return (f"UPDATE episodes SET index_status = 'pending', index_error = NULL WHERE tenant_id = ? "
+            f"AND index_status = 'indexed' AND id IN ({placeholders(n)})")
 
 
 def set_index_status(n: int) -> str:

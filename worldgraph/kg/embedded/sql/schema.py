@@ -16,6 +16,13 @@ CREATE INDEX IF NOT EXISTS episodes_agent ON episodes (tenant_id, agent_id, ts);
 -- entries instead of moving 1,000 entries to random places of a million-entry index.
 DROP INDEX IF EXISTS episodes_index_status;
 CREATE INDEX IF NOT EXISTS episodes_unindexed ON episodes (ts, id) WHERE index_status != 'indexed';
+-- The append journal: the batches of new episodes stored "indexed" whose index rows may not be
+-- appended yet (by rowid range: no content), committed with them and deleted once the rows are
+-- in (kg/embedded/episodes.py, "add_appending"); what a killed writer leaves is re-indexed. An
+-- entry's id is never reused (AUTOINCREMENT): a writer deletes its own entries by id later.
+CREATE TABLE IF NOT EXISTS index_appends (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, tenant_id TEXT NOT NULL, first_rowid INTEGER NOT NULL,
+  last_rowid INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS agents (
   tenant_id TEXT NOT NULL, id TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (tenant_id, id));
 CREATE TABLE IF NOT EXISTS feedback (
