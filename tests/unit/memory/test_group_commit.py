@@ -160,16 +160,16 @@ def test_on_neo4j_a_group_links_sessions_and_fails_only_its_bad_part(
 def test_a_failed_group_transaction_is_retried_per_caller(wm: WorldModel, monkeypatch: pytest.MonkeyPatch) -> None:
     # the store refuses the group's transaction once (a transient failure): nothing of it is stored,
     # so each caller's part is written again alone and every caller succeeds
-    real = wm.store.add_episodes
+    real = wm.store.add_appending  # how a record call stores its batch (one commit: GraphStore.add_appending)
     failed: list[int] = []
 
-    def flaky(tenant_id: str, episodes: list[dict[str, Any]], *a: Any) -> None:
+    def flaky(tenant_id: str, episodes: list[dict[str, Any]], *a: Any) -> Any:
         if len(episodes) > 1 and not failed:
             failed.append(len(episodes))
             raise sqlite3.OperationalError("database is locked")
-        real(tenant_id, episodes, *a)
+        return real(tenant_id, episodes, *a)
 
-    monkeypatch.setattr(wm.store, "add_episodes", flaky)
+    monkeypatch.setattr(wm.store, "add_appending", flaky)
     out = grouped(wm, [lambda k=k: wm.record_experience(T, exp(k)) for k in range(10)])
     assert failed == [9] and all(isinstance(r, str) for r in out), out
     assert sorted(stored_ids(wm)) == sorted(out)
@@ -179,20 +179,21 @@ def test_a_failed_group_transaction_is_retried_per_caller(wm: WorldModel, monkey
 def test_a_group_stored_then_failing_acknowledges_every_caller(wm: WorldModel, monkeypatch: pytest.MonkeyPatch) -> None:
     # the group's transaction commits and something after it raises: the episodes are stored, so
     # no caller is told it failed (and none is written twice); indexing is the retrier's to redo
-    real = wm.store.add_episodes
+    real = wm.store.add_appending
 
-    def then_fail(tenant_id: str, episodes: list[dict[str, Any]], *a: Any) -> None:
-        real(tenant_id, episodes, *a)
+    def then_fail(tenant_id: str, episodes: list[dict[str, Any]], *a: Any) -> Any:
+        entry = real(tenant_id, episodes, *a)
         if len(episodes) > 1:
             raise OSError("connection reset after commit")
+        return entry
 
-    monkeypatch.setattr(wm.store, "add_episodes", then_fail)
+    monkeypatch.setattr(wm.store, "add_appending", then_fail)
     out = grouped(wm, [lambda k=k: wm.record_experience(T, exp(k)) for k in range(6)])
     assert all(isinstance(r, str) for r in out), out
     ids = stored_ids(wm)
     assert sorted(ids) == sorted(out)
-    monkeypatch.setattr(wm.store, "add_episodes", real)
-    wm.retry_indexing()
+    monkeypatch.setattr(wm.store, "add_appending", real)
+    wm.retry_indexing()  # stored "indexed" with their journal entry and no rows: reopened and indexed
     assert wm.index.count(T) == 6
     assert all(e["index_status"] == "indexed" for e in wm.store.get_episodes(T, out).values())
 
