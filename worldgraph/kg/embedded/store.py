@@ -138,7 +138,7 @@ class EmbeddedGraphStore(ComposedStore):
 
     def close(self) -> None:
         self.cypher_runner.close()
-        if not self.db.read_only:
+        if not self.db.read_only and isinstance(self.episodes, SqliteEpisodes):
             try:  # entries of appended batches left in the journal: else the next open re-reads them
                 self.episodes.flush_appended()
             except Exception as exc:  # noqa: BLE001 - harmless: the next retry_indexing finds their rows
