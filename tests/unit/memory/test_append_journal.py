@@ -135,3 +135,13 @@ def _failing_adding(adding: Any) -> Any:
                 raise OSError("No space left on device")
             yield add
     return failing
+
+
+def test_forgetting_a_tenant_leaves_no_journal_entry_naming_it(tmp_path: Path) -> None:
+    with WorldModel.open(tmp_path, embedder=HashingEmbedder(384)) as wm:
+        wm.record_experiences(TENANT, _exps(5))
+        wm.record_experiences("t2", _exps(5))
+        assert {r[0] for r in _sql(tmp_path / "worldgraph.db", "SELECT tenant_id FROM index_appends")} == {"t2"}
+        wm.record_experiences(TENANT, _exps(5, "ledger"))
+        wm.forget_tenant(TENANT)
+        assert _sql(tmp_path / "worldgraph.db", f"SELECT * FROM index_appends WHERE tenant_id = '{TENANT}'") == []

@@ -11,7 +11,7 @@ TENANTS = ("SELECT tenant_id FROM episodes UNION SELECT tenant_id FROM scenes UN
 # every table that holds a tenant's records (forget_tenant deletes from each)
 TENANT_TABLES = ("episodes", "agents", "feedback", "canvases", "canvas_audits", "world_nodes", "world_edges",
                  "world_rules", "scene_links", "scenes", "scene_reports", "session_links", "env_meta", "api_keys",
-                 "idempotency")
+                 "idempotency", "index_appends")
 
 
 def count_of_tenant(table: str) -> str:
