@@ -696,19 +696,25 @@ def test_codes_are_put_in_list_order_replacing_the_arrival_order(loaded, tmp_pat
 
 
 @needs_proc
-def test_a_probe_of_ordered_codes_maps_none_of_their_pages(loaded, tmp_path, monkeypatch):
-    """Searches through the lists read the ordered codes from the file: none of their pages stay
+def test_probes_of_ordered_codes_drop_their_pages_past_a_bound(loaded, tmp_path, monkeypatch):
+    """Searches through the lists read the ordered codes through the map and keep them mapped
+    until probes have read ``PROBED_BYTES`` since the last drop; then no page of them stays
     mapped in the process (in arrival order, a probe's rows mapped 64 KB each: every page of
-    codes.bin after a few searches)."""
+    codes.bin after a few searches, never dropped)."""
     import json
+
+    from worldgraph.memory.index import columns
 
     other, q, _, folder, _ = _ordered(tmp_path, monkeypatch, loaded)
     codes = folder / json.loads((folder / "manifest.json").read_text()).get("codes", "codes.bin")
     rows = make_rows(0, 3_000, 1)
     for i in range(20):
         assert other.vector_search("A", np.asarray(rows[i * 97]["vector"], np.float32), k=10)
+    assert resident_kb(codes) > 0  # under the bound: kept (a narrow scan finds them mapped)
+    cols = other._mirrors.held("eph-41").cols
+    monkeypatch.setattr(columns, "PROBED_BYTES", cols.probed)  # the next probe passes it
     assert other.vector_search("A", q, k=10)[0]["episode_id"] == "e42"
-    assert resident_kb(codes) == 0
+    assert resident_kb(codes) == 0 and cols.probed == 0
     other.close()
 
 

@@ -101,8 +101,12 @@ def one_of(column: np.ndarray, values: list[int]) -> np.ndarray:
 FIELDS: dict[str, Any] = {"codes": np.int8, "role": np.uint64, "agent": np.uint64, "canvas": np.uint64,
                           "ts": np.float64, "ok": np.bool_, "norms": np.float32, "fine": np.uint8,
                           "eid": np.uint64}
-FAULT_AROUND = 65_536  # bytes the kernel maps around a page fault of a file map (Linux's default fault_around_bytes)
-DROP_GAP = 4_096  # rows (1.5 MB of codes) between two a probe's pages are dropped in one call
+# bytes of ordered codes a process's probes read through the map before every page of the codes'
+# map is dropped (``probe_codes``): dropped after each probe, the narrow filters' exact scans mapped
+# their pages again at each search (+1-4 ms p50 per filter kind at 1M, bench/README.md "All
+# together, third session"); so the codes a process holds mapped stay near this bound at 10M
+# (3.84 GB of codes), and a 1M mirror's (366 MB) are dropped once every ~90 plain recalls
+PROBED_BYTES = 512 << 20
 RESORT_ROWS = 50_000  # rows appended past the sorted hashes that make the next lookup sort them again
 
 
@@ -129,6 +133,7 @@ class Columns:
         self.codes_name = "codes.bin"  # codes' file in the mirror's folder (a new one each time they are ordered)
         self.order_name: str | None = None  # the file ``slot`` is saved in
         self.order_lists: str | None = None  # the key (ivf.Ivf.key) of the lists whose order ``slot`` is
+        self.probed = 0  # bytes of ordered codes probes read through the map since its pages were dropped
 
     def _empty(self, field: str, n: int) -> np.ndarray:
         return np.zeros(row_shape(field, n, self.dimensions), FIELDS[field])
@@ -192,9 +197,10 @@ class Columns:
 
     def probe_codes(self, rows: np.ndarray) -> np.ndarray:
         """The codes of ``rows`` (a probe's lists: a few runs of the codes in list order), read
-        through the map like ``take``, then the pages of those runs dropped from
-        the process (``MADV_DONTNEED``; they stay in the page cache): a probe leaves none of the
-        ordered codes resident. In arrival order a list's rows were spread over the whole file and
+        through the map like ``take``; once probes have read ``PROBED_BYTES`` of ordered codes
+        since the last drop, every page of the codes' map is dropped from the process
+        (``MADV_DONTNEED``; they stay in the page cache), so what a process holds of the codes
+        stays near that bound. In arrival order a list's rows were spread over the whole file and
         a probe's reads mapped 64 KB each: every page of it after a few recalls (1M rows: 366 MB;
         bench/README.md, "Codes in list order"). Mapping the runs and dropping them cost less than
         reading them by ``os.pread`` (measured: ~0.2 against ~1.2 ms of CPU a recall at 1M)."""
@@ -202,32 +208,20 @@ class Columns:
         out = self.take("codes", rows)
         ordered = rows < self.ordered
         if ordered.any():
-            self._drop_codes(self.slots(rows[ordered]))
+            self.probed += int(ordered.sum()) * self.dimensions
+            if self.probed > PROBED_BYTES:
+                self.probed = 0
+                self._drop_codes()
         return out
 
-    def _drop_codes(self, slots: np.ndarray) -> None:
-        """``MADV_DONTNEED`` the pages of codes' map that hold ``slots`` (any order), one call per
-        run of slots at most ``DROP_GAP`` apart (a filter's gaps dropped with them: pages a narrow
-        filter's scan mapped there are mapped again when it next reads them)."""
-        base = self.base["codes"]
-        held = getattr(base, "_mmap", None)
-        if held is None or not len(slots):
+    def _drop_codes(self) -> None:
+        """``MADV_DONTNEED`` every page of codes' map (they stay in the page cache; a scan that
+        reads them next maps them again)."""
+        held = getattr(self.base["codes"], "_mmap", None)
+        if held is None:
             return
-        slots = np.sort(slots)
-        # the kernel maps the pages around a faulting one too (fault-around: the 64 KB window
-        # around it), so a run's pages are dropped out to those windows' edges
-        width, page = self.dimensions, max(mmap.PAGESIZE, FAULT_AROUND)
-        skip = int(getattr(base, "offset", 0)) % mmap.ALLOCATIONGRANULARITY  # (where row 0 is in the map)
-        breaks = np.flatnonzero(np.diff(slots) > DROP_GAP) + 1
-        lows = slots[np.concatenate([[0], breaks]).astype(np.int64)]
-        highs = slots[np.concatenate([breaks - 1, [len(slots) - 1]]).astype(np.int64)] + 1
         try:
-            size = len(held)
-            for lo, hi in zip(lows.tolist(), highs.tolist()):
-                first = (skip + lo * width) // page * page
-                end = min(size, -(-(skip + hi * width) // page) * page)
-                if end > first:
-                    held.madvise(mmap.MADV_DONTNEED, first, end - first)
+            held.madvise(mmap.MADV_DONTNEED, 0, len(held))
         except (OSError, ValueError):  # a map closed meanwhile (a save mapped the files anew)
             pass
 

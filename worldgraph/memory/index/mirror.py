@@ -320,9 +320,8 @@ class Mirror:
         """The ``k`` of mirror ``rows`` nearest to ``q`` by the cosine of their codes (the query's
         own int8 code against theirs, SIMD: ~0.5 ms for 15k rows), best first, and their codes
         (``results`` re-ranks them without reading them again). ``probe``: the rows of the lists
-        nearest the query (a few runs of the codes in list order, their pages dropped after:
-        Columns.probe_codes); else (a filter's rows, scattered) through the map, left mapped
-        (dropped, they would cost a fault each at the next scan)."""
+        nearest the query (a few runs of the codes in list order, their pages dropped now and
+        then: Columns.probe_codes); else (a filter's rows, scattered) through the map."""
         import numkong
 
         cols = self.cols
