@@ -310,11 +310,6 @@ class Mirror:
         live = self.alive[rows]
         return float(self.passes(where, rows).sum()) / max(int(live.sum()), 1)
 
-    def nearest(self, q: np.ndarray, k: int, rows: np.ndarray, probe: bool = False) -> np.ndarray:
-        """The ``k`` of mirror ``rows`` nearest to ``q`` by the cosine of their codes, best first
-        (``nearest_codes`` without the codes)."""
-        return self.nearest_codes(q, k, rows, probe)[0]
-
     def nearest_codes(self, q: np.ndarray, k: int, rows: np.ndarray,
                       probe: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` of mirror ``rows`` nearest to ``q`` by the cosine of their codes (the query's
