@@ -113,6 +113,14 @@ def build(args: argparse.Namespace) -> None:
     tbl.create_index("agent_id", config=Bitmap(), name="agent_id_idx", replace=False)
 
 
+def bench_queries(seed: int, count: int) -> list[tuple[str, str]]:
+    """bench_memory's queries (they depend on the seed only) and each one's ``--filter`` agent: one of the
+    query's topic's role (~1.5 % of the rows, as filtered.py's "agent")."""
+    corpus = Corpus(10, seed)
+    return [(text, f"{ROLES[int(corpus.topic_role[topic])].lower()}-{q % 8}")
+            for q, (text, _, topic) in enumerate(corpus.queries(count, seed=seed + 2))]
+
+
 def timed(args: argparse.Namespace) -> None:
     import lance
     from lance.query import MatchQuery
@@ -121,8 +129,7 @@ def timed(args: argparse.Namespace) -> None:
 
     session = lance.Session(index_cache_size_bytes=args.cache_mb << 20, metadata_cache_size_bytes=256 << 20)
     ds = lance.dataset(os.path.join(args.dir, "t.lance"), session=session)
-    corpus = Corpus(10, args.seed)  # the queries depend on the seed only
-    queries = corpus.queries(args.queries, seed=args.seed + 2)
+    queries = bench_queries(args.seed, args.queries)
     addrs = np.concatenate([(np.int64(f.fragment_id) << 32) + np.arange(f.count_rows(), dtype=np.int64)
                             for f in ds.get_fragments()])
     allows = []
@@ -130,18 +137,18 @@ def timed(args: argparse.Namespace) -> None:
         pick = np.sort(np.random.default_rng(q).choice(len(addrs), int(len(addrs) * args.allow), replace=False))
         allows.append(row_addr_set(addrs[pick]) if args.allow else None)
 
-    def run(q: int, text: str, topic: int) -> Any:
-        pred = f"agent_id = '{ROLES[int(corpus.topic_role[topic])].lower()}-{q % 8}'" if args.filter else None
+    def run(q: int, text: str, agent: str) -> Any:
+        pred = f"agent_id = '{agent}'" if args.filter else None
         return ds.scanner(columns=["_score"], with_row_address=True, full_text_query=MatchQuery(text, "text"),
                           filter=pred, prefilter=pred is not None, row_addr_allowlist=allows[q],
                           limit=args.limit).to_table()
 
-    for q, (text, _, t) in enumerate(queries):
-        run(q, text, t)
+    for q, (text, agent) in enumerate(queries):
+        run(q, text, agent)
     walls, cpus, hits = [], [], []
-    for q, (text, _, t) in enumerate(queries):
+    for q, (text, agent) in enumerate(queries):
         c0, w0 = time.process_time(), time.perf_counter()
-        tbl = run(q, text, t)
+        tbl = run(q, text, agent)
         walls.append((time.perf_counter() - w0) * 1e3)
         cpus.append((time.process_time() - c0) * 1e3)
         hits.append((tbl.column("_rowaddr").to_numpy(), tbl.column("_score").to_numpy()))
