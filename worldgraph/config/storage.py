@@ -48,12 +48,8 @@ class StorageSettings(BaseModel):
     ann_retrain_growth: float = Field(2.0, gt=1.0)
     # ... and this many times for a table searched through its mirror (local, at least
     # mirror_min_rows rows): LanceDB's index then serves only until the mirror is ready, and a
-    # retrain re-encodes every row (at 1.1M rows 78 CPU-s, 3/4 of the upkeep of 1M -> 1.2M; at 4,
-    # the 10M run's retrain at 8M took 2,597 CPU-s and 28 minutes beside the ingest, half of the
-    # maintenance child's CPU: bench/README.md, "The 10M run with today's code"). 16: an index
-    # trained at ~2M rows is retrained at ~32M; until then its partitions grow, and a fallback
-    # search (before the mirror is ready) reads more codes per probe.
-    ann_retrain_growth_mirrored: float = Field(16.0, gt=1.0)
+    # retrain re-encodes every row (at 1.1M rows 78 CPU-s, 3/4 of the upkeep of 1M -> 1.2M).
+    ann_retrain_growth_mirrored: float = Field(4.0, gt=1.0)
     # Old table versions (and the files only they use) are deleted this long after they stop being
     # the newest; a reader always works on the newest, so this only needs to outlast one search.
     index_version_retention_seconds: float = Field(300.0, ge=0)

@@ -90,14 +90,6 @@ def test_a_mirrored_tables_retrain_waits_longer():
     assert not ann_mirrored(cfg.model_copy(update={"mirror_min_rows": 0}), True, 64)  # mirrors off
 
 
-def test_a_mirrored_tables_default_retrain_waits_past_ten_million_rows():
-    """By default an index trained at ~2M rows (244 partitions of 8,192) is not retrained during a
-    10M ingest: at 4x that retrain fell at 8M and cost 2,597 CPU-s beside the ingest."""
-    cfg = WorldGraphConfig()
-    assert ann_due_rows(cfg, 244, mirrored=True) > 30_000_000
-    assert ann_due_rows(cfg, 244) == 488 * cfg.ann_partition_rows  # LanceDB's index alone: at 2x
-
-
 def test_a_mirrored_table_is_retrained_at_its_own_growth(tmp_path: Path):
     """The ANN index of a table its mirror serves is retrained at ann_retrain_growth_mirrored,
     not ann_retrain_growth; the rows past its partitions are folded in meanwhile."""

@@ -81,9 +81,8 @@ def ann_due_rows(config: WorldGraphConfig, partitions: int | None, mirrored: boo
     lists: ivf.py), and LanceDB's index only serves until the mirror is ready; its retrain waits
     for ``ann_retrain_growth_mirrored`` (a retrain re-encodes every row: at 1.1M rows it took 78
     CPU-seconds, three quarters of the upkeep of the 200k rows it fell among; bench/README.md,
-    "Less upkeep per row"; at 8M rows 2,597 CPU-seconds, "The 10M run with today's code"). Rows
-    past its partitions are still indexed by each fold: a search of the grown partitions reads
-    more codes, it misses no more rows."""
+    "Less upkeep per row"). Rows past its partitions are still indexed by each fold: a search
+    of the grown partitions reads more codes, it misses no more rows."""
     if partitions is None:
         return config.ann_index_min_rows
     growth = config.ann_retrain_growth_mirrored if mirrored else config.ann_retrain_growth
