@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -52,6 +51,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
+
+import measure  # noqa: E402  (bench/measure.py, through the path just set)
 
 # LanceDB's English stop words (lance 14.0.3: NLTK's 179, checked on a probe table: it drops s, t, don, just, now,
 # how, against and keeps would, could, ought). tantivy-py's Filter.stopword("english") is Lucene's 33 words: with
@@ -118,18 +119,15 @@ def row_query(idx: Any, row: int) -> Any:
 
 
 def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    return measure.rss_mb()["rss_mb"] or float("nan")
 
 
 def peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return measure.rss_mb()["peak_rss_mb"] or float("nan")
 
 
 def dir_mib(d: str) -> float:
-    return sum(f.stat().st_size for f in Path(d).rglob("*") if f.is_file()) / (1 << 20)
+    return measure.du(Path(d)) / (1 << 20)
 
 
 class Searcher:
