@@ -50,6 +50,13 @@ class StorageSettings(BaseModel):
     # mirror_min_rows rows): LanceDB's index then serves only until the mirror is ready, and a
     # retrain re-encodes every row (at 1.1M rows 78 CPU-s, 3/4 of the upkeep of 1M -> 1.2M).
     ann_retrain_growth_mirrored: float = Field(4.0, gt=1.0)
+    # ... and such a table's index is not retrained at all by a retrain that would fall past this
+    # many rows (0: no cap). From the ~33k rows it is first trained at, its retrains fall at 131k,
+    # 524k, 2.1M, 8.4M rows (growth 4); the one at 8.4M took 2,597 CPU-s and 28 minutes beside a
+    # 10M ingest's writers (bench/README.md, "The 10M run with today's code"). Past the cap its
+    # partitions grow with the table (new rows are folded in, none is missed): a search before the
+    # mirror is ready reads more codes ("A row cap on retraining").
+    ann_retrain_max_rows_mirrored: int = Field(4_000_000, ge=0)
     # Old table versions (and the files only they use) are deleted this long after they stop being
     # the newest; a reader always works on the newest, so this only needs to outlast one search.
     index_version_retention_seconds: float = Field(300.0, ge=0)

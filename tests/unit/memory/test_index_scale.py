@@ -17,6 +17,7 @@ from worldgraph.errors import InvalidInputError
 from worldgraph.memory.embeddings import HashingEmbedder
 from worldgraph.memory.index.episode_index import EpisodeIndex
 from worldgraph.memory.index.policy import (
+    NEVER_DUE,
     ann_due_rows,
     ann_mirrored,
     ann_partitions_for,
@@ -90,6 +91,20 @@ def test_a_mirrored_tables_retrain_waits_longer():
     assert not ann_mirrored(cfg.model_copy(update={"mirror_min_rows": 0}), True, 64)  # mirrors off
 
 
+def test_a_mirrored_tables_retrain_stops_at_the_row_cap():
+    """From ~33k rows a mirrored table's retrains fall at 131k, 524k, 2.1M and 8.4M rows; the
+    default cap (4M) keeps the last, and every later one, out; an unmirrored table has no cap."""
+    cfg = WorldGraphConfig(ann_partition_rows=8192, ann_retrain_growth_mirrored=4, mirror_min_rows=20_000)
+    assert cfg.ann_retrain_max_rows_mirrored == 4_000_000
+    seq, partitions = [], 4  # trained at ~33k rows
+    while (due := ann_due_rows(cfg, partitions, mirrored=True)) != NEVER_DUE and len(seq) < 10:
+        seq.append(due)
+        partitions = ann_partitions_for(cfg, due)
+    assert seq == [16 * 8192, 64 * 8192, 256 * 8192]  # 131,072, 524,288, 2,097,152: then never
+    assert ann_due_rows(cfg, 256) == 512 * 8192  # LanceDB's index alone serves the table: no cap
+    assert ann_due_rows(cfg.model_copy(update={"ann_retrain_max_rows_mirrored": 0}), 256, mirrored=True) == 1024 * 8192
+
+
 def test_a_mirrored_table_is_retrained_at_its_own_growth(tmp_path: Path):
     """The ANN index of a table its mirror serves is retrained at ann_retrain_growth_mirrored,
     not ann_retrain_growth; the rows past its partitions are folded in meanwhile."""
@@ -111,6 +126,30 @@ def test_a_mirrored_table_is_retrained_at_its_own_growth(tmp_path: Path):
         assert part.table.index_stats("vector_idx").num_unindexed_rows == 0
         idx.upsert(batch(900, 1300))  # 1300 >= 1200: retrained with 1300 // 200 = 6 partitions
         assert idx.wait_for_maintenance(300) and idx._ann_partitions(part) == 6
+    finally:
+        idx.close()
+
+
+def test_a_mirrored_table_past_the_row_cap_keeps_its_index(tmp_path: Path):
+    """A mirrored table whose next retrain would fall past ann_retrain_max_rows_mirrored keeps
+    its partitions: the rows past them are folded in, and searched through them."""
+    cfg = WorldGraphConfig(ann_index_type="IVF_RQ", ann_index_min_rows=400, ann_partition_rows=200,
+                           ann_retrain_growth_mirrored=3, ann_retrain_max_rows_mirrored=1000, mirror_min_rows=400,
+                           compact_every_writes=10**6, optimize_every_rows=10**6)
+    idx = EpisodeIndex(tmp_path / "db", 16, "synthetic", cfg)
+    rng = np.random.default_rng(3)
+    vecs = rng.normal(size=(1700, 16)).astype(np.float32)
+    batch = lambda a, b: [{"episode_id": f"e{i}", "tenant_id": "A", "vector": vecs[i]} for i in range(a, b)]  # noqa: E731
+    try:
+        idx.upsert(batch(0, 500))  # built with 2 partitions
+        assert idx.wait_for_maintenance(300) and idx._ann_partitions(idx._part("A")) == 2
+        part = idx._part("A")
+        idx.upsert(batch(500, 1700))  # past 3 * 2 * 200 = 1200, which is past the cap of 1000
+        assert idx.wait_for_maintenance(300)
+        assert idx.ensure_indexes() == [] and idx._ann_partitions(part) == 2  # no retrain asked either
+        idx.optimize("A")
+        assert part.table.index_stats("vector_idx").num_unindexed_rows == 0  # folded into the 2 partitions
+        assert idx._ann_partitions(part) == 2
     finally:
         idx.close()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -71,6 +72,9 @@ def ann_search_params(config: WorldGraphConfig, k: int, overfetch: int = 0) -> d
     return params
 
 
+NEVER_DUE = sys.maxsize  # ann_due_rows of an index no row count retrains
+
+
 def ann_due_rows(config: WorldGraphConfig, partitions: int | None, mirrored: bool = False) -> int:
     """Rows at which a table's ANN index is built (``partitions`` None: no index yet) or
     retrained: once its partitions, trained on the first rows, would each hold
@@ -82,11 +86,16 @@ def ann_due_rows(config: WorldGraphConfig, partitions: int | None, mirrored: boo
     for ``ann_retrain_growth_mirrored`` (a retrain re-encodes every row: at 1.1M rows it took 78
     CPU-seconds, three quarters of the upkeep of the 200k rows it fell among; bench/README.md,
     "Less upkeep per row"). Rows past its partitions are still indexed by each fold: a search
-    of the grown partitions reads more codes, it misses no more rows."""
+    of the grown partitions reads more codes, it misses no more rows. A mirrored table's
+    retrain that would fall past ``ann_retrain_max_rows_mirrored`` rows never comes
+    (``NEVER_DUE``): the index keeps its partitions, and folds take in the rows past them."""
     if partitions is None:
         return config.ann_index_min_rows
     growth = config.ann_retrain_growth_mirrored if mirrored else config.ann_retrain_growth
-    return math.ceil(growth * partitions) * config.ann_partition_rows
+    due = math.ceil(growth * partitions) * config.ann_partition_rows
+    if mirrored and 0 < config.ann_retrain_max_rows_mirrored < due:
+        return NEVER_DUE
+    return due
 
 
 def ann_mirrored(config: WorldGraphConfig, local: bool, partitions: int) -> bool:
