@@ -5,11 +5,14 @@ cost) in batches into a fresh data folder, or with ``--into FOLDER`` appends the
 one (a copy of a kept bench store: the corpus continues from the tenant's stored count, as
 bench_memory.py resumes), then prints one JSON line: batch wall-time median, slowest, 10th
 percentile and overall (episodes/s), episodes per CPU-second of the recording process and of
-its maintenance children, the CPU the bench's own corpus took in this process (making each batch's
-experiences and registering their vectors: ``corpus_cpu_s``) and episodes per CPU-second of the
-process without it (``eps_per_library_cpu_s``: the library's share), the open's wall time, and
-the CPU of this process (from the first batch on: the open and the count of a kept store are left
-out) and of its children (the index is closed before counting, so the children were waited for).
+its maintenance children, per CPU-second of a call (median: ``eps_per_cpu_s_median`` counts every
+thread of the process during the call, ``eps_per_thread_cpu_s_median`` the calling thread's alone:
+the WAL checkpoint and LanceDB's threads work beside it, on the other core), the CPU the bench's
+own corpus took in this process (making each batch's experiences and registering their vectors:
+``corpus_cpu_s``) and episodes per CPU-second of the process without it
+(``eps_per_library_cpu_s``: the library's share), the open's wall time, and the CPU of this
+process (from the first batch on: the open and the count of a kept store are left out) and of its
+children (the index is closed before counting, so the children were waited for).
 Run from the checkout to measure:
 
     cd <checkout A> && nice .venv/bin/python bench/record_speed.py 20000 1000
@@ -65,7 +68,7 @@ def main(n: int, batch: int, into: Path | None = None, gc_freeze: bool = False,
             gc.freeze()
         corpus = Corpus(max(CORPUS_MAX, stored + n), seed=SEED)
         begun = resource.getrusage(resource.RUSAGE_SELF)  # the open and the count (a scan at 1M) left out
-        walls, cpus = [], []
+        walls, cpus, thread_cpus = [], [], []
         corpus_cpu = 0.0  # this thread's CPU making the corpus's batches (the bench's, not the library's)
         batches = corpus.batches(batch, start=stored)
         while len(walls) * batch < n:
@@ -80,10 +83,11 @@ def main(n: int, batch: int, into: Path | None = None, gc_freeze: bool = False,
                     e["timestamp"] = datetime.fromtimestamp(start + j * 1e-4, timezone.utc).isoformat()
             texts = emb.register(exps, vectors)
             corpus_cpu += time.thread_time() - c0
-            t1, c1 = time.perf_counter(), time.process_time()
+            t1, c1, h1 = time.perf_counter(), time.process_time(), time.thread_time()
             wm.record_experiences(TENANT, exps)
             walls.append(time.perf_counter() - t1)
             cpus.append(time.process_time() - c1)
+            thread_cpus.append(time.thread_time() - h1)
             c0 = time.thread_time()
             emb.forget(texts)
             del exps, vectors, texts, got
@@ -101,7 +105,9 @@ def main(n: int, batch: int, into: Path | None = None, gc_freeze: bool = False,
     return {"checkout": str(Path.cwd()), "n": done, "batch": batch, "stored_before": stored,
             "eps_s_median": round(batch / statistics.median(walls)), "eps_s_overall": round(done / sum(walls)),
             "eps_s_min": round(batch / max(walls)), "eps_s_p10": round(batch / slow10),
-            "eps_per_cpu_s_median": round(batch / statistics.median(cpus)), "slowest_batch_s": round(max(walls), 3),
+            "eps_per_cpu_s_median": round(batch / statistics.median(cpus)),
+            "eps_per_thread_cpu_s_median": round(batch / statistics.median(thread_cpus)),
+            "slowest_batch_s": round(max(walls), 3),
             "slowest_batches_s": [round(w, 2) for w in sorted(walls)[-5:]],
             "eps_per_process_cpu_s": round(done / self_cpu), "eps_per_children_cpu_s": round(done / max(child_cpu, 1e-9)),
             "corpus_cpu_s": round(corpus_cpu, 1), "eps_per_library_cpu_s": round(done / max(self_cpu - corpus_cpu, 1e-9)),
