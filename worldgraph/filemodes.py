@@ -60,7 +60,8 @@ def private_dir(path: str | Path, read_only: bool = False) -> None:
     loose = _loose_entries(path)
     if not loose:
         return
-    mode = top if top & 0o077 else stat.S_IMODE(os.lstat(loose[0]).st_mode)
+    # the mode seen by the listing: the entry may be gone since (a LanceDB writer's temporary file)
+    mode = top if top & 0o077 else loose[0][1]
     what = f"{path} (mode {top:04o})" if top & 0o077 else f"{len(loose)} files or folders in {path} (such as mode {mode:04o})"
     if read_only:
         log.warning("%s can be read by other users of this machine; open it writable once to tighten it to 0700, "
@@ -79,25 +80,34 @@ def private_dir(path: str | Path, read_only: bool = False) -> None:
         log.warning("%s were readable by other users of this machine: tightened to 0700 (files to 0600)", what)
 
 
-def _loose_entries(root: Path) -> list[str]:
-    """``root`` and the folders and regular files under it that group or others can reach."""
-    out = [str(root)] if stat.S_IMODE(os.lstat(root).st_mode) & 0o077 else []
+def _loose_entries(root: Path) -> list[tuple[str, int]]:
+    """``root`` and the folders and regular files under it that group or others can reach, with
+    the mode each had when listed."""
+    top = stat.S_IMODE(os.lstat(root).st_mode)
+    out = [(str(root), top)] if top & 0o077 else []
     for folder, dirs, files in os.walk(root):
         for name in (*dirs, *files):
             p = os.path.join(folder, name)
             try:
                 st = os.lstat(p)
-            except FileNotFoundError:  # vanished mid-walk (a LanceDB cleanup)
+            except FileNotFoundError:  # vanished mid-walk (a LanceDB cleanup, a writer's renamed temporary file)
                 continue
             if (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)) and stat.S_IMODE(st.st_mode) & 0o077:
-                out.append(p)
+                out.append((p, stat.S_IMODE(st.st_mode)))
     return out
 
 
-def _tighten(root: Path, entries: list[str]) -> None:
-    for p in entries:
-        st = os.lstat(p)
-        os.chmod(p, PRIVATE_DIR if stat.S_ISDIR(st.st_mode) else stat.S_IMODE(st.st_mode) & 0o700)
+def _tighten(root: Path, entries: list[tuple[str, int]]) -> None:
+    """Make each listed entry private. One gone since the listing is skipped (docs/architecture.md,
+    "Walking a table's folder"): another process's LanceDB writes its files as ``.tmpXXXXXX`` and
+    renames them when done, a cleanup deletes old versions' files, and what is not there is
+    readable by no one. Any other error (not the owner, say) is raised."""
+    for p, _ in entries:
+        try:
+            st = os.lstat(p)
+            os.chmod(p, PRIVATE_DIR if stat.S_ISDIR(st.st_mode) else stat.S_IMODE(st.st_mode) & 0o700)
+        except FileNotFoundError:
+            continue
 
 
 def tighten(root: str | Path) -> None:
