@@ -198,7 +198,9 @@ class IndexMaintenance(IndexTables):
             return run_maintenance_tasks(self, tasks)
         if self._maint_worker is None:
             # An object store too: the child opens the same URI with the AWS_* variables it inherits.
-            pkg_root = str(Path(__file__).resolve().parents[2])
+            # The folder holding this worldgraph package (worldgraph/memory/index/ is three below it)
+            # goes first on the child's path: the child imports the parent's code, wherever it runs.
+            pkg_root = str(Path(__file__).resolve().parents[3])
             env = child_env(child_environment(pythonpath_first=pkg_root), self.config.maintenance_malloc_arena_max)
             cmd = [sys.executable, "-m", "worldgraph.memory.index.episode_index", "serve", self.path,
                    str(self.dimensions), self.embedder_name, self.config.child_config_json()]

@@ -26,15 +26,17 @@ import ctypes
 import ctypes.util
 import json
 import logging
+import os
 import select
 import subprocess
 import sys
 import tempfile
 import threading
+import traceback
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
-__all__ = ["IDLE_SECONDS", "MaintenanceWorker", "child_env", "release_memory", "serve"]
+__all__ = ["IDLE_SECONDS", "MaintenanceWorker", "child_env", "raised_at", "release_memory", "serve"]
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
 
@@ -154,6 +156,15 @@ class MaintenanceWorker:
             self._reap_locked(30.0 if timeout is None else max(0.0, timeout))
 
 
+def raised_at(exc: BaseException, frames: int = 3) -> str:
+    """Where ``exc`` was raised, for the parent's one-line log (the child's traceback goes to its
+    stderr, which the parent reads only when the child dies): the innermost ``frames`` Python
+    frames, innermost first, such as ``at filemodes.py:63 private_dir < episode_index.py:117
+    __init__``; an error of LanceDB's native code is placed at the call that made it."""
+    stack = traceback.extract_tb(exc.__traceback__)[-frames:]
+    return "at " + " < ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in reversed(stack))
+
+
 def _close(stream: IO[str] | None) -> None:
     try:
         if stream is not None:
@@ -178,7 +189,7 @@ def serve(run: Callable[[list[list[str]]], list[dict[str, Any]] | None], stdin: 
             reply = {"ok": True, "steps": run(json.loads(line)) or []}
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which logs it and retries later
             log.warning("episode index maintenance failed: %s", exc, exc_info=True)
-            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc} ({raised_at(exc)})"}
         release_memory()  # what the run freed goes back to the system before the child waits
         stdout.write(json.dumps(reply) + "\n")
         stdout.flush()
