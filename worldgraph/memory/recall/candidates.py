@@ -78,6 +78,13 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
         if text_hits is not None:
             text_hits.cancel()  # read-only: if it already started, let it finish unobserved
         raise
+    # While the BM25 search still runs (at 10M rows it takes longer than the vector search), the
+    # vector hits' records are read from the store: the main thread would only wait for it
+    # (bench/README.md, "Plain recall at 10M: where the time goes").
+    early = None
+    if text_hits is not None and hits and not text_hits.done():
+        asked = list(dict.fromkeys(h["episode_id"] for h in hits))
+        early = asked, store.episodes_with_feedback(tenant_id, asked, category=opts.feedback_category)
     extra_hits = text_hits.result() if text_hits is not None else search_text() if searched_text else []
     by_id: dict[str, dict[str, Any]] = {h["episode_id"]: h for h in hits}
     for vec in q.subvecs if q.subvecs is not None else []:  # the LLM's sub-queries: their own vector top-N
@@ -101,8 +108,9 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
     # the cosine floor: the query's cosine, or a sub-query's (the LLM vouches for what it asked)
     near = semantic if subquery is None else {i: max(semantic[i], subquery[i]) for i in ids}
 
-    # 2b. metadata filters, on the system of record (with the feedback aggregates: one read)
-    episodes, stats = store.episodes_with_feedback(tenant_id, ids, category=opts.feedback_category)
+    # 2b. metadata filters, on the system of record (with the feedback aggregates: one read, or
+    # the vector hits' read above and one of the rest)
+    episodes, stats = _records(store, tenant_id, ids, opts.feedback_category, early)
     ids = [i for i in ids if i in episodes and q.filters.keeps(episodes[i])]
     # the floor: lower while the query names some of the candidates' speakers (speaker_min_similarity)
     named = speaker_names(cfg, q.text, searched_text, ids, episodes)
@@ -131,6 +139,22 @@ def find_candidates(store: EpisodeStore, index: EpisodeIndex, cfg: WorldGraphCon
         return None
     return Candidates(ids, matrix, row, semantic, bm25, searched_text, episodes, stats, avg, subquery, named, floor,
                       free)
+
+
+def _records(store: EpisodeStore, tenant_id: str, ids: list[str], category: str | None,
+             early: tuple[list[str], tuple[dict[str, Any], dict[str, Any]]] | None
+             ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The records and feedback aggregates of ``ids`` (``episodes_with_feedback``); ``early``: a
+    read made already (the ids it asked, its answer), whose ids are not asked again."""
+    if early is None:
+        return store.episodes_with_feedback(tenant_id, ids, category=category)
+    asked, (episodes, stats) = early
+    done = set(asked)
+    rest = [i for i in ids if i not in done]
+    if not rest:
+        return episodes, stats
+    more, more_stats = store.episodes_with_feedback(tenant_id, rest, category=category)
+    return {**episodes, **more}, {**stats, **more_stats}
 
 
 def scope(store: EpisodeStore, tenant_id: str, q: PreparedQuery) -> frozenset[str] | None:
