@@ -695,27 +695,78 @@ def test_codes_are_put_in_list_order_replacing_the_arrival_order(loaded, tmp_pat
     third.close()
 
 
-@needs_proc
-def test_probes_of_ordered_codes_drop_their_pages_past_a_bound(loaded, tmp_path, monkeypatch):
-    """Searches through the lists read the ordered codes through the map and keep them mapped
-    until probes have read ``PROBED_BYTES`` since the last drop; then no page of them stays
-    mapped in the process (in arrival order, a probe's rows mapped 64 KB each: every page of
-    codes.bin after a few searches, never dropped)."""
-    import json
+WHERES = [None, {"agent_role": "Ops"}, {"success_only": True}, {"canvas_ids": ["c3"]}, {"agent_id": "a3"},
+          {"start": NOW - 20 * DAY, "end": NOW - 10 * DAY}, {"agent_role": "Sales", "start": NOW - 30 * DAY}]
 
+
+def _searches(index, n=14):
+    """Answers of ``n`` searches of each of ``WHERES`` (vectors of the loaded rows)."""
+    rows = make_rows(0, 3_000, 1)
+    return [[h["episode_id"] for h in index.vector_search("A", np.asarray(rows[i * 97]["vector"], np.float32), k=10,
+                                                           where=where)]
+            for i in range(n) for where in WHERES]
+
+
+def _mirror_files_kb(folder):
+    return {p.name: resident_kb(p) for p in sorted(folder.iterdir()) if p.suffix in (".bin", ".arrow")}
+
+
+@needs_proc
+def test_no_page_of_a_mirror_file_stays_mapped_past_the_budget(loaded, tmp_path, monkeypatch):
+    """With ``MAPPED_BYTES`` 0, no page of any mirror file (codes, filter columns, norms, id
+    hashes) stays mapped in the process after a search of any kind, and of the id files only
+    what opening them read: what a search reads through the maps is dropped at once, a narrow
+    filter's scattered codes and the results' ids are read by pread. The answers are those of a
+    process that keeps them mapped. (Before, the filter columns, the narrow scans' codes and the
+    id files stayed mapped for good.)"""
     from worldgraph.memory.index import columns
 
-    other, q, _, folder, _ = _ordered(tmp_path, monkeypatch, loaded)
-    codes = folder / json.loads((folder / "manifest.json").read_text()).get("codes", "codes.bin")
-    rows = make_rows(0, 3_000, 1)
-    for i in range(20):
-        assert other.vector_search("A", np.asarray(rows[i * 97]["vector"], np.float32), k=10)
-    assert resident_kb(codes) > 0  # under the bound: kept (a narrow scan finds them mapped)
-    cols = other._mirrors.held("eph-41").cols
-    monkeypatch.setattr(columns, "PROBED_BYTES", cols.probed)  # the next probe passes it
-    assert other.vector_search("A", q, k=10)[0]["episode_id"] == "e42"
-    assert resident_kb(codes) == 0 and cols.probed == 0
+    other, _, _, folder, _ = _ordered(tmp_path, monkeypatch, loaded)
+    opened = {name: kb for name, kb in _mirror_files_kb(folder).items() if name.startswith("ids-")}
+    kept = _searches(other)
+    assert _mirror_files_kb(folder)["role.bin"] > 0  # the default budget (1 GB) keeps what was read
+    ids = {name: kb for name, kb in _mirror_files_kb(folder).items() if name.startswith("ids-")}
+    assert ids == opened  # (the pages opening the Arrow file read: its schema and footer)
     other.close()
+    monkeypatch.setattr(columns, "MAPPED_BYTES", 0, raising=False)
+    third = EpisodeIndex(tmp_path / "db", D, "test-embedder", config())  # reopened, every page read dropped
+    third._small.max_rows = 0
+    rows = make_rows(0, 3_000, 1)
+    first = None
+    for i, where in enumerate(WHERES):
+        third.vector_search("A", np.asarray(rows[i * 31]["vector"], np.float32), k=10, where=where)
+        now = _mirror_files_kb(folder)
+        ids = {name: now.pop(name) for name in list(now) if name.startswith("ids-")}
+        first = first or ids
+        assert now == dict.fromkeys(now, 0) and ids == first, where
+    assert _searches(third) == kept
+    third.close()
+
+
+def test_the_pages_counted_stay_under_the_budget_and_every_process_shares_it(loaded, tmp_path, monkeypatch):
+    """The bytes the process's mirrors count as mapped (``Columns.held``, every mirror together)
+    stay at most ``MAPPED_BYTES`` after every search, the biggest holders dropped first; a
+    search's answers do not change with the budget, and the ids read by pread are the ids."""
+    from worldgraph.memory.index import columns
+
+    other, _, _, _, _ = _ordered(tmp_path, monkeypatch, loaded)
+    kept = _searches(other, 4)
+    cols = other._mirrors.held("eph-41").cols
+    full = sum(int(cols.base[f].nbytes) for f in columns.FIELDS if f not in ("fine",))
+    assert columns._MAPPED.total() <= full
+    monkeypatch.setattr(columns, "MAPPED_BYTES", 100_000)  # (codes 144 KB: more than half of it)
+    rows = make_rows(0, 3_000, 1)
+    totals = []
+    for i in range(40):
+        other.vector_search("A", np.asarray(rows[i * 61]["vector"], np.float32), k=10, where=WHERES[i % len(WHERES)])
+        totals.append(columns._MAPPED.total())
+        assert totals[-1] <= 100_000
+    assert max(totals) > 50_000 and min(totals) < max(totals)  # read, then dropped
+    assert _searches(other, 4) == kept
+    some = np.random.default_rng(5).choice(3_000, 200, replace=False)
+    assert cols.episode_ids(some) == [f"e{i}" for i in some] and cols.id_files
+    other.close()
+    assert sum(cols.held.values()) == 0  # closed: its pages given back
 
 
 def test_ordered_codes_stay_right_under_forgets_appends_and_another_process(loaded, tmp_path, monkeypatch):

@@ -7,6 +7,9 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import struct
+import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -101,12 +104,21 @@ def one_of(column: np.ndarray, values: list[int]) -> np.ndarray:
 FIELDS: dict[str, Any] = {"codes": np.int8, "role": np.uint64, "agent": np.uint64, "canvas": np.uint64,
                           "ts": np.float64, "ok": np.bool_, "norms": np.float32, "fine": np.uint8,
                           "eid": np.uint64}
-# bytes of ordered codes a process's probes read through the map before every page of the codes'
-# map is dropped (``probe_codes``): dropped after each probe, the narrow filters' exact scans mapped
-# their pages again at each search (+1-4 ms p50 per filter kind at 1M, bench/README.md "All
-# together, third session"); so the codes a process holds mapped stay near this bound at 10M
-# (3.84 GB of codes), and a 1M mirror's (366 MB) are dropped once every ~90 plain recalls
-PROBED_BYTES = 512 << 20
+# bytes of the mirrors' files a process's searches may hold mapped, every mirror's every file together
+# (codes, filter columns, norms, id hashes): once the pages they read through the maps (an estimate,
+# ``Columns.touched``) pass it, the biggest holders' pages are dropped (``MADV_DONTNEED``: they
+# stay in the page cache) until half of it is held. A page read through a map stays resident in the
+# process, with the pages the kernel maps around it (64 KB, up to a 2 MB folio): at 10M rows the
+# searches left 3.7 GB of codes and 0.4 GB of id files mapped (bench/README.md, "Resident memory of
+# the recalling process at 10M"). 1M rows hold ~0.45 GB of such files: never dropped there.
+MAPPED_BYTES = 1 << 30
+FAULT_BYTES = 64 << 10  # what a read through a map maps at least around a row it touches (fault-around)
+# rows of a block of codes per FAULT_BYTES of codes' file below which a scan reads them by ``os.pread``
+# (a narrow filter's rows, scattered over the codes in list order), when that file is bigger than
+# half of MAPPED_BYTES: mapped, each such row maps 64 KB (8k rows: ~0.5 GB per search at 10M, or
+# all 3.84 GB with 2 MB folios), and costs ~5 us of faults plus ~3 us to drop against ~2.4 us read
+ID_READ_ROWS = 4_096  # at most this many ids are read by os.pread (a search's results), more through the maps
+DENSE_ROWS = 4
 RESORT_ROWS = 50_000  # rows appended past the sorted hashes that make the next lookup sort them again
 
 
@@ -133,7 +145,8 @@ class Columns:
         self.codes_name = "codes.bin"  # codes' file in the mirror's folder (a new one each time they are ordered)
         self.order_name: str | None = None  # the file ``slot`` is saved in
         self.order_lists: str | None = None  # the key (ivf.Ivf.key) of the lists whose order ``slot`` is
-        self.probed = 0  # bytes of ordered codes probes read through the map since its pages were dropped
+        self.held: dict[str, int] = {}  # field -> bytes of its base's map read through it since its last drop (estimate)
+        self.id_files: dict[int, IdFile] = {}  # chunk of ``ids`` -> its file, read by pread (saved chunks)
 
     def _empty(self, field: str, n: int) -> np.ndarray:
         return np.zeros(row_shape(field, n, self.dimensions), FIELDS[field])
@@ -161,15 +174,22 @@ class Columns:
     def take(self, field: str, rows: np.ndarray) -> np.ndarray:
         """``field`` of mirror ``rows`` (``ndarray.take`` on a plain view of the memory map: 3x
         faster than indexing the map for 16k rows of codes, and faster still for sorted rows;
-        the codes of the base's rows at their ``slots``)."""
+        the codes of the base's rows at their ``slots``). The pages it maps count against
+        ``MAPPED_BYTES``."""
+        rows = np.asarray(rows, np.int64)
         if not self.n_tail:
-            return _take(self.base[field], self.slots(rows) if field == "codes" else rows)
+            at = self.slots(rows) if field == "codes" else rows
+            out = _take(self.base[field], at)
+            self._map_read(field, at)
+            return out
         if not self.n_base:
             return _take(self.tail[field], rows)
         inside = rows < self.n_base
         out = np.empty((len(rows), *self.base[field].shape[1:]), FIELDS[field])
-        out[inside] = _take(self.base[field], self.slots(rows[inside]) if field == "codes" else rows[inside])
+        at = self.slots(rows[inside]) if field == "codes" else rows[inside]
+        out[inside] = _take(self.base[field], at)
         out[~inside] = _take(self.tail[field], rows[~inside] - self.n_base)
+        self._map_read(field, at)
         return out
 
     def read(self, field: str, rows: np.ndarray) -> np.ndarray:
@@ -195,35 +215,64 @@ class Columns:
             out[~inside] = _take(self.tail[field], rows[~inside] - self.n_base)
         return out
 
-    def probe_codes(self, rows: np.ndarray) -> np.ndarray:
-        """The codes of ``rows`` (a probe's lists: a few runs of the codes in list order), read
-        through the map like ``take``; once probes have read ``PROBED_BYTES`` of ordered codes
-        since the last drop, every page of the codes' map is dropped from the process
-        (``MADV_DONTNEED``; they stay in the page cache), so what a process holds of the codes
-        stays near that bound. In arrival order a list's rows were spread over the whole file and
-        a probe's reads mapped 64 KB each: every page of it after a few recalls (1M rows: 366 MB;
-        bench/README.md, "Codes in list order"). Mapping the runs and dropping them cost less than
-        reading them by ``os.pread`` (measured: ~0.2 against ~1.2 ms of CPU a recall at 1M)."""
+    def codes(self, rows: np.ndarray) -> np.ndarray:
+        """The codes of ``rows`` for a scan: through the map (``take``, its pages counted against
+        ``MAPPED_BYTES``) when they are dense in codes' file (a probe's lists: runs of the codes in
+        list order) or that file is at most half of ``MAPPED_BYTES``; else (a narrow filter's
+        rows, scattered over a big file: fewer than ``DENSE_ROWS`` per 64 KB) read by ``os.pread``,
+        which maps nothing."""
         rows = np.asarray(rows, np.int64)
-        out = self.take("codes", rows)
-        ordered = rows < self.ordered
-        if ordered.any():
-            self.probed += int(ordered.sum()) * self.dimensions
-            if self.probed > PROBED_BYTES:
-                self.probed = 0
-                self._drop_codes()
-        return out
+        base = self.base["codes"]
+        if self.files.get("codes") is None or not self.n_base or base.nbytes <= MAPPED_BYTES // 2:
+            return self.take("codes", rows)
+        at = self.slots(rows[rows < self.n_base])
+        if len(at) >= DENSE_ROWS * touched(at, base.itemsize * self.dimensions) // FAULT_BYTES:
+            return self.take("codes", rows)
+        return self.read("codes", rows)
 
-    def _drop_codes(self) -> None:
-        """``MADV_DONTNEED`` every page of codes' map (they stay in the page cache; a scan that
-        reads them next maps them again)."""
-        held = getattr(self.base["codes"], "_mmap", None)
-        if held is None:
+    def probe_codes(self, rows: np.ndarray) -> np.ndarray:
+        """The codes of ``rows`` (a probe's lists: a few runs of the codes in list order): ``codes``."""
+        return self.codes(rows)
+
+    def segments(self, field: str) -> list[np.ndarray]:
+        """``field`` of every row, as the base's and the tail's arrays (a mask is made segment by
+        segment); a caller that reads the base's every row says so after (``scanned``)."""
+        return [self.base[field][:self.n_base], self.tail[field][:self.n_tail]]
+
+    def scanned(self, field: str) -> None:
+        """Every row of the base's map of ``field`` was read: all of it counts against ``MAPPED_BYTES``."""
+        self._map_read(field, None)
+
+    def _map_read(self, field: str, at: np.ndarray | None) -> None:
+        """Count the pages of the base's map of ``field`` that reading its rows ``at`` (None:
+        every row) mapped, and drop pages if the process's mirrors now hold more than
+        ``MAPPED_BYTES``."""
+        base = self.base[field]
+        if getattr(base, "_mmap", None) is None or (at is not None and not len(at)):
             return
-        try:
-            held.madvise(mmap.MADV_DONTNEED, 0, len(held))
-        except (OSError, ValueError):  # a map closed meanwhile (a save mapped the files anew)
-            pass
+        full = int(base.nbytes)
+        counted = self.held.get(field, 0) >= full  # every page counted already
+        more = 0 if counted or at is None else touched(at, full // max(len(base), 1))
+        with _MAPPED.lock:
+            self.held[field] = full if at is None else min(full, self.held.get(field, 0) + more)
+            _MAPPED.owners.add(self)
+            over = _MAPPED.total() > MAPPED_BYTES
+        if over:
+            _MAPPED.shrink()
+
+    def drop_maps(self, field: str | None = None) -> None:
+        """``MADV_DONTNEED`` every page of the base's maps (of ``field`` only if given): they stay
+        in the page cache; a read maps them again."""
+        for name in list(FIELDS) if field is None else [field]:
+            held = getattr(self.base.get(name), "_mmap", None)
+            with _MAPPED.lock:
+                self.held.pop(name, None)
+            if held is None:
+                continue
+            try:
+                held.madvise(mmap.MADV_DONTNEED, 0, len(held))
+            except (OSError, ValueError):  # a map closed meanwhile (a save mapped the files anew)
+                pass
 
     def put(self, field: str, rows: np.ndarray, values: np.ndarray) -> None:
         """Set ``field`` of mirror ``rows`` (the base's array must be writable: in memory)."""
@@ -231,16 +280,14 @@ class Columns:
         self.base[field][rows[inside]] = values[inside]
         self.tail[field][rows[~inside] - self.n_base] = values[~inside]
 
-    def segments(self, field: str) -> list[np.ndarray]:
-        """``field`` of every row, as the base's and the tail's arrays (a mask is made segment by segment)."""
-        return [self.base[field][:self.n_base], self.tail[field][:self.n_tail]]
-
     def set_base(self, base: dict[str, np.ndarray], n: int, files: dict[str, Any] | None = None,
                  slot: np.ndarray | None = None) -> None:
         """The saved rows, memory-mapped (the tail must be empty or just saved), the files
         ``read`` reads some of them from (opened with the maps: a file replaced by a rebuild
         elsewhere is not read in their place; closed once no map and no reader holds them), and
         where the codes of the first rows are in codes' file (``slot``; None: in row order)."""
+        with _MAPPED.lock:  # new maps: none of their pages read yet
+            self.held = {}
         self.base, self.n_base, self.files, self.slot = base, n, dict(files or {}), slot
         self.tail, self.n_tail = {f: self._empty(f, 0) for f in FIELDS}, 0
         if len(self.addr) < n:
@@ -291,6 +338,7 @@ class Columns:
         n = self.n
         if self.by_eid is None or n - len(self.by_eid[0]) > RESORT_ROWS:
             every = np.concatenate(self.segments("eid"))
+            self.scanned("eid")
             order = np.argsort(every, kind="stable")
             # their rows as int32 while they fit (12 bytes a row, not 16)
             self.by_eid = (every[order], order.astype(np.int32 if n <= np.iinfo(np.int32).max else np.int64))
@@ -305,10 +353,31 @@ class Columns:
         return np.concatenate([rows[firsts], newer])
 
     def episode_ids(self, rows: np.ndarray) -> list[str]:
-        """The episode ids of mirror ``rows``."""
+        """The episode ids of mirror ``rows``: a few (a search's results, at most ``ID_READ_ROWS``)
+        read from their id files by ``os.pread``, which maps nothing (read through the maps, a
+        search's ~100 scattered ids mapped 64 KB to 2 MB each: every page of the id files after
+        a few hundred recalls, 0.4 GB at 10M rows); more through the maps (a compaction's moved rows)."""
         starts = np.asarray(self.id_starts)
         chunk = np.searchsorted(starts, rows, side="right") - 1
-        return [self.ids[c][int(r) - self.id_starts[c]].as_py() for c, r in zip(chunk.tolist(), rows.tolist())]
+        few = len(rows) <= ID_READ_ROWS
+        out = []
+        for c, r in zip(chunk.tolist(), rows.tolist()):
+            at = int(r) - self.id_starts[c]
+            reader = self.id_files.get(c) if few else None
+            out.append(reader.id(at) if reader is not None else self.ids[c][at].as_py())
+        return out
+
+    def set_ids(self, chunk: int, ids: pa.Array, reader: IdFile | None) -> None:
+        """Chunk ``chunk`` of the ids (appended if it is the next one), mapped from its file, and
+        what reads single ids of it from that file (None: none)."""
+        if chunk == len(self.ids):
+            self.ids.append(ids)
+        else:
+            self.ids[chunk] = ids
+        if reader is None:
+            self.id_files.pop(chunk, None)
+        else:
+            self.id_files[chunk] = reader
 
     def same_filters(self, rows: np.ndarray, tbl: pa.Table) -> np.ndarray:
         """Whether mirror ``rows`` have the filter columns of the rows of ``tbl`` (one each)."""
@@ -341,3 +410,62 @@ def pread_rows(fh: Any, base: np.ndarray, rows: np.ndarray) -> np.ndarray:
 def _take(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
     out: np.ndarray = np.asarray(values).take(rows, axis=0)
     return out
+
+
+def touched(at: np.ndarray, width: int) -> int:
+    """Bytes a read of rows ``at`` (``width`` bytes each) through a map maps at least: each
+    ``FAULT_BYTES`` chunk of the file it touches (counted by runs: exact for rows in order, more
+    for rows out of order)."""
+    if not len(at):
+        return 0
+    chunks = (np.asarray(at, np.int64) * width) >> (FAULT_BYTES.bit_length() - 1)
+    return (1 + int(np.count_nonzero(chunks[1:] != chunks[:-1]))) * FAULT_BYTES
+
+
+class _Mapped:
+    """The pages of mirror files that the process's searches read through maps (``Columns.held``
+    of every ``Columns`` that holds some), and their drop past ``MAPPED_BYTES``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.owners: weakref.WeakSet[Columns] = weakref.WeakSet()
+
+    def total(self) -> int:
+        with self.lock:
+            return sum(sum(cols.held.values()) for cols in list(self.owners))
+
+    def shrink(self) -> None:
+        """Drop the pages of the biggest holders (a field of a mirror) until at most half of
+        ``MAPPED_BYTES`` is held."""
+        with self.lock:
+            holders = sorted(((held, id(cols), cols, field) for cols in list(self.owners)
+                              for field, held in cols.held.items() if held), key=lambda h: -h[0])
+            total = sum(h[0] for h in holders)
+            for held, _, cols, field in holders:
+                if total <= MAPPED_BYTES // 2:
+                    break
+                cols.drop_maps(field)
+                total -= held
+
+
+_MAPPED = _Mapped()
+
+
+class IdFile:
+    """Single ids of an id file (Arrow IPC, one string column; mirror_files.py) read by ``os.pread``:
+    the column's offsets and its bytes, where the file holds them."""
+
+    __slots__ = ("fh", "offsets_at", "data_at", "first", "fmt")
+
+    def __init__(self, fh: Any, offsets_at: int, data_at: int, first: int, large: bool) -> None:
+        self.fh, self.offsets_at, self.data_at, self.first = fh, offsets_at, data_at, first
+        self.fmt = struct.Struct("<qq" if large else "<ii")
+
+    def id(self, at: int) -> str:
+        fd, fmt = self.fh.fileno(), self.fmt
+        size = fmt.size // 2
+        start, end = fmt.unpack(os.pread(fd, fmt.size, self.offsets_at + (self.first + at) * size))
+        data = os.pread(fd, end - start, self.data_at + start)
+        if len(data) != end - start:
+            raise OSError(f"{self.fh.name}: {len(data)} of {end - start} bytes of an id read")
+        return data.decode("utf-8")

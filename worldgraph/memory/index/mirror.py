@@ -282,6 +282,8 @@ class Mirror:
                 part = keep[offset:offset + size]
                 for field, check in checks:
                     part &= check(cols.segments(field)[segment])
+                    if segment == 0:
+                        cols.scanned(field)
             offset += size
         return keep
 
@@ -315,8 +317,9 @@ class Mirror:
         """The ``k`` of mirror ``rows`` nearest to ``q`` by the cosine of their codes (the query's
         own int8 code against theirs, SIMD: ~0.5 ms for 15k rows), best first, and their codes
         (``results`` re-ranks them without reading them again). ``probe``: the rows of the lists
-        nearest the query (a few runs of the codes in list order, their pages dropped now and
-        then: Columns.probe_codes); else (a filter's rows, scattered) through the map."""
+        nearest the query (a few runs of the codes in list order), taken in that order; else (a
+        filter's rows) in row order. Either is read through the map or, scattered over a big
+        file, by pread (Columns.codes)."""
         import numkong
 
         cols = self.cols
@@ -331,7 +334,7 @@ class Mirror:
         blocks = []
         for start in range(0, len(rows), READ_BATCH):  # a block of codes at a time
             part = rows[start:start + READ_BATCH]
-            codes = cols.probe_codes(part) if probe else cols.take("codes", part)
+            codes = cols.codes(part)
             blocks.append(codes)
             dots = np.asarray(numkong.cdist(codes, qc, metric="dot")).reshape(-1)
             sims[start:start + len(part)] = dots / np.maximum(cols.take("norms", part), 1e-9)

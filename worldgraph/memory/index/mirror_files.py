@@ -41,7 +41,7 @@ from worldgraph.errors import StorageError
 from worldgraph.filemodes import tighten
 from worldgraph.locks import file_lock
 from worldgraph.memory.index import ivf as ivfs
-from worldgraph.memory.index.columns import FIELDS, NO_RESIDUAL, id_hashes, pread_rows, row_shape
+from worldgraph.memory.index.columns import FIELDS, NO_RESIDUAL, IdFile, id_hashes, pread_rows, row_shape
 from worldgraph.memory.index.mirror import Fragment, Mirror
 from worldgraph.memory.index.worker import release_memory
 
@@ -130,7 +130,7 @@ def load(folder: Path, dimensions: int) -> Mirror | None:
             cols.order_name, cols.order_lists = str(order["file"]), str(order["lists"])
         _set_base(cols, folder, rows, dimensions, fmt)
         for start, name in manifest["ids"]:
-            cols.ids.append(_map_ids(folder / name))
+            cols.set_ids(len(cols.ids), *_map_ids(folder / name))
             cols.id_starts.append(int(start))
         if sum(len(c) for c in cols.ids) != rows:
             raise ValueError("the id files do not hold every row")
@@ -229,6 +229,8 @@ def write_rows(mirror: Mirror, folder: Path,
     if len(cols.ids) > cols.saved_ids + 1:  # the chunks added since the last save, as one file
         merged = pa.concat_arrays(cols.ids[cols.saved_ids:])
         del cols.ids[cols.saved_ids:], cols.id_starts[cols.saved_ids + 1:]
+        for chunk in [c for c in cols.id_files if c >= cols.saved_ids]:  # (none: those were in memory)
+            del cols.id_files[chunk]
         cols.ids.append(merged)
     ids = list(zip(cols.id_starts, [f"ids-{s}.arrow" for s in cols.id_starts]))
     for i, ((_, name), chunk) in enumerate(zip(ids, cols.ids)):
@@ -237,7 +239,7 @@ def write_rows(mirror: Mirror, folder: Path,
         table = pa.table({"episode_id": chunk})
         with pa.OSFile(str(folder / name), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
-        cols.ids[i] = _map_ids(folder / name)  # read from the file's pages, not held in memory
+        cols.set_ids(i, *_map_ids(folder / name))  # read from the file's pages, not held in memory
     if order is not None:
         cols.codes_name, cols.order_name, cols.order_lists = order[0], order[1], order[2]
     _set_base(cols, folder, cols.n, d, slot=cols.slot if order is None else order[3])
@@ -253,13 +255,25 @@ def _set_base(cols: Any, folder: Path, rows: int, dimensions: int, fmt: int = FO
     cols.set_base(maps, rows, files, cols.slot if isinstance(slot, str) else slot)
 
 
-def _map_ids(path: Path) -> pa.Array:
+def _map_ids(path: Path) -> tuple[pa.Array, IdFile | None]:
     """The episode ids of an id file, on the file's pages (memory-mapped: a page is resident
-    once a search reads an id on it). ``combine_chunks`` copies even a single chunk into
-    memory (pyarrow 26: 40 MB at 1M rows, 40 bytes a row): one chunk is taken as it is."""
+    once something reads an id on it), and what reads single ids of it by ``os.pread`` instead
+    (a search's results: ``Columns.episode_ids``; None for a column of another layout).
+    ``combine_chunks`` copies even a single chunk into memory (pyarrow 26: 40 MB at 1M rows, 40
+    bytes a row): one chunk is taken as it is."""
     with pa.memory_map(str(path)) as source:
+        start = source.read_buffer(1).address  # where the map begins: the buffers' places in the file
+        source.seek(0)
         column = pa.ipc.open_file(source).read_all().column(0)
-    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    ids = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    reader = None
+    buffers = ids.buffers()
+    if column.num_chunks == 1 and ids.type in (pa.string(), pa.large_string()) and ids.null_count == 0 \
+            and len(buffers) == 3 and buffers[1] is not None and buffers[2] is not None:
+        reader = IdFile(open(path, "rb", buffering=0),  # noqa: SIM115 - held by the columns, closed with them
+                        buffers[1].address - start, buffers[2].address - start, ids.offset,
+                        ids.type == pa.large_string())
+    return ids, reader
 
 
 def due(mirror: Mirror) -> bool:
@@ -500,8 +514,11 @@ class Mirrors:
         already under way is left to the process's exit (the manifest is written last)."""
         with self._lock:
             self.closed = True
-        return self.wait(seconds_left(deadline)) and \
-            self.save_all(deadline)
+        done = self.wait(seconds_left(deadline)) and self.save_all(deadline)
+        if done:  # a closed index's object may live on (its caller's): its mirrors' pages go back
+            for mirror in list(self._mirrors.values()):
+                mirror.cols.drop_maps()
+        return done
 
     def save_all(self, deadline: float | None = None) -> bool:
         """Save every changed mirror (on close); False if ``deadline`` came first."""
