@@ -391,20 +391,56 @@ class Columns:
 
 
 def pread_rows(fh: Any, base: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Rows ``rows`` of the memory-mapped ``base`` read from its open file ``fh`` by ``os.pread``:
+    """Rows ``rows`` of the memory-mapped ``base`` read from its open file ``fh`` by ``pread``:
     one call for each run of consecutive rows (the lists' fill, a copy of codes put in list
-    order), so one per row for scattered rows (~1.3 us a row: a search's final 220 rows in
-    ~0.3 ms)."""
+    order), so one per row for scattered rows (~2.2 us a row: a narrow filter's 8k rows in
+    ~18 ms, a search's final 220 in ~0.5 ms)."""
     width = base.itemsize * int(np.prod(base.shape[1:], dtype=np.int64))
     fd, start = fh.fileno(), int(getattr(base, "offset", 0))  # (np.memmap: where its rows start in the file)
+    rows = np.asarray(rows, np.int64)
+    out: np.ndarray = np.empty((len(rows), *base.shape[1:]), base.dtype)
+    if not len(rows):
+        return out
     breaks = np.flatnonzero(np.diff(rows) != 1) + 1
-    firsts = np.concatenate([[0], breaks]).astype(np.int64).tolist()
-    ends = np.concatenate([breaks, [len(rows)]]).astype(np.int64).tolist()
-    data = b"".join([os.pread(fd, width * (b - a), start + int(rows[a]) * width) for a, b in zip(firsts, ends)])
-    if len(data) != width * len(rows):
-        raise OSError(f"{fh.name}: {len(data)} of {width * len(rows)} bytes read")
-    out: np.ndarray = np.frombuffer(data, base.dtype).reshape(len(rows), *base.shape[1:])
+    firsts = np.concatenate([[0], breaks]).astype(np.int64)
+    sizes = (np.diff(np.concatenate([firsts, [len(rows)]])) * width).tolist()
+    places = (rows[firsts] * width + start).tolist()
+    into = (firsts * width).tolist()
+    read_into(fd, out, into, sizes, places, fh.name)
     return out
+
+
+# libc's pread called without releasing the GIL (``ctypes.PyDLL``): a read from the page cache
+# takes ~1 us; ``os.pread`` releases the GIL for it, and a thread that does thousands of them
+# (a narrow filter's codes, a search's ids) beside a busy thread (recall's text search) waited
+# for the GIL after each (up to the 5 ms switch interval): 2-3x the wall time of the same CPU at
+# 10M. Reads bigger than SMALL_READ release the GIL (os.preadv). None: no such libc (os.pread).
+SMALL_READ = 64 << 10
+try:
+    import ctypes
+
+    _pread = ctypes.PyDLL(None, use_errno=True).pread
+    _pread.restype, _pread.argtypes = ctypes.c_ssize_t, [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
+                                                        ctypes.c_longlong]
+except (ImportError, OSError, AttributeError):  # pragma: no cover - not a POSIX libc
+    _pread = None
+
+
+def read_into(fd: int, out: np.ndarray, into: list[int], sizes: list[int], places: list[int], name: str) -> None:
+    """Read ``sizes[i]`` bytes of file ``fd`` at ``places[i]`` into the bytes of ``out`` (C-contiguous)
+    at ``into[i]``, for each i."""
+    view = memoryview(out).cast("B")
+    address = out.ctypes.data
+    for at, size, place in zip(into, sizes, places):
+        if _pread is not None and size <= SMALL_READ:
+            got = _pread(fd, address + at, size, place)
+            if got < 0:
+                err = ctypes.get_errno()
+                raise OSError(err, os.strerror(err), name)
+        else:
+            got = os.preadv(fd, [view[at:at + size]], place)
+        if got != size:
+            raise OSError(f"{name}: {got} of {size} bytes read")
 
 
 def _take(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -462,10 +498,11 @@ class IdFile:
         self.fmt = struct.Struct("<qq" if large else "<ii")
 
     def id(self, at: int) -> str:
-        fd, fmt = self.fh.fileno(), self.fmt
-        size = fmt.size // 2
-        start, end = fmt.unpack(os.pread(fd, fmt.size, self.offsets_at + (self.first + at) * size))
-        data = os.pread(fd, end - start, self.data_at + start)
-        if len(data) != end - start:
-            raise OSError(f"{self.fh.name}: {len(data)} of {end - start} bytes of an id read")
-        return data.decode("utf-8")
+        fd, fmt, name = self.fh.fileno(), self.fmt, self.fh.name
+        pair = np.empty(fmt.size, np.uint8)
+        read_into(fd, pair, [0], [fmt.size], [self.offsets_at + (self.first + at) * (fmt.size // 2)], name)
+        start, end = fmt.unpack(pair.tobytes())
+        data = np.empty(end - start, np.uint8)
+        if end > start:
+            read_into(fd, data, [0], [end - start], [self.data_at + start], name)
+        return data.tobytes().decode("utf-8")
