@@ -491,18 +491,26 @@ class IdFile:
     """Single ids of an id file (Arrow IPC, one string column; mirror_files.py) read by ``os.pread``:
     the column's offsets and its bytes, where the file holds them."""
 
-    __slots__ = ("fh", "offsets_at", "data_at", "first", "fmt")
+    __slots__ = ("fh", "offsets_at", "data_at", "first", "rows", "fmt")
 
-    def __init__(self, fh: Any, offsets_at: int, data_at: int, first: int, large: bool) -> None:
-        self.fh, self.offsets_at, self.data_at, self.first = fh, offsets_at, data_at, first
+    def __init__(self, fh: Any, offsets_at: int, data_at: int, first: int, rows: int, large: bool) -> None:
+        self.fh, self.offsets_at, self.data_at, self.first, self.rows = fh, offsets_at, data_at, first, rows
         self.fmt = struct.Struct("<qq" if large else "<ii")
 
     def id(self, at: int) -> str:
-        fd, fmt, name = self.fh.fileno(), self.fmt, self.fh.name
-        pair = np.empty(fmt.size, np.uint8)
-        read_into(fd, pair, [0], [fmt.size], [self.offsets_at + (self.first + at) * (fmt.size // 2)], name)
-        start, end = fmt.unpack(pair.tobytes())
-        data = np.empty(end - start, np.uint8)
-        if end > start:
-            read_into(fd, data, [0], [end - start], [self.data_at + start], name)
-        return data.tobytes().decode("utf-8")
+        """The id of row ``at`` of the file's column (~4 us: two reads of the page cache)."""
+        fd, fmt = self.fh.fileno(), self.fmt
+        if not 0 <= at < self.rows:
+            raise IndexError(f"{self.fh.name}: row {at} of {self.rows}")
+        place = self.offsets_at + (self.first + at) * (fmt.size // 2)
+        if _pread is None:  # pragma: no cover - not a POSIX libc
+            start, end = fmt.unpack(os.pread(fd, fmt.size, place))
+            return os.pread(fd, end - start, self.data_at + start).decode("utf-8")
+        pair = ctypes.create_string_buffer(fmt.size)
+        if _pread(fd, ctypes.addressof(pair), fmt.size, place) != fmt.size:
+            raise OSError(f"{self.fh.name}: the offsets of row {at} not read")
+        start, end = fmt.unpack(pair.raw)
+        data = ctypes.create_string_buffer(max(end - start, 1))
+        if end > start and _pread(fd, ctypes.addressof(data), end - start, self.data_at + start) != end - start:
+            raise OSError(f"{self.fh.name}: the id of row {at} not read")
+        return data.raw[:end - start].decode("utf-8")

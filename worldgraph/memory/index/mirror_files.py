@@ -271,7 +271,7 @@ def _map_ids(path: Path) -> tuple[pa.Array, IdFile | None]:
     if column.num_chunks == 1 and ids.type in (pa.string(), pa.large_string()) and ids.null_count == 0 \
             and len(buffers) == 3 and buffers[1] is not None and buffers[2] is not None:
         reader = IdFile(open(path, "rb", buffering=0),  # noqa: SIM115 - held by the columns, closed with them
-                        buffers[1].address - start, buffers[2].address - start, ids.offset,
+                        buffers[1].address - start, buffers[2].address - start, ids.offset, len(ids),
                         ids.type == pa.large_string())
     return ids, reader
 
