@@ -4,6 +4,7 @@ saved base (memory-mapped files, mirror_files.py) and an in-memory tail of the r
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import mmap
 import os
@@ -416,20 +417,18 @@ def pread_rows(fh: Any, base: np.ndarray, rows: np.ndarray) -> np.ndarray:
 # for the GIL after each (up to the 5 ms switch interval): 2-3x the wall time of the same CPU at
 # 10M. Reads bigger than SMALL_READ release the GIL (os.preadv). None: no such libc (os.pread).
 SMALL_READ = 64 << 10
+_pread: Any = None
 try:
-    import ctypes
-
     _pread = ctypes.PyDLL(None, use_errno=True).pread
     _pread.restype, _pread.argtypes = ctypes.c_ssize_t, [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
                                                         ctypes.c_longlong]
-except (ImportError, OSError, AttributeError):  # pragma: no cover - not a POSIX libc
+except (OSError, AttributeError):  # pragma: no cover - not a POSIX libc
     _pread = None
 
 
 def read_into(fd: int, out: np.ndarray, into: list[int], sizes: list[int], places: list[int], name: str) -> None:
     """Read ``sizes[i]`` bytes of file ``fd`` at ``places[i]`` into the bytes of ``out`` (C-contiguous)
     at ``into[i]``, for each i."""
-    view = memoryview(out).cast("B")
     address = out.ctypes.data
     for at, size, place in zip(into, sizes, places):
         if _pread is not None and size <= SMALL_READ:
@@ -438,7 +437,7 @@ def read_into(fd: int, out: np.ndarray, into: list[int], sizes: list[int], place
                 err = ctypes.get_errno()
                 raise OSError(err, os.strerror(err), name)
         else:
-            got = os.preadv(fd, [view[at:at + size]], place)
+            got = os.preadv(fd, [out.data.cast("B")[at:at + size]], place)
         if got != size:
             raise OSError(f"{name}: {got} of {size} bytes read")
 
