@@ -107,18 +107,18 @@ FIELDS: dict[str, Any] = {"codes": np.int8, "role": np.uint64, "agent": np.uint6
                           "eid": np.uint64}
 # bytes of the mirrors' files a process's searches may hold mapped, every mirror's every file together
 # (codes, filter columns, norms, id hashes): once the pages they read through the maps (an estimate,
-# ``Columns.touched``) pass it, the biggest holders' pages are dropped (``MADV_DONTNEED``: they
+# ``touched``) pass it, the biggest holders' pages are dropped (``MADV_DONTNEED``: they
 # stay in the page cache) until half of it is held. A page read through a map stays resident in the
 # process, with the pages the kernel maps around it (64 KB, up to a 2 MB folio): at 10M rows the
 # searches left 3.7 GB of codes and 0.4 GB of id files mapped (bench/README.md, "Resident memory of
 # the recalling process at 10M"). 1M rows hold ~0.45 GB of such files: never dropped there.
 MAPPED_BYTES = 1 << 30
 FAULT_BYTES = 64 << 10  # what a read through a map maps at least around a row it touches (fault-around)
-# rows of a block of codes per FAULT_BYTES of codes' file below which a scan reads them by ``os.pread``
+# rows of a block of codes per FAULT_BYTES of codes' file below which a scan reads them by pread
 # (a narrow filter's rows, scattered over the codes in list order), when that file is bigger than
 # half of MAPPED_BYTES: mapped, each such row maps 64 KB (8k rows: ~0.5 GB per search at 10M, or
 # all 3.84 GB with 2 MB folios), and costs ~5 us of faults plus ~3 us to drop against ~2.4 us read
-ID_READ_ROWS = 4_096  # at most this many ids are read by os.pread (a search's results), more through the maps
+ID_READ_ROWS = 4_096  # at most this many ids are read by pread (a search's results), more through the maps
 DENSE_ROWS = 4
 RESORT_ROWS = 50_000  # rows appended past the sorted hashes that make the next lookup sort them again
 
