@@ -669,9 +669,9 @@ def test_codes_are_put_in_list_order_replacing_the_arrival_order(loaded, tmp_pat
     assert np.array_equal(cols.take("codes", rows), before) and np.array_equal(cols.read("codes", rows), before)
     on_disk = np.fromfile(folder / manifest["codes"], np.int8).reshape(-1, D)
     assert np.array_equal(on_disk[cols.slots(rows)], before)
-    for picked in (3_000, 700, 40):  # a probe's codes (read through the map, their pages dropped) are the rows' codes
+    for picked in (3_000, 700, 40):  # a scan's codes (through the map or by pread) are the rows' codes
         some = np.random.default_rng(picked).choice(3_000, picked, replace=False)
-        assert np.array_equal(cols.probe_codes(some), before[some])
+        assert np.array_equal(cols.codes(some), before[some])
     for x in range(lists.nlist):  # a list's rows: one run of places
         places = np.sort(cols.slots(lists.rows_in(np.array([x]))))
         assert len(places) == 0 or places[-1] - places[0] == len(places) - 1

@@ -118,8 +118,8 @@ FAULT_BYTES = 64 << 10  # what a read through a map maps at least around a row i
 # (a narrow filter's rows, scattered over the codes in list order), when that file is bigger than
 # half of MAPPED_BYTES: mapped, each such row maps 64 KB (8k rows: ~0.5 GB per search at 10M, or
 # all 3.84 GB with 2 MB folios), and costs ~5 us of faults plus ~3 us to drop against ~2.4 us read
-ID_READ_ROWS = 4_096  # at most this many ids are read by pread (a search's results), more through the maps
 DENSE_ROWS = 4
+ID_READ_ROWS = 4_096  # at most this many ids are read by pread (a search's results), more through the maps
 RESORT_ROWS = 50_000  # rows appended past the sorted hashes that make the next lookup sort them again
 
 
@@ -230,10 +230,6 @@ class Columns:
         if len(at) >= DENSE_ROWS * touched(at, base.itemsize * self.dimensions) // FAULT_BYTES:
             return self.take("codes", rows)
         return self.read("codes", rows)
-
-    def probe_codes(self, rows: np.ndarray) -> np.ndarray:
-        """The codes of ``rows`` (a probe's lists: a few runs of the codes in list order): ``codes``."""
-        return self.codes(rows)
 
     def segments(self, field: str) -> list[np.ndarray]:
         """``field`` of every row, as the base's and the tail's arrays (a mask is made segment by
