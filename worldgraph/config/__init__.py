@@ -30,6 +30,7 @@ from worldgraph.lazy import lazy_exports
 # machine, and `worldgraph --help` answers in less than twice that).
 _EXPORTS = {
     "AWS_VARIABLES": "environment", "LIBRARY_DEFAULTS": "environment", "LauncherSettings": "environment",
+    "PACKAGE_PARENT": "environment",
     "child_environment": "environment", "cli_defaults": "environment", "llm_configured": "environment",
     "malloc_perturb": "environment",
     "object_store_options": "environment", "openai_endpoint": "environment", "set_library_defaults": "environment",
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from worldgraph.config.environment import (
         AWS_VARIABLES,
         LIBRARY_DEFAULTS,
+        PACKAGE_PARENT,
         LauncherSettings,
         child_environment,
         cli_defaults,
@@ -63,6 +65,7 @@ __all__ = [
     "HYBRID_MIN_SIMILARITY",
     "LIBRARY_DEFAULTS",
     "NEO4J_VARIABLES",
+    "PACKAGE_PARENT",
     "SEED_MIN_SIMILARITY",
     "LauncherSettings",
     "WorldGraphConfig",

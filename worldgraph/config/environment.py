@@ -155,6 +155,12 @@ def set_library_defaults() -> None:
         os.environ.setdefault(name, value)
 
 
+# The folder holding this worldgraph package (config/environment.py is two below it): the
+# ``pythonpath_first`` of every child of ours, so the child imports its parent's code wherever it
+# is started. Counted once, here: a count in each caller went one short when its module moved.
+PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+
+
 def child_environment(pythonpath_first: str | None = None) -> dict[str, str]:
     """The environment of a child process of ours: this process's (the ``AWS_*`` and ``OPENAI_*``
     variables and LIBRARY_DEFAULTS included), with ``pythonpath_first`` put in front of

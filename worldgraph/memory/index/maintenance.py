@@ -14,11 +14,10 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from worldgraph.clock import seconds_left
-from worldgraph.config import child_environment
+from worldgraph.config import PACKAGE_PARENT, child_environment
 from worldgraph.memory.index.policy import (
     ann_due_rows,
     ann_mirrored,
@@ -198,10 +197,8 @@ class IndexMaintenance(IndexTables):
             return run_maintenance_tasks(self, tasks)
         if self._maint_worker is None:
             # An object store too: the child opens the same URI with the AWS_* variables it inherits.
-            # The folder holding this worldgraph package (worldgraph/memory/index/ is three below it)
-            # goes first on the child's path: the child imports the parent's code, wherever it runs.
-            pkg_root = str(Path(__file__).resolve().parents[3])
-            env = child_env(child_environment(pythonpath_first=pkg_root), self.config.maintenance_malloc_arena_max)
+            # the child imports the parent's code, wherever it runs (config/environment.py)
+            env = child_env(child_environment(pythonpath_first=PACKAGE_PARENT), self.config.maintenance_malloc_arena_max)
             cmd = [sys.executable, "-m", "worldgraph.memory.index.episode_index", "serve", self.path,
                    str(self.dimensions), self.embedder_name, self.config.child_config_json()]
             self._maint_worker = MaintenanceWorker(cmd, env)

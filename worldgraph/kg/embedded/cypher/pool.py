@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from worldgraph.config import child_environment
+from worldgraph.config import PACKAGE_PARENT, child_environment
 from worldgraph.kg.cypher_limits import COUNTERS, KILLED_AT_DEADLINE
 
 __all__ = ["ChildClosed", "ChildCrashed", "ChildPool", "ChildTimeout", "PoolSettings"]
@@ -250,7 +250,7 @@ class ChildPool:
     # ------------------------------------------------------------------ spawning
     def _spawn(self) -> _Child:
         """A new child, confined and ready (RuntimeError if it cannot start)."""
-        env = {k: v for k, v in child_environment(pythonpath_first=str(Path(__file__).resolve().parents[4])).items()
+        env = {k: v for k, v in child_environment(pythonpath_first=PACKAGE_PARENT).items()
                if k in _KEEP_ENV}
         settings = {"sandbox": self.settings.sandbox, "nice": self.settings.nice, "roots": self.settings.roots}
         proc = subprocess.Popen([sys.executable, "-m", "worldgraph.kg.embedded.cypher.child", json.dumps(settings)],
