@@ -458,6 +458,16 @@ def passing_texts(look: Look) -> Iterator[tuple[str, str]]:
             yield f"{t} kept terms", " ".join(texts.vocab)
 
 
+@place("the words a process leaves out of a big table's full-text queries (memory/index/common_terms.py)")
+def common_words(look: Look) -> Iterator[tuple[str, str]]:
+    from worldgraph.memory.index.schema import table_name
+
+    for t in look.tenants:  # sampled by the recalls before (the mirror case: any word of 2+ rows is common)
+        held = look.wm.index._common.held(table_name(t))
+        if held:
+            yield f"{t} common terms", " ".join(held)
+
+
 @place("the kept answers of idempotent writes, in the store (on Neo4j outside the data folder)")
 def idempotent_records(look: Look) -> Iterator[tuple[str, str]]:
     store = look.wm.store
@@ -544,10 +554,11 @@ def check(e: Erasure, look: Look, forgotten: set[str], moment: str) -> None:
 @pytest.fixture(params=["embedded", "mirror", "s3", pytest.param("neo4j", marks=pytest.mark.neo4j)])
 def store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     if request.param == "mirror":  # every table searched through its mirror, an id filter's text in process
-        from worldgraph.memory.index import search
+        from worldgraph.memory.index import common_terms, search
 
         monkeypatch.setattr(search, "WIDE_TEXT_FETCH", 0)
-        return {"mirror_min_rows": 1}
+        monkeypatch.setattr(common_terms, "MIN_SAMPLED", 1)  # and each word of 2+ rows left out (common_terms.py)
+        return {"mirror_min_rows": 1, "fulltext_common_rows": 1}
     if request.param == "neo4j":
         server = request.getfixturevalue("neo4j_server")
         return {"graph": "neo4j", "neo4j_uri": server["uri"], "neo4j_user": server["user"],

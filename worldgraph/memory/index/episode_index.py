@@ -30,6 +30,7 @@ from worldgraph.errors import InvalidInputError, ReadOnlyError
 from worldgraph.filemodes import PrivateTree, private_dir, private_umask
 from worldgraph.memory.embeddings import same_fallback_label
 from worldgraph.memory.index import objectstore
+from worldgraph.memory.index.common_terms import CommonTerms
 from worldgraph.memory.index.lance_import import drop_sessions, import_lancedb, sessions
 from worldgraph.memory.index.maintenance import run_maintenance_tasks
 from worldgraph.memory.index.mirror_files import Mirrors
@@ -140,6 +141,7 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         self._mirrors = Mirrors(dimensions, self.path if self._is_local else None, writable=not read_only,
                                 build_rows=self.config.mirror_build_rows)
         self._texts = PassingTexts()
+        self._common = CommonTerms(self.config.fulltext_common_rows)
         with objectstore.object_store_errors(self.path, "opening the index"):
             if self._is_local:
                 self._open(rebuild)
@@ -156,6 +158,7 @@ class EpisodeIndex(IndexWrites, IndexSearch):
                     self._db.drop_table(name)
             self._mirrors.drop()  # the saved mirrors of the dropped tables
             self._texts.drop()
+            self._common.drop()
             self._write_meta()
             return
         meta = self._read_meta()

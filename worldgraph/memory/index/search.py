@@ -302,6 +302,10 @@ class IndexSearch(MirrorSearch):
         # a big table's hits take their ids and vectors from its mirror (mirror.py), not LanceDB
         mirror = self._mirrors.get(part.name, ds) if self._mirrored(ds) else None
         self._texts.sync(part.name, mirror)  # the kept terms of forgotten rows go first (passing_text.py)
+        if mirror is not None:  # with fulltext_common_rows set, a big table's common words are not searched
+            text = self._common.prune(part.name, ds, mirror, text)
+            if not text:
+                return []
         ids_in_mirror = mirror is not None and (where or {}).get("episode_ids") is not None
         # a filter the mirror can evaluate: a wide one checked on LanceDB's unfiltered hits, episode
         # ids searched in process or by their rows' addresses (_mirror_text); else LanceDB's prefilter

@@ -23,6 +23,7 @@ from worldgraph.errors import ReadOnlyError
 from worldgraph.filemodes import PrivateTree, create_private_file
 from worldgraph.locks import file_lock
 from worldgraph.memory.index import objectstore
+from worldgraph.memory.index.common_terms import CommonTerms
 from worldgraph.memory.index.lance_import import sessions
 from worldgraph.memory.index.mirror_files import Mirrors
 from worldgraph.memory.index.passing_text import PassingTexts
@@ -114,6 +115,7 @@ class IndexTables:
     _private: PrivateTree | None  # makes what LanceDB writes private (a local, writable index)
     _mirrors: Mirrors  # the in-process index of big tables (mirror.py)
     _texts: PassingTexts  # the terms of the rows an episode-id filter passes, per mirrored table (passing_text.py)
+    _common: CommonTerms  # the words not searched in a big table's full-text index (common_terms.py)
 
     @property
     def meta_path(self) -> Path:
@@ -221,6 +223,7 @@ class IndexTables:
             self._parts.pop(name, None)
         self._small.drop(name)
         self._texts.drop(name)
+        self._common.drop(name)
 
     def tenant_tables(self) -> list[str]:
         """Names of the per-tenant tables that exist (see ``table_name``)."""

@@ -276,6 +276,7 @@ class IndexWrites(IndexMaintenance):
         with self._lock:
             self._retry(part, lambda: part.table.delete("true"), "delete_tenant")
             self._texts.drop(part.name)
+            self._common.drop(part.name)
             self._after_write(part, 0)
 
     @objectstore.guarded("purging forgotten episode rows")
@@ -310,6 +311,7 @@ class IndexWrites(IndexMaintenance):
                 self._small.drop(name)
                 self._mirrors.drop(name)
                 self._texts.drop(name)
+                self._common.drop(name)
             done += 1
             if progress:
                 progress(done, total)
@@ -343,6 +345,7 @@ class IndexWrites(IndexMaintenance):
                 self._small.drop(part.name)
                 self._mirrors.drop(part.name)
                 self._texts.drop(part.name)
+                self._common.drop(part.name)
             if progress:
                 progress(done, total)
         self.keep_private(now=True)
