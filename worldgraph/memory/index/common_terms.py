@@ -73,13 +73,14 @@ class CommonTerms:
         sample = self._sample(name, ds, mirror)
         if sample is None or not sample.common:
             return text
-        kept = []
+        kept, searchable = [], False
         for word in text.split():
-            words_terms = terms(word)
-            if words_terms and all(t in sample.common for t in words_terms):
+            word_terms = terms(word)  # none: a stop word or punctuation, kept (LanceDB drops it too)
+            if word_terms and all(t in sample.common for t in word_terms):
                 continue
             kept.append(word)
-        out = " ".join(kept) if any(terms(w) for w in kept) else ""
+            searchable = searchable or bool(word_terms)
+        out = " ".join(kept) if searchable else ""
         if out != text:
             self.counts["pruned" if out else "emptied"] += 1
         return out
