@@ -9,18 +9,15 @@ import time
 from collections import Counter
 from typing import Any
 
-import numpy as np
 import pytest
 
+from tests.unit.memory.test_index_passing_text import MARK, WORDS, D, make_rows
 from worldgraph.config import WorldGraphConfig
 from worldgraph.memory.index import common_terms
 from worldgraph.memory.index.episode_index import EpisodeIndex
 from worldgraph.memory.index.schema import table_name
 from worldgraph.memory.index.small import terms
 
-D = 16
-WORDS = [f"w{i:03d}" for i in range(300)]  # no English stems: one term each
-MARK = "zqmarkerx"
 COMMON_ROWS = 300  # of 1,500 rows: the few most frequent words of the Zipf draw
 
 
@@ -30,21 +27,6 @@ def open_index(path: Any, common_rows: int = COMMON_ROWS) -> EpisodeIndex:
         fulltext_common_rows=common_rows))
     idx._small.max_rows = 0  # never the small-table copy: the mirror's path
     return idx
-
-
-def make_rows(tenant: str, n: int, seed: int, words: list[str] = WORDS) -> list[dict[str, Any]]:
-    rng = np.random.default_rng(seed)
-    p = 1.0 / np.arange(1, len(words) + 1)  # Zipf: common and rare terms
-    p /= p.sum()
-    rows = []
-    for i in range(n):
-        drawn = list(rng.choice(words, size=int(rng.integers(4, 31)), p=p))
-        if i == 7:
-            drawn.append(MARK)
-        rows.append({"episode_id": f"{tenant}{i}", "tenant_id": tenant, "agent_role": "r", "agent_id": "a",
-                     "canvas_id": None, "timestamp": 1_700_000_000.0 + i, "text": " ".join(drawn),
-                     "vector": rng.standard_normal(D).astype(np.float32), "success": True})
-    return rows
 
 
 def load(idx: EpisodeIndex, rows: list[dict[str, Any]]) -> None:
@@ -123,7 +105,7 @@ def test_a_table_of_at_most_the_setting_is_searched_whole(index: EpisodeIndex) -
 
 def test_each_tenant_has_its_own_common_words(index: EpisodeIndex) -> None:
     load(index, make_rows("A", 1500, 1))
-    load(index, make_rows("B", 1500, 2, words=list(reversed(WORDS))))  # w299 is B's most frequent
+    load(index, make_rows("B", 1500, 2, vocabulary=list(reversed(WORDS))))  # w299 is B's most frequent
     a, b = sampled(index, "A"), sampled(index, "B")
     assert "w000" in a and "w000" not in b and "w299" in b and "w299" not in a
     assert index.text_search("A", "w299", k=10) and not index.text_search("B", "w299", k=10)

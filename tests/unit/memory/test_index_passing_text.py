@@ -26,13 +26,15 @@ def config() -> WorldGraphConfig:
     return WorldGraphConfig(mirror_min_rows=1, ann_index_min_rows=100_000, index_version_retention_seconds=0)
 
 
-def make_rows(tenant: str, n: int, seed: int) -> list[dict[str, Any]]:
+def make_rows(tenant: str, n: int, seed: int, vocabulary: list[str] = WORDS) -> list[dict[str, Any]]:
+    """``n`` rows of ``tenant``: Zipf draws of ``vocabulary`` (its first words the commonest),
+    lengths 4-30, ``MARK`` in row 7 only."""
     rng = np.random.default_rng(seed)
-    p = 1.0 / np.arange(1, len(WORDS) + 1)  # Zipf: common and rare terms, lengths 4-30
+    p = 1.0 / np.arange(1, len(vocabulary) + 1)  # Zipf: common and rare terms, lengths 4-30
     p /= p.sum()
     rows = []
     for i in range(n):
-        words = list(rng.choice(WORDS, size=int(rng.integers(4, 31)), p=p))
+        words = list(rng.choice(vocabulary, size=int(rng.integers(4, 31)), p=p))
         if i == 7:
             words.append(MARK)
         rows.append({"episode_id": f"{tenant}{i}", "tenant_id": tenant, "agent_role": "r", "agent_id": "a",

@@ -20,13 +20,18 @@ import worldgraph  # noqa: E402
 N = 300
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def kept_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store of ``N`` episodes built as ``bench_memory.py --keep DIR`` builds DIR/wg-bench-N."""
     path = tmp_path_factory.mktemp("keep") / f"wg-bench-{N}"
     emb = bm.PrecomputedEmbedder()
     with bm.WorldModel.open(path, embedder=emb) as wm:
         bm.bench_record(wm, emb, bm.Corpus(N, seed=20260101), 100, lambda _msg: None)
     return path
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return kept_store(tmp_path_factory)
 
 
 def test_probe_times_recall_and_feedback(store: Path, capsys: pytest.CaptureFixture[str]) -> None:

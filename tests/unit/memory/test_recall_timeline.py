@@ -11,19 +11,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 
-import bench_memory as bm  # noqa: E402
 import recall_timeline  # noqa: E402
 
-N = 300
+from tests.unit.memory.test_recall_probe import N, kept_store  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("keep") / f"wg-bench-{N}"
-    emb = bm.PrecomputedEmbedder()
-    with bm.WorldModel.open(path, embedder=emb) as wm:
-        bm.bench_record(wm, emb, bm.Corpus(N, seed=20260101), 100, lambda _msg: None)
-    return path
+    return kept_store(tmp_path_factory)
 
 
 def test_timeline_times_each_kind_and_records_the_results(store: Path, tmp_path: Path,
