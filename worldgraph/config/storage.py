@@ -92,6 +92,10 @@ class StorageSettings(BaseModel):
     # memory of the last ANN build or compaction; the child also gives free memory back to the
     # system (malloc_trim) after each run.
     maintenance_malloc_arena_max: int = Field(2, ge=0)
+    # How much lower the maintenance child's CPU priority is than its parent's (its nice value is the
+    # parent's plus this; 0: the same). Its builds and compactions use every core LanceDB gets; on a
+    # small machine they then took CPU from the recording and recalling threads of the parent.
+    maintenance_nice: int = Field(10, ge=0, le=19)
     # Rows a mirror build holds in memory before it writes them to its files (mirror_files.py):
     # a build from the table (10M rows) held every row's codes in memory until its end.
     mirror_build_rows: int = Field(262_144, gt=0)

@@ -161,6 +161,19 @@ def test_the_child_runs_with_few_malloc_arenas(tmp_path: Path, monkeypatch: pyte
     assert child_env({"MALLOC_ARENA_MAX": "4"}, 2)["MALLOC_ARENA_MAX"] == "4"
 
 
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="no process priorities here")
+def test_the_child_runs_at_a_lower_cpu_priority(tmp_path: Path) -> None:
+    """The kept child's nice value is its parent's plus ``maintenance_nice`` (at most 19): its
+    builds and compactions take only the CPU the parent's reads and writes leave; 0 keeps the parent's."""
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    for lower in (7, 0):
+        cfg = WorldGraphConfig(ann_index_min_rows=100_000, optimize_every_rows=50, maintenance_nice=lower)
+        with idle_child(tmp_path / f"idx{lower}", cfg) as (idx, pid):
+            assert idx.maintenance_runs and all(r["ok"] for r in idx.maintenance_runs)
+            assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, mine + lower)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # the parent's own priority is left as it was
+
+
 def test_the_child_gives_freed_memory_back_after_each_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """After each run, failed or not, the child calls malloc_trim before it waits for the next."""
     import io

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -267,6 +268,8 @@ def _maintain_main(argv: list[str]) -> int:
     private_umask()  # a worldgraph child: what it writes is private (worldgraph.filemodes)
     path, dims, name, cfg_json = argv[1:5]
     config = WorldGraphConfig.model_validate_json(cfg_json)
+    if config.maintenance_nice:  # background work: the parent's reads and writes go first
+        os.nice(config.maintenance_nice)
 
     def run(tasks: list[list[str]]) -> list[dict[str, Any]]:
         # opened for each run: it then sees what other processes wrote, forgot and purged meanwhile
