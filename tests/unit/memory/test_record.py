@@ -312,3 +312,32 @@ def test_readiness_exact_ratios(wm: WorldModel) -> None:
     assert w5["failing"] == ["episodes"]  # fewer than readiness_min_episodes (10)
     with pytest.raises(NotFoundError):
         wm.readiness(T, "nobody")
+
+
+def test_a_batch_is_recorded_with_the_cyclic_collector_paused(tmp_path: Path) -> None:
+    """A batch's records are acyclic and freed by their reference counts: the cyclic collector is
+    paused while a batch is checked, embedded and stored (bench/README.md, "Recording with the
+    collector paused"), and on again after it, also after a batch that was refused."""
+    import gc
+
+    seen: list[bool] = []
+
+    class Watching(HashingEmbedder):
+        def embed(self, texts: list[str]) -> np.ndarray:
+            seen.append(gc.isenabled())
+            return super().embed(texts)
+
+    w = WorldModel.open(tmp_path, embedder=Watching(384))
+    try:
+        assert gc.isenabled()
+        w.embedder.embed(["a query, outside a record"])
+        w.record_experiences(T, [exp(task_description=f"Reconcile SKU-{i}") for i in range(3)])
+        assert gc.isenabled()
+        with pytest.raises(InvalidInputError):
+            w.record_experiences(T, [exp(), exp(outcome="maybe")])
+        assert gc.isenabled()
+        w.record_experience(T, exp())
+        assert gc.isenabled()
+    finally:
+        w.close()
+    assert seen[0] is True and seen[1:] and not any(seen[1:]), seen
