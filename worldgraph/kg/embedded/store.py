@@ -38,7 +38,7 @@ __all__ = ["EmbeddedGraphStore", "SCHEMA_VERSION"]
 log = logging.getLogger("worldgraph")
 
 # the counts of ``stats``: key -> table
-_STATS = {"episodes": "episodes", "agents": "agents", "feedback": "feedback", "canvases": "canvases",
+_STATS = {"agents": "agents", "feedback": "feedback", "canvases": "canvases",
           "canvas_audits": "canvas_audits", "scenes": "scenes", "nodes": "world_nodes", "edges": "world_edges",
           "rules": "world_rules"}
 
@@ -82,8 +82,10 @@ class EmbeddedGraphStore(ComposedStore):
         return [r[0] for r in self.db.query(sql.TENANTS)]
 
     def stats(self, tenant_id: str) -> dict[str, int]:
-        out = {k: self.db.query(sql.count_of_tenant(t), (tenant_id,))[0][0] for k, t in _STATS.items()}
-        out["indexed"] = self.db.query(sql.COUNT_INDEXED, (tenant_id,))[0][0]
+        episodes, unindexed = self.db.query(sql.COUNT_EPISODES_INDEXED, (tenant_id,))[0]
+        out = {"episodes": episodes}
+        out.update({k: self.db.query(sql.count_of_tenant(t), (tenant_id,))[0][0] for k, t in _STATS.items()})
+        out["indexed"] = episodes - unindexed
         return out
 
     # ---------------------------------------------------------------- Cypher

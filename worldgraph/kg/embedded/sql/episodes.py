@@ -49,8 +49,13 @@ ITER_EPISODES = ("SELECT data, index_status, index_error, tenant_id, id FROM epi
                  "WHERE (tenant_id, id) > (?, ?) ORDER BY tenant_id, id LIMIT ?")
 ITER_TENANT_EPISODES = ("SELECT data, index_status, index_error, tenant_id, id FROM episodes "
                         "WHERE tenant_id = ? AND id > ? ORDER BY id LIMIT ?")
-# the episodes the store marks as held by the index (stats: `indexed` without opening the index)
-COUNT_INDEXED = "SELECT COUNT(*) FROM episodes WHERE tenant_id = ? AND index_status = 'indexed'"
+# A tenant's episodes, and those the store marks as held by the index (stats: `indexed` without
+# opening the index), in one statement (one snapshot). The indexed are the rest once the few still
+# to index are counted on their partial index, episodes_unindexed: counting `index_status =
+# 'indexed'` itself reads every row of the table (minutes at 10M). ``+tenant_id`` keeps the planner
+# off episodes_time, whose tenant prefix it would otherwise prefer, with a table lookup per entry.
+COUNT_EPISODES_INDEXED = ("SELECT (SELECT COUNT(*) FROM episodes WHERE tenant_id = ?1), "
+                          "(SELECT COUNT(*) FROM episodes WHERE index_status != 'indexed' AND +tenant_id = ?1)")
 UNINDEXED_EPISODES = ("SELECT data, index_status, index_error FROM episodes WHERE index_status != 'indexed' "
                       "ORDER BY ts, id LIMIT ?")
 # the append journal (schema.py, index_appends): the last rowid before and after a batch, its entry, the
