@@ -75,3 +75,52 @@ def test_the_wal_is_copied_into_the_database_in_the_background(tmp_path: Path) -
     assert thread is not None and not thread.is_alive()
     with WorldModel.open(data, embedder=HashingEmbedder(32)) as wm:
         assert wm.store.stats("t")["episodes"] == 300
+
+
+def test_a_long_wal_is_copied_at_each_commit_and_restarted(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """checkpointer.py: short WALs wait the interval (the commits of an interval share a checkpoint);
+    once the WAL holds ``EAGER_LOG_FRAMES`` pages, each commit's pages are copied at once, so the
+    next commit restarts the WAL and the writer's own checkpoint is not reached."""
+    import os
+    import sqlite3
+    import time
+
+    from worldgraph.kg.embedded import checkpointer as ck
+
+    monkeypatch.setattr(ck, "INTERVAL_SECONDS", 60.0)  # a wait would outlast the test
+    path = tmp_path / "w.db"
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")  # the writer never copies: only the checkpointer does
+    conn.execute("CREATE TABLE t (b BLOB)")
+    bg = ck.Checkpointer(path)
+
+    def commit_and_wait(pages: int) -> None:
+        runs = bg.runs
+        conn.execute("BEGIN")
+        conn.executemany("INSERT INTO t VALUES (?)", [(os.urandom(3000),) for _ in range(pages)])
+        conn.execute("COMMIT")
+        bg.kick()
+        deadline = time.monotonic() + 5
+        while bg.runs == runs and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def wal_frames() -> int:  # the WAL file's length in frames (a header, then a 24-byte header a page)
+        return (os.path.getsize(f"{path}-wal") - 32) // (4096 + 24)
+
+    try:
+        commit_and_wait(2)
+        assert bg.runs == 1  # the first kick runs at once
+        commit_and_wait(2)
+        assert bg.runs == 1  # a short WAL: this commit waits for the interval's checkpoint
+        bg.close()  # ends that wait
+        bg = ck.Checkpointer(path)
+        for _ in range(6):  # ~1,250 pages a commit: each is copied at once
+            commit_and_wait(ck.EAGER_LOG_FRAMES + 200)
+        assert bg.runs == 6
+        # each commit after the first found the WAL copied and restarted it: the file holds about
+        # two commits' pages, not six
+        assert wal_frames() < 3 * (ck.EAGER_LOG_FRAMES + 300), wal_frames()
+    finally:
+        bg.close()
+        conn.close()
