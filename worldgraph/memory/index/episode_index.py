@@ -126,6 +126,7 @@ class EpisodeIndex(IndexWrites, IndexSearch):
                 session=sessions(self.config)[0])  # the process's, its caches bounded (lance_import.py)
         self._lock = threading.RLock()  # serialises this object's writes
         self._index_lock = threading.RLock()  # serialises index creation / optimize
+        self._building_held: set[str] = set()  # tables.py, _building
         self._parts_lock = threading.Lock()  # guards opening / creating tables
         self._parts: dict[str, TenantTable] = {}  # table name -> part (opened lazily, cached)
         self._maint_lock = threading.Lock()

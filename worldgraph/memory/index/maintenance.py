@@ -268,7 +268,7 @@ class IndexMaintenance(IndexTables):
         from lancedb.index import FTS
 
         created: list[str] = []
-        with self._index_lock:
+        with self._building(part):
             names = self._indexes(part, refresh=True)
             created += self._upgrade_kinds(part)
             for column, kind in SCALAR_INDEXES.items():
@@ -380,7 +380,7 @@ class IndexMaintenance(IndexTables):
         part = self._part(tenant_id)
         if part is None or part.table.count_rows() < self.config.ann_index_min_rows:
             return False
-        with self._index_lock:
+        with self._building(part):
             self._create_vector_index(part)
             self._indexes(part, refresh=True)
         return True
@@ -400,7 +400,7 @@ class IndexMaintenance(IndexTables):
     def _optimize_part(self, part: TenantTable, full: bool = False) -> None:
         """Fold new rows into the indexes (index_policy.fold_new_rows), compact, drop old versions
         (docs/architecture.md, "Compaction and index segments")."""
-        with self._index_lock:
+        with self._building(part):
             part.rows_since_optimize = 0
             with self._timed(part, "upgrade kinds"):
                 self._upgrade_kinds(part)  # a table written by an earlier version, upgraded in place

@@ -379,7 +379,10 @@ class WorldIndex:
                     ds.optimize.compact_files(materialize_deletions=True, materialize_deletions_threshold=0.0)
                     done += 1
                 table.checkout_latest()
-                table.to_lance().cleanup_old_versions(older_than=timedelta(0), delete_unverified=False)
+                # every file no version names too: what a writer killed before its commit left may
+                # copy the deleted rows; under the write lock none is in progress (a local folder;
+                # an object store has no lock, and there LanceDB deletes them once 7 days old)
+                table.to_lance().cleanup_old_versions(older_than=timedelta(0), delete_unverified=self._is_local)
                 table.checkout_latest()
                 self._datasets.pop(world_table_name(tenant), None)
                 self._snapshots.pop(world_table_name(tenant), None)

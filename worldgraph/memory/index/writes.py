@@ -323,8 +323,9 @@ class IndexWrites(IndexMaintenance):
                 if progress:
                     progress(done, total)
                 continue
-            # a compaction in progress first ends: its rewrite may copy rows this purge removes
-            with self._lock, self._index_lock, self._compaction_lock(part), self._commit_lock(part):
+            # a compaction or index update in progress first ends: it may copy rows this purge
+            # removes, and what it writes must not be deleted under it (tables.py, _building)
+            with self._lock, self._building(part), self._compaction_lock(part), self._commit_lock(part):
                 ds = part.open_dataset()
                 if any(f.metadata.deletion_file is not None for f in ds.get_fragments()):
                     ds.optimize.compact_files(target_rows_per_fragment=max(self.config.compact_target_rows, 1),
@@ -339,7 +340,11 @@ class IndexWrites(IndexMaintenance):
                                                     replace=True)
                     if FTS_INDEX_NAME in names:
                         part.table.create_index("text", config=FTS(), name=FTS_INDEX_NAME, replace=True)
-                part.open_dataset().cleanup_old_versions(older_than=timedelta(0), delete_unverified=False)
+                # every file no version names too, however young: what a writer, an index update or
+                # a compaction killed before its commit left may copy the forgotten rows; under
+                # these locks none is in progress (a local folder: an object store has no locks,
+                # and there LanceDB deletes such files once they are 7 days old)
+                part.open_dataset().cleanup_old_versions(older_than=timedelta(0), delete_unverified=self._is_local)
                 part.table.checkout_latest()
                 self._indexes(part, refresh=True)
                 self._small.drop(part.name)
