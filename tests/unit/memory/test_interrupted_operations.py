@@ -232,3 +232,49 @@ def test_a_world_index_purge_deletes_what_a_killed_writer_left(tmp_path: Path) -
     world.purge(["A"])
     assert holding_the_word(path) == []
     assert world.count("A") == 3
+
+
+_HOLDING = """
+import sys
+from worldgraph.config import WorldGraphConfig
+from worldgraph.memory.index.episode_index import EpisodeIndex
+
+cfg = WorldGraphConfig(ann_index_min_rows=10**6, compact_every_writes=10**6, optimize_every_rows=10**6)
+idx = EpisodeIndex(sys.argv[1], 16, "synthetic", cfg)
+with idx._building(idx._part("A")):
+    print("holding", flush=True)
+    sys.stdin.readline()
+idx.close()
+"""
+
+
+def test_a_write_missing_an_index_does_not_wait_for_another_process_maintenance(tmp_path: Path) -> None:
+    """A table an earlier version wrote may lack an index; the write that notices does not wait
+    for another process's maintenance run (minutes at 10M rows): a later write builds it."""
+    path = tmp_path / "db"
+    idx = with_the_word(path)
+    part = idx._part("A")
+    assert part is not None
+    part.table.drop_index("agent_id_idx")
+    idx._indexes(part, refresh=True)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    child = subprocess.Popen([sys.executable, "-c", _HOLDING, str(path)], env=env, cwd=REPO, text=True,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "holding", child.stderr.read() if child.stderr else ""
+        written = threading.Event()
+        threading.Thread(target=lambda: (idx.upsert(rows(90, 95)), written.set()), daemon=True).start()
+        assert written.wait(20)  # not behind the other process
+        assert "agent_id_idx" not in idx._indexes(part, refresh=True)
+        child.stdin.write("end\n")
+        child.stdin.flush()
+        assert child.wait(60) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    idx.upsert(rows(95, 96))  # a later write builds it
+    assert "agent_id_idx" in idx._indexes(part, refresh=True)
+    assert idx.count("A") == 96
+    idx.close()

@@ -35,7 +35,7 @@ from worldgraph.memory.index.schema import (
     SCALAR_INDEXES,
     VECTOR_INDEX_NAME,
 )
-from worldgraph.memory.index.tables import IndexTables, TenantTable
+from worldgraph.memory.index.tables import BuildingBusy, IndexTables, TenantTable
 from worldgraph.memory.index.worker import MaintenanceWorker, child_env
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
@@ -99,8 +99,14 @@ class IndexMaintenance(IndexTables):
         try:
             names = self._indexes(part)
             if FTS_INDEX_NAME not in names or any(f"{c}_idx" not in names for c in SCALAR_INDEXES):
-                # first write of this table: it is small, so these indexes are quick to build
-                self._ensure_part(part, vector=False, fold=False)
+                # first write of this table: it is small, so these indexes are quick to build. A
+                # table an earlier version wrote may lack one: the write does not wait for another
+                # process's maintenance run (minutes at 10M rows), a later write builds it
+                try:
+                    self._ensure_part(part, vector=False, fold=False, wait=False)
+                except BuildingBusy:
+                    log.info("episode index %s: an index is missing; another process's maintenance holds "
+                             "the table, a later write builds it", part.name)
             if not part.ann_requested:
                 # The ANN index is built at ann_index_min_rows and retrained as the table outgrows
                 # its partitions. count_rows reads only the manifest; look at it only once the rows
@@ -264,11 +270,13 @@ class IndexMaintenance(IndexTables):
                     created.append(name)
         return created
 
-    def _ensure_part(self, part: TenantTable, vector: bool = True, fold: bool = True) -> list[str]:
+    def _ensure_part(self, part: TenantTable, vector: bool = True, fold: bool = True, wait: bool = True) -> list[str]:
+        """``ensure_indexes`` of one table; ``wait=False``: raise ``BuildingBusy`` at once if
+        another process's maintenance holds the table's index lock (tables.py, ``_building``)."""
         from lancedb.index import FTS
 
         created: list[str] = []
-        with self._building(part):
+        with self._building(part, wait=wait):
             names = self._indexes(part, refresh=True)
             created += self._upgrade_kinds(part)
             for column, kind in SCALAR_INDEXES.items():

@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from worldgraph.config import WorldGraphConfig
-from worldgraph.errors import ReadOnlyError
+from worldgraph.errors import ReadOnlyError, StorageError
 from worldgraph.filemodes import PrivateTree, create_private_file
 from worldgraph.locks import file_lock
 from worldgraph.memory.index import objectstore
@@ -42,6 +42,10 @@ from worldgraph.memory.index.schema import (
 from worldgraph.memory.index.small import SmallTables
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
+
+
+class BuildingBusy(Exception):
+    """Another process holds a table's index lock (``IndexTables._building(wait=False)``)."""
 
 
 class TenantTable:
@@ -253,12 +257,13 @@ class IndexTables:
             yield
 
     @contextmanager
-    def _file_lock(self, filename: str) -> Iterator[None]:
-        """An exclusive lock on ``filename`` beside the tables (a no-op off the local disk)."""
+    def _file_lock(self, filename: str, timeout: float | None = None) -> Iterator[None]:
+        """An exclusive lock on ``filename`` beside the tables (a no-op off the local disk);
+        ``timeout``: as ``locks.file_lock``'s."""
         if not self._is_local:
             yield
             return
-        with file_lock(Path(self.path) / filename):
+        with file_lock(Path(self.path) / filename, timeout=timeout):
             yield
 
     def _retry(self, part: TenantTable, fn: Any, what: str, lock: bool = True) -> Any:
@@ -316,7 +321,7 @@ class IndexTables:
             yield
 
     @contextmanager
-    def _building(self, part: TenantTable) -> Iterator[None]:
+    def _building(self, part: TenantTable, wait: bool = True) -> Iterator[None]:
         """Held by whatever writes index files of ``part``'s table (a build, a fold, a merge, a
         compaction, which remaps the indexes) from before its first file to its commit: this
         process's threads (``_index_lock``) and, on a local folder, other processes and their
@@ -330,33 +335,37 @@ class IndexTables:
         beside the lock (``.index.<table>.building``) that only an operation that ended cleanly
         takes away, and the next holder that finds it deletes every file no version names
         (``_sweep_unnamed``). The purge always does (writes.py). docs/architecture.md, "Files a
-        killed operation leaves"."""
-        with self._index_lock:
+        killed operation leaves". ``wait=False``: raise ``BuildingBusy`` at once if another
+        process holds it."""
+        with self._index_lock, ExitStack() as stack:
             if part.name in self._building_held or not self._is_local:
                 yield
                 return
-            with self._file_lock(f".index.{part.name}.lock"):
-                mark = Path(self.path) / f".index.{part.name}.building"
-                if mark.exists():  # the holder before this one did not end cleanly
-                    try:
-                        self._sweep_unnamed(part, timedelta(seconds=self.config.index_version_retention_seconds))
-                    except Exception as exc:  # pragma: no cover - the mark stays: the next holder tries again
-                        log.warning("episode index %s: deleting what an interrupted operation left failed: %s",
-                                    part.name, exc)
-                else:
-                    try:
-                        create_private_file(mark)
-                    except OSError as exc:  # a full disk: the work goes on (a purge frees space), unmarked
-                        log.warning("episode index %s: could not write %s (%s)", part.name, mark, exc)
-                self._building_held.add(part.name)
+            try:
+                stack.enter_context(self._file_lock(f".index.{part.name}.lock", timeout=None if wait else 0))
+            except StorageError as exc:  # only a lock that timed out raises it
+                raise BuildingBusy(part.name) from exc
+            mark = Path(self.path) / f".index.{part.name}.building"
+            if mark.exists():  # the holder before this one did not end cleanly
                 try:
-                    yield
-                except BaseException:
-                    raise  # the mark stays: what failed may have left files behind
-                else:
-                    mark.unlink(missing_ok=True)
-                finally:
-                    self._building_held.discard(part.name)
+                    self._sweep_unnamed(part, timedelta(seconds=self.config.index_version_retention_seconds))
+                except Exception as exc:  # pragma: no cover - the mark stays: the next holder tries again
+                    log.warning("episode index %s: deleting what an interrupted operation left failed: %s",
+                                part.name, exc)
+            else:
+                try:
+                    create_private_file(mark)
+                except OSError as exc:  # a full disk: the work goes on (a purge frees space), unmarked
+                    log.warning("episode index %s: could not write %s (%s)", part.name, mark, exc)
+            self._building_held.add(part.name)
+            try:
+                yield
+            except BaseException:
+                raise  # the mark stays: what failed may have left files behind
+            else:
+                mark.unlink(missing_ok=True)
+            finally:
+                self._building_held.discard(part.name)
 
     def _sweep_unnamed(self, part: TenantTable, keep: timedelta) -> None:
         """Delete the versions of ``part``'s table older than ``keep`` and every file no version
