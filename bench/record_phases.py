@@ -100,6 +100,9 @@ def run(n: int, folder: Path, out: Path) -> None:
                                      "parts": {k: [round(x, 4) for x in v] for k, v in acc.items()},
                                      "load": round(os.getloadavg()[0], 2)}) + "\n")
                 emb.forget(texts)
+        wm.index.wait_for_maintenance(600)
+        runs = list(wm.index.maintenance_runs)
+        out.with_suffix(".maint.json").write_text(json.dumps(runs))  # the background's runs and their timed steps
     finally:
         wm.close()
 
