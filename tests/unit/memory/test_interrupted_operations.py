@@ -146,6 +146,7 @@ def test_the_next_index_update_deletes_what_a_killed_one_left(tmp_path: Path,
     assert not mark.exists()
     assert "did not end cleanly" in caplog.text
     assert idx.count("A") == 90 and len(idx.text_search("A", MARK, k=100)) == 30
+    idx.close()
 
 
 def test_an_update_that_ends_cleanly_leaves_no_mark(tmp_path: Path) -> None:
