@@ -4,7 +4,8 @@ rewritten fragments, an index update's segments. No version names them, and Lanc
 7 days (it cannot tell them from an operation in progress). They copy the rows they were made
 from: a purge deletes them at once, and so does the next index update after a killed one. Each
 operation is killed for real (SIGKILL, in a child process) after writing its files; against a real
-LanceDB in tmp_path."""
+LanceDB in tmp_path. The index lock that makes this safe (no purge deletes the files of an operation
+under way) is exercised by purges beside writers and their maintenance children."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -278,4 +280,69 @@ def test_a_write_missing_an_index_does_not_wait_for_another_process_maintenance(
     idx.upsert(rows(95, 96))  # a later write builds it
     assert "agent_id_idx" in idx._indexes(part, refresh=True)
     assert idx.count("A") == 96
+    idx.close()
+
+
+_BUSY = """
+import sys, time
+import numpy as np
+from worldgraph.config import WorldGraphConfig
+from worldgraph.memory.index.episode_index import EpisodeIndex
+
+path, who, until = sys.argv[1], sys.argv[2], float(sys.argv[3])
+# background maintenance (in its own child) at every few writes: folds, merges, compactions, ANN
+cfg = WorldGraphConfig(ann_index_min_rows=400, compact_every_writes=3, optimize_every_rows=60, compact_target_rows=200,
+                       index_version_retention_seconds=0, index_cleanup_every_seconds=0)
+idx = EpisodeIndex(path, 16, "synthetic", cfg)
+rng = np.random.default_rng(sum(map(ord, who)))
+n = 0
+while time.time() < until:
+    if who == "purger":
+        idx.delete([f"w{w}-{rng.integers(0, n + 20)}-{rng.integers(0, 20)}" for w in (1, 2) for _ in range(5)])
+        idx.purge([], ["A"], [])
+        time.sleep(0.2)
+    else:
+        idx.upsert([{"episode_id": f"{who}-{n}-{i}", "tenant_id": "A", "vector": rng.normal(size=16),
+                     "text": f"word{rng.integers(0, 50)} other{i}"} for i in range(20)])
+        time.sleep(0.02)
+    n += 1
+idx.close(timeout=120)
+print(n, flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_purges_beside_writers_and_their_maintenance_all_succeed_and_the_table_stays_whole(tmp_path: Path) -> None:
+    """Two processes write (each with its maintenance child folding, merging, compacting and
+    building the ANN index) while a third deletes and purges again and again: every purge waits
+    for the operations under way, deletes only what nothing names, and succeeds (without the index
+    lock a purge's rewrite lost to a fold's commit: "Rewrite preempted by CreateIndex")."""
+    path = tmp_path / "db"
+    EpisodeIndex(path, D, "synthetic", QUIET).upsert(rows(0, 20))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    until = str(time.time() + 25)
+    procs = [subprocess.Popen([sys.executable, "-c", _BUSY, str(path), who, until], env=env, cwd=REPO, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for who in ("w1", "w2", "purger")]
+    try:
+        done = [p.communicate(timeout=400) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, (_out, err) in zip(procs, done):
+        assert p.returncode == 0, err[-3000:]
+    assert int(done[2][0]) >= 5, done[2]  # purges done
+    uri = table_dir(path)
+    ds = lance.dataset(str(uri))
+    ds.validate()
+    assert not [d.path for f in ds.get_fragments() for d in f.metadata.files if not (uri / "data" / d.path).exists()]
+    indexes = ds.describe_indices()
+    assert {i.name for i in indexes} >= {"text_idx", "vector_idx", "episode_id_idx"}
+    assert not [s.uuid for i in indexes for s in i.segments if not (uri / "_indices" / str(s.uuid)).exists()]
+    idx = EpisodeIndex(path, D, "synthetic", QUIET)
+    assert idx.count("A") == ds.count_rows() > 1000
+    assert len(idx.text_search("A", "word7", k=10)) == 10
+    assert len(idx.vector_search("A", np.ones(D), k=10)) == 10
     idx.close()
