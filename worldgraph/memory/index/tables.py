@@ -360,10 +360,7 @@ class IndexTables:
             self._building_held.add(part.name)
             try:
                 yield
-            except BaseException:
-                raise  # the mark stays: what failed may have left files behind
-            else:
-                mark.unlink(missing_ok=True)
+                mark.unlink(missing_ok=True)  # not reached on an error: what failed may have left files
             finally:
                 self._building_held.discard(part.name)
 
