@@ -9,6 +9,13 @@ Rows an earlier run left unfolded are folded first. It changes FOLDER (use a cop
 store) and leaves its new rows unfolded; the next writable open's maintenance folds them.
 
     PYTHONPATH=TREE python bench/unfolded_text.py <keep>/wg-bench-10000000 5000,10000,20000
+
+``--idle K --wait S`` instead records K rows with the background as configured (the default
+cadence), waits S seconds without writing, and then reports the rows not folded and the same
+latency: what a recall finds after a bulk ingest that stopped (bench/README.md, "Rows left
+unfolded after an ingest"):
+
+    PYTHONPATH=TREE python bench/unfolded_text.py COPY/wg-bench-1000000 --idle 3000 --wait 15
 """
 
 from __future__ import annotations
@@ -24,16 +31,16 @@ from pathlib import Path
 # after PYTHONPATH: an A/B names the checkout to measure there (PYTHONPATH=TREE)
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-os.environ["WORLDGRAPH_OPTIMIZE_EVERY_ROWS"] = "1000000000"  # the background folds nothing
-os.environ["WORLDGRAPH_COMPACT_EVERY_WRITES"] = "1000000000"
-
 from bench.corpus import Corpus, PrecomputedEmbedder  # noqa: E402
 from worldgraph import WorldModel  # noqa: E402
 
 TENANT, SEED, CORPUS_MAX = "bench", 20260101, 10_000_000  # bench_memory.py's
 
 
-def main(folder: Path, steps: list[int]) -> None:
+def main(folder: Path, steps: list[int], idle: int = 0, wait: float = 0.0) -> None:
+    if not idle:
+        os.environ["WORLDGRAPH_OPTIMIZE_EVERY_ROWS"] = "1000000000"  # the background folds nothing
+        os.environ["WORLDGRAPH_COMPACT_EVERY_WRITES"] = "1000000000"
     emb = PrecomputedEmbedder()
     wm = WorldModel.open(folder, embedder=emb)
     try:
@@ -56,6 +63,21 @@ def main(folder: Path, steps: list[int]) -> None:
             kept = sorted(times[10:])
             return round(1000 * statistics.median(kept), 1), round(1000 * kept[int(0.99 * len(kept))], 1)
 
+        if idle:
+            print(json.dumps({"rows_not_folded": 0, "text_search_p50_ms": latency()[0]}), flush=True)
+            for _ in range(0, idle, 1000):
+                exps, vectors = next(batches)
+                emb.register(exps, vectors)
+                wm.record_experiences(TENANT, exps)
+            time.sleep(wait)
+            table = wm.index.table_for(TENANT)
+            table.checkout_latest()
+            p50, p99 = latency()
+            print(json.dumps({"recorded": idle, "waited_s": wait,
+                              "rows_not_folded": int(table.index_stats("text_idx").num_unindexed_rows),
+                              "text_search_p50_ms": p50, "p99_ms": p99, "load": round(os.getloadavg()[0], 2)}),
+                  flush=True)
+            return
         done = 0
         for n in [0, *steps]:
             while done < n:
@@ -73,6 +95,9 @@ def main(folder: Path, steps: list[int]) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder", type=Path, help="a copy of a kept bench store (it is changed)")
-    ap.add_argument("steps", help="rows not folded to measure at, comma-separated (0 is measured first)")
+    ap.add_argument("steps", nargs="?", default="",
+                    help="rows not folded to measure at, comma-separated (0 is measured first)")
+    ap.add_argument("--idle", type=int, default=0, help="record this many rows as configured, then wait")
+    ap.add_argument("--wait", type=float, default=15.0, help="seconds to wait after --idle's rows")
     args = ap.parse_args()
-    main(args.folder, [int(x) for x in args.steps.split(",") if x])
+    main(args.folder, [int(x) for x in args.steps.split(",") if x], args.idle, args.wait)

@@ -33,6 +33,13 @@ class StorageSettings(BaseModel):
     # Background optimize of a tenant's table also once this many rows were written to it (in this
     # process) since the last one: rows written after an index was built are flat-scanned until then.
     optimize_every_rows: int = Field(5_000, gt=0)
+    # ... and once a table searched through LanceDB (more rows than are searched in process) has
+    # had at least optimize_idle_rows rows written through this process since its last fold and
+    # none for optimize_idle_seconds (0 rows: never): the rows a bulk ingest leaves cost every
+    # text search ~9 ms per 1,000 at any table size until folded (bench/README.md, "Rows left
+    # unfolded after an ingest").
+    optimize_idle_rows: int = Field(200, ge=0)
+    optimize_idle_seconds: float = Field(5.0, gt=0)
     # The ANN index of a tenant's table, chosen by measurement (bench/README.md, "Choosing the ANN
     # index"): IVF partitions of ~ann_partition_rows rows holding 4-bit RaBitQ codes; a search
     # probes at least ann_nprobes partitions and re-ranks at least ann_candidates hits (and k) by

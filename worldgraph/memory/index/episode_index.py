@@ -134,6 +134,7 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         self._maint_pending: set[tuple[str, str]] = set()  # (task, table name)
         self._maint_cv = threading.Condition(self._maint_lock)
         self._maint_active = 0
+        self._maint_arms = 0
         self._maint_worker = None
         self._maint_closed = False
         self.maintenance_runs: list[dict[str, Any]] = []  # background runs: tasks, ok, seconds, steps

@@ -56,6 +56,7 @@ class TenantTable:
         "ann_requested",
         "dataset",
         "index_names",
+        "last_write",
         "name",
         "rows_added",
         "rows_base",
@@ -73,6 +74,7 @@ class TenantTable:
         self.index_names: dict[str, str] | None = None  # cache of the table's indexes: name -> type
         self.writes = 0  # writes through this process
         self.rows_since_optimize = 0  # rows written through this process since the last optimize
+        self.last_write = 0.0  # time.monotonic() of the last write through this process
         self.rows_base: int | None = None  # last count_rows() seen while the ANN index is missing
         self.rows_added = 0  # rows written since rows_base
         self.ann_requested = False  # an ANN build is queued / running in the background
