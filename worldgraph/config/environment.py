@@ -11,6 +11,7 @@ tests/unit/ground/test_config_env.py holds every other module to that.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -159,6 +160,16 @@ def set_library_defaults() -> None:
 # ``pythonpath_first`` of every child of ours, so the child imports its parent's code wherever it
 # is started. Counted once, here: a count in each caller went one short when its module moved.
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+
+
+def module_command(module: str, *args: str) -> list[str]:
+    """The command that runs ``module`` as ``python -m`` would, with this interpreter and ``args``,
+    importing worldgraph from ``PYTHONPATH`` (``child_environment``) and never from the child's
+    working directory: ``-m`` puts that directory first on ``sys.path``, so a child started in
+    another checkout's folder ran that checkout's code (an A/B of two trees measured one child).
+    ``-P`` would do it from Python 3.11 on; this works on 3.10 too."""
+    code = f"import runpy, sys; del sys.path[0]; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+    return [sys.executable, "-c", code, *args]
 
 
 def child_environment(pythonpath_first: str | None = None) -> dict[str, str]:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import worldgraph
+from worldgraph.config import PACKAGE_PARENT, child_environment, module_command
 from worldgraph.memory.index import maintenance
 from worldgraph.memory.index import worker as worker_module
 from worldgraph.memory.index.episode_index import EpisodeIndex
@@ -72,7 +73,7 @@ def test_the_child_imports_the_parents_worldgraph(tmp_path: Path, monkeypatch: p
     finally:
         idx.close()
     (cmd, env), = started
-    assert cmd[1:3] == ["-m", "worldgraph.memory.index.episode_index"]
+    assert cmd[:3] == module_command("worldgraph.memory.index.episode_index")
     first = Path(env["PYTHONPATH"].split(os.pathsep)[0])
     assert (first / "worldgraph" / "__init__.py").resolve() == Path(worldgraph.__file__).resolve()
     elsewhere = tmp_path / "elsewhere"
@@ -83,3 +84,27 @@ def test_the_child_imports_the_parents_worldgraph(tmp_path: Path, monkeypatch: p
     imported, package_dir_on_path = shown.stdout.split()
     assert Path(imported).resolve() == Path(worldgraph.__file__).resolve()
     assert package_dir_on_path == "False"
+
+
+def test_a_child_started_in_another_checkouts_folder_imports_the_parents(tmp_path: Path) -> None:
+    """``python -m`` puts the working directory first on sys.path: started in a folder holding
+    another worldgraph package (a second checkout, an A/B of two trees), the child ran that one's
+    code. ``module_command`` drops the working directory, so PYTHONPATH's first entry wins."""
+    other = tmp_path / "checkout" / "worldgraph"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("raise SystemExit('the other checkout was imported')\n")
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    (probes / "probe.py").write_text("import sys, worldgraph\nprint(worldgraph.__file__)\nprint(sys.argv[1:])\n")
+    env = child_environment(pythonpath_first=PACKAGE_PARENT)
+    env["PYTHONPATH"] += os.pathsep + str(probes)
+
+    def run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(cmd, env=env, cwd=other.parent, capture_output=True, text=True, timeout=60)
+
+    assert "the other checkout was imported" in run([sys.executable, "-m", "probe"]).stderr  # the hazard
+    done = run(module_command("probe", "a", "b c"))
+    assert done.returncode == 0, done.stderr
+    imported, args = done.stdout.splitlines()
+    assert Path(imported).resolve() == Path(worldgraph.__file__).resolve()
+    assert args == "['a', 'b c']"  # the module's arguments, as python -m passes them

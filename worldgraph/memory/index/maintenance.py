@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -17,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from worldgraph.clock import seconds_left
-from worldgraph.config import PACKAGE_PARENT, child_environment
+from worldgraph.config import PACKAGE_PARENT, child_environment, module_command
 from worldgraph.memory.index.policy import (
     ann_due_rows,
     ann_mirrored,
@@ -256,8 +255,8 @@ class IndexMaintenance(IndexTables):
             # An object store too: the child opens the same URI with the AWS_* variables it inherits.
             # the child imports the parent's code, wherever it runs (config/environment.py)
             env = child_env(child_environment(pythonpath_first=PACKAGE_PARENT), self.config.maintenance_malloc_arena_max)
-            cmd = [sys.executable, "-m", "worldgraph.memory.index.episode_index", "serve", self.path,
-                   str(self.dimensions), self.embedder_name, self.config.child_config_json()]
+            cmd = module_command("worldgraph.memory.index.episode_index", "serve", self.path,
+                                 str(self.dimensions), self.embedder_name, self.config.child_config_json())
             self._maint_worker = MaintenanceWorker(cmd, env)
         return self._maint_worker.run(tasks)
 

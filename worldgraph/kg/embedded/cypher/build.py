@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from worldgraph.config import PACKAGE_PARENT, child_environment
+from worldgraph.config import PACKAGE_PARENT, child_environment, module_command
 from worldgraph.filemodes import private_umask
 from worldgraph.kg.embedded.cypher.model import Gens, Nodes, Rels
 
@@ -34,8 +34,8 @@ def build_in_child(sqlite_path: Path, tenant_id: str, path: Path,
                    world_only: bool = False) -> tuple[Gens, dict[str, dict[str, str]]]:
     """(generations, column kinds) of the database the child built at ``path`` (``world_only``:
     of the world part alone); RuntimeError if it failed."""
-    proc = subprocess.run([sys.executable, "-m", "worldgraph.kg.embedded.cypher.build", str(sqlite_path), tenant_id,
-                           str(path), *(["world"] if world_only else [])],
+    proc = subprocess.run(module_command("worldgraph.kg.embedded.cypher.build", str(sqlite_path), tenant_id,
+                                         str(path), *(["world"] if world_only else [])),
                           env=child_environment(pythonpath_first=PACKAGE_PARENT), capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"the projection build process failed ({proc.returncode}): {proc.stderr[-2000:]}")
