@@ -149,12 +149,23 @@ class PrivateTree:
     ``interval`` seconds: a write within that time of the last sweep schedules one at its end
     (a timer), so a new file is private at most ``interval`` seconds after it was written, inside
     the 0700 folder that no other user can enter meanwhile. ``sweep(force=True)`` (after a purge,
-    on close) runs at once."""
+    on close) runs at once.
+
+    A folder is listed again only when it may hold something new: its inode or modification time
+    changed since its last listing, or that listing came less than ``SETTLED_NS`` after the
+    folder's last change (a change within the same clock tick as the listing leaves the time as
+    it was). LanceDB never adds to an index's folder once written, so at 10M rows a sweep lists
+    ~10 of the table's ~1,600 folders (bench/README.md, "The private-files sweep at 10M")."""
+
+    SETTLED_NS = 1_000_000_000  # a folder's listing is trusted once it came this long after its last change
 
     def __init__(self, root: str | Path, interval: float = 1.0) -> None:
         self.root = str(root)
         self.interval = interval
         self._seen: set[tuple[str, int]] = set()
+        # folder -> (its inode and modification time at its last listing, whether that listing
+        # is settled, the keys of its entries, its subfolders)
+        self._listed: dict[str, tuple[tuple[int, int], bool, list[tuple[str, int]], list[str]]] = {}
         self._lock = threading.Lock()
         self._last = float("-inf")
         self._timer: threading.Timer | None = None
@@ -194,20 +205,35 @@ class PrivateTree:
             self._last = time.monotonic()
             changed = 0
             present: set[tuple[str, int]] = set()
+            listed: dict[str, tuple[tuple[int, int], bool, list[tuple[str, int]], list[str]]] = {}
             stack = [self.root]
             while stack:
                 folder = stack.pop()
                 try:
-                    entries = list(os.scandir(folder))
+                    st = os.stat(folder, follow_symlinks=False)
                 except FileNotFoundError:  # dropped meanwhile
                     continue
+                stamp = (st.st_ino, st.st_mtime_ns)
+                known = self._listed.get(folder)
+                if known is not None and known[0] == stamp and known[1]:  # nothing new in it
+                    listed[folder] = known
+                    present.update(known[2])
+                    stack.extend(known[3])
+                    continue
+                settled = time.time_ns() - st.st_mtime_ns >= self.SETTLED_NS  # before the listing
+                try:
+                    entries = list(os.scandir(folder))
+                except FileNotFoundError:
+                    continue
+                keys: list[tuple[str, int]] = []
+                subfolders: list[str] = []
                 for entry in entries:
                     try:
                         key = (entry.path, entry.inode())
                         is_dir = entry.is_dir(follow_symlinks=False)
                         if is_dir:
-                            stack.append(entry.path)
-                        present.add(key)
+                            subfolders.append(entry.path)
+                        keys.append(key)
                         if key in self._seen or not (is_dir or entry.is_file(follow_symlinks=False)):
                             continue
                         mode = stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode)
@@ -215,9 +241,14 @@ class PrivateTree:
                             os.chmod(entry.path, PRIVATE_DIR if is_dir else mode & 0o700)
                             changed += 1
                     except FileNotFoundError:  # deleted meanwhile (a cleanup of old versions)
+                        settled = False
                         continue
                     self._seen.add(key)
+                listed[folder] = (stamp, settled, keys, subfolders)
+                present.update(keys)
+                stack.extend(subfolders)
             self._seen &= present
+            self._listed = listed
             return changed
 
 

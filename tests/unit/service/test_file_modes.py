@@ -161,3 +161,69 @@ def test_the_entry_points_set_a_private_umask(tmp_path: Path) -> None:
     for module in ("worldgraph/memory/index/episode_index.py", "worldgraph/kg/embedded/cypher/build.py"):
         source = (Path(__file__).resolve().parents[3] / module).read_text()
         assert "private_umask()" in source, f"{module}: a child's entry point sets the umask"
+
+
+def _tree_with_old_folders(root: Path, settled_ns: int) -> list[Path]:
+    """``root`` with three folders whose last change is ``settled_ns`` ago or more (as LanceDB's
+    index folders, written once), each holding a private file."""
+    folders = []
+    for name in ("a", "b", "c"):
+        folder = root / name
+        folder.mkdir(parents=True, mode=0o700)
+        (folder / "f").write_text("x")
+        os.chmod(folder / "f", 0o600)
+        old = time.time_ns() - 2 * settled_ns
+        os.utime(folder, ns=(old, old))
+        folders.append(folder)
+    return folders
+
+
+def test_the_sweep_lists_only_folders_that_may_hold_something_new(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from worldgraph import filemodes
+
+    old = os.umask(0o022)
+    try:
+        root = tmp_path / "lancedb"
+        folders = _tree_with_old_folders(root, filemodes.PrivateTree.SETTLED_NS)
+        tree = filemodes.PrivateTree(root)
+        tree._sweep()
+        listed: list[str] = []
+        real = os.scandir
+
+        def counting(path):  # type: ignore[no-untyped-def]
+            listed.append(str(path))
+            return real(path)
+
+        monkeypatch.setattr(filemodes.os, "scandir", counting)
+        tree._sweep()
+        assert str(folders[0]) not in listed and str(folders[2]) not in listed  # settled, unchanged
+        (folders[1] / "new").write_text("secret")  # 0644 under this umask; the folder's time moves
+        listed.clear()
+        assert tree._sweep() == 1
+        assert stat.S_IMODE((folders[1] / "new").stat().st_mode) == 0o600
+        assert str(folders[1]) in listed and str(folders[0]) not in listed
+    finally:
+        os.umask(old)
+
+
+def test_a_change_within_the_listings_clock_tick_is_not_missed(tmp_path: Path) -> None:
+    """A file written in a folder just after its listing, within the same tick of the clock that
+    stamps folders, leaves the folder's time as the listing saw it: a listing that came less than
+    SETTLED_NS after the folder's last change is not trusted (simulated by putting the time back)."""
+    from worldgraph import filemodes
+
+    old = os.umask(0o022)
+    try:
+        root = tmp_path / "lancedb"
+        folder = root / "_versions"
+        folder.mkdir(parents=True, mode=0o700)
+        tree = filemodes.PrivateTree(root)
+        tree._sweep()  # the folder was just made: its listing is not settled
+        stamp = folder.stat().st_mtime_ns
+        (folder / "1.manifest").write_text("rows")
+        os.utime(folder, ns=(stamp, stamp))  # the same tick: the folder's time did not move
+        assert tree._sweep() == 1
+        assert stat.S_IMODE((folder / "1.manifest").stat().st_mode) == 0o600
+    finally:
+        os.umask(old)
