@@ -16,6 +16,9 @@ latency: what a recall finds after a bulk ingest that stopped (bench/README.md, 
 unfolded after an ingest"):
 
     PYTHONPATH=TREE python bench/unfolded_text.py COPY/wg-bench-1000000 --idle 3000 --wait 15
+
+``--reopen`` closes the folder right after the rows (an import that ends) and opens it anew,
+searches once and then waits: what the next process finds.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from worldgraph import WorldModel  # noqa: E402
 TENANT, SEED, CORPUS_MAX = "bench", 20260101, 10_000_000  # bench_memory.py's
 
 
-def main(folder: Path, steps: list[int], idle: int = 0, wait: float = 0.0) -> None:
+def main(folder: Path, steps: list[int], idle: int = 0, wait: float = 0.0, reopen: bool = False) -> None:
     if not idle:
         os.environ["WORLDGRAPH_OPTIMIZE_EVERY_ROWS"] = "1000000000"  # the background folds nothing
         os.environ["WORLDGRAPH_COMPACT_EVERY_WRITES"] = "1000000000"
@@ -56,7 +59,7 @@ def main(folder: Path, steps: list[int], idle: int = 0, wait: float = 0.0) -> No
 
         def latency() -> tuple[float, float]:
             times = []
-            for q in queries:
+            for q in queries:  # (wm: the process's open WorldModel, a new one after --reopen)
                 t0 = time.perf_counter()
                 wm.index.text_search(TENANT, q, k=50, columns=["episode_id"])
                 times.append(time.perf_counter() - t0)
@@ -69,11 +72,16 @@ def main(folder: Path, steps: list[int], idle: int = 0, wait: float = 0.0) -> No
                 exps, vectors = next(batches)
                 emb.register(exps, vectors)
                 wm.record_experiences(TENANT, exps)
+            if reopen:  # as a separate import: closed at once, then opened and searched anew
+                wm.close(timeout=60)
+                wm = WorldModel.open(folder, embedder=emb)
+                wm.index.warm_mirror(TENANT, timeout=900)
+                wm.index.text_search(TENANT, queries[0], k=50, columns=["episode_id"])
             time.sleep(wait)
             table = wm.index.table_for(TENANT)
             table.checkout_latest()
             p50, p99 = latency()
-            print(json.dumps({"recorded": idle, "waited_s": wait,
+            print(json.dumps({"recorded": idle, "reopened": reopen, "waited_s": wait,
                               "rows_not_folded": int(table.index_stats("text_idx").num_unindexed_rows),
                               "text_search_p50_ms": p50, "p99_ms": p99, "load": round(os.getloadavg()[0], 2)}),
                   flush=True)
@@ -99,5 +107,7 @@ if __name__ == "__main__":
                     help="rows not folded to measure at, comma-separated (0 is measured first)")
     ap.add_argument("--idle", type=int, default=0, help="record this many rows as configured, then wait")
     ap.add_argument("--wait", type=float, default=15.0, help="seconds to wait after --idle's rows")
+    ap.add_argument("--reopen", action="store_true",
+                    help="after --idle's rows, close and open the folder anew, search once, then wait")
     args = ap.parse_args()
-    main(args.folder, [int(x) for x in args.steps.split(",") if x], args.idle, args.wait)
+    main(args.folder, [int(x) for x in args.steps.split(",") if x], args.idle, args.wait, args.reopen)

@@ -55,6 +55,7 @@ def test_rows_left_by_writes_that_stopped_are_folded(tmp_path):
         _write(idx, 110, 60, rng)
         assert _unfolded(idx) == 120  # 120 rows < optimize_every_rows: no fold asked
         assert _wait_folded(idx, 60), "the rows were not folded after the writes stopped"
+        assert idx.wait_for_maintenance(60)  # the run is counted once it ended
         assert _optimize_runs(idx) == 1
         assert idx.text_search("A", "row 150 words", k=1)[0]["episode_id"] == "e150"
     finally:
@@ -104,6 +105,49 @@ def test_no_idle_fold_while_the_writes_go_on(tmp_path):
             time.sleep(0.3)
             assert _optimize_runs(idx) == 0, "folded while the writes went on"
         assert _wait_folded(idx, 60)
+        assert idx.wait_for_maintenance(60)
         assert _optimize_runs(idx) == 1
     finally:
         idx.close()
+
+
+def test_rows_another_process_left_are_folded_after_a_search(tmp_path):
+    """An import that closes right after its last write leaves its rows unfolded; the next process
+    to search the table counts them from the manifest and folds them (it writes nothing itself)."""
+    path = tmp_path / "db"
+    writer = EpisodeIndex(path, D, "synthetic", _config())
+    try:
+        rng = np.random.default_rng(5)
+        _write(writer, 0, 50, rng)
+        assert writer.wait_for_maintenance(60)
+        _write(writer, 50, 150, rng)
+    finally:
+        writer.close()  # at once: no idle fold in the writer
+    reader = EpisodeIndex(path, D, "synthetic", _config())
+    try:
+        assert _unfolded(reader) == 150
+        assert reader.text_search("A", "row 120 words", k=1)[0]["episode_id"] == "e120"
+        assert _wait_folded(reader, 60), "the rows left by the other process were not folded"
+    finally:
+        reader.close()
+
+
+def test_a_read_only_process_folds_nothing(tmp_path):
+    path = tmp_path / "db"
+    writer = EpisodeIndex(path, D, "synthetic", _config())
+    try:
+        rng = np.random.default_rng(6)
+        _write(writer, 0, 50, rng)
+        assert writer.wait_for_maintenance(60)
+        _write(writer, 50, 150, rng)
+    finally:
+        writer.close()
+    reader = EpisodeIndex(path, D, "synthetic", _config(), read_only=True)
+    try:
+        assert reader.text_search("A", "row 120 words", k=1)[0]["episode_id"] == "e120"
+        time.sleep(3)
+        table = reader.table_for("A")
+        table.checkout_latest()
+        assert int(table.index_stats("text_idx").num_unindexed_rows) == 150
+    finally:
+        reader.close()

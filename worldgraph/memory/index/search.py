@@ -299,6 +299,8 @@ class IndexSearch(MirrorSearch):
         small = self._small_table(part, select, ds)
         if small is not None:  # BM25 in process, LanceDB's terms and scores (index_small.py)
             return small.rows_out(small.bm25(text, k, small.mask(where)), select, "bm25", tenant_id)
+        if part.look_unfolded is None:  # rows another process left unfolded: folded if it stopped writing
+            self._searched(part)
         # a big table's hits take their ids and vectors from its mirror (mirror.py), not LanceDB
         mirror = self._mirrors.get(part.name, ds) if self._mirrored(ds) else None
         self._texts.sync(part.name, mirror)  # the kept terms of forgotten rows go first (passing_text.py)

@@ -57,6 +57,7 @@ class TenantTable:
         "dataset",
         "index_names",
         "last_write",
+        "look_unfolded",
         "name",
         "rows_added",
         "rows_base",
@@ -75,6 +76,9 @@ class TenantTable:
         self.writes = 0  # writes through this process
         self.rows_since_optimize = 0  # rows written through this process since the last optimize
         self.last_write = 0.0  # time.monotonic() of the last write through this process
+        # None: not searched yet in this process; True: searched, the rows left unfolded (by any
+        # process) not looked at yet (maintenance.py, _idle_folds); False: looked at
+        self.look_unfolded: bool | None = None
         self.rows_base: int | None = None  # last count_rows() seen while the ANN index is missing
         self.rows_added = 0  # rows written since rows_base
         self.ann_requested = False  # an ANN build is queued / running in the background
@@ -445,6 +449,10 @@ class IndexTables:
                 for f in frag.files:
                     if getattr(f, "base_id", None) is None:
                         (data / f.path).unlink(missing_ok=True)
+
+    def _searched(self, part: TenantTable) -> None:
+        """A full-text search of ``part`` (a table searched through LanceDB): the maintenance looks
+        once for rows left unfolded (maintenance.py); nothing here."""
 
     def _indexes(self, part: TenantTable, refresh: bool = False) -> dict[str, str]:
         """The table's indexes: name -> LanceDB's index type (``BTree``, ``Bitmap``, ``FTS``, ...)."""
