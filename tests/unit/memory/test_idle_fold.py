@@ -26,6 +26,14 @@ def _write(idx: EpisodeIndex, start: int, n: int, rng: np.random.Generator) -> N
                 for i in range(start, start + n)])
 
 
+def _indexed_then(idx: EpisodeIndex, rows: int, seed: int) -> None:
+    """50 rows (the first write builds the indexes over them), then ``rows`` more, not folded."""
+    rng = np.random.default_rng(seed)
+    _write(idx, 0, 50, rng)
+    assert idx.wait_for_maintenance(60)
+    _write(idx, 50, rows, rng)
+
+
 def _unfolded(idx: EpisodeIndex) -> int:
     table = idx.table_for("A")
     table.checkout_latest()
@@ -67,10 +75,7 @@ def test_no_idle_fold_when_off_or_below_the_rows(tmp_path):
     for name, over, rows in (("off", {"optimize_idle_rows": 0}, 120), ("below", {}, 40)):
         idx = EpisodeIndex(tmp_path / name, D, "synthetic", _config(**over))
         try:
-            rng = np.random.default_rng(2)
-            _write(idx, 0, 50, rng)
-            assert idx.wait_for_maintenance(60)
-            _write(idx, 50, rows, rng)
+            _indexed_then(idx, rows, 2)
             time.sleep(3)  # six times optimize_idle_seconds
             assert _unfolded(idx) == rows, name
             assert _optimize_runs(idx) == 0, name
@@ -82,10 +87,7 @@ def test_tables_searched_in_process_are_not_folded_when_idle(tmp_path):
     # mirror_min_rows 10,000: tables of fewer rows are searched in process, where rows not folded cost nothing
     idx = EpisodeIndex(tmp_path / "db", D, "synthetic", _config(mirror_min_rows=10_000))
     try:
-        rng = np.random.default_rng(3)
-        _write(idx, 0, 50, rng)
-        assert idx.wait_for_maintenance(60)
-        _write(idx, 50, 150, rng)
+        _indexed_then(idx, 150, 3)
         time.sleep(3)
         assert _unfolded(idx) == 150 and _optimize_runs(idx) == 0
     finally:
@@ -111,18 +113,20 @@ def test_no_idle_fold_while_the_writes_go_on(tmp_path):
         idx.close()
 
 
+def _left_unfolded_by_a_writer(path):
+    """150 rows at ``path`` that their writer, closed right after writing them, left unfolded."""
+    writer = EpisodeIndex(path, D, "synthetic", _config())
+    try:
+        _indexed_then(writer, 150, 5)
+    finally:
+        writer.close()  # at once: no idle fold in the writer
+
+
 def test_rows_another_process_left_are_folded_after_a_search(tmp_path):
     """An import that closes right after its last write leaves its rows unfolded; the next process
     to search the table counts them from the manifest and folds them (it writes nothing itself)."""
     path = tmp_path / "db"
-    writer = EpisodeIndex(path, D, "synthetic", _config())
-    try:
-        rng = np.random.default_rng(5)
-        _write(writer, 0, 50, rng)
-        assert writer.wait_for_maintenance(60)
-        _write(writer, 50, 150, rng)
-    finally:
-        writer.close()  # at once: no idle fold in the writer
+    _left_unfolded_by_a_writer(path)
     reader = EpisodeIndex(path, D, "synthetic", _config())
     try:
         assert _unfolded(reader) == 150
@@ -134,14 +138,7 @@ def test_rows_another_process_left_are_folded_after_a_search(tmp_path):
 
 def test_a_read_only_process_folds_nothing(tmp_path):
     path = tmp_path / "db"
-    writer = EpisodeIndex(path, D, "synthetic", _config())
-    try:
-        rng = np.random.default_rng(6)
-        _write(writer, 0, 50, rng)
-        assert writer.wait_for_maintenance(60)
-        _write(writer, 50, 150, rng)
-    finally:
-        writer.close()
+    _left_unfolded_by_a_writer(path)
     reader = EpisodeIndex(path, D, "synthetic", _config(), read_only=True)
     try:
         assert reader.text_search("A", "row 120 words", k=1)[0]["episode_id"] == "e120"
