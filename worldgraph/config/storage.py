@@ -34,10 +34,11 @@ class StorageSettings(BaseModel):
     # process) since the last one: rows written after an index was built are flat-scanned until then.
     optimize_every_rows: int = Field(5_000, gt=0)
     # ... and once a table searched through LanceDB (more rows than are searched in process) has
-    # had at least optimize_idle_rows rows written through this process since its last fold and
-    # none for optimize_idle_seconds (0 rows: never): the rows a bulk ingest leaves cost every
-    # text search ~9 ms per 1,000 at any table size until folded (bench/README.md, "Rows left
-    # unfolded after an ingest").
+    # at least optimize_idle_rows rows not folded (written through this process since its last
+    # fold, or found at its first full-text search in this process, whoever wrote them) and no
+    # write through this process for optimize_idle_seconds (0 rows: never): the rows a bulk ingest
+    # leaves cost every text search ~9 ms per 1,000 at any table size until folded
+    # (bench/README.md, "Rows left unfolded after an ingest").
     optimize_idle_rows: int = Field(200, ge=0)
     optimize_idle_seconds: float = Field(5.0, gt=0)
     # The ANN index of a tenant's table, chosen by measurement (bench/README.md, "Choosing the ANN

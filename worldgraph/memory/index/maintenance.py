@@ -59,7 +59,7 @@ class IndexMaintenance(IndexTables):
     _maint_pending: set[tuple[str, str]]
     _maint_cv: threading.Condition  # on _maint_lock: a task was added, or a run ended
     _maint_active: int  # runs in progress
-    _maint_arms: int  # writes that asked for a look at idle tables (_start_maintenance with no task)
+    _maint_arms: int  # writes and first searches that asked for a look at idle tables (_start_maintenance, no task)
     _maint_worker: MaintenanceWorker | None  # the kept child (worker.py)
     _maint_closed: bool  # the index is closed: no run starts
     maintenance_runs: list[dict[str, Any]]
