@@ -195,9 +195,9 @@ class IndexMaintenance(IndexTables):
             self._start_maintenance()
 
     def _unfolded_rows(self, part: TenantTable) -> int:
-        """The rows of ``part`` its full-text index does not cover yet, whoever wrote them (from the
-        manifest: ~1 ms at 10M rows)."""
-        ds = part.latest_dataset()
+        """The rows of ``part`` its full-text index does not cover yet, whoever wrote them, at the
+        version the search that asked saw (from the manifest: ~1 ms at 10M rows)."""
+        ds = part.dataset if part.dataset is not None else part.latest_dataset()
         covered = set().union(*index_segments(ds).get(FTS_INDEX_NAME, [set()]))
         return sum(int(f.metadata.physical_rows) for f in ds.get_fragments() if int(f.fragment_id) not in covered)
 
