@@ -138,6 +138,11 @@ def umask_is_private() -> bool:
     return False
 
 
+# A folder's last listing by PrivateTree: its inode and modification time then, whether the
+# listing is settled (PrivateTree.SETTLED_NS), the keys (path, inode) of its entries, its subfolders.
+_Listing = tuple[tuple[int, int], bool, list[tuple[str, int]], list[str]]
+
+
 class PrivateTree:
     """Keeps what a library writes under ``root`` (LanceDB's tables) private when the process's
     umask does not: ``sweep()`` takes group and other bits from every folder and file under it
@@ -163,9 +168,7 @@ class PrivateTree:
         self.root = str(root)
         self.interval = interval
         self._seen: set[tuple[str, int]] = set()
-        # folder -> (its inode and modification time at its last listing, whether that listing
-        # is settled, the keys of its entries, its subfolders)
-        self._listed: dict[str, tuple[tuple[int, int], bool, list[tuple[str, int]], list[str]]] = {}
+        self._listed: dict[str, _Listing] = {}
         self._lock = threading.Lock()
         self._last = float("-inf")
         self._timer: threading.Timer | None = None
@@ -205,7 +208,7 @@ class PrivateTree:
             self._last = time.monotonic()
             changed = 0
             present: set[tuple[str, int]] = set()
-            listed: dict[str, tuple[tuple[int, int], bool, list[tuple[str, int]], list[str]]] = {}
+            listed: dict[str, _Listing] = {}
             stack = [self.root]
             while stack:
                 folder = stack.pop()

@@ -23,6 +23,7 @@ from worldgraph.memory.index.policy import (
     compaction_target,
     deleted_fragments,
     fold_new_rows,
+    fragment_rows,
     index_partitions,
     index_segments,
     merge_for_compaction,
@@ -199,7 +200,7 @@ class IndexMaintenance(IndexTables):
         version the search that asked saw (from the manifest: ~1 ms at 10M rows)."""
         ds = part.dataset if part.dataset is not None else part.latest_dataset()
         covered = set().union(*index_segments(ds).get(FTS_INDEX_NAME, [set()]))
-        return sum(int(f.metadata.physical_rows) for f in ds.get_fragments() if int(f.fragment_id) not in covered)
+        return sum(rows for frag, rows in fragment_rows(ds).items() if frag not in covered)
 
     def _idle_folds(self) -> tuple[list[str], float | None]:
         """The tables to fold now because their writes stopped: at least ``optimize_idle_rows`` rows
