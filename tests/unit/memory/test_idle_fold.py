@@ -26,12 +26,14 @@ def _write(idx: EpisodeIndex, start: int, n: int, rng: np.random.Generator) -> N
                 for i in range(start, start + n)])
 
 
-def _indexed_then(idx: EpisodeIndex, rows: int, seed: int) -> None:
-    """50 rows (the first write builds the indexes over them), then ``rows`` more, not folded."""
+def _indexed_then(idx: EpisodeIndex, rows: int, seed: int) -> np.random.Generator:
+    """50 rows (the first write builds the indexes over them), then ``rows`` more, not folded;
+    returns the generator, for more rows."""
     rng = np.random.default_rng(seed)
     _write(idx, 0, 50, rng)
     assert idx.wait_for_maintenance(60)
     _write(idx, 50, rows, rng)
+    return rng
 
 
 def _unfolded(idx: EpisodeIndex) -> int:
@@ -56,10 +58,7 @@ def _wait_folded(idx: EpisodeIndex, seconds: float) -> bool:
 def test_rows_left_by_writes_that_stopped_are_folded(tmp_path):
     idx = EpisodeIndex(tmp_path / "db", D, "synthetic", _config())
     try:
-        rng = np.random.default_rng(1)
-        _write(idx, 0, 50, rng)  # the first write builds the indexes over its rows
-        assert idx.wait_for_maintenance(60)
-        _write(idx, 50, 60, rng)
+        rng = _indexed_then(idx, 60, 1)
         _write(idx, 110, 60, rng)
         assert _unfolded(idx) == 120  # 120 rows < optimize_every_rows: no fold asked
         assert _wait_folded(idx, 60), "the rows were not folded after the writes stopped"
@@ -97,9 +96,7 @@ def test_tables_searched_in_process_are_not_folded_when_idle(tmp_path):
 def test_no_idle_fold_while_the_writes_go_on(tmp_path):
     idx = EpisodeIndex(tmp_path / "db", D, "synthetic", _config(optimize_idle_seconds=1.5))
     try:
-        rng = np.random.default_rng(4)
-        _write(idx, 0, 50, rng)
-        assert idx.wait_for_maintenance(60)
+        rng = _indexed_then(idx, 0, 4)
         start = 50
         for _ in range(12):  # a write every ~0.3 s for ~3.6 s, more than twice optimize_idle_seconds
             _write(idx, start, 20, rng)
@@ -143,8 +140,6 @@ def test_a_read_only_process_folds_nothing(tmp_path):
     try:
         assert reader.text_search("A", "row 120 words", k=1)[0]["episode_id"] == "e120"
         time.sleep(3)
-        table = reader.table_for("A")
-        table.checkout_latest()
-        assert int(table.index_stats("text_idx").num_unindexed_rows) == 150
+        assert _unfolded(reader) == 150
     finally:
         reader.close()
