@@ -45,12 +45,17 @@ class RecallSettings(BaseModel):
     min_similarity_threshold: float | None = Field(None, ge=-1.0, le=1.0)
     candidate_pool: int = Field(100, gt=0)  # "top 100 candidates by semantic similarity"
     fulltext_pool: int = Field(50, ge=0)  # extra BM25 hits merged into the candidates (hybrid)
-    # A table searched through its mirror can leave out of its full-text query the words held by more
-    # than this many of its rows (estimated from a sample; 0, the default: every word is searched).
-    # Faster where such words' top hits tie (~23 ms a query at 10M rows of the bench's corpus), at
-    # a cost in what recall finds: on LoCoMo, leaving out the words of more than 1.5 % of the rows
-    # took R@10 from 0.806 to 0.766 (memory/index/common_terms.py; bench/README.md "Common words").
+    # In a table searched through its mirror, a query word held by more than fulltext_common_share
+    # of the rows (estimated from a sample; 0: none) or more than fulltext_common_rows rows (0: no
+    # count) is common. A query of rare and common words whose common words hold more than
+    # fulltext_common_budget rows together finds the rows holding a rare word, each scored by every
+    # word (Lucene's common-terms query, memory/index/common_terms.py); any other query is searched
+    # whole. Where common words' top hits tie, a whole search reads their lists to the end (~23-48
+    # ms a query at 10M rows of the bench's corpus; led by the rare words 2-3 ms); bench/README.md
+    # "Common words at 10M: the rare words lead".
+    fulltext_common_share: float = Field(0.01, ge=0, le=1)
     fulltext_common_rows: int = Field(0, ge=0)
+    fulltext_common_budget: int = Field(300_000, ge=0)
 
     # Scoring: the weights of the relevance formula (docs/architecture.md "Recall", step 4)
     semantic_weight: float = 0.6

@@ -1,7 +1,9 @@
-"""common_terms.py: a table searched through its mirror leaves out of its full-text query the words
-more than ``fulltext_common_rows`` of its rows hold (estimated from a sample, read in the
-background); the rare words are still searched; each table (tenant) has its own; 0 turns it off;
-a purge lets go of the table's set."""
+"""common_terms.py: in a table searched through its mirror, a query of rare and common words whose
+common words hold more than ``fulltext_common_budget`` rows finds the rows holding a rare word,
+each with the score the whole query gives it; any other query is searched whole. A word is common
+when a sample (read in the background) puts it in more than ``fulltext_common_share`` of the rows
+(or more than ``fulltext_common_rows`` rows); each table (tenant) has its own; a purge lets go of
+the table's set."""
 
 from __future__ import annotations
 
@@ -18,13 +20,13 @@ from worldgraph.memory.index.episode_index import EpisodeIndex
 from worldgraph.memory.index.schema import table_name
 from worldgraph.memory.index.small import terms
 
-COMMON_ROWS = 300  # of 1,500 rows: the few most frequent words of the Zipf draw
+SHARE = 0.2  # of 1,500 rows: the few most frequent words of the Zipf draw (more than 300 rows)
 
 
-def open_index(path: Any, common_rows: int = COMMON_ROWS) -> EpisodeIndex:
+def open_index(path: Any, share: float = SHARE, budget: int = 0, common_rows: int = 0) -> EpisodeIndex:
     idx = EpisodeIndex(path, D, "test-embedder", WorldGraphConfig(
         mirror_min_rows=1, ann_index_min_rows=100_000, index_version_retention_seconds=0,
-        fulltext_common_rows=common_rows))
+        fulltext_common_share=share, fulltext_common_budget=budget, fulltext_common_rows=common_rows))
     idx._small.max_rows = 0  # never the small-table copy: the mirror's path
     return idx
 
@@ -49,6 +51,10 @@ def sampled(idx: EpisodeIndex, tenant: str, query: str = "w000") -> frozenset[st
     return common
 
 
+def scored(hits: list[dict[str, Any]]) -> dict[str, float]:
+    return {h["episode_id"]: round(h["bm25"], 4) for h in hits}
+
+
 @pytest.fixture()
 def index(tmp_path: Any) -> Any:
     idx = open_index(tmp_path / "db")
@@ -56,51 +62,109 @@ def index(tmp_path: Any) -> Any:
     idx.close()
 
 
-def test_the_words_held_by_more_rows_than_the_setting_are_the_common_ones(index: EpisodeIndex) -> None:
+@pytest.fixture()
+def whole(tmp_path: Any) -> Any:
+    """An index searching every query whole (no common words): the reference scores."""
+    idx = open_index(tmp_path / "whole", share=0)
+    yield idx
+    idx.close()
+
+
+def test_the_words_held_by_more_than_the_share_are_the_common_ones(index: EpisodeIndex) -> None:
     rows = make_rows("A", 1500, 1)
     load(index, rows)
     common = sampled(index, "A")
     # 1,500 rows is fewer than SAMPLE_ROWS: the sample is every row, so the set is exact
     held = held_rows(rows)
-    assert common == {t for t, c in held.items() if c > COMMON_ROWS}
+    assert common == {t for t, c in held.items() if c > SHARE * len(rows)}
     assert "w000" in common and MARK not in common and len(common) < 20
 
 
-def test_a_common_word_is_not_searched_and_a_rare_one_still_is(index: EpisodeIndex) -> None:
-    rows = make_rows("A", 1500, 1)
-    load(index, rows)
-    common = sampled(index, "A")
-    rare = next(w for w in WORDS if 0 < held_rows(rows)[w] < 50)
-    # the common word alone: nothing to search in this table
-    assert index.text_search("A", "w000", k=10) == []
-    assert index.text_search("A", " ".join(sorted(common)), k=10) == []
-    # with a rare word: the rare word's rows, ranked by it alone
-    hits = index.text_search("A", f"w000 {MARK}", k=10)
-    assert [h["episode_id"] for h in hits] == ["A7"]
-    with_common = index.text_search("A", f"w000 {rare}", k=50)
-    alone = index.text_search("A", rare, k=50)
-    assert [h["episode_id"] for h in with_common] == [h["episode_id"] for h in alone] and alone
-    assert all(rare in r["text"].split() for r in rows if r["episode_id"] in {h["episode_id"] for h in alone})
-    # filtered searches take the pruned query too
-    assert index.text_search("A", "w000", k=10, where={"agent_role": "r"}) == []
-    assert index._common.counts["emptied"] >= 3 and index._common.counts["pruned"] >= 2
-
-
-def test_zero_searches_every_word(tmp_path: Any) -> None:
-    idx = open_index(tmp_path / "db", common_rows=0)
+def test_a_count_makes_a_word_common_too(tmp_path: Any) -> None:
+    idx = open_index(tmp_path / "db", share=0, common_rows=300)
     try:
-        load(idx, make_rows("A", 1500, 1))
-        assert len(idx.text_search("A", "w000", k=10)) == 10
-        assert idx._common.held(table_name("A")) is None  # nothing sampled
+        rows = make_rows("A", 1500, 1)
+        load(idx, rows)
+        assert sampled(idx, "A") == {t for t, c in held_rows(rows).items() if c > 300}
     finally:
         idx.close()
 
 
-def test_a_table_of_at_most_the_setting_is_searched_whole(index: EpisodeIndex) -> None:
-    load(index, make_rows("A", COMMON_ROWS, 1))
-    for _ in range(3):
-        assert len(index.text_search("A", "w000", k=10)) == 10
-    assert index._common.held(table_name("A")) is None
+def test_the_rows_holding_a_rare_word_lead_with_the_whole_querys_scores(index: EpisodeIndex,
+                                                                         whole: EpisodeIndex) -> None:
+    rows = make_rows("A", 1500, 1)
+    load(index, rows)
+    load(whole, rows)
+    common = sampled(index, "A")
+    held = held_rows(rows)
+    rare = next(w for w in WORDS if 0 < held[w] < 40)
+    query = f"w000 w001 {rare}"
+    assert {"w000", "w001"} <= common and rare not in common
+    hits = index.text_search("A", query, k=50)
+    everyone = whole.text_search("A", query, k=1500)
+    holding = {r["episode_id"] for r in rows if rare in r["text"].split()}
+    # the hits are the rows holding the rare word, every one of them, scored as the whole query scores them
+    assert {h["episode_id"] for h in hits} == holding
+    assert scored(hits) == {e: s for e, s in scored(everyone).items() if e in holding}
+    # the whole query's hits also hold rows of the common words only (what this leaves out)
+    assert len(everyone) > len(holding)
+    # the marker (one row) and a common word: that one row
+    assert [h["episode_id"] for h in index.text_search("A", f"w000 {MARK}", k=10)] == ["A7"]
+    # a rare word held by no row: no hits, however many rows hold the common words
+    assert index.text_search("A", "w000 w001 zzunheardof", k=10) == []
+    # filtered searches take the same query
+    assert {h["episode_id"] for h in index.text_search("A", query, k=50, where={"agent_role": "r"})} == holding
+    assert index._common.counts["split"] >= 4
+
+
+def test_a_query_of_common_words_only_or_rare_words_only_is_searched_whole(index: EpisodeIndex,
+                                                                          whole: EpisodeIndex) -> None:
+    rows = make_rows("A", 1500, 1)
+    load(index, rows)
+    load(whole, rows)
+    common = sampled(index, "A")
+    rare = next(w for w in WORDS if 0 < held_rows(rows)[w] < 40)
+    for query in ("w000", " ".join(sorted(common)), rare, f"{rare} {MARK}"):
+        assert scored(index.text_search("A", query, k=20)) == scored(whole.text_search("A", query, k=20)), query
+    assert index._common.counts["split"] == 0
+
+
+def test_common_words_holding_fewer_rows_than_the_budget_are_searched_whole(tmp_path: Any,
+                                                                          whole: EpisodeIndex) -> None:
+    rows = make_rows("A", 1500, 1)
+    held = held_rows(rows)
+    rare = next(w for w in WORDS if 0 < held[w] < 40)
+    load(whole, rows)
+    query = f"w000 {rare}"
+    for budget, split in ((held["w000"] + 100, False), (held["w000"] - 100, True)):
+        idx = open_index(tmp_path / f"db{budget}", budget=budget)
+        try:
+            load(idx, rows)
+            sampled(idx, "A")
+            hits = idx.text_search("A", query, k=50)
+            assert (len(hits) < 50) is split
+            if not split:
+                assert scored(hits) == scored(whole.text_search("A", query, k=50))
+            assert idx._common.counts["split"] == int(split)
+        finally:
+            idx.close()
+
+
+def test_zero_share_and_rows_search_every_query_whole(whole: EpisodeIndex) -> None:
+    load(whole, make_rows("A", 1500, 1))
+    assert len(whole.text_search("A", "w000 zzunheardof", k=10)) == 10
+    assert whole._common.held(table_name("A")) is None  # nothing sampled
+
+
+def test_a_table_of_at_most_the_count_is_searched_whole(tmp_path: Any) -> None:
+    idx = open_index(tmp_path / "db", share=0, common_rows=300)
+    try:
+        load(idx, make_rows("A", 300, 1))
+        for _ in range(3):
+            assert len(idx.text_search("A", "w000 zzunheardof", k=10)) == 10
+        assert idx._common.held(table_name("A")) is None
+    finally:
+        idx.close()
 
 
 def test_each_tenant_has_its_own_common_words(index: EpisodeIndex) -> None:
@@ -108,7 +172,10 @@ def test_each_tenant_has_its_own_common_words(index: EpisodeIndex) -> None:
     load(index, make_rows("B", 1500, 2, vocabulary=list(reversed(WORDS))))  # w299 is B's most frequent
     a, b = sampled(index, "A"), sampled(index, "B")
     assert "w000" in a and "w000" not in b and "w299" in b and "w299" not in a
-    assert index.text_search("A", "w299", k=10) and not index.text_search("B", "w299", k=10)
+    # a common word of A with a word in no row: nothing in A, B's rows of w000 (rare there) in B
+    assert index.text_search("A", "w000 zzunheardof", k=10) == []
+    assert index.text_search("B", "w299 zzunheardof", k=10) == []
+    assert index.text_search("B", "w000 zzunheardof", k=10)
 
 
 def test_sampled_again_once_the_table_grew_by_a_quarter(index: EpisodeIndex) -> None:
@@ -139,10 +206,17 @@ def test_a_purge_lets_go_of_the_tables_set(index: EpisodeIndex) -> None:
 def test_a_failed_sample_leaves_the_queries_whole(index: EpisodeIndex, monkeypatch: pytest.MonkeyPatch) -> None:
     load(index, make_rows("A", 1500, 1))
 
-    def broken(self: Any, ds: Any) -> frozenset[str]:
+    def broken(self: Any, ds: Any) -> dict[str, float]:
         raise OSError("disk gone")
 
     monkeypatch.setattr(common_terms.CommonTerms, "common_of", broken)
     common = sampled(index, "A")
     assert common == frozenset()  # not tried again until the table moves
-    assert len(index.text_search("A", "w000", k=10)) == 10
+    assert len(index.text_search("A", "w000 zzunheardof", k=10)) == 10
+
+
+def test_split_cuts_words_where_the_tokenizer_does() -> None:
+    common = frozenset(terms("reconcile sales pipeline"))
+    assert common_terms.split("how to reconcile sales-pipeline q12 the_end", common) == \
+        ("q12 end", "reconcile sales pipeline")
+    assert common_terms.split("the of and", common) == ("", "")

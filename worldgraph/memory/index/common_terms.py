@@ -1,38 +1,47 @@
-"""Query words too common to search in a big table (``fulltext_common_rows``, off by default): a
-word whose every term more than ``fulltext_common_rows`` of the table's rows hold is left out of
-the full-text query there.
+"""Common words in a big table's full-text query: the rows holding a rare word lead (Lucene's
+common-terms query).
+
+In a table searched through its mirror, a query term held by more than ``fulltext_common_share``
+of the rows (or more than ``fulltext_common_rows`` rows, where set) is common. When a query holds
+both rare and common words and its common words together hold more than
+``fulltext_common_budget`` rows, its full-text search is ``rare words MUST, common words SHOULD``:
+the hits are the rows holding at least one rare word, each scored by every word of the query (a
+boolean query's score is the sum of its clauses': the same BM25 score the whole query gives that
+row). Any other query is searched whole, as in a small table.
 
 Why (bench/README.md "Common words at 10M"): LanceDB's BM25 reads a query term's whole posting
 list whenever its top hits tie, which they do when the query's words are in hundreds of thousands
 of rows of templated text (block-max pruning skips a block only when its bound is *below* the k-th
-score). The text half of a 10M-row recall of the bench's corpus cost ~23 ms CPU (4.4x its 1M
-cost) for 50 of ~350k rows tied on one score. The rare words of a query (a ticket number, a name,
-an error code) are what the text half finds that vectors miss, and their lists are short. This is
-Elasticsearch's ``cutoff_frequency``: the common words are not searched; when every word of a
-query is common, the text half returns nothing and recall ranks the vector candidates alone.
+score). The text half of a 10M-row recall of the bench's corpus cost ~23-48 ms CPU (linear in the
+rows) for 50 of ~350k rows tied on one score; led by its rare words, 2-3 ms. The rare words of a
+query (a ticket number, a name, an error code) are what the text half finds that vectors miss,
+and their lists are short.
 
-Why off by default: where the common words' scores do not tie they rank well. On LoCoMo's
-conversations (bench/recall_quality.py, every table through its mirror) leaving out the words of
-more than 1.5 % of a conversation's turns took R@10 from 0.806 to 0.766, of more than 3.6 % to 0.788.
-An operator whose big tables are templated agent logs can trade that for the latency.
+What it costs: the rows holding only common words are not hits, and a query whose rare words are
+in no row has none. On LoCoMo's conversations through the mirror with no budget, that took R@10
+from 0.806 to 0.781. So the budget: a query whose common words hold fewer rows together than
+``fulltext_common_budget`` (300,000: ~5 ms of postings) is searched whole, exactly; the rows-only
+semantics apply where the whole query would read more than that.
 
 How common a term is comes from a sample: ``SAMPLE_ROWS`` rows spread evenly over the table's
-live rows, read once (~0.13 s CPU at 1M) in a background thread the first time a table of more
-than ``fulltext_common_rows`` live rows is searched, and again once its live rows moved by a
-quarter (``RESAMPLE_CHANGE``) or its mirror was made again. Until then its searches take the
-whole query. A term counts as common when the sample puts it in more than ``fulltext_common_rows``
-rows and at least ``MIN_SAMPLED`` sampled rows hold it (so one odd row is never enough).
+live rows, read once (~0.13 s CPU at 1M) in a background thread the first time a big table is
+searched, and again once its live rows moved by a quarter (``RESAMPLE_CHANGE``) or its mirror was
+made again. Until then its searches take the whole query. A term counts as common when at least
+``MIN_SAMPLED`` sampled rows hold it (so one odd row is never enough).
 
-What it holds is the set of common terms only: words in more than ``fulltext_common_rows`` of one
-tenant's rows (one table holds one tenant), never a rare word of the sample, and nothing on disk.
-A table's set goes when the table is released or dropped (a purge), as ``passing_text`` does.
+What it holds is the common terms only, each with the share of the sampled rows holding it: words
+in more than a share of one tenant's rows (one table holds one tenant), never a rare word of the
+sample, and nothing on disk. A table's set goes when the table is released or dropped (a purge),
+as ``passing_text`` does.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections import Counter
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +50,8 @@ import numpy as np
 from worldgraph.memory.index.small import terms
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
+
+_PIECES = re.compile(r"[^\W_]+")  # runs of letters and digits: the simple tokenizer's tokens
 
 SAMPLE_ROWS = 2_048  # rows read to estimate how many rows hold a term
 MIN_SAMPLED = 8  # a term is common only if at least this many sampled rows hold it
@@ -51,39 +62,41 @@ RESAMPLE_CHANGE = 0.25  # sample again once the live rows moved by this share si
 class Sample:
     uid: str  # the mirror sampled: a new mirror (the table made again) is sampled again
     live: int  # its live rows then
-    common: frozenset[str]
+    common: dict[str, float]  # each common term: the share of the sampled rows holding it
 
 
 class CommonTerms:
     """Every big table's common terms in this process, by table name (see the module docstring)."""
 
-    def __init__(self, min_rows: int) -> None:
-        self.min_rows = min_rows  # fulltext_common_rows (0: every word is searched)
+    def __init__(self, min_rows: int, share: float = 0.0, budget: int = 0) -> None:
+        self.min_rows = min_rows  # fulltext_common_rows (0: no count makes a term common)
+        self.share = share  # fulltext_common_share (0: no share makes a term common)
+        self.budget = budget  # fulltext_common_budget (0: every query of both kinds is split)
         self._lock = threading.Lock()
         self._samples: dict[str, Sample] = {}
         self._reading: dict[str, threading.Thread] = {}
-        self.counts = {"samples": 0, "pruned": 0, "emptied": 0}
+        self.counts = {"samples": 0, "split": 0}
 
-    def prune(self, name: str, ds: Any, mirror: Any, text: str) -> str:
-        """``text`` without its words whose every term is common in table ``name`` (read through
-        ``mirror``, at ``ds``'s version); "" when no word is left. Unchanged for a table of at most
-        ``min_rows`` live rows, or while its first sample is being read."""
-        if self.min_rows <= 0 or mirror is None or mirror.live <= self.min_rows:
-            return text
+    def query(self, name: str, ds: Any, mirror: Any, text: str) -> Any:
+        """The full-text query of ``text`` in table ``name`` (read through ``mirror``, at ``ds``'s
+        version): where ``text`` holds both rare and common words and the common ones hold more
+        than ``budget`` rows together, the rows holding a rare word, each scored by every word;
+        else every word's rows (a ``MatchQuery`` of ``text``, as before the table is sampled)."""
+        from lance.query import BooleanQuery, MatchQuery, Occur
+
+        whole = MatchQuery(text, "text")
+        if (self.min_rows <= 0 and self.share <= 0) or mirror is None or mirror.live <= self.min_rows:
+            return whole
         sample = self._sample(name, ds, mirror)
         if sample is None or not sample.common:
-            return text
-        kept, searchable = [], False
-        for word in text.split():
-            word_terms = terms(word)  # none: a stop word or punctuation, kept (LanceDB drops it too)
-            if word_terms and all(t in sample.common for t in word_terms):
-                continue
-            kept.append(word)
-            searchable = searchable or bool(word_terms)
-        out = " ".join(kept) if searchable else ""
-        if out != text:
-            self.counts["pruned" if out else "emptied"] += 1
-        return out
+            return whole
+        rare, common = split(text, sample.common)
+        if not rare or not common or self._rows_of(common, sample) * mirror.live <= self.budget:
+            return whole
+        with self._lock:
+            self.counts["split"] += 1
+        # a boolean query's score is the sum of its clauses': each hit's is the whole text's
+        return BooleanQuery([(Occur.MUST, MatchQuery(rare, "text")), (Occur.SHOULD, MatchQuery(common, "text"))])
 
     def _sample(self, name: str, ds: Any, mirror: Any) -> Sample | None:
         with self._lock:
@@ -105,24 +118,31 @@ class CommonTerms:
             common = self.common_of(ds)
         except Exception:  # noqa: BLE001 - the searches go on with whole queries
             log.warning("sampling the words of %s failed", name, exc_info=True)
-            common = frozenset()  # not tried again before the live rows move by RESAMPLE_CHANGE
+            common = {}  # not tried again before the live rows move by RESAMPLE_CHANGE
         with self._lock:
             if self._reading.get(name) is threading.current_thread():
                 self._samples[name] = Sample(uid, live, common)
                 self.counts["samples"] += 1
 
-    def common_of(self, ds: Any) -> frozenset[str]:
+    @staticmethod
+    def _rows_of(words: str, sample: Sample) -> float:
+        """The share of the rows holding ``words``' terms, summed over the terms (their postings)."""
+        return sum(sample.common.get(t, 0.0) for t in terms(words))
+
+    def common_of(self, ds: Any) -> dict[str, float]:
         """The terms ``SAMPLE_ROWS`` rows of ``ds`` (spread evenly over its live rows) put in more
-        than ``min_rows`` of its rows."""
+        than ``min_rows`` of its rows or more than ``share`` of them (each where set)."""
         rows = ds.count_rows()
         if not rows:
-            return frozenset()
+            return {}
         at = np.unique(np.linspace(0, rows - 1, min(rows, SAMPLE_ROWS)).astype(np.int64))
         texts = ds.take(at, columns=["text"]).column("text").to_pylist()
         held: Counter[str] = Counter()
         for text in texts:
             held.update(set(terms(text or "")))
-        return frozenset(t for t, c in held.items() if c >= MIN_SAMPLED and c * rows > self.min_rows * len(texts))
+        n = len(texts)
+        return {t: c / n for t, c in held.items() if c >= MIN_SAMPLED and (
+            (self.min_rows > 0 and c * rows > self.min_rows * n) or (self.share > 0 and c > self.share * n))}
 
     def drop(self, name: str | None = None) -> None:
         """Forget table ``name``'s common terms (None: every table's) in this process."""
@@ -138,4 +158,16 @@ class CommonTerms:
         """Table ``name``'s common terms as this process holds them (None: not sampled yet)."""
         with self._lock:
             sample = self._samples.get(name)
-        return None if sample is None else sample.common
+        return None if sample is None else frozenset(sample.common)
+
+
+def split(text: str, common: Container[str]) -> tuple[str, str]:
+    """``text``'s rare and common words (each joined by spaces): a word is cut where LanceDB's
+    tokenizer cuts it (at every character that is not a letter or digit), so each piece is at
+    most one term; a piece without a term (a stop word) is in neither."""
+    rare, held = [], []
+    for piece in _PIECES.findall(text):
+        piece_terms = terms(piece)
+        if piece_terms:
+            (held if all(t in common for t in piece_terms) else rare).append(piece)
+    return " ".join(rare), " ".join(held)

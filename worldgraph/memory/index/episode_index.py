@@ -144,7 +144,8 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         self._mirrors = Mirrors(dimensions, self.path if self._is_local else None, writable=not read_only,
                                 build_rows=self.config.mirror_build_rows)
         self._texts = PassingTexts()
-        self._common = CommonTerms(self.config.fulltext_common_rows)
+        self._common = CommonTerms(self.config.fulltext_common_rows, self.config.fulltext_common_share,
+                                   self.config.fulltext_common_budget)
         with objectstore.object_store_errors(self.path, "opening the index"):
             if self._is_local:
                 self._open(rebuild)

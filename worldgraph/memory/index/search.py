@@ -304,15 +304,14 @@ class IndexSearch(MirrorSearch):
         # a big table's hits take their ids and vectors from its mirror (mirror.py), not LanceDB
         mirror = self._mirrors.get(part.name, ds) if self._mirrored(ds) else None
         self._texts.sync(part.name, mirror)  # the kept terms of forgotten rows go first (passing_text.py)
-        if mirror is not None:  # with fulltext_common_rows set, a big table's common words are not searched
-            text = self._common.prune(part.name, ds, mirror, text)
-            if not text:
-                return []
+        # a big table's query of rare and common words: the rows holding a rare word (common_terms.py;
+        # an episode-id filter's rows searched in process, passing_text.py, are few: searched whole)
+        query = self._common.query(part.name, ds, mirror, text) if mirror is not None else _match(text)
         ids_in_mirror = mirror is not None and (where or {}).get("episode_ids") is not None
         # a filter the mirror can evaluate: a wide one checked on LanceDB's unfiltered hits, episode
         # ids searched in process or by their rows' addresses (_mirror_text); else LanceDB's prefilter
         if mirror is not None and where and not _has_metadata(where):
-            found = self._mirror_text(part.name, ds, mirror, text, k, where)
+            found = self._mirror_text(part.name, ds, mirror, text, query, k, where)
             if found is not None:
                 rows, scores = found
                 return first_per_episode(self._mirror_rows(ds, mirror, rows, mirror.unit_vectors(rows),
@@ -332,18 +331,18 @@ class IndexSearch(MirrorSearch):
         pred = pred_of(where)
         try:
             if check is not None:  # a wide date range, checked on the hits (plan.py)
-                hits = self._matches(ds, text, check.fetch, pred_of(split_time(where)[0]),
+                hits = self._matches(ds, query, check.fetch, pred_of(split_time(where)[0]),
                                      self._with_time(select), tenant_id, mirror, allow)
                 kept = [r for r in hits if check.keeps(r["timestamp"])]
                 if len(kept) >= k or len(hits) < check.fetch:
                     return self._strip_time(kept, select)[:k]
-            return self._matches(ds, text, k, pred, select, tenant_id, mirror, allow)
+            return self._matches(ds, query, k, pred, select, tenant_id, mirror, allow)
         except ValueError as exc:
             if "index" in str(exc).lower():
                 return []
             raise
 
-    def _mirror_text(self, name: str, ds: Any, mirror: Mirror, text: str, k: int,
+    def _mirror_text(self, name: str, ds: Any, mirror: Mirror, text: str, query: Any, k: int,
                      where: dict[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
         """BM25's best ``k`` of the mirror rows passing ``where`` (no metadata terms), ranked and
         scored as LanceDB's prefiltered search does: (mirror rows, scores), best first; None:
@@ -367,16 +366,16 @@ class IndexSearch(MirrorSearch):
             share = float(mirror.passes(where, sample).sum()) / max(int(mirror.alive[sample].sum()), 1)
             if share <= 0 or share < WIDE_FILTER_SHARE:
                 return None
-            return self._wide_text(ds, mirror, text, k, lambda r: mirror.passes(where, r),
+            return self._wide_text(ds, mirror, query, k, lambda r: mirror.passes(where, r),
                                    _fetch(k, mirror.live, share * mirror.live))
         keep = mirror.mask(where)
         rows = np.flatnonzero(keep)
         if not len(rows):
             return rows, np.zeros(0)
         fetch = _fetch(k, mirror.live, len(rows))
-        found = self._wide_text(ds, mirror, text, k, lambda r: keep[r], fetch) if fetch <= WIDE_TEXT_FETCH \
+        found = self._wide_text(ds, mirror, query, k, lambda r: keep[r], fetch) if fetch <= WIDE_TEXT_FETCH \
             else self._passing_text(name, ds, mirror, rows, text, k)
-        return found if found is not None else self._allowed_text(ds, mirror, text, k, rows)
+        return found if found is not None else self._allowed_text(ds, mirror, query, k, rows)
 
     def _passing_text(self, name: str, ds: Any, mirror: Mirror, rows: np.ndarray, text: str,
                       k: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -389,13 +388,13 @@ class IndexSearch(MirrorSearch):
 
         return self._texts.search(name, mirror, rows, text, k, read)
 
-    def _wide_text(self, ds: Any, mirror: Mirror, text: str, k: int, passes: Callable[[np.ndarray], np.ndarray],
+    def _wide_text(self, ds: Any, mirror: Mirror, query: Any, k: int, passes: Callable[[np.ndarray], np.ndarray],
                    fetch: int) -> tuple[np.ndarray, np.ndarray] | None:
         """A wide filter's full-text search: LanceDB's unfiltered BM25 top ``fetch`` (``k / share x
         WIDE_TEXT_SLACK``), the mirror rows ``passes`` accepts, best first: (rows, scores), what
         its prefiltered search gives (its scores take the whole table's statistics either way),
         without a prefilter. None: fewer than ``k`` passed of a full fetch (or no full-text index)."""
-        hits = _mirror_hits(ds, mirror, text, fetch)
+        hits = _mirror_hits(ds, mirror, query, fetch)
         if hits is None:
             return None
         rows, scores = hits
@@ -408,13 +407,13 @@ class IndexSearch(MirrorSearch):
         self._texts.counts["wide"] += 1
         return rows[order], scores[order]
 
-    def _allowed_text(self, ds: Any, mirror: Mirror, text: str, k: int,
+    def _allowed_text(self, ds: Any, mirror: Mirror, query: Any, k: int,
                       rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """LanceDB's BM25 top ``k`` of mirror ``rows`` (a filter's passing rows): their addresses
         are the search's prefilter (``row_addr_allowlist``), so no scalar index is read and no SQL
         predicate evaluated; the ranking and scores are those of the same search with the filter
         (the whole table's statistics). None: no full-text index."""
-        hits = _mirror_hits(ds, mirror, text, k, row_addr_set(mirror.cols.addr[rows]))
+        hits = _mirror_hits(ds, mirror, query, k, row_addr_set(mirror.cols.addr[rows]))
         if hits is None:
             return None
         found, scores = hits
@@ -423,16 +422,12 @@ class IndexSearch(MirrorSearch):
         self._texts.counts["allowed"] += 1
         return found[order], scores[order]
 
-    def _matches(self, ds: Any, text: str, k: int, pred: str | None, select: Sequence[str] | None,
+    def _matches(self, ds: Any, query: Any, k: int, pred: str | None, select: Sequence[str] | None,
                  tenant_id: str, mirror: Mirror | None = None, allow: bytes | None = None) -> list[dict[str, Any]]:
-        """LanceDB's top ``k`` of ``ds`` by BM25 on ``text``, ``pred`` pushed into the search, best
-        first (with a mirror: row addresses and scores from LanceDB, the rows from the mirror; and
-        ``allow``, row addresses (``row_addr_set``) the search is restricted to beside ``pred``)."""
-        from lance.query import MatchQuery
-
-        # The dataset directly, as in vector_search (lancedb's query builder adds ~4 ms); a
-        # MatchQuery of the text, as lancedb makes of a plain string (no query syntax).
-        query = MatchQuery(text, "text")
+        """LanceDB's top ``k`` of ``ds`` by BM25 for the full-text ``query``, ``pred`` pushed into the
+        search, best first (with a mirror: row addresses and scores from LanceDB, the rows from the
+        mirror; and ``allow``, row addresses (``row_addr_set``) the search is restricted to beside
+        ``pred``). The dataset directly, as in vector_search (lancedb's query builder adds ~4 ms)."""
         if mirror is not None:
             tbl = ds.scanner(columns=["_score"], with_row_address=True, full_text_query=query, filter=pred,
                              prefilter=pred is not None, row_addr_allowlist=allow, limit=k).to_table()
@@ -456,14 +451,21 @@ def _fetch(k: int, live: int, passing: float) -> int:
     return max(k, math.ceil(k * live / max(passing, 1.0) * WIDE_TEXT_SLACK))
 
 
-def _mirror_hits(ds: Any, mirror: Mirror, text: str, limit: int,
-                 allow: bytes | None = None) -> tuple[np.ndarray, np.ndarray] | None:
-    """LanceDB's BM25 top ``limit`` of ``ds`` (restricted to the row addresses ``allow``, if
-    given) as mirror rows (-1: a row the mirror does not hold) and scores; None: no full-text index."""
+def _match(text: str) -> Any:
+    """A ``MatchQuery`` of ``text`` on the text column: what lancedb makes of a plain string (no
+    query syntax), each word's rows scored by BM25."""
     from lance.query import MatchQuery
 
+    return MatchQuery(text, "text")
+
+
+def _mirror_hits(ds: Any, mirror: Mirror, query: Any, limit: int,
+                 allow: bytes | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """LanceDB's BM25 top ``limit`` of ``ds`` for the full-text ``query`` (restricted to the row
+    addresses ``allow``, if given) as mirror rows (-1: a row the mirror does not hold) and scores;
+    None: no full-text index."""
     try:
-        tbl = ds.scanner(columns=["_score"], with_row_address=True, full_text_query=MatchQuery(text, "text"),
+        tbl = ds.scanner(columns=["_score"], with_row_address=True, full_text_query=query,
                          row_addr_allowlist=allow, limit=limit).to_table()
     except ValueError as exc:
         if "index" in str(exc).lower():
