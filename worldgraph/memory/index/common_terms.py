@@ -165,7 +165,8 @@ def split(text: str, common: Container[str]) -> tuple[str, str]:
     """``text``'s rare and common words (each joined by spaces): a word is cut where LanceDB's
     tokenizer cuts it (at every character that is not a letter or digit), so each piece is at
     most one term; a piece without a term (a stop word) is in neither."""
-    rare, held = [], []
+    rare: list[str] = []
+    held: list[str] = []
     for piece in _PIECES.findall(text):
         piece_terms = terms(piece)
         if piece_terms:
