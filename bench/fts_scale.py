@@ -14,6 +14,11 @@ prefilter (~1.5 %, as filtered.py's "agent"); ``--allow SHARE``: a random set of
 row addresses (``row_addr_allowlist``, as search.py restricts a search to an episode-id set's rows).
 ``--out X.npz`` keeps every query's hits and scores, for comparing two runs (``compare A B``).
 
+``common DATASET``: the whole query against the one led by its rare words (common_terms.py) on
+any Lance dataset with a text column and its FTS index (a store's ``lancedb/ep-bench.lance``):
+CPU, hits, and whether the hits' scores are the whole query's. bench/README.md, "Common words at
+10M: the rare words lead".
+
     python bench/fts_scale.py build 10000000 /tmp/fts10m
     LANCE_FLAT_SEARCH_PERCENT_THRESHOLD=10 python bench/fts_scale.py time /tmp/fts10m --filter --out a.npz
     python bench/fts_scale.py compare a.npz b.npz
@@ -164,6 +169,72 @@ def timed(args: argparse.Namespace) -> None:
                  scores=np.array([np.pad(s.astype(np.float64), (0, k - len(s)), constant_values=np.nan) for _, s in hits]))
 
 
+def common(args: argparse.Namespace) -> None:
+    """The whole query against the one led by its rare words (common_terms.py), on any Lance
+    dataset with a ``text`` column and an FTS index (a store's ``lancedb/ep-bench.lance``, or
+    ``build``'s ``t.lance``): process CPU per query, hits, and the whole query's score of every row
+    both find (they must be equal: the boolean query's score is the sum of its clauses')."""
+    import lance
+    from lance.query import MatchQuery
+
+    from worldgraph.memory.index.common_terms import CommonTerms, led_by_rare, split
+
+    session = lance.Session(index_cache_size_bytes=args.cache_mb << 20, metadata_cache_size_bytes=256 << 20)
+    ds = lance.dataset(args.dataset, session=session)
+    rows = ds.count_rows()
+    held = CommonTerms(0, args.share).common_of(ds)
+    print(f"rows {rows:,}: {len(held)} common terms (more than {args.share:.2%} of a {min(rows, 2048)}-row sample)")
+    rng = np.random.default_rng(args.seed)
+    kinds: dict[str, list[str]] = {"bench's (how to V O qN)": [], "a ticket number (how to V O ticket N)": [],
+                                   "common words only (V O flagged by T team)": []}
+    for q, (text, _) in enumerate(bench_queries(args.seed, args.queries)):
+        verb_obj = text.split(" ", 2)[2].rsplit(" ", 1)[0]
+        kinds["bench's (how to V O qN)"].append(text)
+        kinds["a ticket number (how to V O ticket N)"].append(f"how to {verb_obj} ticket {rng.integers(10_000, 100_000)}")
+        kinds["common words only (V O flagged by T team)"].append(f"{verb_obj} flagged by Finance team")
+
+    def run(query: Any, k: int) -> Any:
+        return ds.scanner(columns=["_score"], with_row_address=True, full_text_query=query, limit=k).to_table()
+
+    for kind, texts in kinds.items():
+        cpu: dict[str, list[float]] = {"whole": [], "led": []}
+        hits = {"whole": 0, "led": 0}
+        both, worst = 0, 0.0
+        for rep in range(2):  # the first pass warms the caches
+            for text in texts:
+                rare, words = split(text, held)
+                led = led_by_rare(rare, words) if rare and words else MatchQuery(text, "text")
+                c0 = time.process_time()
+                whole_hits = run(MatchQuery(text, "text"), args.limit)
+                c1 = time.process_time()
+                led_hits = run(led, args.limit)
+                c2 = time.process_time()
+                if rep:
+                    cpu["whole"].append((c1 - c0) * 1e3)
+                    cpu["led"].append((c2 - c1) * 1e3)
+                    hits["whole"] += whole_hits.num_rows
+                    hits["led"] += led_hits.num_rows
+                    if led_hits.num_rows:  # the whole query's scores of the led query's hits
+                        allow = row_addr_set_of(led_hits.column("_rowaddr").to_numpy())
+                        ref = ds.scanner(columns=["_score"], with_row_address=True, limit=led_hits.num_rows,
+                                         full_text_query=MatchQuery(text, "text"), row_addr_allowlist=allow).to_table()
+                        want = dict(zip(ref.column("_rowaddr").to_pylist(), ref.column("_score").to_pylist()))
+                        for addr, score in zip(led_hits.column("_rowaddr").to_pylist(), led_hits.column("_score").to_pylist()):
+                            both += 1
+                            worst = max(worst, abs(want[addr] - score))
+        n = len(texts)
+        print(f"{kind:45s} whole CPU p50 {np.percentile(cpu['whole'], 50):6.2f} p99 {np.percentile(cpu['whole'], 99):6.2f} ms, "
+              f"{hits['whole'] / n:4.1f} hits | led by the rare words p50 {np.percentile(cpu['led'], 50):6.2f} "
+              f"p99 {np.percentile(cpu['led'], 99):6.2f} ms, {hits['led'] / n:4.1f} hits; "
+              f"the whole query's score of those {both} hits: largest difference {worst:.2g}", flush=True)
+
+
+def row_addr_set_of(addrs: np.ndarray) -> bytes:
+    from worldgraph.memory.index.search import row_addr_set
+
+    return row_addr_set(np.sort(addrs.astype(np.int64)))
+
+
 def compare(args: argparse.Namespace) -> None:
     """Two ``time --out`` files: queries with the same sorted scores, and the overlap of their hits."""
     a, b = np.load(args.a), np.load(args.b)
@@ -194,11 +265,18 @@ def main() -> None:
     t.add_argument("--filter", action="store_true")
     t.add_argument("--allow", type=float, default=0.0)
     t.add_argument("--out")
+    m = sub.add_parser("common")
+    m.add_argument("dataset", help="a Lance dataset with a text column and its FTS index")
+    m.add_argument("--share", type=float, default=0.01, help="config fulltext_common_share")
+    m.add_argument("--seed", type=int, default=20260101)
+    m.add_argument("--queries", type=int, default=100)
+    m.add_argument("--limit", type=int, default=50, help="k (config fulltext_pool)")
+    m.add_argument("--cache-mb", type=int, default=1024, help="the index cache (config lance_index_cache_mb)")
     c = sub.add_parser("compare")
     c.add_argument("a")
     c.add_argument("b")
     args = ap.parse_args()
-    {"build": build, "time": timed, "compare": compare}[args.cmd](args)
+    {"build": build, "time": timed, "common": common, "compare": compare}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -82,7 +82,7 @@ class CommonTerms:
         version): where ``text`` holds both rare and common words and the common ones hold more
         than ``budget`` rows together, the rows holding a rare word, each scored by every word;
         else every word's rows (a ``MatchQuery`` of ``text``, as before the table is sampled)."""
-        from lance.query import BooleanQuery, MatchQuery, Occur
+        from lance.query import MatchQuery
 
         whole = MatchQuery(text, "text")
         if (self.min_rows <= 0 and self.share <= 0) or mirror is None or mirror.live <= self.min_rows:
@@ -95,8 +95,7 @@ class CommonTerms:
             return whole
         with self._lock:
             self.counts["split"] += 1
-        # a boolean query's score is the sum of its clauses': each hit's is the whole text's
-        return BooleanQuery([(Occur.MUST, MatchQuery(rare, "text")), (Occur.SHOULD, MatchQuery(common, "text"))])
+        return led_by_rare(rare, common)
 
     def _sample(self, name: str, ds: Any, mirror: Any) -> Sample | None:
         with self._lock:
@@ -172,3 +171,12 @@ def split(text: str, common: Container[str]) -> tuple[str, str]:
         if piece_terms:
             (held if all(t in common for t in piece_terms) else rare).append(piece)
     return " ".join(rare), " ".join(held)
+
+
+def led_by_rare(rare: str, common: str) -> Any:
+    """The full-text query of the rows holding a word of ``rare``, each scored by every word of
+    ``rare`` and ``common``: a boolean query's score is the sum of its clauses', so each hit's is
+    the one the whole text gives it."""
+    from lance.query import BooleanQuery, MatchQuery, Occur
+
+    return BooleanQuery([(Occur.MUST, MatchQuery(rare, "text")), (Occur.SHOULD, MatchQuery(common, "text"))])
