@@ -187,7 +187,7 @@ def common(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(args.seed)
     kinds: dict[str, list[str]] = {"bench's (how to V O qN)": [], "a ticket number (how to V O ticket N)": [],
                                    "common words only (V O flagged by T team)": []}
-    for q, (text, _) in enumerate(bench_queries(args.seed, args.queries)):
+    for text, _ in bench_queries(args.seed, args.queries):
         verb_obj = text.split(" ", 2)[2].rsplit(" ", 1)[0]
         kinds["bench's (how to V O qN)"].append(text)
         kinds["a ticket number (how to V O ticket N)"].append(f"how to {verb_obj} ticket {rng.integers(10_000, 100_000)}")
