@@ -112,9 +112,15 @@ def test_the_rows_holding_a_rare_word_lead_with_the_whole_querys_scores(index: E
     assert [h["episode_id"] for h in index.text_search("A", f"w000 {MARK}", k=10)] == ["A7"]
     # a rare word held by no row: no hits, however many rows hold the common words
     assert index.text_search("A", "w000 w001 zzunheardof", k=10) == []
-    # filtered searches take the same query
+    # filtered searches take the same query: a filter checked on the hits, and a narrow date range
+    # (LanceDB's prefilter), whose hits are the rows in range holding the rare word
     assert {h["episode_id"] for h in index.text_search("A", query, k=50, where={"agent_role": "r"})} == holding
-    assert index._common.counts["split"] >= 4
+    start, end = 1_700_000_000.0 + 300, 1_700_000_000.0 + 1_000
+    in_range = {r["episode_id"] for r in rows if start <= r["timestamp"] <= end} & holding
+    assert in_range and len(in_range) < len(holding)
+    narrow = index.text_search("A", query, k=50, where={"start": start, "end": end})
+    assert scored(narrow) == {e: s for e, s in scored(everyone).items() if e in in_range}
+    assert index._common.counts["split"] >= 5
 
 
 def test_a_query_of_common_words_only_or_rare_words_only_is_searched_whole(index: EpisodeIndex,
