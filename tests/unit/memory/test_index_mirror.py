@@ -869,3 +869,32 @@ def test_ordered_codes_stay_right_under_forgets_appends_and_another_process(load
     # (ordered by this process's lists or, once it reopened and trained its own, by the stale one's)
     assert held.cols.ordered >= 3_000 and held.cols.n == 3_050 and held.counts["read_rows"] == 0
     third.close()
+
+
+def test_an_object_stores_narrow_filter_is_masked_in_memory(s3_env, monkeypatch):
+    """On an object store a narrow filter's rows come from the mirror's mask (in memory), not from
+    the scalar indexes, whose pages are requests away; the hits are the filtered top 10 either way."""
+    from worldgraph.memory.index import ivf
+    from worldgraph.memory.index.mirror_search import MirrorSearch
+
+    monkeypatch.setattr(ivf, "MIN_ROWS", 100)
+    idx = EpisodeIndex(str(s3_env["uri"]), D, "test-embedder", config())
+    try:
+        rows = make_rows(0, 1_500, 1)
+        for start in range(0, len(rows), 500):
+            idx.upsert(rows[start:start + 500])
+        idx.ensure_indexes()
+        idx._small.max_rows = 0
+        q = np.asarray(rows[3]["vector"], np.float32)
+        idx.vector_search("A", q, k=5)
+        assert idx.wait_for_maintenance(120)
+        found: list[object] = []
+        real = MirrorSearch._indexed_rows
+        monkeypatch.setattr(MirrorSearch, "_indexed_rows",
+                            lambda self, *a: found.append(real(self, *a)) or found[-1])
+        where = {"canvas_ids": ["c5", "c7"]}
+        got = [h["episode_id"] for h in idx.vector_search("A", q, k=10, where=where)]
+        assert len(set(got) & set(exact(rows, q, 10, where))) >= 9
+        assert found and all(f is None for f in found)
+    finally:
+        idx.close()

@@ -76,10 +76,11 @@ class MirrorSearch(IndexTables):
         at 10M rows 1.5-2 ms for ~9k rows (a canvas, two hours) against 18-34 ms a column for the
         mask of every row. Called for a filter a sample says at most ``mirror_exact_rows`` pass
         (searched exactly by their codes); for more rows (110-150k at 10M) the indexes' addresses
-        and the check cost more than the mask (bench/README.md, "Common words at 10M: the rare words lead"). None
-        (make the mask): an episode-id filter (the mirror's own lookup), or a column without its
-        scalar index (LanceDB would read the whole column)."""
-        if where.get("episode_ids") is not None:
+        and the check cost more than the mask (bench/README.md, "Common words at 10M: the rare
+        words lead"). None (make the mask): an episode-id filter (the mirror's own lookup), a
+        column without its scalar index (LanceDB would read the whole column), or an index on an
+        object store (its index pages are requests away; the mask is in memory)."""
+        if where.get("episode_ids") is not None or not self._is_local:
             return None
         indexes = self._indexes(part)
         if any(f"{column}_idx" not in indexes for key, column in FILTER_COLUMNS.items() if where.get(key)):
