@@ -90,14 +90,19 @@ def test_a_count_makes_a_word_common_too(tmp_path: Any) -> None:
         idx.close()
 
 
-def test_the_rows_holding_a_rare_word_lead_with_the_whole_querys_scores(index: EpisodeIndex,
-                                                                         whole: EpisodeIndex) -> None:
+def both_loaded(index: EpisodeIndex, whole: EpisodeIndex) -> tuple[list[dict[str, Any]], frozenset[str], str]:
+    """The same rows in both indexes, ``index`` sampled: (rows, its common terms, a rare word)."""
     rows = make_rows("A", 1500, 1)
     load(index, rows)
     load(whole, rows)
     common = sampled(index, "A")
     held = held_rows(rows)
-    rare = next(w for w in WORDS if 0 < held[w] < 40)
+    return rows, common, next(w for w in WORDS if 0 < held[w] < 40)
+
+
+def test_the_rows_holding_a_rare_word_lead_with_the_whole_querys_scores(index: EpisodeIndex,
+                                                                         whole: EpisodeIndex) -> None:
+    rows, common, rare = both_loaded(index, whole)
     query = f"w000 w001 {rare}"
     assert {"w000", "w001"} <= common and rare not in common
     hits = index.text_search("A", query, k=50)
@@ -125,11 +130,7 @@ def test_the_rows_holding_a_rare_word_lead_with_the_whole_querys_scores(index: E
 
 def test_a_query_of_common_words_only_or_rare_words_only_is_searched_whole(index: EpisodeIndex,
                                                                           whole: EpisodeIndex) -> None:
-    rows = make_rows("A", 1500, 1)
-    load(index, rows)
-    load(whole, rows)
-    common = sampled(index, "A")
-    rare = next(w for w in WORDS if 0 < held_rows(rows)[w] < 40)
+    _, common, rare = both_loaded(index, whole)
     for query in ("w000", " ".join(sorted(common)), rare, f"{rare} {MARK}"):
         assert scored(index.text_search("A", query, k=20)) == scored(whole.text_search("A", query, k=20)), query
     assert index._common.counts["split"] == 0

@@ -433,17 +433,24 @@ def test_lists_over_the_codes_are_extended_saved_and_reopened(loaded, tmp_path, 
     third.close()
 
 
-def test_a_wide_filter_is_checked_on_the_lists_rows_without_a_mask(loaded, monkeypatch):
-    """A filter a sample says many rows pass is evaluated on the rows of the lists only (a mask of
-    every row costs 18-34 ms a column at 10M rows); one at most mirror_exact_rows pass takes its
-    rows from the scalar indexes; one between gets its mask. Each gives the exact filtered top 10."""
+def listed(loaded, monkeypatch):
+    """The loaded index once its lists (ivf.py, from 100 rows here) cover its 3,000 rows."""
     from worldgraph.memory.index import ivf
-    from worldgraph.memory.index.mirror import Mirror
 
     monkeypatch.setattr(ivf, "MIN_ROWS", 100)
     idx, rows = loaded
     idx.vector_search("A", np.asarray(rows[0]["vector"], np.float32), k=5)
     assert idx.wait_for_maintenance(120) and idx._mirrors.held("eph-41").lists.covered == 3_000
+    return idx, rows
+
+
+def test_a_wide_filter_is_checked_on_the_lists_rows_without_a_mask(loaded, monkeypatch):
+    """A filter a sample says many rows pass is evaluated on the rows of the lists only (a mask of
+    every row costs 18-34 ms a column at 10M rows); one at most mirror_exact_rows pass takes its
+    rows from the scalar indexes; one between gets its mask. Each gives the exact filtered top 10."""
+    from worldgraph.memory.index.mirror import Mirror
+
+    idx, rows = listed(loaded, monkeypatch)
     masks: list[dict] = []
     real = Mirror.mask
     monkeypatch.setattr(Mirror, "mask", lambda self, where: masks.append(where) or real(self, where))
@@ -464,13 +471,9 @@ def test_a_narrow_filters_rows_from_the_scalar_indexes_are_the_masks(loaded, tmp
     (1.5-2 ms at 10M rows against 18-34 ms a column for a mask): the same hits and scores as the
     mask gives, a row forgotten elsewhere never among them, and a mask where a column has no
     scalar index or the filter names episode ids."""
-    from worldgraph.memory.index import ivf
     from worldgraph.memory.index.mirror_search import MirrorSearch
 
-    monkeypatch.setattr(ivf, "MIN_ROWS", 100)
-    idx, rows = loaded
-    idx.vector_search("A", np.asarray(rows[0]["vector"], np.float32), k=5)
-    assert idx.wait_for_maintenance(120) and idx._mirrors.held("eph-41").lists.covered == 3_000
+    idx, rows = listed(loaded, monkeypatch)
     found: list[int] = []
     real = MirrorSearch._indexed_rows
 
