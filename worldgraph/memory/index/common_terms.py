@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Container
 from dataclasses import dataclass
@@ -153,6 +154,14 @@ class CommonTerms:
                 self._samples.pop(name, None)
                 self._reading.pop(name, None)
 
+    def close(self, deadline: float | None = None) -> None:
+        """Wait for the samples being read (one ``take`` of ``SAMPLE_ROWS`` rows each), until
+        ``deadline`` (monotonic) if given: a process that exits right after its first search must
+        not end inside LanceDB's read (a daemon thread there aborts the interpreter's exit)."""
+        with self._lock:
+            reading = list(self._reading.values())
+        join_until(reading, deadline)
+
     def held(self, name: str) -> frozenset[str] | None:
         """Table ``name``'s common terms as this process holds them (None: not sampled yet)."""
         with self._lock:
@@ -180,3 +189,9 @@ def led_by_rare(rare: str, common: str) -> Any:
     from lance.query import BooleanQuery, MatchQuery, Occur
 
     return BooleanQuery([(Occur.MUST, MatchQuery(rare, "text")), (Occur.SHOULD, MatchQuery(common, "text"))])
+
+
+def join_until(threads: list[threading.Thread], deadline: float | None) -> None:
+    """Join ``threads``, each at most until ``deadline`` (monotonic; None: as long as it takes)."""
+    for thread in threads:
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))

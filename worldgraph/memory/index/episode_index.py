@@ -242,6 +242,8 @@ class EpisodeIndex(IndexWrites, IndexSearch):
         if wait:
             self._wait_runs(deadline)
         self._close_maintenance(deadline)
+        self._common.close(deadline)  # the threads reading LanceDB behind the searches end first
+        self._texts.close(deadline)
         self._mirrors.close(deadline)  # before the sweep below, which makes the saved files private too
         if self._private is not None:
             self._private.close()

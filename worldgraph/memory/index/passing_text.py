@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from worldgraph.memory.index.common_terms import join_until
 from worldgraph.memory.index.small import K1, B, terms
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
@@ -300,6 +301,15 @@ class PassingTexts:
         for texts in gone:
             with texts.lock:
                 texts.clear()
+
+    def close(self, deadline: float | None = None) -> None:
+        """Stop the texts being read behind the searches (each stops at its next chunk of 4,096
+        rows) and wait for them, until ``deadline`` (monotonic) if given: no thread of this
+        process is left inside LanceDB's read when it exits."""
+        with self._lock:
+            reading = list(self._reading.values())
+        self.drop()
+        join_until(reading, deadline)
 
     def held(self, name: str) -> TableTexts | None:
         """Table ``name``'s terms as this process holds them (for tests and benchmarks)."""
