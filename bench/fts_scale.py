@@ -178,6 +178,7 @@ def common(args: argparse.Namespace) -> None:
     from lance.query import MatchQuery
 
     from worldgraph.memory.index.common_terms import CommonTerms, led_by_rare, split
+    from worldgraph.memory.index.search import row_addr_set
 
     session = lance.Session(index_cache_size_bytes=args.cache_mb << 20, metadata_cache_size_bytes=256 << 20)
     ds = lance.dataset(args.dataset, session=session)
@@ -215,7 +216,7 @@ def common(args: argparse.Namespace) -> None:
                     hits["whole"] += whole_hits.num_rows
                     hits["led"] += led_hits.num_rows
                     if led_hits.num_rows:  # the whole query's scores of the led query's hits
-                        allow = row_addr_set_of(led_hits.column("_rowaddr").to_numpy())
+                        allow = row_addr_set(led_hits.column("_rowaddr").to_numpy())
                         ref = ds.scanner(columns=["_score"], with_row_address=True, limit=led_hits.num_rows,
                                          full_text_query=MatchQuery(text, "text"), row_addr_allowlist=allow).to_table()
                         want = dict(zip(ref.column("_rowaddr").to_pylist(), ref.column("_score").to_pylist()))
@@ -227,12 +228,6 @@ def common(args: argparse.Namespace) -> None:
               f"{hits['whole'] / n:4.1f} hits | led by the rare words p50 {np.percentile(cpu['led'], 50):6.2f} "
               f"p99 {np.percentile(cpu['led'], 99):6.2f} ms, {hits['led'] / n:4.1f} hits; "
               f"the whole query's score of those {both} hits: largest difference {worst:.2g}", flush=True)
-
-
-def row_addr_set_of(addrs: np.ndarray) -> bytes:
-    from worldgraph.memory.index.search import row_addr_set
-
-    return row_addr_set(np.sort(addrs.astype(np.int64)))
 
 
 def compare(args: argparse.Namespace) -> None:
