@@ -446,8 +446,8 @@ def listed(loaded, monkeypatch):
 
 def test_a_wide_filter_is_checked_on_the_lists_rows_without_a_mask(loaded, monkeypatch):
     """A filter a sample says many rows pass is evaluated on the rows of the lists only (a mask of
-    every row costs 18-34 ms a column at 10M rows); one at most mirror_exact_rows pass takes its
-    rows from the scalar indexes; one between gets its mask. Each gives the exact filtered top 10."""
+    every row costs 18-34 ms a column at 10M rows); a narrower one gets its mask, cheaper than
+    its scalar index's rows at 3,000 rows. Each gives the exact filtered top 10."""
     from worldgraph.memory.index.mirror import Mirror
 
     idx, rows = listed(loaded, monkeypatch)
@@ -456,7 +456,7 @@ def test_a_wide_filter_is_checked_on_the_lists_rows_without_a_mask(loaded, monke
     monkeypatch.setattr(Mirror, "mask", lambda self, where: masks.append(where) or real(self, where))
     rng = np.random.default_rng(6)
     for where, masked in (({"success_only": True}, False), ({"start": NOW - 60 * DAY}, False),
-                          ({"canvas_ids": ["c1", "c3"]}, False), ({"agent_role": "Ops", "start": NOW - 30 * DAY}, True)):
+                          ({"canvas_ids": ["c1", "c3"]}, True), ({"agent_role": "Ops", "start": NOW - 30 * DAY}, True)):
         recalls = []
         for i in range(6):
             v = np.asarray(rows[i * 97]["vector"], np.float32) + 0.6 * rng.standard_normal(D).astype(np.float32)
@@ -467,18 +467,20 @@ def test_a_wide_filter_is_checked_on_the_lists_rows_without_a_mask(loaded, monke
 
 
 def test_a_narrow_filters_rows_from_the_scalar_indexes_are_the_masks(loaded, tmp_path, monkeypatch):
-    """A filter at most mirror_exact_rows rows pass takes its rows from LanceDB's scalar indexes
-    (1.5-2 ms at 10M rows against 18-34 ms a column for a mask): the same hits and scores as the
-    mask gives, a row forgotten elsewhere never among them, and a mask where a column has no
-    scalar index or the filter names episode ids."""
+    """A narrow filter whose mask costs more than its scalar index's rows (priced here as a 10M
+    table's: 13-18 ms a mask against 7-9 ms) takes its rows from LanceDB's scalar index: the same
+    hits and scores as the mask gives, a row forgotten elsewhere never among them, and a mask
+    where no clause's column has its scalar index or the filter names episode ids."""
+    from worldgraph.memory.index import mirror_search
     from worldgraph.memory.index.mirror_search import MirrorSearch
 
     idx, rows = listed(loaded, monkeypatch)
+    monkeypatch.setattr(mirror_search, "MASK_NS_PER_ROW", 10_000.0)
     found: list[int] = []
     real = MirrorSearch._indexed_rows
 
-    def counted(self, part, ds, mirror, where):
-        out = real(self, part, ds, mirror, where)
+    def counted(self, part, ds, mirror, where, share):
+        out = real(self, part, ds, mirror, where, share)
         found.append(-1 if out is None else len(out))
         return out
 
@@ -524,6 +526,48 @@ def test_a_narrow_filters_rows_from_the_scalar_indexes_are_the_masks(loaded, tmp
     assert found == [-1, -1] and part is not None
     idx.vector_search("A", queries[0], k=10, where={"agent_id": "a3"})
     assert found[-1] > 0
+    # a clause without its index: the indexed one's rows, the other checked on the mirror
+    where = {"agent_id": "a3", "canvas_ids": [f"c{j}" for j in range(1, 40, 2)]}
+    got = [h["episode_id"] for h in idx.vector_search("A", queries[0], k=10, where=where)]
+    assert found[-1] > 0 and got and all(passes(by_id[e], where) for e in got)
+
+
+def test_a_narrow_filters_rows_come_the_cheaper_way(loaded, monkeypatch):
+    """The mask of every row or a scalar index's rows, whichever the cost model prices lower: at
+    3,000 rows the mask; priced as at 10M rows (a mask check ~1 ns a row there, 10M rows) the index
+    of the filter's narrowest clause alone, the other clauses checked on the mirror's columns; a
+    clause passing too many rows keeps the mask even so."""
+    from worldgraph.memory.index import mirror_search
+    from worldgraph.memory.index.mirror import Mirror
+
+    idx, rows = listed(loaded, monkeypatch)
+    masks: list[dict] = []
+    real_mask = Mirror.mask
+    monkeypatch.setattr(Mirror, "mask", lambda self, where: masks.append(where) or real_mask(self, where))
+    asked: list[dict] = []
+    real_filter = mirror_search.metadata_filter
+    monkeypatch.setattr(mirror_search, "metadata_filter", lambda w: asked.append(w) or real_filter(w))
+    q = np.asarray(rows[5]["vector"], np.float32)
+    by_id = {r["episode_id"]: r for r in rows}
+    narrow = {"agent_role": "Sales", "start": NOW - 10 * DAY}  # 1/3 of the rows, and ~12 %
+
+    def search(where):
+        got = [h["episode_id"] for h in idx.vector_search("A", q, k=10, where=where)]
+        assert got and all(passes(by_id[e], where) for e in got)
+        assert len(set(got) & set(exact(rows, q, 10, where))) >= 9
+        return got
+
+    search(narrow)
+    assert masks == [narrow] and asked == []  # 3,000 rows: the mask is the cheaper
+    masked = search(narrow)
+    masks.clear()
+    monkeypatch.setattr(mirror_search, "MASK_NS_PER_ROW", 10_000_000 / 3_000)  # each row priced as 10M's
+    assert search(narrow) == masked
+    assert masks == [] and asked == [{"start": NOW - 10 * DAY}]  # the narrowest clause alone
+    asked.clear()
+    monkeypatch.setattr(mirror_search, "INDEX_NS_PER_ROW", 10_000_000)  # a clause's rows priced above the mask
+    search(narrow)
+    assert masks == [narrow] and asked == []
 
 
 def test_lists_are_trained_again_as_the_table_grows(monkeypatch):

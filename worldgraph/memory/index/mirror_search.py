@@ -26,7 +26,37 @@ WIDE_MARGIN = 4  # a filter a sample says passes this many times mirror_exact_ro
 # the filters the scalar indexes answer (``where`` key -> column): a narrower filter's rows come from them
 FILTER_COLUMNS = {"agent_role": "agent_role", "agent_id": "agent_id", "canvas_ids": "canvas_id",
                   "start": "timestamp", "end": "timestamp", "success_only": "success"}
+# What a narrow filter's rows cost each way (measured on the bench's 1M and 10M stores, bench/README.md,
+# "A narrow filter's rows: the cheaper way"): the mask of every row ~0.9 ns a row per check (one
+# check per canvas named; 0.5-1.0 at 1M, 0.8-1.3 at 10M); a scalar index's rows ~1.5 ms, ~0.35 ms
+# more a canvas named beyond the first, and ~600 ns a row its clause passes (row addresses read,
+# mapped to mirror rows, checked: 200-400 at 1M, 550-900 at 10M).
+MASK_NS_PER_ROW = 0.9
+INDEX_NS = 1_500_000
+INDEX_LOOKUP_NS = 350_000
+INDEX_NS_PER_ROW = 600
 
+
+def _clauses(where: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``where``'s clauses a scalar index answers, by column (start and end: one clause)."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, column in FILTER_COLUMNS.items():
+        value = where.get(key)
+        if value is None or (key in ("canvas_ids", "success_only") and not value):
+            continue  # (as metadata_filter: no canvas named or success not asked is no filter)
+        out.setdefault(column, {})[key] = value
+    return out
+
+
+def _canvases(clause: dict[str, Any]) -> int:
+    """How many canvases a clause names (a single string is one)."""
+    named = clause.get("canvas_ids")
+    return 1 if isinstance(named, str) else len(named or ())
+
+
+def _mask_checks(clauses: dict[str, dict[str, Any]]) -> int:
+    """How many column checks the mask of these clauses makes (each canvas named is one)."""
+    return sum(len(c) + max(_canvases(c) - 1, 0) for c in clauses.values())
 
 
 class MirrorSearch(IndexTables):
@@ -53,9 +83,8 @@ class MirrorSearch(IndexTables):
             # of every row (18-34 ms a column at 10M rows)
             found = self._list_rows(mirror, q, want, lambda r: mirror.passes(where, r), share)
             return self._mirror_out(ds, mirror, found, q, k, select, tenant_id)
-        # a narrower filter's rows: from LanceDB's scalar indexes where they answer it, else a mask
-        rows = self._indexed_rows(part, ds, mirror, where) \
-            if listed and where and share * mirror.live <= self.config.mirror_exact_rows else None
+        # a narrower filter's rows: from LanceDB's scalar indexes where that is cheaper, else a mask
+        rows = self._indexed_rows(part, ds, mirror, where, share) if listed and where else None
         keep = mirror.mask(where) if where and rows is None else None
         passing = len(rows) if rows is not None else mirror.live if keep is None else int(np.count_nonzero(keep))
         if passing == 0:
@@ -70,22 +99,35 @@ class MirrorSearch(IndexTables):
             found = self._ann_rows(part, ds, mirror, q, want, keep, passing)
         return self._mirror_out(ds, mirror, found, q, k, select, tenant_id)
 
-    def _indexed_rows(self, part: TenantTable, ds: Any, mirror: Mirror, where: dict[str, Any]) -> np.ndarray | None:
-        """The live mirror rows passing ``where``, found by LanceDB's scalar indexes of its
-        columns, then checked on the mirror's columns (so never a row the mask would not pass):
-        at 10M rows 1.5-2 ms for ~9k rows (a canvas, two hours) against 18-34 ms a column for the
-        mask of every row. Called for a filter a sample says at most ``mirror_exact_rows`` pass
-        (searched exactly by their codes); for more rows (110-150k at 10M) the indexes' addresses
-        and the check cost more than the mask (bench/README.md, "Common words at 10M: the rare
-        words lead"). None (make the mask): an episode-id filter (the mirror's own lookup), a
-        column without its scalar index (LanceDB would read the whole column), or an index on an
-        object store (its index pages are requests away; the mask is in memory)."""
+    def _indexed_rows(self, part: TenantTable, ds: Any, mirror: Mirror, where: dict[str, Any],
+                      share: float) -> np.ndarray | None:
+        """The live mirror rows passing ``where``, found by the LanceDB scalar index of its
+        narrowest clause's column and checked on the mirror's columns for the whole filter (so
+        never a row the mask would not pass), where the cost model above says that is cheaper
+        than the mask of every row: at 10M rows a canvas's or two hours' ~9k rows in 7-9 ms against
+        13-18 ms for the mask, ten canvases' 80k in ~45 against ~100; at 1M rows the mask
+        (0.5-5 ms). ``share``: the sample's share of the whole filter (no clause passes fewer).
+        The rows are then searched exactly by their codes, or through the lists if too many.
+        None (make the mask): the mask is cheaper, an episode-id filter (the mirror's own
+        lookup), no clause with its scalar index (LanceDB would read the whole column), or an
+        index on an object store (its index pages are requests away; the mask is in memory)."""
         if where.get("episode_ids") is not None or not self._is_local:
             return None
+        clauses = _clauses(where)
+        mask_ns = MASK_NS_PER_ROW * mirror.live * _mask_checks(clauses)
         indexes = self._indexes(part)
-        if any(f"{column}_idx" not in indexes for key, column in FILTER_COLUMNS.items() if where.get(key)):
+        indexed = [c for column, c in clauses.items() if f"{column}_idx" in indexes]
+        if not indexed or INDEX_NS + share * mirror.live * INDEX_NS_PER_ROW >= mask_ns:
+            return None  # (a clause passes at least the rows the whole filter passes)
+        # the narrowest clause (by the sample; the whole filter's share when it is the only one)
+        shares = [share] if len(clauses) == 1 else [mirror.share(c) for c in indexed]
+        narrowest = int(np.argmin(shares))
+        lookups = max(_canvases(indexed[narrowest]) - 1, 0)
+        index_ns = INDEX_NS + INDEX_LOOKUP_NS * lookups + shares[narrowest] * mirror.live * INDEX_NS_PER_ROW
+        if index_ns >= mask_ns:
             return None
-        tbl = ds.scanner(filter=metadata_filter(where), columns=[], with_row_address=True).to_table()
+        filt = metadata_filter(indexed[narrowest])
+        tbl = ds.scanner(filter=filt, columns=[], with_row_address=True).to_table()
         rows = np.unique(mirror.rows_of(tbl.column("_rowaddr").to_numpy()))
         rows = rows[rows >= 0]
         passing: np.ndarray = rows[mirror.passes(where, rows)]
