@@ -90,8 +90,10 @@ class MirrorSearch(IndexTables):
         if passing == 0:
             return []
         if (where and passing <= self.config.mirror_exact_rows) or VECTOR_INDEX_NAME not in self._indexes(part):
-            found = mirror.nearest_codes(q, want, rows if rows is not None else
-                                         np.flatnonzero(keep if keep is not None else mirror.alive))
+            chosen = rows if rows is not None else np.flatnonzero(keep if keep is not None else mirror.alive)
+            if where and listed:  # of a filter's rows, those of the lists nearest the query
+                chosen = self._in_nearest_lists(mirror, q, want, chosen)
+            found = mirror.nearest_codes(q, want, chosen)
         elif listed:
             passes = keep if keep is not None else mirror.alive if rows is None else _rows_mask(rows, mirror.cols.n)
             found = self._list_rows(mirror, q, want, lambda r: passes[r], passing / max(mirror.live, 1))
@@ -102,8 +104,8 @@ class MirrorSearch(IndexTables):
     def _indexed_rows(self, part: TenantTable, ds: Any, mirror: Mirror, where: dict[str, Any],
                       share: float) -> np.ndarray | None:
         """The live mirror rows passing ``where``, found by the LanceDB scalar index of its
-        narrowest clause's column and checked on the mirror's columns for the whole filter (so
-        never a row the mask would not pass), where the cost model above says that is cheaper
+        narrowest clause's column (exactly the rows that pass it), its other clauses and the rows'
+        liveness checked on the mirror's columns (the rows the mask would pass), where the cost model above says that is cheaper
         than the mask of every row: at 10M rows a canvas's or two hours' ~9k rows in 7-9 ms against
         13-18 ms for the mask, ten canvases' 80k in ~45 against ~100; at 1M rows the mask
         (0.5-5 ms). ``share``: the sample's share of the whole filter (no clause passes fewer).
@@ -130,7 +132,8 @@ class MirrorSearch(IndexTables):
         tbl = ds.scanner(filter=filt, columns=[], with_row_address=True).to_table()
         rows = np.unique(mirror.rows_of(tbl.column("_rowaddr").to_numpy()))
         rows = rows[rows >= 0]
-        passing: np.ndarray = rows[mirror.passes(where, rows)]
+        rest = {k: v for k, v in where.items() if k not in indexed[narrowest]}  # (live, and the other clauses)
+        passing: np.ndarray = rows[mirror.passes(rest, rows)]
         return passing
 
     def _mirror_out(self, ds: Any, mirror: Mirror, found: tuple[np.ndarray, np.ndarray], q: np.ndarray, k: int,
@@ -202,6 +205,26 @@ class MirrorSearch(IndexTables):
                 break
             step *= 2
         return mirror.nearest_codes(q, want, np.concatenate(found), probe=True)
+
+    @staticmethod
+    def _in_nearest_lists(mirror: Mirror, q: np.ndarray, want: int, rows: np.ndarray) -> np.ndarray:
+        """Of a narrow filter's ``rows`` (sorted), those the lists path would rank: the rows of the
+        lists nearest the query, lists taken nearest first (at least ``ivf.NPROBE``) until
+        ``ivf.MIN_PASSING`` times ``want`` of the rows are in them, and the rows not in a list yet.
+        Each row ranked is one scattered read of its code (~3 us at 10M): a canvas's 8k rows
+        at 10M cost ~25 ms of reads, the ~2.2k of its nearest lists a quarter of that
+        (bench/README.md, "A narrow filter's rows: the nearest lists")."""
+        lists = mirror.lists
+        target = want * ivf.MIN_PASSING
+        if lists is None or len(rows) <= target:
+            return rows
+        assign = lists.assign  # (a snapshot: a fill extends it by a new array)
+        inside = rows[rows < len(assign)]
+        rank = np.empty(lists.nlist, np.int64)
+        rank[lists.ranked(q)] = np.arange(lists.nlist)
+        of = rank[assign[inside]]  # each row's list, by its nearness to the query
+        last = max(int(np.searchsorted(np.cumsum(np.bincount(of, minlength=lists.nlist)), target)), ivf.NPROBE - 1)
+        return np.concatenate([inside[of <= last], rows[rows >= len(assign)]])
 
     def _ann_rows(self, part: TenantTable, ds: Any, mirror: Mirror, q: np.ndarray, want: int,
                   keep: np.ndarray | None, passing: int) -> tuple[np.ndarray, np.ndarray]:
