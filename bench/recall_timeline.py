@@ -10,8 +10,9 @@ them (limit 5, hybrid, after 10 warm-up calls): wall and process CPU (every thre
 p99; the start and end of the index's vector and text searches and of the store's record reads within
 each recall (the text search runs on recall's pool thread), and the time from the end of the text
 search to the end of the recall; then, untimed, every query's top 10 ids and relevance scores (limit
-10), to check two source trees give the same results. ``--alone``: the vector search, the text search,
-the records of their hits and the whole recall, each alone over the queries. ``--profile FILE``:
+10), to check two source trees give the same results. ``--alone``: per kind, the vector search and
+the text search (with the kind's filter), the records of their hits and the whole recall, each
+alone over the queries. ``--profile FILE``:
 cProfile of the first kind's recalls (the calling thread only). Writes nothing into the store.
 """
 
@@ -113,8 +114,12 @@ def run_kind(wm: Any, corpus: Any, queries: list[Any], kind: str, tl: Timeline, 
             "wall": wall, "cpu": cpu}
 
 
-def alone(wm: Any, queries: list[Any]) -> dict[str, Any]:
+def alone(wm: Any, corpus: Any, queries: list[Any], kind: str) -> dict[str, Any]:
+    """Each part of a recall of filter ``kind`` alone over the queries (the index's searches with
+    the filter as recall passes it to them, without a store-only part such as feedback)."""
     cfg, out, hits = wm.config, {}, {}
+    filters = {text: None if kind == "plain" else make_filter(kind, corpus, i, topic)
+               for i, (text, _, topic) in enumerate(queries)}
 
     def timed(name: str, fn: Any) -> None:
         for text, vec, _ in queries[:10]:
@@ -126,20 +131,29 @@ def alone(wm: Any, queries: list[Any]) -> dict[str, Any]:
             wall.append((time.perf_counter() - t0) * 1000)
             cpu.append((time.process_time() - c0) * 1000)
         out[name] = {"p50": _ms(wall, 50), "cpu_p50": _ms(cpu, 50), "cpu_mean": round(statistics.fmean(cpu), 2)}
-        print(name, out[name], file=sys.stderr)
+        print(kind, name, out[name], file=sys.stderr)
+
+    def where(text: str) -> dict[str, Any] | None:
+        f = filters[text]
+        return None if f is None else f.where
 
     def vector(text: str, vec: np.ndarray) -> None:
         hits[text] = [h["episode_id"] for h in wm.index.vector_search(bm.TENANT, vec, k=cfg.candidate_pool,
-                                                                       columns=["episode_id"])]
+                                                                       columns=["episode_id"], where=where(text))]
 
     def words(text: str, _vec: np.ndarray) -> None:
-        found = wm.index.text_search(bm.TENANT, text, k=cfg.fulltext_pool, columns=["episode_id"])
+        found = wm.index.text_search(bm.TENANT, text, k=cfg.fulltext_pool, columns=["episode_id"], where=where(text))
         hits[text] = list(dict.fromkeys([*hits[text], *(h["episode_id"] for h in found)]))
+
+    def recall(text: str, _vec: np.ndarray) -> None:
+        f = filters[text]
+        wm.recall_experiences(bm.TENANT, None if f is None else f.role, text, 5,
+                              {"hybrid": True, **({} if f is None else f.options)})
 
     timed("vector_search", vector)
     timed("text_search", words)
     timed("records", lambda text, _vec: wm.store.episodes_with_feedback(bm.TENANT, hits[text]))
-    timed("recall", lambda text, _vec: wm.recall_experiences(bm.TENANT, None, text, 5, {"hybrid": True}))
+    timed("recall", recall)
     return out
 
 
@@ -183,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         for text, vec, _ in queries:
             emb.vectors[text] = vec
         if args.alone:
-            out["alone"] = alone(wm, queries)
+            out["alone"] = {kind: alone(wm, corpus, queries, kind) for kind in args.kinds.split(",")}
         else:
             tl = Timeline()
             tl.wrap(wm.index, "vector_search")

@@ -37,8 +37,18 @@ def test_timeline_times_each_kind_and_records_the_results(store: Path, tmp_path:
     assert "12 of 12 same ids, 12 same scores" in capsys.readouterr().out
 
 
-def test_alone_times_each_part(store: Path, tmp_path: Path) -> None:
+def test_alone_times_each_part_of_each_kind_with_its_filter(store: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from worldgraph.memory.index.episode_index import EpisodeIndex
+
+    wheres: list[object] = []
+    real = EpisodeIndex.vector_search
+    monkeypatch.setattr(EpisodeIndex, "vector_search",
+                        lambda self, *a, **kw: wheres.append(kw.get("where")) or real(self, *a, **kw))
     out = tmp_path / "alone.json"
     assert recall_timeline.main(["--store", str(store), "--size", str(N), "--queries", "12", "--alone",
-                                 "--out", str(out)]) == 0
-    assert set(json.loads(out.read_text())["alone"]) == {"vector_search", "text_search", "records", "recall"}
+                                 "--kinds", "plain,canvas", "--out", str(out)]) == 0
+    alone = json.loads(out.read_text())["alone"]
+    assert set(alone) == {"plain", "canvas"}
+    assert all(set(parts) == {"vector_search", "text_search", "records", "recall"} for parts in alone.values())
+    assert None in wheres and any(isinstance(w, dict) and w.get("canvas_ids") for w in wheres)
