@@ -326,8 +326,10 @@ class Mirror:
         mirror holds an eighth more rows, or any more while it is smaller than the sample)."""
         n = self.cols.n
         held = self._sample
-        if held is not None and held[0] <= n and (n == held[0] or n - held[0] < held[0] // 8 and n > SHARE_SAMPLE):
-            return held[1], held[2]
+        if held is not None:
+            drawn = held[0]
+            if n == drawn or (n > SHARE_SAMPLE and drawn <= n < drawn + drawn // 8):
+                return held[1], held[2]
         rows = np.arange(n, dtype=np.int64) if n <= SHARE_SAMPLE else \
             np.linspace(0, n - 1, SHARE_SAMPLE).astype(np.int64)
         self._sample = (n, rows, {})

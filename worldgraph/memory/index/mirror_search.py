@@ -26,8 +26,9 @@ WIDE_MARGIN = 4  # a filter a sample says passes this many times mirror_exact_ro
 # the filters the scalar indexes answer (``where`` key -> column): a narrower filter's rows come from them
 FILTER_COLUMNS = {"agent_role": "agent_role", "agent_id": "agent_id", "canvas_ids": "canvas_id",
                   "start": "timestamp", "end": "timestamp", "success_only": "success"}
-# What a narrow filter's rows cost each way (measured on the bench's 1M and 10M stores, bench/README.md,
-# "A narrow filter's rows: the cheaper way"): the mask of every row ~0.9 ns a row per check (one
+# What a narrow filter's rows cost each way (measured on the bench's 1M and 10M stores by
+# bench/filter_paths.py; bench/README.md, "A narrow filter's rows: the cheaper way, and the nearest
+# lists"): the mask of every row ~0.9 ns a row per check (one
 # check per canvas named; 0.5-1.0 at 1M, 0.8-1.3 at 10M); a scalar index's rows ~1.5 ms, ~0.35 ms
 # more a canvas named beyond the first, and ~600 ns a row its clause passes (row addresses read,
 # mapped to mirror rows, checked: 200-400 at 1M, 550-900 at 10M).
@@ -71,7 +72,8 @@ class MirrorSearch(IndexTables):
                        where: dict[str, Any] | None, select: Sequence[str] | None,
                        tenant_id: str) -> list[dict[str, Any]]:
         """The top ``k`` through the table's mirror (mirror.py): the rows passing ``where`` found in
-        process, a narrow filter's rows searched exactly by their codes, otherwise the ANN index's
+        process (or by a scalar index, ``_indexed_rows``), a narrow filter's rows of the lists
+        nearest the query searched exactly by their codes, otherwise the ANN index's
         hits checked against the filter; ids, vectors and cosines from the mirror (columns other
         than those read from LanceDB for the ``k`` rows only)."""
         self._texts.sync(part.name, mirror)  # a forget elsewhere: its words leave this process (passing_text.py)
@@ -105,10 +107,10 @@ class MirrorSearch(IndexTables):
                       share: float) -> np.ndarray | None:
         """The live mirror rows passing ``where``, found by the LanceDB scalar index of its
         narrowest clause's column (exactly the rows that pass it), its other clauses and the rows'
-        liveness checked on the mirror's columns (the rows the mask would pass), where the cost model above says that is cheaper
-        than the mask of every row: at 10M rows a canvas's or two hours' ~9k rows in 7-9 ms against
-        13-18 ms for the mask, ten canvases' 80k in ~45 against ~100; at 1M rows the mask
-        (0.5-5 ms). ``share``: the sample's share of the whole filter (no clause passes fewer).
+        liveness checked on the mirror's columns (the rows the mask would pass), where the cost
+        model above says that is cheaper than the mask of every row: at 10M rows a canvas's or two
+        hours' ~9k rows in ~5 ms against 13-18 ms for the mask, ten canvases' 80k in ~31 against
+        ~97; at 1M rows the mask (0.3-6 ms). ``share``: the sample's share of the whole filter (no clause passes fewer).
         The rows are then searched exactly by their codes, or through the lists if too many.
         None (make the mask): the mask is cheaper, an episode-id filter (the mirror's own
         lookup), no clause with its scalar index (LanceDB would read the whole column), or an
@@ -213,7 +215,7 @@ class MirrorSearch(IndexTables):
         ``ivf.MIN_PASSING`` times ``want`` of the rows are in them, and the rows not in a list yet.
         Each row ranked is one scattered read of its code (~3 us at 10M): a canvas's 8k rows
         at 10M cost ~25 ms of reads, the ~2.2k of its nearest lists a quarter of that
-        (bench/README.md, "A narrow filter's rows: the nearest lists")."""
+        (bench/README.md, "A narrow filter's rows: the cheaper way, and the nearest lists")."""
         lists = mirror.lists
         target = want * ivf.MIN_PASSING
         if lists is None or len(rows) <= target:
