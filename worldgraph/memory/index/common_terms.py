@@ -40,7 +40,6 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import time
 from collections import Counter
 from collections.abc import Container
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from worldgraph.clock import seconds_left
 from worldgraph.memory.index.small import terms
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
@@ -160,7 +160,8 @@ class CommonTerms:
         not end inside LanceDB's read (a daemon thread there aborts the interpreter's exit)."""
         with self._lock:
             reading = list(self._reading.values())
-        join_until(reading, deadline)
+        for thread in reading:
+            thread.join(seconds_left(deadline))
 
     def held(self, name: str) -> frozenset[str] | None:
         """Table ``name``'s common terms as this process holds them (None: not sampled yet)."""
@@ -189,9 +190,3 @@ def led_by_rare(rare: str, common: str) -> Any:
     from lance.query import BooleanQuery, MatchQuery, Occur
 
     return BooleanQuery([(Occur.MUST, MatchQuery(rare, "text")), (Occur.SHOULD, MatchQuery(common, "text"))])
-
-
-def join_until(threads: list[threading.Thread], deadline: float | None) -> None:
-    """Join ``threads``, each at most until ``deadline`` (monotonic; None: as long as it takes)."""
-    for thread in threads:
-        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))

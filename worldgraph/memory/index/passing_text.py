@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from worldgraph.memory.index.common_terms import join_until
+from worldgraph.clock import seconds_left
 from worldgraph.memory.index.small import K1, B, terms
 
 log = logging.getLogger("worldgraph.memory.index.episode_index")
@@ -309,7 +309,8 @@ class PassingTexts:
         with self._lock:
             reading = list(self._reading.values())
         self.drop()
-        join_until(reading, deadline)
+        for thread in reading:
+            thread.join(seconds_left(deadline))
 
     def held(self, name: str) -> TableTexts | None:
         """Table ``name``'s terms as this process holds them (for tests and benchmarks)."""
