@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     emb = bm.PrecomputedEmbedder()
     wm = bm.WorldModel.open(store, embedder=emb)
     try:
+        wm.index.warm_mirror(bm.TENANT)  # as bench_memory: the mirror, its lists and postings ready
+        wm.index.wait_for_maintenance()
         stored = wm.store.stats(bm.TENANT)["episodes"]
         if stored != args.size:
             ap.error(f"--size {args.size}: the store holds {stored} episodes of tenant {bm.TENANT!r}")

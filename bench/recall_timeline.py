@@ -193,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     wm = bm.WorldModel.open(Path(args.store), embedder=emb)
     out: dict[str, Any] = {"worldgraph": str(Path(worldgraph.__file__).parent), "kinds": {}}
     try:
+        wm.index.warm_mirror(bm.TENANT)  # as bench_memory: the mirror, its lists and postings ready
+        wm.index.wait_for_maintenance()
         queries = corpus.queries(args.queries, seed=args.seed + 2)  # bench_memory's queries
         for text, vec, _ in queries:
             emb.vectors[text] = vec

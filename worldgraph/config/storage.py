@@ -85,8 +85,9 @@ class StorageSettings(BaseModel):
     index_max_segments: int = Field(8, ge=1)
     # The in-process index in front of a table of at least mirror_min_rows rows (memory/index/
     # mirror.py; 0: never): its filter columns and int8 vector codes in this process. A filter
-    # that at most mirror_exact_rows rows pass is searched exactly over the codes of its rows in
-    # the lists nearest the query (mirror_search.py).
+    # that at most mirror_exact_rows rows pass (by its mask) is searched exactly over the codes of
+    # its rows in the lists nearest the query (mirror_search.py; a filter's rows from the mirror's
+    # postings, filter_postings.py, are searched so while that is cheaper than the lists path).
     mirror_min_rows: int = Field(20_000, ge=0)
     mirror_exact_rows: int = Field(50_000, ge=0)
 

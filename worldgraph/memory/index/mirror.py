@@ -92,6 +92,7 @@ class Mirror:
         self.live = 0
         self.uid = uuid.uuid4().hex  # names this mirror's rows: lists of another mirror's rows are not used
         self.lists: Any = None  # ivf.Ivf over the codes of the first rows (None: none yet)
+        self.postings: Any = None  # filter_postings.Postings of the first rows (None: none yet; in memory only)
         self.dirty = False  # changed since it was last saved (mirror_files.py)
         self.saved_rows = 0  # rows of the saved state (manifest) this mirror continues (mirror_files.py)
         self._spill: tuple[int, Any] | None = None  # during a refresh: (rows, write the tail to files)

@@ -40,6 +40,7 @@ from worldgraph.clock import seconds_left
 from worldgraph.errors import StorageError
 from worldgraph.filemodes import tighten
 from worldgraph.locks import file_lock
+from worldgraph.memory.index import filter_postings as postings
 from worldgraph.memory.index import ivf as ivfs
 from worldgraph.memory.index.columns import FIELDS, NO_RESIDUAL, IdFile, id_hashes, pread_rows, row_shape
 from worldgraph.memory.index.mirror import Fragment, Mirror
@@ -305,6 +306,7 @@ class Mirrors:
         self._locks: dict[str, threading.Lock] = {}
         self._building: set[str] = set()  # tables whose mirror a background thread is bringing up to date
         self._listing: set[str] = set()  # tables whose lists (ivf.py) a background thread is filling
+        self._posting: set[str] = set()  # tables whose postings (filter_postings.py) a background thread is building
         self.built = threading.Event()  # set when a background build ends
         self.closed = False  # the index closed: no background work starts, none saves (close)
 
@@ -334,6 +336,7 @@ class Mirrors:
                 return None
             self._refresh(name, mirror, ds)
             self._extend_lists(name, mirror, lock)
+            self._extend_postings(name, mirror, lock)
             return mirror
 
     def _open(self, name: str) -> Mirror:
@@ -411,6 +414,37 @@ class Mirrors:
             release_memory()
             with self._lock:
                 self._listing.discard(name)
+            self.built.set()
+
+    def _extend_postings(self, name: str, mirror: Mirror, lock: threading.Lock) -> None:
+        """Start building the mirror's postings (filter_postings.py) in the background: none yet and it
+        holds ``postings.MIN_ROWS`` rows, or it outgrew them."""
+        held, n = mirror.postings, mirror.cols.n
+        if n < postings.MIN_ROWS or (held is not None and not held.short(n)):
+            return
+        with self._lock:
+            if name in self._posting or self.closed:
+                return
+            self._posting.add(name)
+        threading.Thread(target=self._post, args=(name, mirror, lock), daemon=True,
+                         name="worldgraph-index-postings").start()
+
+    def _post(self, name: str, mirror: Mirror, lock: threading.Lock) -> None:
+        try:
+            with lock:  # a snapshot of the columns' arrays (a save maps new ones; rows never change)
+                covered = mirror.cols.n
+                columns = {f: mirror.cols.segments(f) for f in postings.FIELDS}
+            mirror.postings = postings.build(columns, covered, lambda: self.closed)
+            for field in postings.FIELDS:
+                mirror.cols.scanned(field)  # (every page of their maps was read)
+        except postings.Stopped:
+            pass
+        except Exception as exc:  # noqa: BLE001 - searches go on without them; the next one retries
+            log.warning("episode index: building the postings of %s failed (%s)", name, exc)
+        finally:
+            release_memory()
+            with self._lock:
+                self._posting.discard(name)
             self.built.set()
 
     def _orders(self) -> bool:
@@ -494,7 +528,7 @@ class Mirrors:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
-                if not self._building and not self._listing:
+                if not self._building and not self._listing and not self._posting:
                     return True
                 self.built.clear()
             left = None if deadline is None else deadline - time.monotonic()

@@ -36,6 +36,9 @@ MASK_NS_PER_ROW = 0.9
 INDEX_NS = 1_500_000
 INDEX_LOOKUP_NS = 350_000
 INDEX_NS_PER_ROW = 600
+# ... and from the mirror's postings (filter_postings.py): ~POSTED_NS_PER_ROW a row the narrowest clause
+# passes per check made on it (whether it is alive, each other clause: 8-9 at 1M, 15-16 at 10M)
+POSTED_NS_PER_ROW = 12
 
 
 def _clauses(where: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -71,11 +74,13 @@ class MirrorSearch(IndexTables):
     def _mirror_search(self, part: TenantTable, ds: Any, mirror: Mirror, q: np.ndarray, k: int,
                        where: dict[str, Any] | None, select: Sequence[str] | None,
                        tenant_id: str) -> list[dict[str, Any]]:
-        """The top ``k`` through the table's mirror (mirror.py): the rows passing ``where`` found in
-        process (or by a scalar index, ``_indexed_rows``), a narrow filter's rows of the lists
-        nearest the query searched exactly by their codes, otherwise the ANN index's
-        hits checked against the filter; ids, vectors and cosines from the mirror (columns other
-        than those read from LanceDB for the ``k`` rows only)."""
+        """The top ``k`` through the table's mirror (mirror.py): a wide filter (by a sample) checked
+        on the rows of the lists nearest the query; a narrower one's rows found in process (from
+        the mirror's postings, ``_posted_rows``, a scalar index, ``_indexed_rows``, or a mask of
+        every row), those of them in the lists nearest the query searched exactly by their codes
+        (a mask's rows through the lists when more than ``mirror_exact_rows`` pass), or, without
+        lists yet, the ANN index's hits checked against the filter; ids, vectors and cosines from
+        the mirror (columns other than those read from LanceDB for the ``k`` rows only)."""
         self._texts.sync(part.name, mirror)  # a forget elsewhere: its words leave this process (passing_text.py)
         want = 2 * k + RESCORE_MARGIN
         listed = mirror.lists is not None and mirror.cols.n - mirror.lists.covered <= ivf.TAIL_ROWS
@@ -85,23 +90,60 @@ class MirrorSearch(IndexTables):
             # of every row (18-34 ms a column at 10M rows)
             found = self._list_rows(mirror, q, want, lambda r: mirror.passes(where, r), share)
             return self._mirror_out(ds, mirror, found, q, k, select, tenant_id)
-        # a narrower filter's rows: from LanceDB's scalar indexes where that is cheaper, else a mask
-        rows = self._indexed_rows(part, ds, mirror, where, share) if listed and where else None
+        # a narrower filter's rows: from the mirror's postings or LanceDB's scalar indexes where
+        # that is cheaper, else a mask
+        rows = self._posted_rows(mirror, where) if where else None
+        if rows is None and listed and where:
+            rows = self._indexed_rows(part, ds, mirror, where, share)
         keep = mirror.mask(where) if where and rows is None else None
         passing = len(rows) if rows is not None else mirror.live if keep is None else int(np.count_nonzero(keep))
         if passing == 0:
             return []
-        if (where and passing <= self.config.mirror_exact_rows) or VECTOR_INDEX_NAME not in self._indexes(part):
+        if rows is not None and listed and passing <= want * ivf.MIN_PASSING * mirror.live / passing:
+            # of a filter's rows, those of the lists nearest the query: one look-up of its list per
+            # row, fewer than the rows of the lists the lists path below would check
+            found = mirror.nearest_codes(q, want, self._in_nearest_lists(mirror, q, want, rows))
+        elif (where and passing <= self.config.mirror_exact_rows) or VECTOR_INDEX_NAME not in self._indexes(part):
             chosen = rows if rows is not None else np.flatnonzero(keep if keep is not None else mirror.alive)
-            if where and listed:  # of a filter's rows, those of the lists nearest the query
+            if where and listed:
                 chosen = self._in_nearest_lists(mirror, q, want, chosen)
             found = mirror.nearest_codes(q, want, chosen)
         elif listed:
             passes = keep if keep is not None else mirror.alive if rows is None else _rows_mask(rows, mirror.cols.n)
             found = self._list_rows(mirror, q, want, lambda r: passes[r], passing / max(mirror.live, 1))
-        else:  # no lists yet: LanceDB's IVF index
+        else:  # no lists yet: LanceDB's IVF index (a filter's rows from the postings: as a mask)
+            keep = keep if rows is None else _rows_mask(rows, mirror.cols.n)
             found = self._ann_rows(part, ds, mirror, q, want, keep, passing)
         return self._mirror_out(ds, mirror, found, q, k, select, tenant_id)
+
+    @staticmethod
+    def _posted_rows(mirror: Mirror, where: dict[str, Any]) -> np.ndarray | None:
+        """The live mirror rows passing ``where``, from the mirror's postings (filter_postings.py) of its
+        narrowest clause they answer (by exact count), the other clauses and liveness checked on
+        those rows, the rows past the postings checked one by one; None (another way) when the
+        mirror has no postings yet, none of the clauses is theirs (a role, success), an
+        episode-id filter, or the mask of every row costs less (a wide filter)."""
+        post = mirror.postings
+        if post is None or where.get("episode_ids") is not None:
+            return None
+        answered = post.clauses(where)
+        if not answered:
+            return None
+        counts = [post.count(c) for c in answered]
+        clause = answered[int(np.argmin(counts))]
+        rest = {k: v for k, v in where.items() if k not in clause}
+        n = min(mirror.cols.n, len(mirror.alive))
+        checks = _mask_checks(_clauses(where))
+        posted_ns = POSTED_NS_PER_ROW * min(counts) * (1 + _mask_checks(_clauses(rest))) + \
+            MASK_NS_PER_ROW * max(n - post.covered, 0) * checks
+        if posted_ns >= MASK_NS_PER_ROW * mirror.live * checks:
+            return None
+        rows: np.ndarray = post.rows(clause)
+        rows = rows[mirror.passes(rest, rows)]
+        if n > post.covered:  # rows added since the postings were built
+            added = np.arange(post.covered, n, dtype=np.int64)
+            rows = np.concatenate([rows, added[mirror.passes(where, added)]])
+        return rows
 
     def _indexed_rows(self, part: TenantTable, ds: Any, mirror: Mirror, where: dict[str, Any],
                       share: float) -> np.ndarray | None:
