@@ -141,13 +141,17 @@ class LauncherSettings:
 #   announced default.
 # - lance's full-text search under a prefilter (a metadata filter, or row addresses) first lists
 #   the passing rows' documents when at most LANCE_FLAT_SEARCH_PERCENT_THRESHOLD % of the index's
-#   rows pass (lance's default: 10), else checks each scored posting against the filter. Listing
-#   wins only for very few rows: at 10M rows, CPU per search, an agent's 1.5 % took 88 ms listed
-#   and 49 checked, 2 % of the row addresses 91 and 49, 1.1 % 63 and 48, while 0.5 % took 36 and 45
-#   and 0.08 % 11 and 45; the results are the same either way (bench/README.md, "Full-text search
-#   at 10M rows"). Read once per process, at its first full-text search.
+#   rows pass (lance's default: 10), else checks each scored posting against the filter; the
+#   results are the same either way (tests/unit/memory/test_fts_flat_threshold.py). Listing costs
+#   ~1.5 us a passing document; checking, the postings of the query's words. At 10M rows, where a
+#   query is led by its rare words (memory/index/common_terms.py), checking is cheaper for every
+#   filter measured: a canvas's 8k rows 2.4 ms against 12.4, ten canvases' 80k 6 against 41, and
+#   whole recalls of them 15-17 ms against 16-50. At 1M rows listing a canvas's 845 rows is ~3-4
+#   ms faster (recall 10-12 ms against 14-15). 0: always checked, for the bigger tables' sake
+#   (bench/README.md, "A narrow filter's rows from the mirror's postings"; before that, at 1:
+#   "Full-text search at 10M rows"). Read once per process, at its first full-text search.
 LIBRARY_DEFAULTS: dict[str, str] = {"LANCE_INCLUDE_VECTOR_CENTROIDS": "false",
-                                    "LANCE_FLAT_SEARCH_PERCENT_THRESHOLD": "1"}
+                                    "LANCE_FLAT_SEARCH_PERCENT_THRESHOLD": "0"}
 
 
 def set_library_defaults() -> None:

@@ -1,6 +1,7 @@
 """LANCE_FLAT_SEARCH_PERCENT_THRESHOLD: how lance's full-text search treats a prefilter (its passing
-rows' documents listed first, or each scored posting checked against it), set by worldgraph to 1 %
-(config/environment.py LIBRARY_DEFAULTS; bench/README.md, "Full-text search at 10M rows").
+rows' documents listed first, or each scored posting checked against it), set by worldgraph to 0 %:
+always checked (config/environment.py LIBRARY_DEFAULTS; bench/README.md, "A narrow filter's rows
+from the mirror's postings").
 
 Lance reads the variable once per process, so each case runs in a process of its own."""
 
@@ -34,9 +35,9 @@ def _env(value: str | None) -> dict[str, str]:
     return env
 
 
-def test_the_episode_index_lists_a_filters_rows_only_when_at_most_1_percent_pass() -> None:
+def test_the_episode_index_checks_a_filters_rows_on_the_scored_postings() -> None:
     code = f"import os, worldgraph.memory.index.search; print(os.environ.get({VARIABLE!r}))"
-    assert _run([code], _env(None)) == "1"
+    assert _run([code], _env(None)) == "0"
     assert _run([code], _env("10")) == "10"  # an operator's value is left as it is
 
 
@@ -64,7 +65,8 @@ print(json.dumps(out))
 
 def test_listing_or_checking_a_filters_rows_finds_the_same_hits_and_scores(tmp_path: Path) -> None:
     """0.4 %, 3 % and 30 % of the rows passing, as a prefilter and as row addresses: listed (lance's
-    default of 10 %) or checked (0 %) or as worldgraph sets it (1 %), the same hits, scores and order."""
+    default of 10 %) or checked (0 %, as worldgraph sets it) or listed below 1 %, the same hits, scores
+    and order."""
     import lance
     import pyarrow as pa
 
@@ -80,5 +82,5 @@ def test_listing_or_checking_a_filters_rows_finds_the_same_hits_and_scores(tmp_p
     ds.create_scalar_index("text", "INVERTED")
     found = {value: json.loads(_run([SEARCH, str(tmp_path / "t.lance")], _env(value))) for value in ("10", "0", "1")}
     assert found["10"] == found["0"] == found["1"]
-    assert all(len(hits) > 0 for hits, _ in found["1"])
+    assert all(len(hits) > 0 for hits, _ in found["0"])
 
