@@ -199,3 +199,29 @@ def test_many_rows_from_the_postings_go_through_the_lists(loaded, monkeypatch): 
         got = [h["episode_id"] for h in idx.vector_search("A", q, k=10, where=where)]
         assert ways == [way] and all(passes(by_id[e], where) for e in got)
         assert len(set(got) & set(exact(rows, q, 10, where))) >= 9
+
+
+def test_a_failed_build_is_said_and_tried_again(loaded, monkeypatch, caplog):  # noqa: F811
+    """A build that fails leaves the searches on the other ways, says so once, and the next search
+    starts another."""
+    monkeypatch.setattr(filter_postings, "MIN_ROWS", 100)
+    idx, rows = loaded
+    real = filter_postings.build
+    calls: list[int] = []
+
+    def failing_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise MemoryError("no room for the postings")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(filter_postings, "build", failing_once)
+    q = np.asarray(rows[0]["vector"], np.float32)
+    with caplog.at_level("WARNING", logger="worldgraph.memory.index.episode_index"):
+        idx.vector_search("A", q, k=5)
+        assert idx.wait_for_maintenance(120)
+    mirror = idx._mirrors.held("eph-41")
+    assert mirror.postings is None and any("building the postings of eph-41 failed" in r.getMessage()
+                                           for r in caplog.records)
+    assert len(idx.vector_search("A", q, k=5, where={"agent_id": "a3"})) == 5
+    assert idx.wait_for_maintenance(120) and len(calls) == 2 and mirror.postings is not None

@@ -371,50 +371,60 @@ class Mirrors:
                                  and not (self._orders() and order_due(mirror)
                                           and time.monotonic() - mirror.order_tried >= ORDER_RETRY_SECONDS)):
             return
+        self._start_once(self._listing, name, "building the lists", lambda: self._fill(name, mirror, lock),
+                         "worldgraph-index-lists")
+
+    def _start_once(self, busy: set[str], name: str, what: str, work: Any, thread: str) -> None:
+        """Run ``work()`` in a background thread unless one for table ``name`` is in ``busy``
+        already or the index is closed; a failure is logged (searches go on without what it
+        makes, the next one tries again), and its freed memory goes back to the system."""
         with self._lock:
-            if name in self._listing or self.closed:
+            if name in busy or self.closed:
                 return
-            self._listing.add(name)
-        threading.Thread(target=self._fill, args=(name, mirror, lock), daemon=True,
-                         name="worldgraph-index-lists").start()
+            busy.add(name)
+
+        def run() -> None:
+            try:
+                work()
+            except Exception as exc:  # noqa: BLE001 - see the docstring
+                log.warning("episode index: %s of %s failed (%s)", what, name, exc)
+            finally:
+                release_memory()
+                with self._lock:
+                    busy.discard(name)
+                self.built.set()
+
+        threading.Thread(target=run, daemon=True, name=thread).start()
 
     def _fill(self, name: str, mirror: Mirror, lock: threading.Lock) -> None:
         folder = folder_of(self.index_path, name) if self.index_path is not None and self.writable else None
-        try:
-            lists = mirror.lists
-            if lists is None or lists.stale(mirror.cols.n):  # new lists, filled beside the old ones
-                with lock:
-                    n = mirror.cols.n
-                    sample = mirror.cols.read("codes", ivfs.sample_rows(n, ivfs.lists_for(n)))
-                lists = ivfs.build(sample, n)
-            saved = lists.covered
-            while True:
-                with lock:  # only to copy the codes: searches and refreshes go on while they are assigned
-                    first, n = lists.covered, mirror.cols.n
-                    if first >= n or self.closed:
-                        break
-                    codes = mirror.cols.read("codes", np.arange(first, min(first + ivfs.CHUNK, n)))
-                lists.add(first, codes)
-                if mirror.lists is None or (lists is not mirror.lists and n - lists.covered <= ivfs.TAIL_ROWS):
-                    mirror.lists = lists  # new lists take the old ones' place once they cover the table
-                if folder is not None and lists is mirror.lists and lists.covered - saved >= ivfs.SAVE_ROWS:
-                    saved = self._save_lists(folder, lists, mirror.uid, lock, saved)
-            if self.closed:
-                return  # (the lists saved so far serve the next process)
-            lists.compact()
-            mirror.lists = lists
-            if folder is not None and lists.covered > saved:
-                self._save_lists(folder, lists, mirror.uid, lock, saved)
-            if folder is not None and order_due(mirror):
-                mirror.order_tried = time.monotonic()  # (not done: tried again at most this often)
-                order_codes(mirror, folder, lock, lambda: self.closed)
-        except Exception as exc:  # noqa: BLE001 - searches go on without the lists; the next one retries
-            log.warning("episode index: building the lists of %s failed (%s)", name, exc)
-        finally:
-            release_memory()
-            with self._lock:
-                self._listing.discard(name)
-            self.built.set()
+        lists = mirror.lists
+        if lists is None or lists.stale(mirror.cols.n):  # new lists, filled beside the old ones
+            with lock:
+                n = mirror.cols.n
+                sample = mirror.cols.read("codes", ivfs.sample_rows(n, ivfs.lists_for(n)))
+            lists = ivfs.build(sample, n)
+        saved = lists.covered
+        while True:
+            with lock:  # only to copy the codes: searches and refreshes go on while they are assigned
+                first, n = lists.covered, mirror.cols.n
+                if first >= n or self.closed:
+                    break
+                codes = mirror.cols.read("codes", np.arange(first, min(first + ivfs.CHUNK, n)))
+            lists.add(first, codes)
+            if mirror.lists is None or (lists is not mirror.lists and n - lists.covered <= ivfs.TAIL_ROWS):
+                mirror.lists = lists  # new lists take the old ones' place once they cover the table
+            if folder is not None and lists is mirror.lists and lists.covered - saved >= ivfs.SAVE_ROWS:
+                saved = self._save_lists(folder, lists, mirror.uid, lock, saved)
+        if self.closed:
+            return  # (the lists saved so far serve the next process)
+        lists.compact()
+        mirror.lists = lists
+        if folder is not None and lists.covered > saved:
+            self._save_lists(folder, lists, mirror.uid, lock, saved)
+        if folder is not None and order_due(mirror):
+            mirror.order_tried = time.monotonic()  # (not done: tried again at most this often)
+            order_codes(mirror, folder, lock, lambda: self.closed)
 
     def _extend_postings(self, name: str, mirror: Mirror, lock: threading.Lock) -> None:
         """Start building the mirror's postings (filter_postings.py) in the background: none yet and it
@@ -422,30 +432,19 @@ class Mirrors:
         held, n = mirror.postings, mirror.cols.n
         if n < postings.MIN_ROWS or (held is not None and not held.short(n)):
             return
-        with self._lock:
-            if name in self._posting or self.closed:
-                return
-            self._posting.add(name)
-        threading.Thread(target=self._post, args=(name, mirror, lock), daemon=True,
-                         name="worldgraph-index-postings").start()
+        self._start_once(self._posting, name, "building the postings", lambda: self._post(mirror, lock),
+                         "worldgraph-index-postings")
 
-    def _post(self, name: str, mirror: Mirror, lock: threading.Lock) -> None:
+    def _post(self, mirror: Mirror, lock: threading.Lock) -> None:
+        with lock:  # a snapshot of the columns' arrays (a save maps new ones; rows never change)
+            covered = mirror.cols.n
+            columns = {f: mirror.cols.segments(f) for f in postings.FIELDS}
         try:
-            with lock:  # a snapshot of the columns' arrays (a save maps new ones; rows never change)
-                covered = mirror.cols.n
-                columns = {f: mirror.cols.segments(f) for f in postings.FIELDS}
             mirror.postings = postings.build(columns, covered, lambda: self.closed)
-            for field in postings.FIELDS:
-                mirror.cols.scanned(field)  # (every page of their maps was read)
         except postings.Stopped:
-            pass
-        except Exception as exc:  # noqa: BLE001 - searches go on without them; the next one retries
-            log.warning("episode index: building the postings of %s failed (%s)", name, exc)
-        finally:
-            release_memory()
-            with self._lock:
-                self._posting.discard(name)
-            self.built.set()
+            return
+        for field in postings.FIELDS:
+            mirror.cols.scanned(field)  # (every page of their maps was read)
 
     def _orders(self) -> bool:
         """Whether this object puts saved codes in list order (a local, writable index)."""

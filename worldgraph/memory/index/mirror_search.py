@@ -78,7 +78,9 @@ class MirrorSearch(IndexTables):
         on the rows of the lists nearest the query; a narrower one's rows found in process (from
         the mirror's postings, ``_posted_rows``, a scalar index, ``_indexed_rows``, or a mask of
         every row), those of them in the lists nearest the query searched exactly by their codes
-        (a mask's rows through the lists when more than ``mirror_exact_rows`` pass), or, without
+        (through the lists path instead when that checks fewer rows: a mask's rows when more than
+        ``mirror_exact_rows`` pass, found rows when more than sqrt(want x ``ivf.MIN_PASSING`` x the
+        table's rows) do), or, without
         lists yet, the ANN index's hits checked against the filter; ids, vectors and cosines from
         the mirror (columns other than those read from LanceDB for the ``k`` rows only)."""
         self._texts.sync(part.name, mirror)  # a forget elsewhere: its words leave this process (passing_text.py)
@@ -252,7 +254,7 @@ class MirrorSearch(IndexTables):
 
     @staticmethod
     def _in_nearest_lists(mirror: Mirror, q: np.ndarray, want: int, rows: np.ndarray) -> np.ndarray:
-        """Of a narrow filter's ``rows`` (sorted), those the lists path would rank: the rows of the
+        """Of a narrow filter's ``rows`` (in any order), those the lists path would rank: the rows of the
         lists nearest the query, lists taken nearest first (at least ``ivf.NPROBE``) until
         ``ivf.MIN_PASSING`` times ``want`` of the rows are in them, and the rows not in a list yet.
         Each row ranked is one scattered read of its code (~3 us at 10M): a canvas's 8k rows
