@@ -13,7 +13,7 @@ binary searches). A clause's rows are then a slice or a few (~0.1 ms for 100k ro
 count is known before they are taken: the cost model of mirror_search.py picks the narrowest
 clause by its exact count. The rows past ``covered`` (added since) are checked one by one.
 
-It is built from the mirror's columns in a background thread (``Mirrors``: ~1-2 s of one core at
+It is built from the mirror's columns in a background thread (``Mirrors``: ~3.5 s of one core at
 10M rows, numpy's sorts release the GIL) once the mirror holds ``MIN_ROWS`` rows, and again once
 it has grown by ``1 / GROWTH``; until then a search takes the other ways. ~20 bytes a row
 (200 MB at 10M rows). A mirror row's values never change (a compaction moves the row in LanceDB,
