@@ -36,6 +36,9 @@ from worldgraph.memory.index.schema import as_timestamp
 MIN_ROWS = 500_000  # a mirror this big gets postings (smaller: the mask of every row is ~0.5 ms a check)
 GROWTH = 8  # built again once the mirror holds 1/GROWTH more rows than they cover
 BY_VALUE = {"agent_id": "agent", "canvas_ids": "canvas"}  # where key -> mirror column of value hashes
+# the clauses they answer, by the LanceDB column each filters (mirror_search._clauses' keys): an
+# agent, canvases, a time range (start and/or end)
+ANSWERED = ("agent_id", "canvas_id", "timestamp")
 FIELDS = ("agent", "canvas", "ts")  # the mirror columns postings are built from
 
 
@@ -63,21 +66,9 @@ class Postings:
         """Whether a mirror of ``rows`` rows has outgrown them (build them again)."""
         return rows - self.covered > self.covered // GROWTH
 
-    @staticmethod
-    def clauses(where: dict[str, Any]) -> list[dict[str, Any]]:
-        """``where``'s clauses postings answer: an agent, canvases, a time range (start and/or end)."""
-        out = []
-        for key in BY_VALUE:
-            value = where.get(key)
-            if value is not None and (key != "canvas_ids" or value):
-                out.append({key: value})
-        span = {k: where[k] for k in ("start", "end") if where.get(k) is not None}
-        if span:
-            out.append(span)
-        return out
-
     def _slices(self, clause: dict[str, Any]) -> list[tuple[np.ndarray, int, int]]:
-        """(array, start, end) slices holding exactly the covered rows that pass ``clause``."""
+        """(array, start, end) slices holding exactly the covered rows that pass ``clause`` (one of
+        ``ANSWERED``: its ``where`` keys)."""
         if "start" in clause or "end" in clause:
             lo, hi = 0, len(self._ts)
             if clause.get("start") is not None:

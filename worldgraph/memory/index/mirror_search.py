@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from worldgraph.memory.index import ivf
+from worldgraph.memory.index import filter_postings, ivf
 from worldgraph.memory.index.mirror import Mirror
 from worldgraph.memory.index.schema import VECTOR_INDEX_NAME, metadata_filter, table_name
 from worldgraph.memory.index.tables import IndexTables, TenantTable
@@ -128,14 +128,15 @@ class MirrorSearch(IndexTables):
         post = mirror.postings
         if post is None or where.get("episode_ids") is not None:
             return None
-        answered = post.clauses(where)
+        clauses = _clauses(where)
+        answered = [c for column, c in clauses.items() if column in filter_postings.ANSWERED]
         if not answered:
             return None
         counts = [post.count(c) for c in answered]
         clause = answered[int(np.argmin(counts))]
         rest = {k: v for k, v in where.items() if k not in clause}
         n = min(mirror.cols.n, len(mirror.alive))
-        checks = _mask_checks(_clauses(where))
+        checks = _mask_checks(clauses)
         posted_ns = POSTED_NS_PER_ROW * min(counts) * (1 + _mask_checks(_clauses(rest))) + \
             MASK_NS_PER_ROW * max(n - post.covered, 0) * checks
         if posted_ns >= MASK_NS_PER_ROW * mirror.live * checks:
